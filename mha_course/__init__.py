@@ -1,0 +1,70 @@
+"""mha_course: multi-head attention from the first dot product to a fused GPU kernel.
+
+Shape legend, used in every docstring and on every reshape line (``# (B, H, T, D)``):
+
+    B  batch size
+    H  number of heads
+    T  query length (number of queries)
+    S  key/value length (number of keys); S == T in self-attention
+    D  per-head dimension (the d_k of the papers)
+    E  model dimension, E = H * D
+
+Mask convention: a boolean mask is True where a query MAY attend (as in
+``torch.nn.functional.scaled_dot_product_attention`` and JAX); a float mask is added to the
+scores. ``torch.nn.MultiheadAttention`` uses the opposite boolean meaning; see ``mha_course.masks``.
+A query whose every key is masked gets all-zero weights and an all-zero output.
+
+Names are imported lazily, so ``import mha_course`` stays fast and does not pull in Triton,
+matplotlib or the grader until they are used.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+# public name -> module that defines it
+_EXPORTS = {
+    # core (chapters 01-05)
+    "softmax": "softmax",
+    "softmax_np": "softmax",
+    "causal_mask": "masks",
+    "padding_mask": "masks",
+    "invert_bool_mask": "masks",
+    "to_torch_attn_mask": "masks",
+    "from_torch_attn_mask": "masks",
+    "to_key_padding_mask": "masks",
+    "from_key_padding_mask": "masks",
+    "scaled_dot_product_attention": "attention",
+    "scaled_dot_product_attention_np": "attention",
+    "attention_loop_reference": "reference",
+    "split_heads": "heads",
+    "merge_heads": "heads",
+    "MultiHeadAttention": "mha",
+    "get_device": "device",
+    "environment_report": "device",
+    "assert_close": "testing",
+    "TOLERANCES": "testing",
+    # efficient attention (chapters 10-14)
+    "tiled_attention": "tiled",
+    "attention_backward": "backward",
+    "triton_attention": "flash_triton",
+    # self-check inside notebooks (assignments)
+    "check": "grading.selfcheck",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'mha_course' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module_name}", __name__), name)
+    globals()[name] = value  # cache: later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,75 @@
+"""What an exercise is: the contract between the assignment content and the grading engine.
+
+An assignment (one solution notebook) holds exercises; an exercise names a *target* the learner
+defines in the notebook (a function or a class) and a list of test cases. A case runs in two
+processes:
+
+    grader process (trusted)                     submission process (untrusted)
+    ------------------------                     ------------------------------
+    inputs = case.make_inputs()          ---->   got = case.call(target, inputs)
+    expected = case.reference(inputs)    <----   got as plain NumPy arrays (no pickle)
+    hint = case.diagnose(got, expected, inputs)  # None means passed
+
+``make_inputs`` returns only plain data: a dict of NumPy arrays and Python scalars/str/None.
+``call`` converts inputs to what the target expects (tensors, modules with given weights) and
+returns an array, a scalar, or a tuple/list of arrays. ``reference`` and ``diagnose`` run only in
+the grader. Exercise modules must import ``mha_course``'s reference implementations *inside*
+``reference``/``diagnose`` functions, never at module top, so that the submission process (which
+imports the exercise module to find ``call``) never has the answers loaded.
+
+Each module in ``mha_course.grading.exercises`` defines ``ASSIGNMENT`` (an :class:`Assignment`);
+the registry discovers them, so adding an assignment touches no shared file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Inputs = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One graded test of one target."""
+
+    name: str                                   # shown in the results table, e.g. "rows sum to 1"
+    points: float
+    make_inputs: Callable[[], Inputs]           # deterministic (seeded); plain data only
+    call: Callable[[Any, Inputs], Any]          # runs in the submission process
+    reference: Callable[[Inputs], Any]          # runs in the grader: the expected output
+    diagnose: Callable[[Any, Any, Inputs], str | None]  # grader: None = passed, else a hint for the learner
+    hidden: bool = False                        # hidden cases run only in the grader, never in check()
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """A target the learner writes, and the cases that grade it."""
+
+    key: str                                    # used in check("key", obj), e.g. "softmax_np"
+    target: str                                 # the name defined in the notebook, e.g. "softmax_np"
+    title: str
+    cases: tuple[Case, ...]
+    # Dotted names the target must not use (e.g. "torch.nn.functional.scaled_dot_product_attention");
+    # a case that runs while one of them is called scores 0 with an explanation.
+    forbidden: tuple[str, ...] = ()
+
+    @property
+    def max_points(self) -> float:
+        return sum(c.points for c in self.cases)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """One solution notebook and its exercises; ``key`` and ``version`` go into notebook metadata."""
+
+    key: str                                    # e.g. "a02_softmax"; recorded in the notebook's metadata
+    version: int
+    title: str
+    notebook: str                               # file name under solutions/ and exercises/
+    exercises: tuple[Exercise, ...] = field(default_factory=tuple)
+
+    @property
+    def max_points(self) -> float:
+        return sum(e.max_points for e in self.exercises)

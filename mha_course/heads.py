@@ -1,0 +1,42 @@
+"""Splitting the model dimension into heads and back: (B, T, E) <-> (B, H, T, D), E = H * D.
+
+A head is a slice of D consecutive features. The reshape must be followed by a transpose: a bare
+``view(B, H, T, D)`` would mix tokens and features (the classic bug in the debugging chapter).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._validate import require_rank, require_tensor
+
+
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(B, T, E) -> (B, H, T, D) with H = num_heads and D = E / H.
+
+    Raises:
+        TypeError: x is not a tensor or num_heads not an int.
+        ValueError: x is not 3-D or E is not divisible by num_heads.
+    """
+    require_tensor(x, "x")
+    require_rank(x, 3, "x", "(B, T, E)")
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int):
+        raise TypeError(f"num_heads must be an int, got {type(num_heads).__name__}")
+    B, T, E = x.shape
+    if num_heads <= 0 or E % num_heads:
+        raise ValueError(f"embed dim E={E} of x {tuple(x.shape)} must be divisible by num_heads={num_heads}")
+    D = E // num_heads
+    return x.view(B, T, num_heads, D).transpose(1, 2)  # (B, H, T, D)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, H, T, D) -> (B, T, E) with E = H * D; the inverse of :func:`split_heads`.
+
+    Raises:
+        TypeError: x is not a tensor.
+        ValueError: x is not 4-D.
+    """
+    require_tensor(x, "x")
+    require_rank(x, 4, "x", "(B, H, T, D)")
+    B, H, T, D = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * D)  # (B, T, E)

@@ -1,0 +1,71 @@
+"""Numerically stable softmax, in torch and in NumPy.
+
+softmax(x)_i = exp(x_i - m) / sum_j exp(x_j - m),  m = max_j x_j
+
+Subtracting the row maximum m changes nothing mathematically (it cancels) but keeps every
+exponent <= 0, so exp never overflows. Half-precision inputs are computed in float32 and cast
+back. A row that is entirely -inf (every position masked) has no defined softmax; the course's
+choice is an all-zero row, so that attention over nothing returns a zero vector instead of NaN.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ._validate import require_floating, require_tensor
+
+_UPCAST = (torch.float16, torch.bfloat16)
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Stable softmax of ``x`` along ``dim``.
+
+    Args:
+        x: any shape, floating dtype (float16/bfloat16 are computed in float32).
+        dim: the axis that sums to 1.
+
+    Returns:
+        same shape and dtype as ``x``; rows that are all -inf become all zeros.
+
+    Raises:
+        TypeError: ``x`` is not a floating-point torch.Tensor.
+        ValueError: ``dim`` is out of range.
+    """
+    require_tensor(x, "x")
+    require_floating(x, "x")
+    if not -x.dim() <= dim < max(x.dim(), 1):
+        raise ValueError(f"dim must be in [{-x.dim()}, {x.dim() - 1}] for x of shape {tuple(x.shape)}, got {dim}")
+    work = x.float() if x.dtype in _UPCAST else x
+    row_max = work.amax(dim=dim, keepdim=True)
+    # A fully masked row has max -inf; shifting by 0 instead keeps exp(-inf) = 0 and avoids inf - inf.
+    row_max = torch.where(torch.isneginf(row_max), torch.zeros_like(row_max), row_max)
+    exps = torch.exp(work - row_max)
+    total = exps.sum(dim=dim, keepdim=True)
+    # total is 0 only for fully masked rows; dividing by 1 there leaves zeros.
+    probs = exps / torch.where(total == 0, torch.ones_like(total), total)
+    return probs.to(x.dtype)
+
+
+def softmax_np(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """NumPy twin of :func:`softmax`: stable, all -inf rows give zeros.
+
+    Args:
+        x: array of any shape, floating dtype.
+        axis: the axis that sums to 1.
+
+    Returns:
+        array of the same shape and dtype.
+
+    Raises:
+        TypeError: ``x`` is not a floating-point NumPy array.
+    """
+    if not isinstance(x, np.ndarray) or not np.issubdtype(x.dtype, np.floating):
+        raise TypeError(f"x must be a floating-point numpy.ndarray, got {type(x).__name__} "
+                        f"{getattr(x, 'dtype', '')}")
+    work = x.astype(np.float32) if x.dtype == np.float16 else x
+    row_max = work.max(axis=axis, keepdims=True)
+    row_max = np.where(np.isneginf(row_max), 0.0, row_max)
+    exps = np.exp(work - row_max)
+    total = exps.sum(axis=axis, keepdims=True)
+    return (exps / np.where(total == 0, 1.0, total)).astype(x.dtype)
