@@ -41,6 +41,9 @@ class Case:
     reference: Callable[[Inputs], Any]          # runs in the grader: the expected output
     diagnose: Callable[[Any, Any, Inputs], str | None]  # grader: None = passed, else a hint for the learner
     hidden: bool = False                        # hidden cases run only in the grader, never in check()
+    # Self-check only (learner's own kernel): draw the learner's output beside the expected one,
+    # e.g. two attention heatmaps; returns a matplotlib Figure or None.
+    visualize: Callable[[Any, Any, Inputs], Any] | None = None
 
 
 @dataclass(frozen=True)

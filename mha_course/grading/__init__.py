@@ -1,0 +1,1 @@
+"""Grading: assignments, the self-check and the sandboxed grader."""
