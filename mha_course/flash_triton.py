@@ -1,0 +1,246 @@
+"""A FlashAttention-2 style forward kernel in Triton: attention without the (T, S) matrix.
+
+Each program instance owns BLOCK_M queries of one (batch, head) pair, keeps them in fast memory,
+and streams the keys and values past them BLOCK_N at a time with the online softmax:
+
+    m_new = max(m, rowmax(s))                 running maximum of the scores seen so far
+    l     = l * exp(m - m_new) + rowsum(exp(s - m_new))
+    acc   = acc * exp(m - m_new) + exp(s - m_new) @ V_block
+    out   = acc / l                           once every key block has been seen
+
+so the (T, S) scores never exist in memory: extra memory is O(T) (m and l) instead of O(T * S).
+Scores are computed in base 2 (``exp2``) with log2(e) folded into the scale: one multiply saved
+per score. In causal mode (top-left aligned like ``torch``'s ``is_causal``: key j is visible to
+query i iff j <= i) key blocks entirely in a query block's future are skipped, which halves the
+work.
+
+Without CUDA the kernel runs under Triton's interpreter (NumPy on the CPU), slowly, so tests and
+chapter 13 can execute it at small sizes. The interpreter is chosen when the kernel is
+*decorated*, so this module sets ``TRITON_INTERPRET=1`` (unless already set) before decorating
+when no GPU is present. Under the interpreter bfloat16 is computed as float32 (Triton's
+interpreter gives wrong bfloat16 results) and cast back. Without Triton at all (macOS, Windows)
+the module still imports and :func:`triton_attention` raises an error saying how to get it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from .attention import check_qkv, resolve_scale
+
+ON_GPU = torch.cuda.is_available()
+# Triton decorates its own library functions (tl.zeros, ...) when it is first imported, so the
+# interpreter must be switched on before *that*; if Triton came first, we can only explain.
+_IMPORTED_TOO_EARLY = (not ON_GPU and "triton" in sys.modules
+                       and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"))
+if not ON_GPU:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # no wheel for this platform
+    triton = None
+    tl = None
+
+LOG2_E = 1.4426950408889634
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") and not _IMPORTED_TOO_EARLY
+MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 128
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _attend_key_range(q, m_i, l_i, acc, k_base, v_base, rows, cols, dims, dims_v,
+                      stride_ks, stride_kd, stride_vs, stride_vd, S, qk_scale_log2, start, stop,
+                      D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
+                      MASK_FUTURE: tl.constexpr, PRECISION: tl.constexpr):
+    """Fold key blocks [start, stop) into the running (m_i, l_i, acc) with the online softmax."""
+    for start_n in range(start, stop, BLOCK_N):
+        keys = start_n + cols  # (BLOCK_N,)
+        k = tl.load(k_base + keys[None, :] * stride_ks + dims[:, None] * stride_kd,
+                    mask=(keys[None, :] < S) & (dims[:, None] < D), other=0.0)  # (BLOCK_D, BLOCK_N) = K^T block
+        s = tl.dot(q, k, input_precision=PRECISION) * qk_scale_log2  # (BLOCK_M, BLOCK_N), base-2 scores
+        visible = keys[None, :] < S
+        if MASK_FUTURE:  # only the diagonal blocks need the causal comparison
+            visible = visible & (keys[None, :] <= rows[:, None])
+        s = tl.where(visible, s, float("-inf"))
+
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # A row that has seen only masked keys so far has m_new = -inf; shift by 0 to avoid inf - inf.
+        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_shift[:, None])  # (BLOCK_M, BLOCK_N)
+        rescale = tl.math.exp2(m_i - m_shift)  # how much the old statistics shrink
+        l_i = l_i * rescale + tl.sum(p, 1)
+        v = tl.load(v_base + keys[:, None] * stride_vs + dims_v[None, :] * stride_vd,
+                    mask=(keys[:, None] < S) & (dims_v[None, :] < DV), other=0.0)  # (BLOCK_N, BLOCK_DV)
+        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+    return m_i, l_i, acc
+
+
+def _flash_forward_kernel(
+    Q, K, V, O, LSE,
+    stride_qb, stride_qh, stride_qt, stride_qd,
+    stride_kb, stride_kh, stride_ks, stride_kd,
+    stride_vb, stride_vh, stride_vs, stride_vd,
+    stride_ob, stride_oh, stride_ot, stride_od,
+    num_heads, T, S, qk_scale_log2,
+    D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """One program: BLOCK_M queries of one (batch, head); streams every visible key block past them."""
+    block_m = tl.program_id(0)
+    batch_head = tl.program_id(1)
+    b = batch_head // num_heads
+    h = batch_head % num_heads
+
+    rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)  # query positions (BLOCK_M,)
+    cols = tl.arange(0, BLOCK_N)  # key offsets within a block (BLOCK_N,)
+    dims = tl.arange(0, BLOCK_D)  # padded head dim: D need not be a power of two
+    dims_v = tl.arange(0, BLOCK_DV)
+
+    q_ptrs = Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qt + dims[None, :] * stride_qd
+    q = tl.load(q_ptrs, mask=(rows[:, None] < T) & (dims[None, :] < D), other=0.0)  # (BLOCK_M, BLOCK_D)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max (base-2 units)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp2(s - m_i)
+    acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)  # running weighted sum of values
+
+    k_base = K + b * stride_kb + h * stride_kh
+    v_base = V + b * stride_vb + h * stride_vh
+    if CAUSAL:
+        # Keys before this block's first query are visible to all its rows: no causal test needed.
+        diagonal = tl.minimum(S, block_m * BLOCK_M)
+        m_i, l_i, acc = _attend_key_range(q, m_i, l_i, acc, k_base, v_base, rows, cols, dims, dims_v,
+                                          stride_ks, stride_kd, stride_vs, stride_vd, S, qk_scale_log2,
+                                          0, diagonal, D, DV, BLOCK_N, False, PRECISION)
+        # The diagonal blocks; keys past the block's last query are invisible to every row: skipped.
+        m_i, l_i, acc = _attend_key_range(q, m_i, l_i, acc, k_base, v_base, rows, cols, dims, dims_v,
+                                          stride_ks, stride_kd, stride_vs, stride_vd, S, qk_scale_log2,
+                                          diagonal, tl.minimum(S, (block_m + 1) * BLOCK_M),
+                                          D, DV, BLOCK_N, True, PRECISION)
+    else:
+        m_i, l_i, acc = _attend_key_range(q, m_i, l_i, acc, k_base, v_base, rows, cols, dims, dims_v,
+                                          stride_ks, stride_kd, stride_vs, stride_vd, S, qk_scale_log2,
+                                          0, S, D, DV, BLOCK_N, False, PRECISION)
+
+    # Rows with no visible key (l = 0) give zeros, the library's convention for fully masked rows.
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    out = acc / l_safe[:, None]
+    o_ptrs = O + b * stride_ob + h * stride_oh + rows[:, None] * stride_ot + dims_v[None, :] * stride_od
+    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=(rows[:, None] < T) & (dims_v[None, :] < DV))
+    # Natural-log log-sum-exp of each row's scores: what a backward pass needs to rebuild P.
+    lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) / 1.4426950408889634)
+    tl.store(LSE + batch_head * T + rows, lse, mask=rows < T)
+
+
+def _gpu_configs():
+    """Autotuning space for Hopper-class GPUs (only used when CUDA is present)."""
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+        for bm, bn, w, s in [(128, 64, 8, 3), (128, 128, 8, 3), (128, 64, 4, 3), (64, 64, 4, 3),
+                             (128, 32, 4, 4), (64, 32, 4, 4), (128, 128, 8, 2), (64, 16, 4, 4)]
+    ]
+
+
+if triton is not None:
+    _attend_key_range = triton.jit(_attend_key_range)  # the kernel calls it by this global name
+    _jitted = triton.jit(_flash_forward_kernel)
+    # Autotune needs a live GPU driver; under the interpreter block sizes are chosen by the caller.
+    _autotuned = (triton.autotune(configs=_gpu_configs(), key=["T", "S", "D", "DV", "CAUSAL"])(_jitted)
+                  if ON_GPU and not INTERPRETED else None)
+
+
+def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+                     scale: float | None = None, *, block_m: int | None = None, block_n: int | None = None,
+                     return_lse: bool = False):
+    """softmax(q k^T * scale [+ causal mask]) v computed by the fused Triton kernel.
+
+    Args:
+        q: (B, H, T, D), or (H, T, D) / (T, D) (leading dims are added and removed).
+        k: (B, H, S, D), same leading dims as q.
+        v: (B, H, S, Dv).
+        causal: top-left aligned causal mask (key j visible to query i iff j <= i).
+        scale: multiplies the scores; default 1/sqrt(D).
+        block_m, block_n: tile sizes (powers of two >= 16). On a GPU they are autotuned when
+            omitted; under the interpreter they default to 32.
+        return_lse: also return the natural-log log-sum-exp of each row's scores, (B, H, T), float32.
+
+    Returns:
+        out (B, H, T, Dv) in q's dtype (and lse if asked). float16, bfloat16 and float32;
+        D and Dv from 16 to 128 (any value in between: the kernel pads to a power of two).
+
+    Raises:
+        RuntimeError: Triton is not installed (only Linux has wheels).
+        TypeError: inputs are not tensors of one supported dtype.
+        ValueError: mismatched shapes, unsupported head dim, leading dims that differ, bad blocks.
+    """
+    if triton is None:
+        raise RuntimeError("triton_attention needs Triton, which ships wheels for Linux only: "
+                           "`pip install triton` there, or use mha_course.tiled_attention / torch's SDPA instead")
+    if _IMPORTED_TOO_EARLY:
+        raise RuntimeError("no GPU here, so Triton must run in its interpreter, but `triton` was imported "
+                           "before TRITON_INTERPRET=1 was set: import mha_course before triton, or "
+                           "`export TRITON_INTERPRET=1` before starting Python")
+    T, S, D = check_qkv(q, k, v)
+    if q.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"triton_attention supports {SUPPORTED_DTYPES}, got {q.dtype}")
+    if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
+        raise ValueError(f"q, k, v must have identical leading dims (B, H), got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if q.dim() > 4:
+        raise ValueError(f"q must have shape (B, H, T, D) or fewer leading dims, got {tuple(q.shape)}")
+    Dv = v.shape[-1]
+    for name, dim in (("D", D), ("Dv", Dv)):
+        if not MIN_HEAD_DIM <= dim <= MAX_HEAD_DIM:
+            raise ValueError(f"head dim {name} must be in [{MIN_HEAD_DIM}, {MAX_HEAD_DIM}], got {dim} "
+                             f"(q {tuple(q.shape)}, v {tuple(v.shape)})")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    scale = resolve_scale(scale, D)
+    if q.device.type != "cuda" and not INTERPRETED:
+        raise ValueError(f"tensors are on {q.device} but Triton was set up for the GPU; move them to cuda")
+
+    lead = q.shape[:-2]
+    q4, k4, v4 = (x.reshape((1,) * (4 - x.dim()) + tuple(x.shape)) for x in (q, k, v))  # (B, H, ., .)
+    out_dtype = q.dtype
+    if INTERPRETED and q.dtype == torch.bfloat16:
+        q4, k4, v4 = q4.float(), k4.float(), v4.float()  # the interpreter mishandles bfloat16
+    B, H = q4.shape[0], q4.shape[1]
+    out = torch.empty((B, H, T, Dv), dtype=q4.dtype, device=q.device)  # (B, H, T, Dv)
+    lse = torch.empty((B, H, T), dtype=torch.float32, device=q.device)  # (B, H, T)
+    if T == 0 or B * H == 0:
+        return (out.to(out_dtype).reshape(*lead, T, Dv), lse.reshape(*lead, T)) if return_lse \
+            else out.to(out_dtype).reshape(*lead, T, Dv)
+
+    args = (q4, k4, v4, out, lse, *q4.stride(), *k4.stride(), *v4.stride(), *out.stride(),
+            H, T, S, scale * LOG2_E)
+    meta = dict(D=D, DV=Dv, BLOCK_D=max(16, triton.next_power_of_2(D)),
+                BLOCK_DV=max(16, triton.next_power_of_2(Dv)), CAUSAL=causal,
+                PRECISION="ieee" if q4.dtype == torch.float32 else "tf32")
+    if block_m is None and block_n is None and _autotuned is not None:
+        grid = lambda cfg: (triton.cdiv(T, cfg["BLOCK_M"]), B * H)
+        _autotuned[grid](*args, **meta)
+    else:
+        block_m = block_m or (64 if ON_GPU else 32)
+        block_n = block_n or (64 if ON_GPU else 32)
+        for name, blk in (("block_m", block_m), ("block_n", block_n)):
+            if blk < 16 or blk & (blk - 1):
+                raise ValueError(f"{name} must be a power of two >= 16 (tl.dot's minimum), got {blk}")
+        if causal and block_m % block_n:
+            raise ValueError(f"causal mode needs block_m to be a multiple of block_n, got {block_m} and {block_n}")
+        _jitted[(triton.cdiv(T, block_m), B * H)](*args, **meta, BLOCK_M=block_m, BLOCK_N=block_n)
+
+    out = out.to(out_dtype).reshape(*lead, T, Dv)  # back to the caller's leading dims
+    return (out, lse.reshape(*lead, T)) if return_lse else out
+
+
+def flops(B: int, H: int, T: int, S: int, D: int, causal: bool = False) -> float:
+    """Forward FLOPs of attention: two matmuls of 2*T*S*D each per head (halved when causal)."""
+    total = 4.0 * B * H * T * S * D
+    return total / 2 if causal else total
+
+
+__all__ = ["triton_attention", "flops", "INTERPRETED", "ON_GPU", "LOG2_E"]
