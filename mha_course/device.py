@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import platform
 
 import torch
@@ -20,12 +22,12 @@ def get_device(prefer: str | None = None) -> torch.device:
 
 
 def triton_available() -> bool:
-    """True when Triton imports (Linux wheels only); the course runs without it elsewhere."""
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    """True when Triton is installed (Linux wheels only); the course runs without it elsewhere.
+
+    Looks the package up without importing it: on a CPU-only machine Triton must not be imported
+    before ``TRITON_INTERPRET=1`` is set (see ``mha_course.flash_triton``).
+    """
+    return importlib.util.find_spec("triton") is not None
 
 
 def environment_report() -> dict[str, str]:
@@ -44,7 +46,5 @@ def environment_report() -> dict[str, str]:
         report["gpu"] = torch.cuda.get_device_name(device)
         report["cuda"] = str(torch.version.cuda)
     if triton_available():
-        import triton
-
-        report["triton"] = triton.__version__
+        report["triton"] = importlib.metadata.version("triton")
     return report
