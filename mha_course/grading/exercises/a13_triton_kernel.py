@@ -1,0 +1,178 @@
+"""Assignment 13 (chapter 13): fill in two Triton kernels, graded under Triton's interpreter.
+
+1. ``triton_softmax(x)``: a row-softmax kernel, one program per row of x (N, C).
+2. ``triton_single_head_attention(q, k, v)``: the online-softmax loop of a FlashAttention forward
+   kernel for one head, q (T, D), k (S, D), v (S, D) -> out (T, D).
+
+Without a GPU the learner's kernels run in Triton's interpreter, so the cases are small. Each
+case compares with the grader's NumPy reference; the diagnoses recognise the usual slips (no max
+subtraction, a missing 1/sqrt(D), forgetting to rescale the accumulator, dividing too early).
+The learner's Python wrapper must not compute the answer with torch instead of the kernel, so
+torch's softmax, matmul and SDPA are forbidden inside it.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import hints
+from ..spec import Assignment, Case, Exercise
+
+# --- inputs ---------------------------------------------------------------------------------------
+
+
+def _rows(N, C, seed, magnitude=1.0, neg_inf_fraction=0.0):
+    def make():
+        rng = np.random.default_rng(seed)
+        x = (rng.standard_normal((N, C)) * magnitude).astype(np.float32)
+        if neg_inf_fraction:
+            blocked = rng.random((N, C)) < neg_inf_fraction
+            blocked[:, 0] = False  # every row keeps a finite entry
+            x[blocked] = -np.inf
+        return {"x": x}
+
+    return make
+
+
+def _qkv(T, S, D, seed, magnitude=1.0):
+    def make():
+        rng = np.random.default_rng(seed)
+        q = (rng.standard_normal((T, D)) * magnitude).astype(np.float32)
+        k = (rng.standard_normal((S, D)) * magnitude).astype(np.float32)
+        v = rng.standard_normal((S, D)).astype(np.float32)
+        return {"q": q, "k": k, "v": v}
+
+    return make
+
+
+# --- call (submission process) --------------------------------------------------------------------
+
+
+def _call_softmax(target, inputs):
+    import torch
+
+    return hints.to_numpy(target(torch.from_numpy(inputs["x"].copy())))
+
+
+def _call_attention(target, inputs):
+    import torch
+
+    q, k, v = (torch.from_numpy(inputs[n].copy()) for n in "qkv")
+    return hints.to_numpy(target(q, k, v))
+
+
+# --- reference and diagnose (grader) ---------------------------------------------------------------
+
+
+def _softmax_reference(inputs):
+    from mha_course.softmax import softmax_np
+
+    return softmax_np(inputs["x"].astype(np.float64)).astype(np.float32)
+
+
+def _attention_reference(inputs, scale=None):
+    from mha_course.attention import scaled_dot_product_attention_np
+
+    q, k, v = (inputs[n].astype(np.float64) for n in "qkv")
+    out, _ = scaled_dot_product_attention_np(q, k, v, scale=scale)
+    return out.astype(np.float32)
+
+
+def _diagnose_softmax(got, expected, inputs):
+    x = inputs["x"].astype(np.float64)
+    alternatives = [
+        (lambda: np.exp(x) / np.exp(x).sum(axis=-1, keepdims=True), "matches softmax without the max subtraction"),
+        (lambda: np.exp(x - x.max(axis=-1, keepdims=True)), "exp(x - max) without dividing by the row sum"),
+        (lambda: np.exp(x - x.max(axis=-1, keepdims=True)) / np.exp(x - x.max(axis=-1, keepdims=True)).sum(),
+         "divided by the sum of the whole matrix: each program must sum its own row (tl.sum(e, axis=0))"),
+    ]
+    hint = hints.compare(got, expected, "softmax", "[N, C]", alternatives=alternatives)
+    if hint and "NaN" in hint:
+        hint += "; in the kernel, padding columns are loaded as -inf and a row's max is tl.max(x, axis=0)"
+    return hint
+
+
+def _diagnose_attention(got, expected, inputs):
+    q, k, v = (inputs[n].astype(np.float64) for n in "qkv")
+    D = q.shape[-1]
+    alternatives = [
+        (lambda: _attention_reference(inputs, scale=1.0), "no 1/sqrt(D) scale: multiply the scores by qk_scale_log2"),
+        (lambda: _attention_reference(inputs, scale=1.0 / D), "scaled by 1/D instead of 1/sqrt(D)"),
+        (lambda: _attention_reference(inputs, scale=math.log2(math.e) / math.sqrt(D)),
+         "the scores are scaled by log2(e)/sqrt(D) but exponentiated with exp: use tl.math.exp2 (or drop log2(e))"),
+        (lambda: _no_rescale(q, k, v), "the accumulator is not rescaled: when the running max grows, multiply "
+         "l_i and acc by exp2(m_old - m_new) before adding the new block"),
+    ]
+    return hints.compare(got, expected, "output", "[T, D]", alternatives=alternatives)
+
+
+def _no_rescale(q, k, v, block_n=16):
+    """What the kernel returns when l and acc are never rescaled by exp(m_old - m_new)."""
+    scores = q @ k.T / math.sqrt(q.shape[-1])  # (T, S)
+    m = np.full(q.shape[0], -np.inf)
+    acc, l_sum = np.zeros((q.shape[0], v.shape[1])), np.zeros(q.shape[0])
+    for start in range(0, k.shape[0], block_n):
+        block = scores[:, start:start + block_n]
+        m = np.maximum(m, block.max(axis=1))
+        p = np.exp(block - m[:, None])
+        l_sum += p.sum(axis=1)
+        acc += p @ v[start:start + block_n]
+    return (acc / l_sum[:, None]).astype(np.float32)
+
+
+# --- cases ----------------------------------------------------------------------------------------
+
+_SHORTCUTS = ("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax",
+              "torch.nn.functional.scaled_dot_product_attention", "torch.matmul", "torch.bmm", "torch.einsum",
+              "torch.Tensor.__matmul__", "torch.Tensor.matmul", "torch.exp", "torch.Tensor.exp",
+              "mha_course.softmax", "mha_course.triton_attention", "mha_course.flash_triton.triton_attention")
+
+SOFTMAX = Exercise(
+    key="triton_softmax",
+    target="triton_softmax",
+    title="a row-softmax kernel",
+    cases=(
+        Case("rows of a (4, 10) matrix", 2, _rows(4, 10, 0), _call_softmax, _softmax_reference, _diagnose_softmax,
+             visualize=hints.single_heatmaps("softmax")),
+        Case("a width that is not a power of two (3, 33)", 2, _rows(3, 33, 1), _call_softmax, _softmax_reference,
+             _diagnose_softmax),
+        Case("large logits (about 1000) give no NaN", 2, _rows(2, 16, 2, magnitude=1000.0), _call_softmax,
+             _softmax_reference, _diagnose_softmax),
+        Case("-inf entries get zero weight", 1, _rows(5, 12, 3, neg_inf_fraction=0.4), _call_softmax,
+             _softmax_reference, _diagnose_softmax, hidden=True),
+        Case("a single wide row (1, 100)", 1, _rows(1, 100, 4, magnitude=5.0), _call_softmax, _softmax_reference,
+             _diagnose_softmax, hidden=True),
+    ),
+    forbidden=_SHORTCUTS,
+)
+
+ATTENTION = Exercise(
+    key="triton_single_head_attention",
+    target="triton_single_head_attention",
+    title="the online-softmax loop of a FlashAttention kernel",
+    cases=(
+        Case("T = S = 16, D = 16 (one block)", 2, _qkv(16, 16, 16, 10), _call_attention, _attention_reference,
+             _diagnose_attention),
+        Case("several key blocks: T = 20, S = 50, D = 32", 3, _qkv(20, 50, 32, 11), _call_attention,
+             _attention_reference, _diagnose_attention),
+        Case("a single query (T = 1, S = 33)", 1, _qkv(1, 33, 16, 12), _call_attention, _attention_reference,
+             _diagnose_attention),
+        Case("large scores: the running max must be tracked", 2, _qkv(16, 48, 16, 13, magnitude=6.0), _call_attention,
+             _attention_reference, _diagnose_attention),
+        Case("T = 40, S = 70, D = 64", 2, _qkv(40, 70, 64, 14), _call_attention, _attention_reference,
+             _diagnose_attention, hidden=True),
+        Case("large scores, many key blocks", 2, _qkv(17, 90, 32, 15, magnitude=5.0), _call_attention,
+             _attention_reference, _diagnose_attention, hidden=True),
+    ),
+    forbidden=_SHORTCUTS,
+)
+
+ASSIGNMENT = Assignment(
+    key="a13_triton_kernel",
+    version=1,
+    title="Assignment 13 — Triton kernels: softmax and FlashAttention's inner loop",
+    notebook="a13_triton_kernel.ipynb",
+    exercises=(SOFTMAX, ATTENTION),
+)
