@@ -14,8 +14,8 @@ Mask convention: a boolean mask is True where a query MAY attend (as in
 scores. ``torch.nn.MultiheadAttention`` uses the opposite boolean meaning; see ``mha_course.masks``.
 A query whose every key is masked gets all-zero weights and an all-zero output.
 
-Names are imported lazily, so ``import mha_course`` stays fast and does not pull in Triton,
-matplotlib or the grader until they are used.
+Names are imported lazily (except the softmax pair, see below), so ``import mha_course`` does not
+pull in Triton, matplotlib or the grader until they are used.
 """
 
 from __future__ import annotations
@@ -55,6 +55,11 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
+
+# ``softmax`` is both a submodule and a function. Importing a submodule rebinds the package
+# attribute of the same name to the module, so bind the function now, after the one and only
+# first import of the submodule, or ``from mha_course import softmax`` could return the module.
+from .softmax import softmax, softmax_np  # noqa: E402
 
 
 def __getattr__(name: str):

@@ -1,0 +1,34 @@
+"""The package's public surface: every exported name resolves, and to the right kind of object."""
+
+import importlib
+import pkgutil
+import subprocess
+import sys
+import types
+
+import mha_course
+
+
+def test_every_export_resolves_to_a_function_or_class_even_after_all_submodules_are_imported():
+    # Importing a submodule rebinds a package attribute of the same name (mha_course.softmax).
+    for info in pkgutil.walk_packages(mha_course.__path__, "mha_course."):
+        if not info.name.endswith(("__main__", ".grade", ".assign", ".train", ".bench")):
+            importlib.import_module(info.name)
+    for name in mha_course.__all__:
+        value = getattr(mha_course, name)
+        assert not isinstance(value, types.ModuleType), f"mha_course.{name} is a module, expected the object"
+    from mha_course import softmax
+
+    assert callable(softmax) and softmax.__name__ == "softmax"
+
+
+def test_import_is_light():
+    code = "import sys, mha_course; print(sorted(m for m in ('triton', 'matplotlib') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_shape_legend_is_documented_once_in_the_package():
+    for letter in ("B  batch", "H  number of heads", "T  query length", "S  key/value length", "D  per-head",
+                   "E  model dimension"):
+        assert letter in mha_course.__doc__
