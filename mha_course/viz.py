@@ -1,0 +1,424 @@
+"""Pictures of attention: heatmaps of weights, grids of heads, masks, and "yours vs expected".
+
+Every function takes torch tensors or NumPy arrays (tensors are detached and moved to the CPU)
+and returns the matplotlib object it drew on, so that a notebook can add to it and a test can
+inspect it. Rows are always queries (T) and columns keys (S), as in ``weights[t, s]``.
+
+Only this module imports matplotlib, and ``import mha_course`` does not import this module, so
+the library stays light for the grader and for the command-line tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+# Matrices up to this many cells get their numbers written in by default (annotate=None).
+_ANNOTATE_MAX_CELLS = 64
+_NAN_COLOR = "#ff00ff"  # magenta: a colour no sequential colormap uses, so NaNs stand out
+
+
+def _to_numpy(x, name: str) -> np.ndarray:
+    """Tensor, array or nested list -> float64 (or bool) NumPy array; TypeError otherwise."""
+    try:
+        import torch
+
+        if isinstance(x, torch.Tensor):
+            x = x.detach().cpu()
+            x = x.numpy() if x.dtype == torch.bool else x.to(torch.float64).numpy()
+    except ImportError:  # viz works on NumPy arrays alone
+        pass
+    if isinstance(x, (list, tuple)):
+        x = np.asarray(x)
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
+    if x.dtype == bool:
+        return x
+    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
+        raise TypeError(f"{name} must hold numbers or bools, got dtype {x.dtype}")
+    return x.astype(np.float64)
+
+
+def _squeeze_leading(x: np.ndarray, rank: int, name: str, legend: str) -> np.ndarray:
+    """Drop leading size-1 dims (a batch of one, a single head) until ``x`` has ``rank`` dims.
+
+    Only *leading* dims go, so a single query (1, S) stays a 1-row matrix.
+    """
+    original = tuple(x.shape)
+    while x.ndim > rank and x.shape[0] == 1:
+        x = x[0]
+    if x.ndim != rank:
+        raise ValueError(f"{name} must have shape {legend} ({rank} dims after dropping leading "
+                         f"size-1 dims), got {original}")
+    return x
+
+
+def _check_labels(labels, n: int, name: str, axis: str) -> list[str] | None:
+    if labels is None:
+        return None
+    labels = [str(label) for label in labels]
+    if len(labels) != n:
+        raise ValueError(f"{name} has {len(labels)} labels but the {axis} axis has {n} entries")
+    return labels
+
+
+def _ticks(ax, labels: list[str] | None, n: int, axis: str, show_labels: bool = True) -> None:
+    """Put one tick per row/column (with labels if given); thin out unlabelled ticks when many."""
+    positions = np.arange(n)
+    if labels is None:
+        step = max(1, int(np.ceil(n / 16)))
+        positions = positions[::step]
+        labels = [str(p) for p in positions]
+    setter = ax.set_xticks if axis == "x" else ax.set_yticks
+    setter(positions)
+    if not show_labels:
+        labels = [""] * len(positions)
+    if axis == "x":
+        rotate = max((len(s) for s in labels), default=0) > 3
+        ax.set_xticklabels(labels, rotation=60 if rotate else 0, ha="right" if rotate else "center",
+                           rotation_mode="anchor")
+    else:
+        ax.set_yticklabels(labels)
+
+
+def _annotate(ax, matrix: np.ndarray, image) -> None:
+    """Write each cell's value, dark text on light cells and light text on dark ones."""
+    finite = matrix[np.isfinite(matrix)]
+    lo, hi = image.get_clim()
+    middle = (lo + hi) / 2 if finite.size else 0.0
+    for (i, j), value in np.ndenumerate(matrix):
+        text = "nan" if np.isnan(value) else f"{value:.2f}"
+        color = "black" if (np.isnan(value) or value > middle) else "white"
+        ax.text(j, i, text, ha="center", va="center", fontsize=8, color=color)
+
+
+def _cmap_with_nan(cmap):
+    import matplotlib
+
+    cmap = matplotlib.colormaps[cmap] if isinstance(cmap, str) else cmap
+    return cmap.with_extremes(bad=_NAN_COLOR)
+
+
+def _heatmap(ax, matrix, query_labels, key_labels, *, cmap, vmin, vmax, annotate,
+             show_x=True, show_y=True, colorbar=True):
+    """Draw one (T, S) heatmap on ``ax``; returns the image."""
+    T, S = matrix.shape
+    image = ax.imshow(np.ma.masked_invalid(matrix), cmap=_cmap_with_nan(cmap), vmin=vmin, vmax=vmax,
+                      aspect="auto", interpolation="nearest")
+    _ticks(ax, key_labels, S, "x", show_x)
+    _ticks(ax, query_labels, T, "y", show_y)
+    if show_x:
+        ax.set_xlabel("key (S)")
+    if show_y:
+        ax.set_ylabel("query (T)")
+    if annotate is None:
+        annotate = T * S <= _ANNOTATE_MAX_CELLS
+    if annotate:
+        _annotate(ax, matrix, image)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    return image
+
+
+def _value_range(*matrices: np.ndarray) -> tuple[float, float]:
+    """Colour range: [0, 1] for weights that look like probabilities, else the data's range."""
+    finite = np.concatenate([m[np.isfinite(m)].ravel() for m in matrices])
+    if finite.size == 0:
+        return 0.0, 1.0
+    lo, hi = float(finite.min()), float(finite.max())
+    if lo >= 0.0 and hi <= 1.0:
+        return 0.0, max(hi, 1e-12)
+    return (lo, hi) if hi > lo else (lo - 0.5, hi + 0.5)
+
+
+def plot_attention(weights, query_labels: Sequence[str] | None = None,
+                   key_labels: Sequence[str] | None = None, ax=None, title: str | None = None,
+                   cmap: str = "viridis", annotate: bool | None = None):
+    """Heatmap of one attention matrix: cell (t, s) is how much query t attends to key s.
+
+    Args:
+        weights: (T, S) tensor or array; leading size-1 dims are dropped, so (1, 1, T, S) from
+            a batch of one with one head is fine. NaNs are drawn in magenta.
+        query_labels: T tick labels for the rows (e.g. the tokens), or None for 0..T-1.
+        key_labels: S tick labels for the columns, or None for 0..S-1.
+        ax: matplotlib Axes to draw on; None makes a new figure.
+        title: axes title.
+        cmap: matplotlib colormap name.
+        annotate: write the numbers into the cells; None = only when T * S <= 64.
+
+    Returns:
+        the matplotlib Axes.
+
+    Raises:
+        TypeError: ``weights`` is not a tensor/array of numbers.
+        ValueError: ``weights`` is not 2-D after dropping leading size-1 dims, or a label list
+            has the wrong length.
+    """
+    import matplotlib.pyplot as plt
+
+    matrix = _squeeze_leading(_to_numpy(weights, "weights"), 2, "weights", "(T, S)")
+    T, S = matrix.shape
+    query_labels = _check_labels(query_labels, T, "query_labels", "query (T)")
+    key_labels = _check_labels(key_labels, S, "key_labels", "key (S)")
+    if ax is None:
+        width = min(12.0, 2.5 + 0.45 * S)
+        height = min(10.0, 1.5 + 0.45 * T)
+        _, ax = plt.subplots(figsize=(max(width, 3.5), max(height, 2.5)), layout="constrained")
+    vmin, vmax = _value_range(matrix)
+    _heatmap(ax, matrix, query_labels, key_labels, cmap=cmap, vmin=vmin, vmax=vmax,
+             annotate=annotate)
+    if title is not None:
+        ax.set_title(title)
+    return ax
+
+
+def plot_attention_grid(weights, row_labels: Sequence[str] | None = None,
+                        col_labels: Sequence[str] | None = None,
+                        query_labels: Sequence[str] | None = None,
+                        key_labels: Sequence[str] | None = None, title: str | None = None,
+                        cmap: str = "viridis", annotate: bool = False):
+    """A grid of heatmaps: one row of heads (H, T, S), or layers x heads (L, H, T, S).
+
+    All panels share one colour scale and one colorbar, so heads can be compared by eye.
+
+    Args:
+        weights: (H, T, S) or (L, H, T, S) tensor/array. Weights of a batch, (B, H, T, S),
+            are drawn with one row per batch element.
+        row_labels: L names for the rows; default "layer 0", "layer 1", ... (none for 3-D input).
+        col_labels: H names for the columns; default "head 0", "head 1", ...
+        query_labels: T tick labels (shown on the first column).
+        key_labels: S tick labels (shown on the bottom row).
+        title: figure title.
+        cmap: matplotlib colormap name.
+        annotate: write the numbers into every cell.
+
+    Returns:
+        the matplotlib Figure; its first L * H axes are the panels, row by row, then the colorbar.
+
+    Raises:
+        TypeError: ``weights`` is not a tensor/array of numbers.
+        ValueError: ``weights`` is neither 3-D nor 4-D, or a label list has the wrong length.
+    """
+    import matplotlib.pyplot as plt
+
+    grid = _to_numpy(weights, "weights")
+    if grid.ndim == 3:
+        grid = grid[None]  # (1, H, T, S)
+        default_rows = [""]
+    elif grid.ndim == 4:
+        default_rows = [f"layer {i}" for i in range(grid.shape[0])]
+    else:
+        raise ValueError(f"weights must have shape (H, T, S) or (L, H, T, S), got {tuple(grid.shape)}")
+    L, H, T, S = grid.shape
+    row_labels = _check_labels(row_labels, L, "row_labels", "layer (L)") or default_rows
+    col_labels = _check_labels(col_labels, H, "col_labels", "head (H)") or [f"head {h}" for h in range(H)]
+    query_labels = _check_labels(query_labels, T, "query_labels", "query (T)")
+    key_labels = _check_labels(key_labels, S, "key_labels", "key (S)")
+
+    panel = min(3.2, max(1.8, 0.3 * max(T, S)))
+    fig, axes = plt.subplots(L, H, figsize=(panel * H + 1.2, panel * L + 0.6), squeeze=False,
+                             layout="constrained")
+    vmin, vmax = _value_range(grid)
+    image = None
+    for layer in range(L):
+        for head in range(H):
+            ax = axes[layer, head]
+            image = _heatmap(ax, grid[layer, head], query_labels, key_labels, cmap=cmap,
+                             vmin=vmin, vmax=vmax, annotate=annotate, show_x=layer == L - 1,
+                             show_y=head == 0, colorbar=False)
+            name = col_labels[head] if not row_labels[layer] else f"{row_labels[layer]}, {col_labels[head]}"
+            ax.set_title(name, fontsize=10)
+    fig.colorbar(image, ax=axes, shrink=0.8)
+    if title is not None:
+        fig.suptitle(title)
+    return fig
+
+
+def _worst_slice(yours: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, np.ndarray, tuple]:
+    """For (..., T, S) inputs pick the (T, S) matrix where the two differ most (NaN counts as worst)."""
+    lead = yours.shape[:-2]
+    if not lead:
+        return yours, expected, ()
+    flat_y = yours.reshape(-1, *yours.shape[-2:])  # (N, T, S)
+    flat_e = expected.reshape(-1, *expected.shape[-2:])  # (N, T, S)
+    diff = np.abs(flat_y - flat_e)
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    worst = int(diff.reshape(len(diff), -1).max(axis=1).argmax()) if diff.size else 0
+    index = tuple(int(i) for i in np.unravel_index(worst, lead))
+    return flat_y[worst], flat_e[worst], index
+
+
+def plot_side_by_side(yours, expected, query_labels: Sequence[str] | None = None,
+                      key_labels: Sequence[str] | None = None, title: str | None = None,
+                      names: tuple[str, str] = ("yours", "expected"), annotate: bool | None = None):
+    """Three panels: your weights, the expected weights, and their difference (yours - expected).
+
+    Used by the self-check when a learner's attention weights are wrong: the difference panel
+    (red = too much weight, blue = too little) shows *where* they are wrong, e.g. above the
+    diagonal when a causal mask was ignored.
+
+    Args:
+        yours, expected: tensors/arrays of the same shape (..., T, S). With leading dims (heads,
+            batch) the (T, S) matrix where the two differ most is drawn, and its index is in
+            the title.
+        query_labels: T tick labels; key_labels: S tick labels.
+        title: figure title (the worst index is appended when there are leading dims).
+        names: titles of the first two panels.
+        annotate: write numbers into the cells; None = only for small matrices.
+
+    Returns:
+        the matplotlib Figure; axes 0-2 are the panels (then their colorbars).
+
+    Raises:
+        TypeError: an input is not a tensor/array of numbers.
+        ValueError: the shapes differ, or are less than 2-D.
+    """
+    import matplotlib.pyplot as plt
+
+    mine = _to_numpy(yours, "yours").astype(np.float64)
+    ref = _to_numpy(expected, "expected").astype(np.float64)
+    if mine.shape != ref.shape:
+        raise ValueError(f"yours has shape {tuple(mine.shape)} but expected has shape {tuple(ref.shape)}")
+    if mine.ndim < 2:
+        raise ValueError(f"weights must have shape (..., T, S) (at least 2 dims), got {tuple(mine.shape)}")
+    mine, ref, index = _worst_slice(mine, ref)
+    T, S = mine.shape
+    query_labels = _check_labels(query_labels, T, "query_labels", "query (T)")
+    key_labels = _check_labels(key_labels, S, "key_labels", "key (S)")
+
+    panel = min(5.0, max(3.2, 0.5 * max(T, S)))
+    fig, axes = plt.subplots(1, 3, figsize=(3 * panel + 2.0, panel + 0.8), layout="constrained")
+    if annotate is None:  # three panels side by side leave less room per cell than one
+        annotate = T * S <= 36
+    vmin, vmax = _value_range(mine, ref)
+    for ax, matrix, name in zip(axes[:2], (mine, ref), names, strict=True):
+        _heatmap(ax, matrix, query_labels, key_labels, cmap="viridis", vmin=vmin, vmax=vmax,
+                 annotate=annotate)
+        nan_count = int(np.isnan(matrix).sum())
+        ax.set_title(name if not nan_count else f"{name} ({nan_count} NaN, magenta)")
+    difference = mine - ref
+    finite = np.abs(difference[np.isfinite(difference)])
+    largest = float(finite.max()) if finite.size else 0.0
+    limit = largest if largest > 0 else 1e-12  # colour range must not be empty
+    _heatmap(axes[2], difference, query_labels, key_labels, cmap="RdBu_r", vmin=-limit, vmax=limit,
+             annotate=annotate)
+    axes[2].set_title(f"{names[0]} - {names[1]} (max |diff| {largest:.2g})")
+    suptitle = title or ""
+    if index:
+        where = ", ".join(str(i) for i in index)
+        suptitle = f"{suptitle} (matrix [{where}], where they differ most)".strip()
+    if suptitle:
+        fig.suptitle(suptitle)
+    return fig
+
+
+def plot_mask(mask, query_labels: Sequence[str] | None = None,
+              key_labels: Sequence[str] | None = None, ax=None, title: str | None = None):
+    """Picture of a boolean mask in the course's convention: True (may attend) vs False (blocked).
+
+    Args:
+        mask: bool (T, S) tensor/array; leading size-1 dims are dropped, so a padding mask
+            (1, 1, 1, S) or a (1, 1, T, S) mask is fine.
+        query_labels: T tick labels; key_labels: S tick labels.
+        ax: Axes to draw on; None makes a new figure.
+        title: axes title.
+
+    Returns:
+        the matplotlib Axes, with a legend naming both colours.
+
+    Raises:
+        TypeError: ``mask`` is not boolean (a float mask is added to scores; plot it with
+            :func:`plot_attention` instead).
+        ValueError: ``mask`` is not 2-D after dropping leading size-1 dims, or a label list
+            has the wrong length.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    array = _to_numpy(mask, "mask")
+    if array.dtype != bool:
+        raise TypeError(f"mask must be boolean (True = may attend), got dtype {array.dtype}; "
+                        "draw a float (additive) mask with plot_attention")
+    matrix = _squeeze_leading(array, 2, "mask", "(T, S)")
+    T, S = matrix.shape
+    query_labels = _check_labels(query_labels, T, "query_labels", "query (T)")
+    key_labels = _check_labels(key_labels, S, "key_labels", "key (S)")
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(3.5, min(10.0, 2.0 + 0.4 * S)),
+                                      max(3.0, min(10.0, 1.8 + 0.4 * T))), layout="constrained")
+    blocked_color, attend_color = "#d9d9d9", "#2c7fb8"
+    ax.imshow(matrix.astype(int), cmap=ListedColormap([blocked_color, attend_color]), vmin=0, vmax=1,
+              aspect="equal", interpolation="nearest")
+    # thin white grid lines between cells so single cells can be counted
+    ax.set_xticks(np.arange(-0.5, S, 1), minor=True)
+    ax.set_yticks(np.arange(-0.5, T, 1), minor=True)
+    ax.grid(which="minor", color="white", linewidth=1)
+    ax.tick_params(which="minor", length=0)
+    _ticks(ax, key_labels, S, "x")
+    _ticks(ax, query_labels, T, "y")
+    ax.set_xlabel("key (S)")
+    ax.set_ylabel("query (T)")
+    ax.legend(handles=[Patch(color=attend_color, label="True: may attend"),
+                       Patch(color=blocked_color, label="False: blocked")],
+              loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=9)
+    if title is not None:
+        ax.set_title(title)
+    return ax
+
+
+def plot_vectors_2d(vectors, labels: Sequence[str] | None = None, query=None,
+                    query_label: str = "query", ax=None, title: str | None = None):
+    """Arrows from the origin for 2-D vectors (keys), and optionally a query arrow in red.
+
+    Args:
+        vectors: (S, 2) tensor/array, one key per row.
+        labels: S names written at the arrow tips.
+        query: optional (2,) vector drawn in red.
+        query_label: its name.
+        ax: Axes to draw on; None makes a new figure.
+        title: axes title.
+
+    Returns:
+        the matplotlib Axes (equal aspect, so angles look like angles).
+
+    Raises:
+        TypeError: not a tensor/array of numbers.
+        ValueError: ``vectors`` is not (S, 2), ``query`` is not (2,), or labels have the wrong length.
+    """
+    import matplotlib.pyplot as plt
+
+    keys = _to_numpy(vectors, "vectors")
+    if keys.ndim != 2 or keys.shape[1] != 2:
+        raise ValueError(f"vectors must have shape (S, 2), got {tuple(keys.shape)}")
+    labels = _check_labels(labels, keys.shape[0], "labels", "vector (S)")
+    points = [keys]
+    if query is not None:
+        query = _to_numpy(query, "query")
+        if query.shape != (2,):
+            raise ValueError(f"query must have shape (2,), got {tuple(query.shape)}")
+        points.append(query[None])
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4.5, 4.5), layout="constrained")
+    for i, (x, y) in enumerate(keys):
+        ax.annotate("", xy=(x, y), xytext=(0, 0),
+                    arrowprops=dict(arrowstyle="-|>", color="tab:blue", lw=1.5))
+        if labels is not None:
+            ax.text(x * 1.06, y * 1.06, labels[i], color="tab:blue", fontsize=10)
+    if query is not None:
+        ax.annotate("", xy=tuple(query), xytext=(0, 0),
+                    arrowprops=dict(arrowstyle="-|>", color="tab:red", lw=2.2))
+        ax.text(query[0] * 1.06, query[1] * 1.06, query_label, color="tab:red", fontsize=10,
+                fontweight="bold")
+    everything = np.concatenate(points + [np.zeros((1, 2))])
+    span = float(np.abs(everything).max()) * 1.25 or 1.0
+    lo = np.minimum(everything.min(axis=0), 0) * 1.25
+    ax.set_xlim(min(lo[0], -0.1 * span), span)
+    ax.set_ylim(min(lo[1], -0.1 * span), span)
+    ax.axhline(0, color="0.7", lw=0.8)
+    ax.axvline(0, color="0.7", lw=0.8)
+    ax.set_aspect("equal")
+    if title is not None:
+        ax.set_title(title)
+    return ax

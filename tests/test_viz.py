@@ -1,0 +1,193 @@
+"""The plotting helpers draw what they say: panel counts, titles, tick labels, colours; bad shapes raise."""
+
+import re
+import subprocess
+import sys
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+
+from mha_course import causal_mask, softmax, viz
+
+TOKENS = ["The", "bank", "approved", "the", "loan"]
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _weights(*shape, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return softmax(torch.randn(*shape, generator=generator), dim=-1)
+
+
+def _tick_texts(ax, axis):
+    labels = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+    return [label.get_text() for label in labels]
+
+
+def test_import_mha_course_does_not_import_matplotlib():
+    code = "import sys, mha_course; mha_course.softmax; print('matplotlib' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("kind", ["torch", "numpy"])
+def test_plot_attention_draws_matrix_labels_and_colorbar(kind):
+    weights = _weights(4, 5)
+    data = weights if kind == "torch" else weights.numpy()
+    ax = viz.plot_attention(data, query_labels=TOKENS[:4], key_labels=TOKENS, title="one head")
+    assert ax.get_title() == "one head"
+    assert _tick_texts(ax, "x") == TOKENS
+    assert _tick_texts(ax, "y") == TOKENS[:4]
+    assert len(ax.figure.axes) == 2  # heatmap + colorbar
+    shown = np.asarray(ax.images[0].get_array())
+    np.testing.assert_allclose(shown, weights.numpy(), rtol=1e-6)
+    assert len(ax.texts) == 20  # small matrix: every cell annotated by default
+
+
+def test_plot_attention_squeezes_leading_ones_and_keeps_single_query():
+    ax = viz.plot_attention(_weights(1, 1, 3, 6))
+    assert np.asarray(ax.images[0].get_array()).shape == (3, 6)
+    ax = viz.plot_attention(_weights(1, 6))  # one query (a decoding step) stays a 1-row matrix
+    assert np.asarray(ax.images[0].get_array()).shape == (1, 6)
+
+
+def test_plot_attention_annotation_switches():
+    big = _weights(12, 12)
+    assert len(viz.plot_attention(big).texts) == 0
+    assert len(viz.plot_attention(big, annotate=True).texts) == 144
+    assert len(viz.plot_attention(_weights(3, 3), annotate=False).texts) == 0
+
+
+def test_plot_attention_draws_on_given_axes():
+    fig, (left, right) = plt.subplots(1, 2)
+    returned = viz.plot_attention(_weights(3, 3), ax=right)
+    assert returned is right
+    assert not left.images and right.images
+
+
+@pytest.mark.parametrize("shape", [(5,), (2, 3, 4), (1, 2, 3, 4)])
+def test_plot_attention_rejects_non_matrix_shapes(shape):
+    with pytest.raises(ValueError, match=r"\(T, S\).*" + re.escape(str(shape))):
+        viz.plot_attention(torch.rand(*shape))
+
+
+def test_plot_attention_rejects_bad_labels_and_types():
+    with pytest.raises(ValueError, match="key_labels has 2 labels"):
+        viz.plot_attention(_weights(3, 3), key_labels=["a", "b"])
+    with pytest.raises(TypeError, match="torch.Tensor or numpy.ndarray"):
+        viz.plot_attention("not a matrix")
+
+
+def test_plot_attention_grid_one_row_of_heads():
+    fig = viz.plot_attention_grid(_weights(3, 4, 5), query_labels=TOKENS[:4], key_labels=TOKENS,
+                                  title="three heads")
+    panels, colorbar = fig.axes[:3], fig.axes[3:]
+    assert len(fig.axes) == 4 and len(colorbar) == 1
+    assert [ax.get_title() for ax in panels] == ["head 0", "head 1", "head 2"]
+    assert fig._suptitle.get_text() == "three heads"
+    assert _tick_texts(panels[0], "y") == TOKENS[:4]
+    assert all(t == "" for t in _tick_texts(panels[1], "y"))  # query labels on the first column only
+    assert _tick_texts(panels[2], "x") == TOKENS
+
+
+def test_plot_attention_grid_layers_by_heads_share_one_scale():
+    weights = _weights(2, 3, 4, 4)
+    fig = viz.plot_attention_grid(weights, row_labels=["low", "high"], col_labels=["a", "b", "c"])
+    panels = fig.axes[:6]
+    assert len(fig.axes) == 7
+    assert panels[4].get_title() == "high, b"
+    limits = {ax.images[0].get_clim() for ax in panels}
+    assert len(limits) == 1
+    for index, ax in enumerate(panels):
+        np.testing.assert_allclose(np.asarray(ax.images[0].get_array()),
+                                   weights[index // 3, index % 3].numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (1, 2, 2, 3, 3)])
+def test_plot_attention_grid_rejects_bad_rank(shape):
+    with pytest.raises(ValueError, match=r"\(H, T, S\) or \(L, H, T, S\)"):
+        viz.plot_attention_grid(torch.rand(*shape))
+
+
+def test_plot_attention_grid_rejects_wrong_label_count():
+    with pytest.raises(ValueError, match="col_labels has 2 labels"):
+        viz.plot_attention_grid(_weights(3, 4, 4), col_labels=["x", "y"])
+
+
+def test_plot_side_by_side_shows_difference():
+    expected = _weights(4, 4)
+    yours = expected.clone()
+    yours[1, 2] += 0.5
+    fig = viz.plot_side_by_side(yours, expected, key_labels=TOKENS[:4])
+    panels = fig.axes[:3]
+    assert len(fig.axes) == 6  # three panels, three colorbars
+    assert panels[0].get_title() == "yours" and panels[1].get_title() == "expected"
+    assert "0.5" in panels[2].get_title()
+    difference = np.asarray(panels[2].images[0].get_array())
+    np.testing.assert_allclose(difference, (yours - expected).numpy(), atol=1e-6)
+    assert np.unravel_index(np.abs(difference).argmax(), difference.shape) == (1, 2)
+    low, high = panels[2].images[0].get_clim()
+    assert low == pytest.approx(-high)  # diverging colours centred on zero
+
+
+def test_plot_side_by_side_picks_the_worst_matrix_and_flags_nans():
+    expected = _weights(2, 3, 5, 5)
+    yours = expected.clone()
+    yours[1, 2] = softmax(torch.randn(5, 5))  # a whole head wrong
+    yours[0, 1, 0, 0] += 0.01                 # a small error elsewhere
+    fig = viz.plot_side_by_side(yours, expected, title="weights")
+    assert "[1, 2]" in fig._suptitle.get_text()
+    np.testing.assert_allclose(np.asarray(fig.axes[0].images[0].get_array()), yours[1, 2].numpy(), rtol=1e-6)
+
+    yours = expected[0, 0].clone()
+    yours[0, 0] = float("nan")
+    fig = viz.plot_side_by_side(yours, expected[0, 0])
+    assert "1 NaN" in fig.axes[0].get_title()
+
+
+def test_plot_side_by_side_rejects_mismatched_shapes():
+    with pytest.raises(ValueError, match=r"\(4, 5\).*\(5, 4\)"):
+        viz.plot_side_by_side(torch.rand(4, 5), torch.rand(5, 4))
+    with pytest.raises(ValueError, match="at least 2 dims"):
+        viz.plot_side_by_side(torch.rand(4), torch.rand(4))
+
+
+def test_plot_mask_colours_and_legend():
+    mask = causal_mask(4, 5)
+    ax = viz.plot_mask(mask, query_labels=TOKENS[:4], key_labels=TOKENS, title="causal")
+    assert ax.get_title() == "causal"
+    np.testing.assert_array_equal(np.asarray(ax.images[0].get_array()), mask.numpy().astype(int))
+    legend = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert legend == ["True: may attend", "False: blocked"]
+    assert _tick_texts(ax, "x") == TOKENS
+
+
+def test_plot_mask_accepts_padding_mask_of_one_sequence():
+    mask = torch.tensor([[[[True, True, False]]]])  # (1, 1, 1, S)
+    ax = viz.plot_mask(mask)
+    assert np.asarray(ax.images[0].get_array()).shape == (1, 3)
+
+
+def test_plot_mask_rejects_float_masks_and_bad_shapes():
+    with pytest.raises(TypeError, match="boolean"):
+        viz.plot_mask(torch.zeros(3, 3))
+    with pytest.raises(ValueError, match=r"\(2, 3, 3\)"):
+        viz.plot_mask(torch.ones(2, 3, 3, dtype=torch.bool))
+
+
+def test_plot_vectors_2d_draws_one_arrow_per_vector():
+    keys = np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])
+    ax = viz.plot_vectors_2d(keys, ["x", "y", "xy"], query=np.array([0.8, 0.3]), title="keys")
+    arrows = [child for child in ax.texts if getattr(child, "arrow_patch", None) is not None]
+    assert len(arrows) == 4
+    assert {t.get_text() for t in ax.texts} >= {"x", "y", "xy", "query"}
+    with pytest.raises(ValueError, match=r"\(S, 2\)"):
+        viz.plot_vectors_2d(np.ones((3, 3)))
+    with pytest.raises(ValueError, match=r"\(2,\)"):
+        viz.plot_vectors_2d(keys, query=np.ones(3))
