@@ -1,0 +1,225 @@
+"""Assignment 02 (chapter 02): a numerically stable softmax, in NumPy and in torch.
+
+softmax(x)_i = exp(x_i - m) / sum_j exp(x_j - m),  m = max_j x_j
+
+The cases catch the classic mistakes: no max subtraction (NaN for large logits), the wrong axis,
+a global instead of a per-row maximum, missing keepdims, mutating the input, changing the dtype,
+and NaN for a row that is entirely -inf (the course's convention: such a row is all zeros).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import hints
+from ..spec import Assignment, Case, Exercise
+
+# --- inputs ---------------------------------------------------------------------------------------
+
+
+def _random(shape, seed, scale=1.0, shift=0.0, dtype=np.float64, axis=-1):
+    def make():
+        rng = np.random.default_rng(seed)
+        x = (rng.standard_normal(shape) * scale + shift).astype(dtype)
+        return {"x": x, "axis": axis}
+
+    return make
+
+
+def _fixed(rows, dtype=np.float64, axis=-1):
+    def make():
+        return {"x": np.array(rows, dtype=dtype), "axis": axis}
+
+    return make
+
+
+def _with_neg_inf(shape, seed, fully_masked_row: int | None, dtype=np.float64):
+    def make():
+        rng = np.random.default_rng(seed)
+        x = rng.standard_normal(shape).astype(dtype)
+        blocked = rng.random(shape) < 0.4
+        blocked[..., 0] = False  # every row keeps one finite entry ...
+        x[blocked] = -np.inf
+        if fully_masked_row is not None:
+            x[fully_masked_row] = -np.inf  # ... except this one
+        return {"x": x, "axis": -1}
+
+    return make
+
+
+# --- call (submission process) --------------------------------------------------------------------
+
+
+def _call_np(target, inputs):
+    x = inputs["x"].copy()
+    if inputs["axis"] == -1:
+        return hints.to_numpy(target(x))  # the default axis must be the last one
+    return hints.to_numpy(target(x, axis=inputs["axis"]))
+
+
+def _call_np_unchanged(target, inputs):
+    x = inputs["x"].copy()
+    target(x)
+    return np.asarray(bool(np.array_equal(x, inputs["x"])))
+
+
+def _to_tensor(x):
+    import torch
+
+    return torch.from_numpy(x.copy())
+
+
+def _call_torch(target, inputs):
+    x = _to_tensor(inputs["x"])
+    if inputs["axis"] == -1:
+        return hints.to_numpy(target(x))
+    return hints.to_numpy(target(x, dim=inputs["axis"]))
+
+
+def _call_torch_unchanged(target, inputs):
+    import torch
+
+    x = _to_tensor(inputs["x"])
+    before = x.clone()
+    target(x)
+    return np.asarray(bool(torch.equal(x, before)))
+
+
+# --- reference and diagnose (grader) ---------------------------------------------------------------
+
+
+def _reference(inputs):
+    from mha_course.softmax import softmax_np
+
+    return softmax_np(inputs["x"], axis=inputs["axis"])
+
+
+def _true(inputs):
+    return np.asarray(True)
+
+
+def _naive(x, axis):
+    with np.errstate(all="ignore"):
+        e = np.exp(x.astype(np.float64))
+        return e / e.sum(axis=axis, keepdims=True)
+
+
+def _alternatives(inputs):
+    from mha_course.softmax import softmax_np
+
+    x, axis = inputs["x"], inputs["axis"]
+    alts = []
+    for other in range(x.ndim):
+        if other != axis % x.ndim:
+            alts.append((lambda o=other: softmax_np(x, axis=o), f"softmax over axis {other}, expected axis {axis}: "
+                         "wrong axis (or the axis argument is ignored)"))
+    alts += [
+        (lambda: np.exp(x), "exp without dividing by the sum: the rows must sum to 1"),
+        (lambda: _naive(x, None) if x.ndim > 1 else None, "you divided by the sum over the whole array; "
+         "divide each row by its own sum (sum(axis=..., keepdims=True))"),
+        (lambda: np.exp(x - x.max()) / np.exp(x - x.max()).sum(axis=axis, keepdims=True),
+         "you subtracted the maximum of the whole array: a row much smaller than the largest one underflows "
+         "to 0/0; subtract each row's own maximum (max(axis=..., keepdims=True))"),
+        (lambda: _no_keepdims(x, axis), "missing keepdims=True: the row maxima/sums were broadcast along the "
+         "wrong axis"),
+    ]
+    return alts
+
+
+def _no_keepdims(x, axis):
+    if x.ndim != 2 or x.shape[0] != x.shape[1]:
+        return None
+    e = np.exp(x - x.max(axis=axis))
+    return e / e.sum(axis=axis)
+
+
+def _diagnose(got, expected, inputs):
+    arr, hint = hints.as_array(got, "softmax")
+    if hint:
+        return hint
+    exp = np.asarray(expected)
+    if arr.shape != exp.shape:
+        return hints.shape_hint(arr, exp, "softmax", "(same shape as x)")
+    x = inputs["x"]
+    fully_masked = np.isneginf(x).all(axis=inputs["axis"], keepdims=True) & np.ones_like(x, dtype=bool)
+    if fully_masked.any() and np.isnan(arr[fully_masked]).any():
+        return ("softmax: NaN for a row that is entirely -inf (every key masked); the course's convention is a row "
+                "of zeros: when the row maximum is -inf, shift by 0 instead, and divide by 1 where the sum is 0")
+    hint = hints.compare(arr, exp, "softmax", alternatives=_alternatives(inputs))
+    if hint and "values differ" in hint:
+        return hints.rows_sum_hint(arr, inputs["axis"], "softmax") or hint
+    return hint
+
+
+def _diagnose_dtype(got, expected, inputs):
+    return _diagnose(got, expected, inputs) or hints.dtype_hint(np.asarray(got), np.asarray(expected), "softmax")
+
+
+def _diagnose_unchanged(got, expected, inputs):
+    if bool(np.asarray(got)):
+        return None
+    return "your function changed its input x (an in-place operation such as x -= ... or x.sub_()): work on a new array"
+
+
+# --- cases ----------------------------------------------------------------------------------------
+
+_heat = hints.single_heatmaps("softmax")
+
+
+def _cases(call, call_unchanged, torch_version: bool):
+    f32, f16 = np.float32, np.float16
+    cases = [
+        Case("rows of a (3, 5) matrix sum to 1 and match", 2, _random((3, 5), 0), call, _reference, _diagnose,
+             visualize=_heat),
+        Case("the axis argument is honoured (axis=0)", 1, _random((3, 5), 1, axis=0), call, _reference, _diagnose,
+             visualize=_heat),
+        Case("large logits (about 1000) give no NaN", 2, _fixed([[1000.0, 1001.0, 1002.0], [-3.0, 999.0, 1000.0]]),
+             call, _reference, _diagnose),
+        Case("very negative logits (about -1000) give no NaN", 1, _fixed([[-1000.0, -1001.0, -1002.0]]), call,
+             _reference, _diagnose),
+        Case("float32 in, float32 out (logits up to 100)", 1, _random((4, 6), 2, scale=30.0, shift=60.0, dtype=f32),
+             call, _reference, _diagnose_dtype),
+        Case("does not change its input", 1, _random((3, 4), 3), call_unchanged, _true, _diagnose_unchanged),
+        Case("a row of all -inf gives zeros (course convention)", 1, _with_neg_inf((3, 5), 4, fully_masked_row=1),
+             call, _reference, _diagnose),
+        # hidden: what a learner could overfit to
+        Case("3-D input along axis 1", 1, _random((2, 3, 4), 5, axis=1), call, _reference, _diagnose, hidden=True),
+        Case("square matrix (4, 4)", 1, _random((4, 4), 6, scale=3.0), call, _reference, _diagnose, hidden=True),
+        Case("rows of very different magnitude", 1, _fixed([[1000.0, 1001.0, 1003.0], [0.0, 1.0, 2.0]]), call,
+             _reference, _diagnose, hidden=True),
+        Case("-inf entries get zero weight", 1, _with_neg_inf((4, 6), 7, fully_masked_row=None), call, _reference,
+             _diagnose, hidden=True),
+        Case("a single vector (5,)", 1, _random((5,), 8, scale=2.0), call, _reference, _diagnose, hidden=True),
+    ]
+    if torch_version:
+        cases.insert(5, Case("float16 in, float16 out, no overflow (logits up to 15)", 1,
+                             _random((3, 8), 9, scale=3.0, shift=12.0, dtype=f16), call, _reference,
+                             _diagnose_dtype))
+    return tuple(cases)
+
+
+SOFTMAX_NP = Exercise(
+    key="softmax_np",
+    target="softmax_np",
+    title="Stable softmax in NumPy",
+    cases=_cases(_call_np, _call_np_unchanged, torch_version=False),
+    forbidden=("scipy.special.softmax", "mha_course.softmax_np", "mha_course.softmax.softmax_np",
+               "torch.softmax", "torch.nn.functional.softmax"),
+)
+
+SOFTMAX = Exercise(
+    key="softmax",
+    target="softmax",
+    title="Stable softmax in torch",
+    cases=_cases(_call_torch, _call_torch_unchanged, torch_version=True),
+    forbidden=("torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax", "torch.Tensor.softmax",
+               "mha_course.softmax.softmax"),
+)
+
+ASSIGNMENT = Assignment(
+    key="a02_softmax",
+    version=1,
+    title="Assignment 02: a numerically stable softmax",
+    notebook="a02_softmax.ipynb",
+    exercises=(SOFTMAX_NP, SOFTMAX),
+)

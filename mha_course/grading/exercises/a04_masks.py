@@ -1,0 +1,275 @@
+"""Assignment 04 (chapter 04): causal and padding masks, and attention that honours them.
+
+Course convention: a boolean mask is True where a query MAY attend; a float mask is ADDED to the
+scores (0 keeps, -inf blocks). Blocked scores become -inf (never -1e9, which does not fit in
+float16), and a query whose keys are all blocked gets all-zero weights and a zero output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import hints
+from ..spec import Assignment, Case, Exercise
+
+# --- causal_mask ----------------------------------------------------------------------------------
+
+
+def _sizes(T, S=None):
+    return lambda: {"T": T, "S": S}
+
+
+def _call_causal(target, inputs):
+    if inputs["S"] is None:
+        return hints.to_numpy(target(inputs["T"]), "the mask")
+    return hints.to_numpy(target(inputs["T"], inputs["S"]), "the mask")
+
+
+def _ref_causal(inputs):
+    from mha_course.masks import causal_mask
+
+    return causal_mask(inputs["T"], inputs["S"]).numpy()
+
+
+def _diagnose_causal(got, expected, inputs):
+    T = inputs["T"]
+    S = T if inputs["S"] is None else inputs["S"]
+    rows, cols = np.arange(T)[:, None], np.arange(S)[None, :]
+    return hints.compare(got, expected, "mask", "[T, S]", alternatives=[
+        (lambda: cols > rows, "True and False are swapped: True means MAY attend (query i sees keys j <= i)"),
+        (lambda: cols >= rows, "upper triangle: that lets each query see the future; keep j <= i (lower triangle)"),
+        (lambda: cols < rows, "off by one: query i must also see key i itself (the diagonal is allowed)"),
+        (lambda: cols <= rows + (S - T), "aligned bottom-right; the course aligns top-left like torch's is_causal: "
+         "query i sees keys j <= i"),
+        (lambda: np.ones((T, S), dtype=bool), "every entry is True: nothing is masked"),
+    ])
+
+
+_mask_heat = hints.single_heatmaps("mask (True = may attend)")
+
+CAUSAL = Exercise(
+    key="causal_mask",
+    target="causal_mask",
+    title="Causal mask",
+    cases=(
+        Case("T = 5: lower triangle with the diagonal, bool", 2, _sizes(5), _call_causal, _ref_causal,
+             _diagnose_causal, visualize=_mask_heat),
+        Case("T = 3 queries, S = 5 keys (top-left aligned)", 1, _sizes(3, 5), _call_causal, _ref_causal,
+             _diagnose_causal, visualize=_mask_heat),
+        Case("S defaults to T", 1, _sizes(4), _call_causal, _ref_causal, _diagnose_causal),
+        Case("T = 1", 1, _sizes(1), _call_causal, _ref_causal, _diagnose_causal, hidden=True),
+        Case("T = 6, S = 4", 1, _sizes(6, 4), _call_causal, _ref_causal, _diagnose_causal, hidden=True),
+    ),
+)
+
+# --- padding_mask ---------------------------------------------------------------------------------
+
+
+def _lengths(lengths, S, as_list=False):
+    return lambda: {"lengths": np.asarray(lengths, dtype=np.int64), "S": S, "as_list": as_list}
+
+
+def _call_padding(target, inputs):
+    import torch
+
+    lengths = inputs["lengths"].tolist() if inputs["as_list"] else torch.from_numpy(inputs["lengths"].copy())
+    return hints.to_numpy(target(lengths, inputs["S"]), "the mask")
+
+
+def _ref_padding(inputs):
+    from mha_course.masks import padding_mask
+
+    return padding_mask(inputs["lengths"].tolist(), inputs["S"]).numpy()
+
+
+def _diagnose_padding(got, expected, inputs):
+    arr, hint = hints.as_array(got, "mask")
+    if hint:
+        return hint
+    B, S = len(inputs["lengths"]), inputs["S"]
+    if arr.shape == (B, S):
+        return (f"mask: shape expected ({B}, 1, 1, {S}) [B, 1, 1, S], got ({B}, {S}): add the head and query axes "
+                "(mask[:, None, None, :]) so it broadcasts against scores (B, H, T, S)")
+    if arr.shape == (B, 1, S, 1):
+        return f"mask: shape ({B}, 1, {S}, 1) puts the keys on the query axis; expected ({B}, 1, 1, {S})"
+    pos, lengths = np.arange(S)[None, :], inputs["lengths"][:, None]
+    return hints.compare(arr, expected, "mask", "[B, 1, 1, S]", alternatives=[
+        (lambda: (pos >= lengths)[:, None, None, :], "True and False are swapped: True marks a REAL token"),
+        (lambda: (pos <= lengths)[:, None, None, :], "off by one: a sequence of length L has real tokens 0 .. L-1"),
+        (lambda: (pos < lengths - 1)[:, None, None, :], "off by one: a sequence of length L has real tokens 0 .. L-1"),
+    ])
+
+
+PADDING = Exercise(
+    key="padding_mask",
+    target="padding_mask",
+    title="Padding mask",
+    cases=(
+        Case("lengths [3, 5, 1], S = 5 -> (3, 1, 1, 5) bool", 2, _lengths([3, 5, 1], 5), _call_padding, _ref_padding,
+             _diagnose_padding),
+        Case("length 0 and full length", 1, _lengths([0, 6], 6), _call_padding, _ref_padding, _diagnose_padding),
+        Case("lengths given as a Python list", 1, _lengths([2, 4], 4, as_list=True), _call_padding, _ref_padding,
+             _diagnose_padding),
+        Case("B = 1, S = 7", 1, _lengths([4], 7), _call_padding, _ref_padding, _diagnose_padding, hidden=True),
+        Case("four sequences, S = 3", 1, _lengths([3, 1, 2, 3], 3), _call_padding, _ref_padding, _diagnose_padding,
+             hidden=True),
+    ),
+)
+
+# --- masked scaled_dot_product_attention ----------------------------------------------------------
+
+
+def _masked(lead, T, S, D, Dv, seed, mask_kind, dtype=np.float64, magnitude=1.0):
+    """mask_kind: None, "causal", "padding" (B, 1, 1, S) with one empty sequence when B > 2,
+    "float" (additive biases with some -inf), "random" (B, 1, T, S) bool, "all_true"."""
+
+    def make():
+        rng = np.random.default_rng(seed)
+        q = (rng.standard_normal((*lead, T, D)) * magnitude).astype(dtype)
+        k = (rng.standard_normal((*lead, S, D)) * magnitude).astype(dtype)
+        v = rng.standard_normal((*lead, S, Dv)).astype(dtype)
+        rows, cols = np.arange(T)[:, None], np.arange(S)[None, :]
+        if mask_kind is None:
+            mask = None
+        elif mask_kind == "causal":
+            mask = cols <= rows  # (T, S)
+        elif mask_kind == "padding":
+            B = lead[0]
+            lengths = rng.integers(1, S + 1, size=B)
+            lengths[0] = S - 2
+            if B > 2:
+                lengths[-1] = 0  # a sequence with no real token: its queries attend to nothing
+            mask = (np.arange(S)[None, :] < lengths[:, None])[:, None, None, :]  # (B, 1, 1, S)
+        elif mask_kind == "float":
+            mask = rng.standard_normal((T, S)) * 2.0
+            mask[rng.random((T, S)) < 0.3] = -np.inf
+            mask[:, 0] = 0.5  # every query keeps a key
+            mask = mask.astype(dtype)
+        elif mask_kind == "random":
+            mask = rng.random((lead[0], 1, T, S)) < 0.6
+            mask[..., 0] = True
+        elif mask_kind == "all_true":
+            mask = np.ones((T, S), dtype=bool)
+        else:
+            raise ValueError(mask_kind)
+        return {"q": q, "k": k, "v": v, "mask": mask, "scale": None}
+
+    return make
+
+
+def _call_masked(target, inputs):
+    import torch
+
+    q, k, v = (torch.from_numpy(inputs[n].copy()) for n in "qkv")
+    mask = None if inputs["mask"] is None else torch.from_numpy(inputs["mask"].copy())
+    return hints.to_numpy_pair(target(q, k, v, mask=mask))
+
+
+def _call_masked_unchanged(target, inputs):
+    import torch
+
+    tensors = [torch.from_numpy(inputs[n].copy()) for n in "qkv"] + [torch.from_numpy(inputs["mask"].copy())]
+    before = [t.clone() for t in tensors]
+    target(*tensors[:3], mask=tensors[3])
+    return np.asarray(all(torch.equal(a, b) for a, b in zip(tensors, before, strict=True)))
+
+
+def _ref_masked(inputs):
+    import torch
+
+    from mha_course.attention import scaled_dot_product_attention
+
+    q, k, v = (torch.from_numpy(inputs[n]) for n in "qkv")
+    mask = None if inputs["mask"] is None else torch.from_numpy(inputs["mask"])
+    out, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+    return out.numpy(), weights.numpy()
+
+
+def _diagnose_masked(got, expected, inputs, check_dtype=False):
+    from .a03_attention import attention_alternatives
+
+    mask = inputs["mask"]
+    arrays, hint = hints.unpack(got, ("out", "weights"))
+    if hint:
+        return hint
+    weights, exp_w = arrays[1], np.asarray(expected[1])
+    if mask is not None and weights.shape == exp_w.shape:
+        allowed = np.broadcast_to(mask if mask.dtype == np.bool_ else np.isfinite(mask), exp_w.shape)
+        empty = ~allowed.any(axis=-1)  # queries with nothing to attend to
+        if empty.any():
+            rows = weights[empty]
+            if np.isnan(rows).any():
+                return ("weights: NaN for a query whose keys are all masked; the course's convention is all-zero "
+                        "weights (and a zero output) there: make softmax return 0 for an all -inf row")
+            if np.abs(rows).sum() > 1e-3 and hints.close(weights[~empty], exp_w[~empty]):
+                return ("weights: a query whose keys are all masked must get all-zero weights (course convention); "
+                        "a finite fill such as -1e9 or finfo.min gives it a uniform row instead: fill with -inf")
+    if mask is not None and mask.dtype != np.bool_ and weights.shape == exp_w.shape and np.isnan(weights).any():
+        return ("weights: NaN with a float mask: a float mask is ADDED to the scores (0 keeps, -inf blocks); "
+                "multiplying by -inf gives NaN")
+    alternatives = attention_alternatives(inputs, mask)[::-1]
+    hint = hints.compare_pair(got, expected, legends=("[..., T, Dv]", "[..., T, S]"), alternatives=alternatives,
+                              check_dtype=check_dtype)
+    if hint and "values differ" in hint and mask is not None and weights.shape == exp_w.shape:
+        allowed = np.broadcast_to(mask if mask.dtype == np.bool_ else np.isfinite(mask), exp_w.shape)
+        hint = hints.mask_hint(weights, allowed) or hints.rows_sum_hint(weights) or hint
+    return hint
+
+
+def _diagnose_masked_dtype(got, expected, inputs):
+    return _diagnose_masked(got, expected, inputs, check_dtype=True)
+
+
+def _true(inputs):
+    return np.asarray(True)
+
+
+def _diagnose_unchanged(got, expected, inputs):
+    if bool(np.asarray(got)):
+        return None
+    return "your function changed q, k, v or the mask in place (masked_fill_, ~=, *=, ...): work on new tensors"
+
+
+_heat = hints.pair_heatmaps(1)
+_m = _masked
+
+MASKED_SDPA = Exercise(
+    key="masked_sdpa",
+    target="scaled_dot_product_attention",
+    title="Attention with a mask",
+    cases=(
+        Case("no mask: plain attention", 1, _m((2,), 3, 5, 4, 6, 0, None), _call_masked, _ref_masked,
+             _diagnose_masked),
+        Case("causal bool mask (T, T)", 2, _m((2,), 5, 5, 4, 6, 1, "causal"), _call_masked, _ref_masked,
+             _diagnose_masked, visualize=_heat),
+        Case("padding mask (B, 1, 1, S) on (B, H, T, D)", 2, _m((2, 3), 4, 6, 4, 5, 2, "padding"), _call_masked,
+             _ref_masked, _diagnose_masked, visualize=_heat),
+        Case("float mask is added to the scores", 1, _m((2,), 4, 6, 8, 3, 3, "float"), _call_masked, _ref_masked,
+             _diagnose_masked, visualize=_heat),
+        Case("fully masked query: zero weights and zero output, no NaN", 1, _m((3, 2), 3, 4, 4, 5, 4, "padding"),
+             _call_masked, _ref_masked, _diagnose_masked, visualize=_heat),
+        Case("float16 q, k, v with a causal mask (no -1e9 overflow)", 1,
+             _m((2,), 4, 4, 8, 4, 5, "causal", dtype=np.float16), _call_masked, _ref_masked,
+             _diagnose_masked_dtype),
+        Case("does not change q, k, v or the mask", 1, _m((2,), 5, 5, 4, 6, 6, "causal"), _call_masked_unchanged,
+             _true, _diagnose_unchanged),
+        Case("causal mask with more keys than queries (T = 3, S = 6)", 1, _m((2,), 3, 6, 4, 5, 7, "causal"),
+             _call_masked, _ref_masked, _diagnose_masked, hidden=True),
+        Case("per-example (B, 1, T, S) bool mask", 1, _m((3, 2), 4, 5, 6, 3, 8, "random"), _call_masked,
+             _ref_masked, _diagnose_masked, hidden=True),
+        Case("all-True mask equals no mask", 1, _m((2,), 4, 5, 4, 4, 9, "all_true"), _call_masked, _ref_masked,
+             _diagnose_masked, hidden=True),
+        Case("large scores with a causal mask", 1, _m((2,), 5, 5, 4, 6, 10, "causal", magnitude=20.0), _call_masked,
+             _ref_masked, _diagnose_masked, hidden=True),
+    ),
+    forbidden=("torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.multi_head_attention_forward",
+               "mha_course.scaled_dot_product_attention", "mha_course.attention.scaled_dot_product_attention"),
+)
+
+ASSIGNMENT = Assignment(
+    key="a04_masks",
+    version=1,
+    title="Assignment 04: causal and padding masks",
+    notebook="a04_masks.ipynb",
+    exercises=(CAUSAL, PADDING, MASKED_SDPA),
+)

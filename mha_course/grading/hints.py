@@ -1,0 +1,328 @@
+"""Diagnoses shared by the assignments: turn a wrong answer into a hint in the learner's terms.
+
+A case's ``diagnose(got, expected, inputs)`` returns None when ``got`` is right, else one short
+sentence saying what is wrong ("shape expected (2, 5, 7) [B, T, S], got (2, 7, 5): transposed?").
+The helpers here are the building blocks; :func:`compare` is the usual pipeline:
+
+    type -> shape -> NaN/inf -> known wrong variants (alternatives) -> values -> dtype
+
+``alternatives`` are outputs of plausible *wrong* computations (no max subtraction, 1/D scale,
+mask ignored, ...) made by the grader; when the learner's answer matches one of them the hint
+names that mistake instead of printing numbers.
+
+Only NumPy is imported here: the submission process imports the exercise modules (and so this
+one) to find ``call``, and must not get the reference implementations with it. The ``to_numpy``
+and ``load_linear`` helpers used by ``call`` duck-type torch objects for the same reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+# (atol, rtol) per dtype name, the same table as mha_course.testing.TOLERANCES.
+_TOLERANCES = {
+    "float64": (1e-10, 1e-8),
+    "float32": (1e-5, 1e-4),
+    "float16": (2e-3, 2e-3),
+}
+
+
+# --- helpers for ``call`` (run in the submission process) -----------------------------------------
+
+def to_numpy(x: Any, what: str = "the result") -> np.ndarray:
+    """A torch tensor or NumPy array (or number) -> NumPy array; anything else raises TypeError."""
+    if hasattr(x, "detach") and hasattr(x, "cpu") and hasattr(x, "numpy"):
+        return np.array(x.detach().cpu().numpy())  # a copy: the caller may keep mutating its tensor
+    if isinstance(x, np.ndarray):
+        return np.array(x)
+    if isinstance(x, (bool, int, float, np.number, np.bool_)):
+        return np.asarray(x)
+    raise TypeError(f"{what} should be an array/tensor, got {type(x).__name__}")
+
+
+def to_numpy_pair(result: Any, names: tuple[str, str] = ("out", "weights")) -> tuple[np.ndarray, np.ndarray]:
+    """A returned ``(a, b)`` tuple -> two NumPy arrays; raise TypeError naming what was expected."""
+    if not isinstance(result, (tuple, list)) or len(result) != 2:
+        kind = type(result).__name__ + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else "")
+        raise TypeError(f"expected a tuple ({names[0]}, {names[1]}), got {kind}")
+    return to_numpy(result[0], names[0]), to_numpy(result[1], names[1])
+
+
+def load_linear(module: Any, name: str, weight: np.ndarray, bias: np.ndarray) -> None:
+    """Copy a grader-supplied weight (out, in) and bias (out,) into ``module.<name>`` (an nn.Linear).
+
+    Raises AttributeError / ValueError in the learner's terms when the layer is missing, has no
+    bias, or has the wrong shape.
+    """
+    import torch  # the submission process has torch; importing here keeps this module NumPy-only
+
+    layer = getattr(module, name, None)
+    if layer is None or not hasattr(layer, "weight"):
+        raise AttributeError(f"the module needs a linear layer named {name!r} (an nn.Linear), found {type(layer).__name__}")
+    if getattr(layer, "bias", None) is None:
+        raise ValueError(f"{name} has no bias: create it as nn.Linear(..., bias=True)")
+    for param, value, what in ((layer.weight, weight, "weight"), (layer.bias, bias, "bias")):
+        if tuple(param.shape) != tuple(value.shape):
+            raise ValueError(f"{name}.{what} must have shape {tuple(value.shape)}, got {tuple(param.shape)}")
+        with torch.no_grad():
+            param.copy_(torch.as_tensor(value, dtype=param.dtype))
+
+
+# --- helpers for ``diagnose`` (run in the grader) ------------------------------------------------
+
+def tolerance(dtype: Any) -> tuple[float, float]:
+    """(atol, rtol) for a NumPy dtype; unknown dtypes get float32's."""
+    return _TOLERANCES.get(np.dtype(dtype).name, _TOLERANCES["float32"])
+
+
+def fmt_shape(shape: Sequence[int], legend: str | None = None) -> str:
+    """(2, 5, 7) [B, T, S]"""
+    text = str(tuple(int(s) for s in shape))
+    return f"{text} {legend}" if legend else text
+
+
+def as_array(got: Any, what: str = "the result") -> tuple[np.ndarray | None, str | None]:
+    """(array, None) for numeric data, (None, hint) otherwise."""
+    if isinstance(got, (list, tuple)) and got and all(isinstance(g, np.ndarray) for g in got):
+        return None, f"{what} should be one array/tensor, got a {type(got).__name__} of {len(got)} arrays"
+    try:
+        arr = np.asarray(got)
+    except Exception:  # noqa: BLE001 - any conversion failure is the learner's type error
+        return None, f"{what} should be an array/tensor, got {type(got).__name__}"
+    if arr.dtype == object or not (np.issubdtype(arr.dtype, np.number) or arr.dtype == np.bool_):
+        return None, f"{what} should be a numeric array/tensor, got {type(got).__name__}"
+    return arr, None
+
+
+def unpack(got: Any, names: Sequence[str]) -> tuple[list[np.ndarray] | None, str | None]:
+    """Split a returned tuple into arrays; (None, hint) when it is not a tuple of that length."""
+    if not isinstance(got, (list, tuple)) or len(got) != len(names):
+        return None, f"expected a tuple ({', '.join(names)}), got {type(got).__name__}" + (
+            f" of length {len(got)}" if isinstance(got, (list, tuple)) else "")
+    arrays = []
+    for item, name in zip(got, names, strict=True):
+        arr, hint = as_array(item, name)
+        if hint:
+            return None, hint
+        arrays.append(arr)
+    return arrays, None
+
+
+def close(got: np.ndarray, expected: np.ndarray, dtype: Any = None) -> bool:
+    """Same shape and allclose with the tolerance of ``dtype`` (default: expected's); NaNs never match."""
+    got, expected = np.asarray(got), np.asarray(expected)
+    if got.shape != expected.shape:
+        return False
+    if expected.dtype == np.bool_ or got.dtype == np.bool_:
+        return got.dtype == expected.dtype and bool(np.array_equal(got, expected))
+    atol, rtol = tolerance(dtype if dtype is not None else expected.dtype)
+    g, e = got.astype(np.float64), expected.astype(np.float64)
+    if np.isnan(g).any() or np.isnan(e).any():
+        return False
+    return bool(np.allclose(g, e, atol=atol, rtol=rtol))
+
+
+def shape_hint(got: np.ndarray, expected: np.ndarray, what: str, legend: str | None = None) -> str | None:
+    """None when shapes agree; otherwise say what was expected and what came back, and guess why."""
+    if got.shape == expected.shape:
+        return None
+    hint = f"{what}: shape expected {fmt_shape(expected.shape, legend)}, got {fmt_shape(got.shape)}"
+    if got.ndim == expected.ndim >= 2 and got.shape[:-2] == expected.shape[:-2] and got.shape[-2:] == expected.shape[-2:][::-1]:
+        hint += " (the last two axes are swapped: transposed?)"
+    elif got.ndim < expected.ndim:
+        hint += " (a dimension is missing: did you drop an axis, or not keep the leading batch dims?)"
+    elif got.ndim > expected.ndim:
+        hint += " (an extra dimension: check your reshape/broadcasting)"
+    return hint
+
+
+def finite_hint(got: np.ndarray, expected: np.ndarray, what: str) -> str | None:
+    """Hint when ``got`` has NaN/inf where ``expected`` is finite."""
+    if not (np.issubdtype(got.dtype, np.floating) and np.issubdtype(expected.dtype, np.floating)):
+        return None
+    bad = ~np.isfinite(got) & np.isfinite(expected)
+    if not bad.any():
+        return None
+    kind = "NaN" if np.isnan(got[bad]).any() else "inf"
+    return (f"{what}: {kind} in {int(bad.sum())} of {got.size} entries where the expected values are finite "
+            f"(exp of large numbers overflows: subtract the maximum first; a row with nothing to attend to "
+            f"must give zeros, not 0/0)")
+
+
+def dtype_hint(got: np.ndarray, expected: np.ndarray, what: str) -> str | None:
+    """Hint when the dtype differs (e.g. float64 result for float32 input)."""
+    if got.dtype == expected.dtype:
+        return None
+    hint = f"{what}: dtype expected {expected.dtype}, got {got.dtype}"
+    if got.dtype == np.float64 and expected.dtype == np.float32:
+        hint += (" (something promoted your float32 values: in NumPy 2, np.sqrt(D) is a float64 scalar "
+                 "that does this; use math.sqrt(D) or cast back)")
+    elif expected.dtype == np.bool_:
+        hint += " (return a boolean mask: True where a query may attend)"
+    return hint
+
+
+def value_hint(got: np.ndarray, expected: np.ndarray, what: str) -> str:
+    """Describe the worst mismatch: where, got, expected."""
+    diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    worst = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.size else ()
+    return (f"{what}: values differ from the expected ones; worst at index {tuple(int(i) for i in worst)}: "
+            f"got {float(got[worst]):.5g}, expected {float(expected[worst]):.5g}")
+
+
+def first_match(got: np.ndarray, alternatives: Sequence[tuple[Any, str]], dtype: Any = None) -> str | None:
+    """The hint of the first wrong-but-plausible output that ``got`` matches, else None.
+
+    ``alternatives`` holds (array or zero-arg callable returning one, hint) pairs; callables are
+    evaluated lazily and may raise (then they are skipped).
+    """
+    for alt, hint in alternatives:
+        try:
+            with np.errstate(all="ignore"):
+                value = alt() if callable(alt) else alt
+        except Exception:  # noqa: BLE001 - an alternative that cannot be computed simply does not match
+            continue
+        if value is not None and close(got, np.asarray(value), dtype):
+            return hint
+    return None
+
+
+def rows_sum_hint(weights: np.ndarray, axis: int = -1, what: str = "weights") -> str | None:
+    """Hint when the rows along ``axis`` do not sum to 1 (and say so if another axis does).
+
+    Rows that are all zero are allowed (fully masked queries, the course's convention).
+    """
+    if weights.ndim == 0 or not np.issubdtype(weights.dtype, np.floating):
+        return None
+    sums = weights.astype(np.float64).sum(axis=axis)
+    ok = np.isclose(sums, 1.0, atol=1e-3) | np.isclose(sums, 0.0, atol=1e-6)
+    if ok.all():
+        return None
+    for other in range(weights.ndim):
+        if other != axis % weights.ndim and weights.shape[other] > 1:
+            if np.allclose(weights.astype(np.float64).sum(axis=other), 1.0, atol=1e-3):
+                return (f"{what}: the values sum to 1 along axis {other}, not along axis {axis}: "
+                        f"softmax over the wrong axis?")
+    finite = sums[np.isfinite(sums)]
+    rng = f"from {finite.min():.4g} to {finite.max():.4g}" if finite.size else "are NaN/inf"
+    return f"{what}: rows do not sum to 1 (row sums {rng})"
+
+
+def mask_hint(weights: np.ndarray, allowed: np.ndarray, what: str = "weights") -> str | None:
+    """Hint when attention weight falls on blocked keys (mask ignored) or only on them (inverted).
+
+    ``allowed`` is the boolean mask broadcast to ``weights``' shape: True where attending is allowed.
+    """
+    if weights.shape != allowed.shape or not np.issubdtype(weights.dtype, np.floating):
+        return None
+    w = np.nan_to_num(weights.astype(np.float64), nan=0.0)
+    leak = np.abs(w[~allowed]).sum() if (~allowed).any() else 0.0
+    kept = np.abs(w[allowed]).sum() if allowed.any() else 0.0
+    if leak <= 1e-3:
+        return None
+    if kept <= 1e-3:
+        return f"{what}: the mask is inverted: all weight is on blocked keys (True means MAY attend)"
+    return f"{what}: nonzero weight on keys the mask blocks: is the mask ignored, or applied after softmax?"
+
+
+def compare(got: Any, expected: Any, what: str, legend: str | None = None,
+            alternatives: Sequence[tuple[Any, str]] = (), check_dtype: bool = False,
+            dtype: Any = None) -> str | None:
+    """The usual pipeline: type, shape, NaN/inf, known mistakes, values, (dtype).
+
+    Args:
+        got: the learner's output (plain data).
+        expected: the reference output.
+        what: how to call it in the hint ("weights", "output").
+        legend: the axes' names for the shape hint, e.g. "[B, T, S]".
+        alternatives: (wrong output, hint) pairs; see :func:`first_match`.
+        check_dtype: also require the same dtype.
+        dtype: tolerance dtype (default: expected's).
+    """
+    arr, hint = as_array(got, what)
+    if hint:
+        return hint
+    exp = np.asarray(expected)
+    hint = shape_hint(arr, exp, what, legend)
+    if hint:
+        return hint
+    if exp.dtype == np.bool_ and arr.dtype != np.bool_:
+        return dtype_hint(arr, exp, what)
+    hint = finite_hint(arr, exp, what) if exp.dtype != np.bool_ else None
+    if not close(arr, exp, dtype):
+        match = first_match(arr, alternatives, dtype if dtype is not None else exp.dtype)
+        if match:
+            return f"{what}: {match}"
+        if hint is None and exp.dtype == np.float64 and close(arr, exp, np.float32):
+            return (f"{what}: only float32-accurate for float64 inputs: did you compute in float32 "
+                    "(.float(), astype(np.float32))? keep the input's precision")
+        return hint or value_hint(arr, exp, what)
+    if check_dtype:
+        return dtype_hint(arr, exp, what)
+    return None
+
+
+def compare_pair(got: Any, expected: Sequence[np.ndarray], names: tuple[str, str] = ("out", "weights"),
+                 legends: tuple[str | None, str | None] = (None, None),
+                 alternatives: tuple[Sequence, Sequence] = ((), ()), check_dtype: bool = False,
+                 dtype: Any = None) -> str | None:
+    """:func:`compare` for a returned pair such as (out, weights); also spots the swapped order."""
+    arrays, hint = unpack(got, names)
+    if hint:
+        return hint
+    a, b = arrays
+    ea, eb = (np.asarray(x) for x in expected)
+    if a.shape != ea.shape and a.shape == eb.shape and b.shape == ea.shape and ea.shape != eb.shape:
+        return f"the pair is in the wrong order: return ({names[0]}, {names[1]}), you returned ({names[1]}, {names[0]})"
+    # weights first: their hint (mask, sums, scale) usually explains the output's too
+    hint = compare(b, eb, names[1], legends[1], alternatives[1], check_dtype, dtype)
+    if hint:
+        return hint
+    return compare(a, ea, names[0], legends[0], alternatives[0], check_dtype, dtype)
+
+
+def heatmaps(got: Any, expected: Any, title: str = "attention weights") -> Any:
+    """Side-by-side heatmaps of the learner's and the expected (T, S) matrices (the first of any batch).
+
+    Returns a matplotlib Figure, or None when ``got`` cannot be drawn.
+    """
+    arr, hint = as_array(got)
+    exp = np.asarray(expected)
+    if hint or arr.ndim < 2 or exp.ndim < 2:
+        return None
+    while arr.ndim > 2:
+        arr = arr[0]
+    while exp.ndim > 2:
+        exp = exp[0]
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(7, 3.2))
+    for ax, mat, name in ((axes[0], arr, "yours"), (axes[1], exp, "expected")):
+        image = ax.imshow(np.nan_to_num(mat.astype(np.float64), nan=-1.0), cmap="viridis", aspect="auto")
+        ax.set_title(f"{name} {tuple(mat.shape)}")
+        ax.set_xlabel("key")
+        ax.set_ylabel("query")
+        fig.colorbar(image, ax=ax, fraction=0.046)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def pair_heatmaps(index: int, title: str = "attention weights") -> Callable[[Any, Any, Any], Any]:
+    """A ``visualize`` hook that draws element ``index`` of a returned pair (e.g. the weights)."""
+
+    def visualize(got: Any, expected: Any, inputs: Any) -> Any:
+        if not isinstance(got, (list, tuple)) or len(got) <= index:
+            return None
+        return heatmaps(got[index], expected[index], title)
+
+    return visualize
+
+
+def single_heatmaps(title: str) -> Callable[[Any, Any, Any], Any]:
+    """A ``visualize`` hook that draws a single returned matrix."""
+    return lambda got, expected, inputs: heatmaps(got, expected, title)

@@ -1,0 +1,211 @@
+"""The bug catalogue: realistic buggy implementations, injected into copies of the solution notebooks.
+
+Each bug is a source edit of a solution notebook (old -> new, checked to apply). Every bug must
+lose points:
+
+* all of them through the self-check logic in this process (fast: one exec per bug);
+* a representative subset (``GRADED``) through the real grader, ``python -m mha_course.grade``, in
+  ONE invocation over a folder that also holds the untouched solutions (full marks) and the
+  generated exercises (zero).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from mha_course.grading import registry, selfcheck
+from mha_course.grading.notebook import code_cells
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # buggy softmaxes overflow on purpose
+
+
+@dataclass(frozen=True)
+class Bug:
+    id: str
+    notebook: str       # assignment key = solution notebook stem
+    what: str
+    edits: list         # [(old, new)]: each old must occur in exactly one code cell
+
+
+BUGS = [
+    Bug('dot_elementwise', 'a01_dot_products', 'element-wise products, not summed', [('return float(np.sum(a * b))', 'return a * b')]),
+    Bug('scores_kqT', 'a01_dot_products', 'k q^T instead of q k^T', [('    return q @ np.swapaxes(k, -1, -2)  # (..., T, S)', '    return k @ np.swapaxes(q, -1, -2)')]),
+    Bug('scores_no_batch', 'a01_dot_products', 'k.T reverses all axes: no batch dims', [('    return q @ np.swapaxes(k, -1, -2)  # (..., T, S)', '    return q @ k.T')]),
+    Bug('scale_by_D', 'a01_dot_products', '1/D instead of 1/sqrt(D)', [('/ math.sqrt(D)  # (..., T, S)\n    ### END', '/ D  # (..., T, S)\n    ### END')]),
+    Bug('scale_np_sqrt_dtype', 'a01_dot_products', 'np.sqrt promotes float32 to float64', [('/ math.sqrt(D)  # (..., T, S)\n    ### END', '/ np.sqrt(D)  # (..., T, S)\n    ### END')]),
+    Bug('scale_hardcoded', 'a01_dot_products', 'hard-coded sqrt(16)', [('/ math.sqrt(D)  # (..., T, S)\n    ### END', '/ 4.0  # (..., T, S)\n    ### END')]),
+    Bug('softmax_no_max', 'a02_softmax', 'no max subtraction (NumPy)', [('    exps = np.exp(x - row_max)', '    exps = np.exp(x)')]),
+    Bug('softmax_axis0', 'a02_softmax', 'softmax over axis 0', [('    row_max = np.max(x, axis=axis, keepdims=True)\n    row_max = np.where(np.isneginf(row_max), 0.0, row_max)  # all -inf row: shift by 0, not -inf\n    exps = np.exp(x - row_max)\n    total = np.sum(exps, axis=axis, keepdims=True)', '    row_max = np.max(x, axis=0, keepdims=True)\n    row_max = np.where(np.isneginf(row_max), 0.0, row_max)\n    exps = np.exp(x - row_max)\n    total = np.sum(exps, axis=0, keepdims=True)')]),
+    Bug('softmax_global_max', 'a02_softmax', 'global instead of per-row max', [('    row_max = np.max(x, axis=axis, keepdims=True)', '    row_max = np.max(x)')]),
+    Bug('softmax_no_keepdims', 'a02_softmax', 'missing keepdims', [('    row_max = np.max(x, axis=axis, keepdims=True)', '    row_max = np.max(x, axis=axis)')]),
+    Bug('softmax_inplace', 'a02_softmax', 'mutates its input', [('    exps = np.exp(x - row_max)\n', '    x -= row_max\n    exps = np.exp(x)\n')]),
+    Bug('softmax_neginf_nan', 'a02_softmax', 'textbook stable softmax: NaN on all -inf rows', [('    row_max = np.where(np.isneginf(row_max), 0.0, row_max)  # all -inf row: shift by 0, not -inf\n', '')]),
+    Bug('softmax_torch_no_max', 'a02_softmax', 'no max subtraction (torch)', [('    exps = torch.exp(work - row_max)', '    exps = torch.exp(work)')]),
+    Bug('softmax_torch_downcast', 'a02_softmax', 'computes float64 input in float32', [('    work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x', '    work = x.float()')]),
+    Bug('softmax_torch_dtype', 'a02_softmax', 'float16 input returns float32', [('    return (exps / torch.where(total == 0, torch.ones_like(total), total)).to(x.dtype)', '    return exps / torch.where(total == 0, torch.ones_like(total), total)')]),
+    Bug('softmax_torch_dim_ignored', 'a02_softmax', 'dim argument ignored', [('    row_max = work.amax(dim=dim, keepdim=True)', '    row_max = work.amax(dim=-1, keepdim=True)'), ('    total = exps.sum(dim=dim, keepdim=True)', '    total = exps.sum(dim=-1, keepdim=True)')]),
+    Bug('attn_np_no_scale', 'a03_attention', 'no scale', [('    scores = (q @ np.swapaxes(k, -1, -2)) / math.sqrt(D)  # (..., T, S)', '    scores = q @ np.swapaxes(k, -1, -2)')]),
+    Bug('attn_np_softmax_axis', 'a03_attention', 'softmax over queries', [('    weights = softmax_np(scores, axis=-1)  # (..., T, S)', '    weights = softmax_np(scores, axis=-2)')]),
+    Bug('attn_np_wrong_order', 'a03_attention', 'returns (weights, out)', [('    return out, weights\n', '    return weights, out\n')]),
+    Bug('attn_np_keys_as_values', 'a03_attention', 'uses keys as values', [('    out = weights @ v  # (..., T, Dv)', '    out = weights @ k')]),
+    Bug('attn_np_transposed_weights', 'a03_attention', 'weights returned transposed', [('    out = weights @ v  # (..., T, Dv)\n    return out, weights', '    out = weights @ v  # (..., T, Dv)\n    return out, np.swapaxes(weights, -1, -2)')]),
+    Bug('attn_np_inplace_scale', 'a03_attention', 'scales q in place', [('    scores = (q @ np.swapaxes(k, -1, -2)) / math.sqrt(D)  # (..., T, S)', '    q /= math.sqrt(D)\n    scores = q @ np.swapaxes(k, -1, -2)')]),
+    Bug('sdpa_scale_ignored', 'a03_attention', 'scale argument ignored', [('    if scale is None:\n        scale = 1.0 / math.sqrt(q.shape[-1])\n    scores = (q @ k.transpose(-2, -1)) * scale', '    scale = 1.0 / math.sqrt(q.shape[-1])\n    scores = (q @ k.transpose(-2, -1)) * scale')]),
+    Bug('sdpa_divide_by_scale', 'a03_attention', 'divides by scale (default then multiplies by sqrt D)', [('    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, S)', '    scores = (q @ k.transpose(-2, -1)) / scale')]),
+    Bug('sdpa_transpose_T', 'a03_attention', 'k.T: no batch dims', [('    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, S)', '    scores = (q @ k.T) * scale')]),
+    Bug('sdpa_only_square', 'a03_attention', 'hard-codes S == T', [('    return weights @ v, weights  # (..., T, Dv), (..., T, S)', '    return weights @ v, weights[..., : q.shape[-2]]')]),
+    Bug('sdpa_float32_always', 'a03_attention', 'casts to float32 (float64 in -> float32 out)', [('    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, S)', '    scores = (q.float() @ k.float().transpose(-2, -1)) * scale\n    v = v.float()')]),
+    Bug('causal_upper', 'a04_masks', 'upper triangle', [('    return cols <= rows  # (T, S)', '    return cols >= rows')]),
+    Bug('causal_strict', 'a04_masks', 'diagonal excluded (off by one)', [('    return cols <= rows  # (T, S)', '    return cols < rows')]),
+    Bug('causal_inverted', 'a04_masks', 'True = blocked', [('    return cols <= rows  # (T, S)', '    return cols > rows')]),
+    Bug('causal_float', 'a04_masks', 'float 0/1 mask', [('    return cols <= rows  # (T, S)', '    return (cols <= rows).float()')]),
+    Bug('causal_square_only', 'a04_masks', 'ignores S', [('    S = T if S is None else S\n    rows', '    S = T\n    rows')]),
+    Bug('padding_2d', 'a04_masks', 'returns (B, S)', [('    return real[:, None, None, :]  # (B, 1, 1, S)', '    return real')]),
+    Bug('padding_inverted', 'a04_masks', 'True = padding', [('    real = torch.arange(S).unsqueeze(0) < lengths.unsqueeze(1)  # (B, S)', '    real = torch.arange(S).unsqueeze(0) >= lengths.unsqueeze(1)')]),
+    Bug('padding_off_by_one', 'a04_masks', '<= instead of <', [('    real = torch.arange(S).unsqueeze(0) < lengths.unsqueeze(1)  # (B, S)', '    real = torch.arange(S).unsqueeze(0) <= lengths.unsqueeze(1)')]),
+    Bug('padding_wrong_axis', 'a04_masks', 'keys on the query axis', [('    return real[:, None, None, :]  # (B, 1, 1, S)', '    return real[:, None, :, None]')]),
+    Bug('mask_ignored', 'a04_masks', 'mask ignored', [('        if mask.dtype == torch.bool:\n            scores = scores.masked_fill(~mask, float("-inf"))\n        else:\n            scores = scores + mask', '        pass')]),
+    Bug('mask_inverted', 'a04_masks', 'bool mask inverted', [('scores.masked_fill(~mask, float("-inf"))', 'scores.masked_fill(mask, float("-inf"))')]),
+    Bug('mask_after_softmax', 'a04_masks', 'mask applied after softmax', [('    weights = softmax(scores, dim=-1)  # (..., T, S); an all -inf row gives zeros', '    weights = softmax(scores, dim=-1)\n    if mask is not None and mask.dtype == torch.bool:\n        weights = weights.masked_fill(~mask, 0.0)'), ('            scores = scores.masked_fill(~mask, float("-inf"))', '            pass')]),
+    Bug('mask_float_multiplied', 'a04_masks', 'float mask multiplied', [('            scores = scores + mask', '            scores = scores * mask')]),
+    Bug('mask_minus_1e9', 'a04_masks', '-1e9 fill in the input dtype', [('    work = torch.promote_types(q.dtype, torch.float32)  # float16 scores overflow: compute in float32', '    work = q.dtype'), ('scores.masked_fill(~mask, float("-inf"))', 'scores.masked_fill(~mask, -1e9)')]),
+    Bug('mask_finfo_min', 'a04_masks', 'finfo.min fill: fully masked rows uniform', [('scores.masked_fill(~mask, float("-inf"))', 'scores.masked_fill(~mask, torch.finfo(scores.dtype).min)')]),
+    Bug('mask_torch_softmax_nan', 'a04_masks', 'NaN for fully masked rows', [('    weights = softmax(scores, dim=-1)  # (..., T, S); an all -inf row gives zeros', '    weights = torch.exp(scores - scores.amax(-1, keepdim=True))\n    weights = weights / weights.sum(-1, keepdim=True)')]),
+    Bug('mask_inplace', 'a04_masks', "inverts the caller's mask in place", [('scores = scores.masked_fill(~mask, float("-inf"))', 'scores = scores.masked_fill(mask.logical_not_(), float("-inf"))')]),
+    Bug('split_no_transpose', 'a05_multi_head', 'view without transpose', [('    return x.view(B, T, num_heads, D).transpose(1, 2)  # (B, H, T, D)', '    return x.view(B, num_heads, T, D)')]),
+    Bug('split_strided', 'a05_multi_head', 'heads take every H-th feature', [('    return x.view(B, T, num_heads, D).transpose(1, 2)  # (B, H, T, D)', '    return x.view(B, T, D, num_heads).permute(0, 3, 1, 2)')]),
+    Bug('split_missing_transpose', 'a05_multi_head', '(B, T, H, D)', [('    return x.view(B, T, num_heads, D).transpose(1, 2)  # (B, H, T, D)', '    return x.view(B, T, num_heads, D)')]),
+    Bug('merge_no_transpose', 'a05_multi_head', 'reshape without transpose', [('    return x.transpose(1, 2).reshape(B, T, H * D)  # (B, T, E)', '    return x.reshape(B, T, H * D)')]),
+    Bug('merge_wrong_transpose', 'a05_multi_head', 'transpose(2, 3)', [('    return x.transpose(1, 2).reshape(B, T, H * D)  # (B, T, E)', '    return x.transpose(2, 3).reshape(B, T, H * D)')]),
+    Bug('mha_no_out_proj', 'a05_multi_head', 'missing W_O', [('        return self.out_proj(merge_heads(heads)), weights', '        return merge_heads(heads), weights')]),
+    Bug('mha_qk_swapped', 'a05_multi_head', 'q/k projections swapped', [('        q = split_heads(self.q_proj(query), self.num_heads)', '        q = split_heads(self.k_proj(query), self.num_heads)'), ('        k = split_heads(self.k_proj(key), self.num_heads)', '        k = split_heads(self.q_proj(key), self.num_heads)')]),
+    Bug('mha_value_from_key', 'a05_multi_head', 'values from the key input', [('        v = split_heads(self.v_proj(value), self.num_heads)', '        v = split_heads(self.v_proj(key), self.num_heads)')]),
+    Bug('mha_no_bias', 'a05_multi_head', 'q_proj without bias', [('        self.q_proj = nn.Linear(embed_dim, embed_dim)', '        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=False)')]),
+    Bug('mha_scale_sqrt_E', 'a05_multi_head', 'scale by sqrt(E) not sqrt(D)', [('        heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)', '        heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, scale=1 / math.sqrt(self.embed_dim))')]),
+    Bug('mha_mask_dropped', 'a05_multi_head', 'mask not passed on', [('        heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)', '        heads, weights = scaled_dot_product_attention(q, k, v)')]),
+    Bug('mha_split_view', 'a05_multi_head', 'split bug propagates into the module', [('    return x.view(B, T, num_heads, D).transpose(1, 2)  # (B, H, T, D)', '    return x.reshape(B, num_heads, T, D)')]),
+    Bug('mha_extra_params', 'a05_multi_head', 'extra parameters', [('        self.out_proj = nn.Linear(embed_dim, embed_dim)\n', '        self.out_proj = nn.Linear(embed_dim, embed_dim)\n        self.extra = nn.Linear(embed_dim, embed_dim)\n')]),
+    Bug('debug_seed_unfixed', 'a05_debug_mha', 'the seed, unrepaired', [('        B, T, E = queries.shape\n        S = keys.shape[1]\n        H = self.num_heads\n        q = self.query(queries).view(B, T, H, E).transpose(1, 2)  # (B, H, T, E)\n        k = self.key(keys).view(B, S, H, E).transpose(1, 2)  # (B, H, S, E)\n        v = self.value(values).view(B, S, H, E).transpose(1, 2)  # (B, H, S, E)\n        scores = q @ k.transpose(-1, -2) / math.sqrt(E)  # (B, H, T, S); each head has D = E features\n        if mask is not None:\n            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask\n        attention = self.softmax(scores)  # (B, H, T, S)\n        heads = attention @ v  # (B, H, T, E)\n        heads = heads.transpose(1, 2).contiguous().view(B, T, H * E)  # (B, T, H*E)\n        return self.combine(heads)  # (B, T, E)', '        queries = self.query(queries).view(queries.size(0), self.num_heads, -1).transpose(1, 2)\n        keys = self.key(keys).view(keys.size(0), self.num_heads, -1)\n        values = self.value(values).view(values.size(0), self.num_heads, -1)\n        attention = self.softmax(queries @ keys.transpose(-1, -2) / torch.sqrt(torch.tensor(self.embed_dim)))\n        attention = attention @ values\n        attention = attention.transpose(1, 2).contiguous().view(attention.size(0), -1)\n        return self.combine(attention)')]),
+    Bug('debug_scale_per_head', 'a05_debug_mha', "'fixes' the scale to sqrt(E/H)", [('        scores = q @ k.transpose(-1, -2) / math.sqrt(E)', '        scores = q @ k.transpose(-1, -2) / math.sqrt(E // H)')]),
+    Bug('debug_split_no_transpose', 'a05_debug_mha', 'view(B, H, T, E) without transpose', [('        q = self.query(queries).view(B, T, H, E).transpose(1, 2)  # (B, H, T, E)', '        q = self.query(queries).view(B, H, T, E)'), ('        k = self.key(keys).view(B, S, H, E).transpose(1, 2)  # (B, H, S, E)', '        k = self.key(keys).view(B, H, S, E)'), ('        v = self.value(values).view(B, S, H, E).transpose(1, 2)  # (B, H, S, E)', '        v = self.value(values).view(B, H, S, E)')]),
+    Bug('debug_kv_not_transposed', 'a05_debug_mha', 'only queries transposed', [('        k = self.key(keys).view(B, S, H, E).transpose(1, 2)  # (B, H, S, E)', '        k = self.key(keys).view(B, H, S, E)'), ('        v = self.value(values).view(B, S, H, E).transpose(1, 2)  # (B, H, S, E)', '        v = self.value(values).view(B, H, S, E)')]),
+    Bug('debug_merge_no_transpose', 'a05_debug_mha', 'merge without transpose', [('        heads = heads.transpose(1, 2).contiguous().view(B, T, H * E)', '        heads = heads.contiguous().view(B, T, H * E)')]),
+    Bug('debug_mask_ignored', 'a05_debug_mha', 'mask accepted but ignored', [('        if mask is not None:\n            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask\n', '')]),
+    Bug('debug_mask_inverted', 'a05_debug_mha', 'mask inverted', [('scores.masked_fill(~mask, float("-inf"))', 'scores.masked_fill(mask, float("-inf"))')]),
+    Bug('debug_T_for_S', 'a05_debug_mha', 'assumes S == T', [('        S = keys.shape[1]', '        S = T')]),
+    Bug('debug_value_from_keys', 'a05_debug_mha', 'values from the keys input', [('        v = self.value(values)', '        v = self.value(keys)')]),
+    Bug('debug_layers_EE', 'a05_debug_mha', 'rewrites to the standard E/H layout', [('        self.query = nn.Linear(embed_dim, embed_dim * num_heads)\n        self.key = nn.Linear(embed_dim, embed_dim * num_heads)\n        self.value = nn.Linear(embed_dim, embed_dim * num_heads)\n        self.combine = nn.Linear(embed_dim * num_heads, embed_dim)\n        self.softmax = nn.Softmax(dim=-1)\n\n    def forward(self, queries, keys, values, mask=None):', '        self.query = nn.Linear(embed_dim, embed_dim)\n        self.key = nn.Linear(embed_dim, embed_dim)\n        self.value = nn.Linear(embed_dim, embed_dim)\n        self.combine = nn.Linear(embed_dim, embed_dim)\n        self.softmax = nn.Softmax(dim=-1)\n\n    def forward(self, queries, keys, values, mask=None):')]),]
+
+# Through the real grader: one bug per classic mistake named in the course's issue and design.
+GRADED = {
+    "scores_kqT", "scale_by_D", "scale_np_sqrt_dtype", "softmax_no_max", "softmax_axis0", "softmax_global_max",
+    "softmax_inplace", "attn_np_wrong_order", "attn_np_transposed_weights", "sdpa_scale_ignored", "sdpa_only_square",
+    "causal_upper", "causal_strict", "padding_wrong_axis", "mask_ignored", "mask_inverted", "mask_after_softmax",
+    "mask_float_multiplied", "mask_minus_1e9", "split_no_transpose", "merge_wrong_transpose", "mha_no_out_proj",
+    "mha_qk_swapped", "mha_value_from_key", "mha_no_bias", "mha_scale_sqrt_E", "debug_seed_unfixed",
+    "debug_scale_per_head", "debug_kv_not_transposed", "debug_mask_inverted",
+}
+
+
+def _mutated(bug: Bug) -> nbformat.NotebookNode:
+    nb = nbformat.read(ROOT / "solutions" / f"{bug.notebook}.ipynb", as_version=4)
+    for old, new in bug.edits:
+        cells = [c for c in nb.cells if c.cell_type == "code" and old in c.source]
+        assert len(cells) == 1, f"{bug.id}: edit does not apply to exactly one cell: {old[:60]!r}"
+        cells[0].source = cells[0].source.replace(old, new)
+    return nb
+
+
+def _targets(nb) -> dict:
+    """Execute a notebook's code cells here (self-check disabled) and return its namespace."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    namespace: dict = {}
+    for _, source in code_cells(nb):
+        if "check(" in source and "def " not in source and "class " not in source:
+            continue  # check cells
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
+            exec(compile(source, "<cell>", "exec"), namespace)  # noqa: S102 - course files and their edits
+        namespace["check"] = lambda *a, **k: None
+    return namespace
+
+
+def test_catalogue_is_large_and_edits_apply():
+    assert len(BUGS) >= 15 and len({b.id for b in BUGS}) == len(BUGS)
+    assert GRADED <= {b.id for b in BUGS}
+    for bug in BUGS:
+        _mutated(bug)
+
+
+@pytest.mark.parametrize("bug", BUGS, ids=lambda b: b.id)
+def test_every_bug_loses_points_in_the_self_check(bug):
+    assignment = registry.get_assignment(bug.notebook)
+    namespace = _targets(_mutated(bug))
+    score = 0.0
+    for exercise in assignment.exercises:
+        target = namespace.get(exercise.target)
+        if target is None:
+            continue
+        score += selfcheck.check(exercise.key, target, include_hidden=True, show=False).score
+    assert score < assignment.max_points, f"{bug.id} ({bug.what}) got full marks"
+
+
+def _read_grades(path: Path) -> dict[str, tuple[float, float]]:
+    """submission file stem -> (score, max_score) from the grader's class CSV."""
+    rows = list(csv.DictReader(path.read_text().splitlines()))
+    assert rows, "empty grades CSV"
+    columns = {c.lower().strip(): c for c in rows[0]}
+    score_col = next(columns[c] for c in ("score", "total", "points") if c in columns)
+    max_col = next(columns[c] for c in ("max_score", "max", "max_points", "out_of") if c in columns)
+    grades = {}
+    for row in rows:
+        name = next((v for v in row.values() if isinstance(v, str) and v.endswith(".ipynb")), None)
+        assert name is not None, f"no submission file name in row {row}"
+        grades[Path(name).stem] = (float(row[score_col]), float(row[max_col]))
+    return grades
+
+
+def test_grader_catches_bugs_and_scores_solutions_and_exercises(tmp_path):
+    submissions = tmp_path / "submissions"
+    submissions.mkdir()
+    expected_full, expected_zero, expected_loss = [], [], []
+    for bug in BUGS:
+        if bug.id in GRADED:
+            nbformat.write(_mutated(bug), submissions / f"bug__{bug.id}.ipynb")
+            expected_loss.append(f"bug__{bug.id}")
+    for name in sorted({b.notebook for b in BUGS}):
+        (submissions / f"solution__{name}.ipynb").write_bytes((ROOT / "solutions" / f"{name}.ipynb").read_bytes())
+        (submissions / f"exercise__{name}.ipynb").write_bytes((ROOT / "exercises" / f"{name}.ipynb").read_bytes())
+        expected_full.append(f"solution__{name}")
+        expected_zero.append(f"exercise__{name}")
+    grades_csv = tmp_path / "grades.csv"
+    files = sorted(str(p) for p in submissions.glob("*.ipynb"))
+    done = subprocess.run([sys.executable, "-m", "mha_course.grade", *files, "--csv", str(grades_csv)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    grades = _read_grades(grades_csv)
+    problems = []
+    for stem in expected_full:
+        score, top = grades[stem]
+        if not (top > 0 and score == top):
+            problems.append(f"{stem}: {score}/{top}, expected full marks")
+    for stem in expected_zero:
+        score, top = grades[stem]
+        if not (top > 0 and score == 0):
+            problems.append(f"{stem}: {score}/{top}, expected zero")
+    for stem in expected_loss:
+        score, top = grades[stem]
+        if not (top > 0 and score < top):
+            problems.append(f"{stem}: {score}/{top}, expected to lose points")
+    assert problems == []
