@@ -9,6 +9,7 @@ weights that sum to 1, and the output is the weighted average of the value rows.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 import torch
@@ -43,25 +44,45 @@ def check_qkv(q, k, v) -> tuple[int, int, int]:
     return q.shape[-2], k.shape[-2], q.shape[-1]
 
 
-def check_mask(mask, T: int, S: int) -> None:
+def check_mask(mask, T: int, S: int, batch_shape: tuple[int, ...] | None = None) -> None:
     """Validate a course mask against scores (..., T, S).
+
+    Any shape that broadcasts against the scores is accepted, e.g. (T, S), (S,), (1, S),
+    (B, 1, 1, S), (B, 1, T, S). When ``batch_shape`` (the broadcast leading dims of q, k, v) is
+    given, the mask's leading dims must broadcast with it too.
 
     Raises:
         TypeError: not a tensor, or neither bool nor floating.
-        ValueError: its last two dims are not broadcastable to (T, S).
+        ValueError: its last two dims are not broadcastable to (T, S), or its leading dims not to
+            ``batch_shape``.
     """
     require_tensor(mask, "mask")
     if mask.dtype != torch.bool and not mask.is_floating_point():
         raise TypeError(f"mask must be bool (True = may attend) or floating (added to scores), got dtype {mask.dtype}")
-    if mask.dim() < 2 or mask.shape[-2] not in (1, T) or mask.shape[-1] not in (1, S):
+    trailing = tuple(mask.shape[-2:])  # the (T, S) part; a 1-D mask is (S,)
+    expected = (T, S)[-len(trailing):] if trailing else ()
+    if any(m not in (1, e) for m, e in zip(trailing, expected, strict=True)):
         raise ValueError(f"mask must broadcast to scores (..., T={T}, S={S}), got {tuple(mask.shape)}")
+    if batch_shape is not None and mask.dim() > 2:
+        try:
+            torch.broadcast_shapes(tuple(batch_shape), tuple(mask.shape[:-2]))
+        except RuntimeError:
+            raise ValueError(f"mask must broadcast to scores {(*batch_shape, T, S)} (..., T, S), "
+                             f"got {tuple(mask.shape)}") from None
 
 
 def resolve_scale(scale: float | None, D: int) -> float:
-    """Return ``scale`` or the default 1/sqrt(D); raise ValueError for a non-positive or non-finite one."""
+    """Return ``scale`` or the default 1/sqrt(D).
+
+    Raises:
+        ValueError: ``scale`` is not a positive finite real number (bools and tensors are refused),
+            or it is None while D == 0 (no default exists).
+    """
     if scale is None:
+        if D <= 0:
+            raise ValueError(f"the default scale 1/sqrt(D) needs D >= 1, got D={D}; pass scale explicitly")
         return 1.0 / math.sqrt(D)
-    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0:
+    if not isinstance(scale, numbers.Real) or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0:
         raise ValueError(f"scale must be a positive finite number, got {scale!r}")
     return float(scale)
 
@@ -80,7 +101,8 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         scale: multiplies the scores; default 1/sqrt(D).
 
     Returns:
-        out: (..., T, Dv), weights: (..., T, S), both in q's dtype. Any leading dims broadcast.
+        out: (..., T, Dv), weights: (..., T, S), both in q's dtype, with the same leading dims
+        (q's, k's, v's and the mask's leading dims broadcast together).
         A query whose every key is masked gets all-zero weights and an all-zero output
         (torch's own SDPA returns NaN or zeros there, depending on version and backend).
 
@@ -90,7 +112,8 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     """
     T, S, D = check_qkv(q, k, v)
     if mask is not None:
-        check_mask(mask, T, S)
+        lead = broadcast_leading({"q": tuple(q.shape[:-2]), "k": tuple(k.shape[:-2]), "v": tuple(v.shape[:-2])})
+        check_mask(mask, T, S, batch_shape=lead)
     scale = resolve_scale(scale, D)
     # Scores in float32 at least: float16 q.k overflows long before the softmax could help.
     work = torch.promote_types(q.dtype, torch.float32)
@@ -100,6 +123,8 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
         scores = scores + bias
     weights = softmax(scores, dim=-1)  # (..., T, S)
     out = torch.matmul(weights, v.to(work))  # (..., T, Dv)
+    # v's leading dims may broadcast further than q's and k's: weights get out's leading dims too.
+    weights = weights.expand(*out.shape[:-2], T, S)  # (..., T, S)
     return out.to(q.dtype), weights.to(q.dtype)
 
 
@@ -117,8 +142,8 @@ def scaled_dot_product_attention_np(q: np.ndarray, k: np.ndarray, v: np.ndarray,
         out (..., T, Dv), weights (..., T, S).
 
     Raises:
-        TypeError: inputs are not floating NumPy arrays.
-        ValueError: mismatched D or S, rank < 2.
+        TypeError: inputs are not floating NumPy arrays; mask neither bool nor floating.
+        ValueError: mismatched D or S, rank < 2, a mask that does not broadcast, bad scale.
     """
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, np.ndarray) or not np.issubdtype(x.dtype, np.floating):
@@ -130,9 +155,19 @@ def scaled_dot_product_attention_np(q: np.ndarray, k: np.ndarray, v: np.ndarray,
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(f"k and v must have the same length S, got k {k.shape} and v {v.shape}")
     scale = resolve_scale(scale, q.shape[-1])
+    out_dtype = np.result_type(q, k, v)
+    # float16 scores overflow (max 65504) long before the softmax could help: work in float32.
+    work = np.float32 if out_dtype == np.float16 else out_dtype
+    q, k, v = (x.astype(work) for x in (q, k, v))
     scores = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., T, S)
     if mask is not None:
         mask = np.asarray(mask)
-        scores = np.where(mask, scores, -np.inf) if mask.dtype == bool else scores + mask
+        if mask.dtype != bool and not np.issubdtype(mask.dtype, np.floating):
+            raise TypeError(f"mask must be bool (True = may attend) or floating (added), got dtype {mask.dtype}")
+        try:
+            np.broadcast_shapes(mask.shape, scores.shape)
+        except ValueError:
+            raise ValueError(f"mask must broadcast to scores {scores.shape} (..., T, S), got {mask.shape}") from None
+        scores = np.where(mask, scores, -np.inf) if mask.dtype == bool else scores + mask.astype(work)
     weights = softmax_np(scores, axis=-1)  # (..., T, S)
-    return weights @ v, weights
+    return (weights @ v).astype(out_dtype), weights.astype(out_dtype)

@@ -26,7 +26,7 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     if num_heads <= 0 or E % num_heads:
         raise ValueError(f"embed dim E={E} of x {tuple(x.shape)} must be divisible by num_heads={num_heads}")
     D = E // num_heads
-    return x.view(B, T, num_heads, D).transpose(1, 2)  # (B, H, T, D)
+    return x.reshape(B, T, num_heads, D).transpose(1, 2)  # (B, H, T, D); reshape: x may be non-contiguous
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:

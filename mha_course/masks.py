@@ -59,10 +59,14 @@ def padding_mask(lengths, S: int) -> torch.Tensor:
         bool tensor of shape (B, 1, 1, S), which broadcasts against scores (B, H, T, S).
 
     Raises:
-        TypeError: lengths are not integers.
+        TypeError: lengths are not integers, or S is not an int.
         ValueError: lengths is not 1-D, or a length is negative or larger than S.
     """
+    if isinstance(S, bool) or not isinstance(S, int):
+        raise TypeError(f"S must be an int, got {type(S).__name__}")
     lengths = torch.as_tensor(lengths)
+    if lengths.numel() == 0:
+        lengths = lengths.long()  # torch.as_tensor([]) is float32; an empty batch is still valid
     if lengths.is_floating_point() or lengths.dtype == torch.bool:
         raise TypeError(f"lengths must hold integers, got dtype {lengths.dtype}")
     require_rank(lengths, 1, "lengths", "(B,)")

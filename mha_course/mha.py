@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validate import require_rank, require_tensor
-from .attention import scaled_dot_product_attention
+from ._validate import require_floating, require_rank, require_tensor
+from .attention import check_mask, scaled_dot_product_attention
 from .heads import merge_heads, split_heads
 
 
@@ -75,6 +75,10 @@ class MultiHeadAttention(nn.Module):
         value = key if value is None else value
         for name, x, legend in (("query", query, "(B, T, E)"), ("key", key, "(B, S, E)"), ("value", value, "(B, S, E)")):
             require_tensor(x, name)
+            require_floating(x, name)
+            if x.dtype != self.q_proj.weight.dtype:
+                raise TypeError(f"{name} must have the module's dtype {self.q_proj.weight.dtype}, got {x.dtype} "
+                                f"(convert one of them with .to(dtype))")
             require_rank(x, 3, name, legend)
             if x.shape[-1] != self.embed_dim:
                 raise ValueError(f"{name} must have shape {legend} with E={self.embed_dim}, got {tuple(x.shape)}")
@@ -83,9 +87,7 @@ class MultiHeadAttention(nn.Module):
         if query.shape[0] != key.shape[0]:
             raise ValueError(f"query and key must have the same batch B, got query {tuple(query.shape)} and key {tuple(key.shape)}")
         if mask is not None:
-            require_tensor(mask, "mask")
-            if mask.dim() == 3:
-                mask = mask.unsqueeze(1)  # (B, 1, T, S): same mask for every head
+            mask = self._check_mask(mask, query.shape[0], query.shape[1], key.shape[1])
         q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, T, D)
         k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, S, D)
         v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, S, D)
@@ -95,9 +97,28 @@ class MultiHeadAttention(nn.Module):
         heads = heads * self.head_gate.to(heads.dtype)[:, None, None]  # ablation: zero switched-off heads
         return self.out_proj(merge_heads(heads)), weights  # (B, T, E), (B, H, T, S)
 
+    def _check_mask(self, mask, B: int, T: int, S: int) -> torch.Tensor:
+        """Validate a mask against scores (B, H, T, S); a 3-D (B, T, S) mask gets a head axis."""
+        require_tensor(mask, "mask")
+        expected, original = f"(B={B}, H={self.num_heads}, T={T}, S={S})", tuple(mask.shape)
+        if mask.dim() > 4:
+            raise ValueError(f"mask must broadcast to scores {expected}, got {original}")
+        if mask.dim() == 3:
+            if mask.shape[0] not in (1, B):
+                raise ValueError(f"a 3-D mask must have shape (B={B}, T={T}, S={S}) (1s broadcast), got {original}")
+            mask = mask.unsqueeze(1)  # (B, 1, T, S): same mask for every head
+        try:
+            check_mask(mask, T, S, batch_shape=(B, self.num_heads))
+        except ValueError:
+            raise ValueError(f"mask must broadcast to scores {expected}, got {original}") from None
+        return mask
+
     @classmethod
     def from_torch(cls, module: nn.MultiheadAttention) -> MultiHeadAttention:
         """Copy the weights of a ``torch.nn.MultiheadAttention`` into a new MultiHeadAttention.
+
+        Only the weights are copied: ours is always batch first, so a module built with
+        ``batch_first=False`` expects (T, B, E) inputs where ours expects (B, T, E).
 
         torch packs W_Q, W_K, W_V as the rows of ``in_proj_weight`` (3E, E), in q, k, v order.
 

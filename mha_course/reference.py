@@ -17,7 +17,7 @@ def attention_loop_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """Float64 attention by explicit loops, with the course's conventions.
 
     Args:
-        q: (..., T, D), k: (..., S, D), v: (..., S, Dv) with identical leading dims.
+        q: (..., T, D), k: (..., S, D), v: (..., S, Dv); leading dims broadcast (as in the fast version).
         mask: optional bool (True = may attend) or float (added), broadcastable to (..., T, S).
         scale: default 1/sqrt(D).
 
@@ -25,11 +25,17 @@ def attention_loop_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         out (..., T, Dv) and weights (..., T, S) in float64; fully masked rows are zeros.
     """
     q64, k64, v64 = (x.detach().to(torch.float64).cpu() for x in (q, k, v))
-    *lead, T, D = q64.shape
+    T, D = q64.shape[-2:]
     S, Dv = v64.shape[-2], v64.shape[-1]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
+    lead_shapes = [q64.shape[:-2], k64.shape[:-2], v64.shape[:-2]]
     if mask is not None:
-        mask = mask.detach().cpu().expand(*lead, T, S)
+        mask = mask.detach().cpu()
+        lead_shapes.append(mask.shape[:-2])
+    lead = tuple(torch.broadcast_shapes(*lead_shapes))
+    q64, k64, v64 = q64.expand(*lead, T, D), k64.expand(*lead, S, D), v64.expand(*lead, S, Dv)
+    if mask is not None:
+        mask = mask.expand(*lead, T, S)
     q2, k2, v2 = q64.reshape(-1, T, D), k64.reshape(-1, S, D), v64.reshape(-1, S, Dv)  # (N, ., .)
     m2 = None if mask is None else mask.reshape(-1, T, S)  # (N, T, S)
     out = torch.zeros(q2.shape[0], T, Dv, dtype=torch.float64)

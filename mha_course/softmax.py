@@ -36,6 +36,8 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     require_floating(x, "x")
     if not -x.dim() <= dim < max(x.dim(), 1):
         raise ValueError(f"dim must be in [{-x.dim()}, {x.dim() - 1}] for x of shape {tuple(x.shape)}, got {dim}")
+    if x.dim() and x.shape[dim] == 0:
+        return x.clone()  # nothing to normalise (S = 0); amax would fail on an empty axis
     work = x.float() if x.dtype in _UPCAST else x
     row_max = work.amax(dim=dim, keepdim=True)
     # A fully masked row has max -inf; shifting by 0 instead keeps exp(-inf) = 0 and avoids inf - inf.
@@ -63,6 +65,8 @@ def softmax_np(x: np.ndarray, axis: int = -1) -> np.ndarray:
     if not isinstance(x, np.ndarray) or not np.issubdtype(x.dtype, np.floating):
         raise TypeError(f"x must be a floating-point numpy.ndarray, got {type(x).__name__} "
                         f"{getattr(x, 'dtype', '')}")
+    if x.ndim and x.shape[axis] == 0:
+        return x.copy()  # nothing to normalise; max would fail on an empty axis
     work = x.astype(np.float32) if x.dtype == np.float16 else x
     row_max = work.max(axis=axis, keepdims=True)
     row_max = np.where(np.isneginf(row_max), 0.0, row_max)

@@ -19,9 +19,15 @@ TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 
 
 def tolerance(dtype: torch.dtype | np.dtype) -> tuple[float, float]:
-    """(atol, rtol) for ``dtype``; NumPy dtypes map to their torch twins."""
+    """(atol, rtol) for ``dtype``; NumPy dtypes map to their torch twins; bool and integers are exact.
+
+    Raises:
+        ValueError: a floating or complex dtype missing from :data:`TOLERANCES`.
+    """
     if not isinstance(dtype, torch.dtype):
         dtype = getattr(torch, np.dtype(dtype).name)
+    if dtype == torch.bool or not (dtype.is_floating_point or dtype.is_complex):
+        return (0.0, 0.0)
     if dtype not in TOLERANCES:
         raise ValueError(f"no tolerance for dtype {dtype}; known: {list(TOLERANCES)}")
     return TOLERANCES[dtype]

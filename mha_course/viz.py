@@ -83,13 +83,18 @@ def _ticks(ax, labels: list[str] | None, n: int, axis: str, show_labels: bool = 
 
 
 def _annotate(ax, matrix: np.ndarray, image) -> None:
-    """Write each cell's value, dark text on light cells and light text on dark ones."""
-    finite = matrix[np.isfinite(matrix)]
-    lo, hi = image.get_clim()
-    middle = (lo + hi) / 2 if finite.size else 0.0
+    """Write each cell's value, dark text on light cells and light text on dark ones.
+
+    Lightness comes from the cell's actual colour, so this also works for diverging colormaps
+    (dark at both ends, white in the middle).
+    """
     for (i, j), value in np.ndenumerate(matrix):
-        text = "nan" if np.isnan(value) else f"{value:.2f}"
-        color = "black" if (np.isnan(value) or value > middle) else "white"
+        if np.isnan(value):
+            text, color = "nan", "black"  # on magenta
+        else:
+            red, green, blue, _ = image.cmap(image.norm(value))
+            lightness = 0.299 * red + 0.587 * green + 0.114 * blue  # perceived brightness, 0..1
+            text, color = f"{value:.2f}", "black" if lightness > 0.5 else "white"
         ax.text(j, i, text, ha="center", va="center", fontsize=8, color=color)
 
 

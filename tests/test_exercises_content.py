@@ -129,6 +129,23 @@ def test_unattempted_stub_scores_zero():
             assert result.score == 0, exercise.key
 
 
+@pytest.mark.parametrize(("notebook", "key"), [("a05_multi_head", "multi_head_attention"),
+                                             ("a05_debug_mha", "debug_mha")])
+def test_unedited_exercise_class_is_not_attempted(notebook, key):
+    # the student's class as handed out: a05_debug_mha gives the whole constructor, only forward is a stub
+    from mha_course.grading.notebook import code_cells, read
+
+    nb = read(ROOT / "exercises" / f"{notebook}.ipynb")
+    namespace: dict = {}
+    exec("import math\nimport torch\nfrom torch import nn\n", namespace)  # noqa: S102 - trusted course file
+    source = next(src for _, src in code_cells(nb) if src.lstrip().startswith("class MultiHeadAttention"))
+    assert "raise NotImplementedError()" in source
+    exec(source, namespace)  # noqa: S102
+    result = selfcheck.check(key, namespace["MultiHeadAttention"], include_hidden=True, show=False)
+    assert result.score == 0
+    assert {r.status for r in result.rows} == {"not attempted"}
+
+
 # --- hints: a typical mistake gets the hint that names it -----------------------------------------
 
 def _hints(key, obj):
@@ -191,10 +208,12 @@ def test_hint_shape_expected_vs_got():
     assert "shape expected" in hint and "transposed" in hint
 
 
-def test_visualize_draws_two_heatmaps():
+def test_visualize_draws_yours_expected_and_difference():
     import matplotlib
 
     matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
     exercise = registry.find_exercise("masked_sdpa")
     case = next(c for c in exercise.cases if c.visualize is not None)
     inputs = case.make_inputs()
@@ -202,8 +221,22 @@ def test_visualize_draws_two_heatmaps():
     got = (expected[0], np.flip(expected[1], -1).copy())
     fig = case.visualize(got, expected, inputs)
     try:
-        assert len([ax for ax in fig.axes if ax.images]) == 2
+        panels = [ax for ax in fig.axes if ax.images]
+        assert [ax.get_title().split(" ")[0] for ax in panels] == ["yours", "expected", "yours"]
+        difference = panels[2].images[0].get_array()
+        mine, ref = (np.asarray(a, dtype=np.float64) for a in (got[1], expected[1]))
+        worst = np.abs(mine - ref).reshape(-1, *ref.shape[-2:]).max(axis=(1, 2)).argmax()
+        assert np.allclose(difference, (mine - ref).reshape(-1, *ref.shape[-2:])[worst])
     finally:
-        import matplotlib.pyplot as plt
-
         plt.close(fig)
+
+
+def test_visualize_gives_no_picture_for_a_wrong_shape_or_a_non_array():
+    exercise = registry.find_exercise("sdpa")
+    case, inputs, expected = next(
+        (c, inputs, c.reference(inputs)) for c in exercise.cases if c.visualize is not None
+        for inputs in [c.make_inputs()] if inputs["q"].shape[-2] != inputs["k"].shape[-2])  # T != S
+    transposed = (expected[0], np.swapaxes(expected[1], -1, -2).copy())
+    assert case.visualize(transposed, expected, inputs) is None
+    assert case.visualize(("not", "arrays"), expected, inputs) is None
+    assert case.visualize(expected[1], expected, inputs) is None  # not a pair

@@ -151,6 +151,18 @@ def test_plot_side_by_side_picks_the_worst_matrix_and_flags_nans():
     assert "1 NaN" in fig.axes[0].get_title()
 
 
+def test_annotations_stay_readable_on_a_diverging_colormap():
+    # the difference panel is dark at both ends and white at zero: text colour must follow the cell
+    expected = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    yours = torch.tensor([[0.0, 1.0], [0.0, 1.0]])  # differences -1, +1, 0, 0
+    fig = viz.plot_side_by_side(yours, expected, annotate=True)
+    colours = {text.get_text(): text.get_color() for text in fig.axes[2].texts}
+    assert colours["-1.00"] == "white" and colours["1.00"] == "white"
+    assert colours["0.00"] == "black"
+    viridis = {t.get_text(): t.get_color() for t in fig.axes[1].texts}
+    assert viridis["1.00"] == "black" and viridis["0.00"] == "white"  # yellow vs dark purple
+
+
 def test_plot_side_by_side_rejects_mismatched_shapes():
     with pytest.raises(ValueError, match=r"\(4, 5\).*\(5, 4\)"):
         viz.plot_side_by_side(torch.rand(4, 5), torch.rand(5, 4))

@@ -11,8 +11,10 @@ mask ignored, ...) made by the grader; when the learner's answer matches one of 
 names that mistake instead of printing numbers.
 
 Only NumPy is imported here: the submission process imports the exercise modules (and so this
-one) to find ``call``, and must not get the reference implementations with it. The ``to_numpy``
-and ``load_linear`` helpers used by ``call`` duck-type torch objects for the same reason.
+one) to find ``call``, and must not get the reference implementations with it. The ``to_numpy``,
+``load_linear`` and ``build_module`` helpers used by ``call`` duck-type torch objects or import torch
+inside, for the same reason; the ``visualize`` hooks import :mod:`mha_course.viz` (matplotlib) only
+when the self-check draws, in the learner's own kernel.
 """
 
 from __future__ import annotations
@@ -69,6 +71,22 @@ def load_linear(module: Any, name: str, weight: np.ndarray, bias: np.ndarray) ->
             raise ValueError(f"{name}.{what} must have shape {tuple(value.shape)}, got {tuple(param.shape)}")
         with torch.no_grad():
             param.copy_(torch.as_tensor(value, dtype=param.dtype))
+
+
+def build_module(target: Any, inputs: dict, layers: Sequence[str], sample: str) -> Any:
+    """The learner's module ``target(E, H)`` in eval mode with the grader's weights in ``layers``.
+
+    Runs in the submission process. The module is cast to float64 when ``inputs[sample]`` is
+    float64, else float32; ``inputs`` holds ``"E"``, ``"H"`` and ``"<layer>.weight"`` (out, in) /
+    ``"<layer>.bias"`` (out,) for every layer (see :func:`load_linear` for what it raises).
+    """
+    import torch  # the submission process has torch; importing here keeps this module NumPy-only
+
+    module = target(inputs["E"], inputs["H"])
+    module = module.to(torch.float64 if inputs[sample].dtype == np.float64 else torch.float32)
+    for name in layers:
+        load_linear(module, name, inputs[name + ".weight"], inputs[name + ".bias"])
+    return module.eval()
 
 
 # --- helpers for ``diagnose`` (run in the grader) ------------------------------------------------
@@ -285,44 +303,34 @@ def compare_pair(got: Any, expected: Sequence[np.ndarray], names: tuple[str, str
     return compare(a, ea, names[0], legends[0], alternatives[0], check_dtype, dtype)
 
 
-def heatmaps(got: Any, expected: Any, title: str = "attention weights") -> Any:
-    """Side-by-side heatmaps of the learner's and the expected (T, S) matrices (the first of any batch).
+def _side_by_side(got: Any, expected: Any, title: str) -> Any:
+    """viz.plot_side_by_side of the learner's and the expected (..., T, S) arrays, or None.
 
-    Returns a matplotlib Figure, or None when ``got`` cannot be drawn.
+    None when ``got`` is not numeric, has another shape than ``expected`` (the shape hint says
+    more than a picture could) or is less than 2-D.
     """
     arr, hint = as_array(got)
     exp = np.asarray(expected)
-    if hint or arr.ndim < 2 or exp.ndim < 2:
+    if hint or arr.shape != exp.shape or arr.ndim < 2:
         return None
-    while arr.ndim > 2:
-        arr = arr[0]
-    while exp.ndim > 2:
-        exp = exp[0]
-    import matplotlib.pyplot as plt
+    from .. import (
+        viz,  # matplotlib is loaded in the learner's kernel only, never in the submission process
+    )
 
-    fig, axes = plt.subplots(1, 2, figsize=(7, 3.2))
-    for ax, mat, name in ((axes[0], arr, "yours"), (axes[1], exp, "expected")):
-        image = ax.imshow(np.nan_to_num(mat.astype(np.float64), nan=-1.0), cmap="viridis", aspect="auto")
-        ax.set_title(f"{name} {tuple(mat.shape)}")
-        ax.set_xlabel("key")
-        ax.set_ylabel("query")
-        fig.colorbar(image, ax=ax, fraction=0.046)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
+    return viz.plot_side_by_side(arr, exp, title=title)
 
 
 def pair_heatmaps(index: int, title: str = "attention weights") -> Callable[[Any, Any, Any], Any]:
-    """A ``visualize`` hook that draws element ``index`` of a returned pair (e.g. the weights)."""
+    """A ``visualize`` hook: yours / expected / difference heatmaps of element ``index`` of a returned pair."""
 
     def visualize(got: Any, expected: Any, inputs: Any) -> Any:
         if not isinstance(got, (list, tuple)) or len(got) <= index:
             return None
-        return heatmaps(got[index], expected[index], title)
+        return _side_by_side(got[index], expected[index], title)
 
     return visualize
 
 
 def single_heatmaps(title: str) -> Callable[[Any, Any, Any], Any]:
-    """A ``visualize`` hook that draws a single returned matrix."""
-    return lambda got, expected, inputs: heatmaps(got, expected, title)
+    """A ``visualize`` hook: yours / expected / difference heatmaps of a single returned array."""
+    return lambda got, expected, inputs: _side_by_side(got, expected, title)

@@ -17,6 +17,9 @@ the grader. Exercise modules must import ``mha_course``'s reference implementati
 ``reference``/``diagnose`` functions, never at module top, so that the submission process (which
 imports the exercise module to find ``call``) never has the answers loaded.
 
+``call`` runs with the exercise's ``forbidden`` tripwire armed, so it must not itself use a
+forbidden callable (convert with NumPy / ``hints.to_numpy``).
+
 Each module in ``mha_course.grading.exercises`` defines ``ASSIGNMENT`` (an :class:`Assignment`);
 the registry discovers them, so adding an assignment touches no shared file.
 """
@@ -44,6 +47,13 @@ class Case:
     # Self-check only (learner's own kernel): draw the learner's output beside the expected one,
     # e.g. two attention heatmaps; returns a matplotlib Figure or None.
     visualize: Callable[[Any, Any, Inputs], Any] | None = None
+    # Engine safety net (optional): when diagnose passes, the engine still requires the output to
+    # have the reference's structure and shapes and no NaN where the reference has none, so a
+    # lenient diagnose cannot be fooled by an extra broadcasting axis. Set False for a case whose
+    # reference is not shaped like the answer.
+    exact_shape: bool = True
+    # Seconds this case may run in the grader; None means the grader's default (--case-timeout).
+    timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,10 @@ class Assignment:
     title: str
     notebook: str                               # file name under solutions/ and exercises/
     exercises: tuple[Exercise, ...] = field(default_factory=tuple)
+    # mha_course modules the notebook may import as building blocks from earlier assignments, e.g.
+    # ("mha_course.softmax",) for the attention assignment. In the grader's submission process every
+    # other mha_course module (the reference answers) is blocked; ``check`` is always available.
+    provided: tuple[str, ...] = ()
 
     @property
     def max_points(self) -> float:

@@ -246,4 +246,5 @@ ASSIGNMENT = Assignment(
     title="Assignment 03: scaled dot-product attention",
     notebook="a03_attention.ipynb",
     exercises=(ATTENTION_NP, SDPA),
+    provided=("mha_course.softmax",),  # the stable softmax from assignment 02
 )

@@ -272,4 +272,5 @@ ASSIGNMENT = Assignment(
     title="Assignment 04: causal and padding masks",
     notebook="a04_masks.ipynb",
     exercises=(CAUSAL, PADDING, MASKED_SDPA),
+    provided=("mha_course.softmax",),  # the stable softmax from assignment 02
 )

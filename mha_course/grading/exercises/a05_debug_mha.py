@@ -55,21 +55,10 @@ def _inputs(B, T, S, E, H, seed, mask_kind=None, dtype=np.float32, same_kv=False
     return make
 
 
-def _build(target, inputs):
-    import torch
-
-    module = target(inputs["E"], inputs["H"])
-    module = module.to(torch.float64 if inputs["queries"].dtype == np.float64 else torch.float32)
-    for name in _LAYERS:
-        hints.load_linear(module, name, inputs[name + ".weight"], inputs[name + ".bias"])
-    module.eval()
-    return module
-
-
 def _call(target, inputs):
     import torch
 
-    module = _build(target, inputs)
+    module = hints.build_module(target, inputs, _LAYERS, sample="queries")
     args = [torch.from_numpy(inputs[n].copy()) for n in ("queries", "keys", "values")]
     with torch.no_grad():
         if inputs["mask"] is None:
@@ -80,6 +69,8 @@ def _call(target, inputs):
 
 
 def _call_layout(target, inputs):
+    import torch
+
     module = target(inputs["E"], inputs["H"])
     rows = []
     for name in _LAYERS:
@@ -87,6 +78,17 @@ def _call_layout(target, inputs):
         if layer is None or not hasattr(layer, "weight"):
             raise AttributeError(f"keep the seed's layer {name!r} (an nn.Linear)")
         rows.append(list(layer.weight.shape))
+    # The constructor comes with the exercise, so the layers alone earn nothing: the point is for
+    # keeping them *while* repairing forward. An unedited forward raises NotImplementedError here
+    # ("not attempted"); forward's other errors are graded by the other cases, not this one.
+    x = torch.zeros(1, 1, inputs["E"])  # (B, T, E)
+    try:
+        with torch.no_grad():
+            module(x, x, x)
+    except NotImplementedError:
+        raise
+    except Exception:  # noqa: BLE001 - see above
+        pass
     return np.asarray(rows, dtype=np.int64)
 
 

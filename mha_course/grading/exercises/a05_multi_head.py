@@ -156,23 +156,10 @@ def _mha_inputs(B, T, S, E, H, seed, mask_kind=None, self_attention=False, dtype
     return make
 
 
-def _build(target, inputs):
-    """Construct the learner's module and copy the grader's weights in (submission process)."""
-    import torch
-
-    module = target(inputs["E"], inputs["H"])
-    dtype = torch.float64 if inputs["query"].dtype == np.float64 else torch.float32
-    module = module.to(dtype)
-    for name in _PROJ:
-        hints.load_linear(module, name, inputs[name + ".weight"], inputs[name + ".bias"])
-    module.eval()
-    return module
-
-
 def _call_mha(target, inputs):
     import torch
 
-    module = _build(target, inputs)
+    module = hints.build_module(target, inputs, _PROJ, sample="query")
     query = torch.from_numpy(inputs["query"].copy())
     mask = None if inputs["mask"] is None else torch.from_numpy(inputs["mask"].copy())
     with torch.no_grad():
@@ -344,4 +331,5 @@ ASSIGNMENT = Assignment(
     title="Assignment 05: multi-head attention",
     notebook="a05_multi_head.ipynb",
     exercises=(SPLIT, MERGE, MHA),
+    provided=("mha_course.attention",),  # scaled_dot_product_attention from assignment 03
 )

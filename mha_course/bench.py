@@ -1,0 +1,336 @@
+"""Side-by-side attention benchmark: ``python -m mha_course.bench --help``.
+
+Every implementation runs on the same q, k, v (B, H, T, D) in one process, one after another, so
+ratios between them are fair even on a noisy machine. Implementations:
+
+    naive              softmax(q k^T * scale [+ causal bias]) v in three torch lines: the (T, S) matrix
+    mha_course.sdpa    mha_course.scaled_dot_product_attention (the course's checked version)
+    tiled              mha_course.tiled_attention (online softmax, O(T) extra memory), if present
+    torch.sdpa[X]      torch.nn.functional.scaled_dot_product_attention with backend X forced by
+                       torch.nn.attention.sdpa_kernel (CPU: FLASH_ATTENTION, MATH;
+                       CUDA: FLASH_ATTENTION, EFFICIENT_ATTENTION, CUDNN_ATTENTION, MATH)
+    triton             mha_course.triton_attention (CUDA only)
+
+For each it reports the median time of ``--repeats`` calls after a warm-up, the throughput in
+TFLOP/s (4*B*H*T*S*D forward FLOPs, halved when causal; see mha_course.cost), the peak memory the
+call adds (mha_course.cost.peak_memory_mib), the largest absolute difference from torch's SDPA run
+on float32 copies of the inputs, and speed ratios against torch's SDPA backends (baseline_ms / ms: above 1 is faster).
+A backend that refuses a configuration is skipped and named. ``--json`` writes a list of records
+(impl, backend, device, dtype, B, H, T, D, causal, ms, tflops, peak_mib, ...); ``--plot`` a figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .attention import scaled_dot_product_attention
+from .cost import attention_flops, attention_memory_bytes, peak_memory_mib, time_ms
+from .masks import causal_mask
+
+DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+          "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+TORCH_BACKENDS = {"cpu": ("FLASH_ATTENTION", "MATH"),
+                  "cuda": ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")}
+# ratios are printed against these
+BASELINES = {"cpu": ("torch.sdpa[FLASH_ATTENTION]",),
+             "cuda": ("torch.sdpa[FLASH_ATTENTION]", "torch.sdpa[CUDNN_ATTENTION]")}
+# defaults per device: (dtype, B, H, D, sequence lengths)
+DEFAULTS = {"cpu": ("float32", 1, 8, 64, [1024, 2048, 4096]),
+            "cuda": ("bfloat16", 4, 16, 128, [1024, 2048, 4096, 8192, 16384])}
+QUICK_T = [128, 256]
+MATERIALIZING = ("naive", "mha_course.sdpa", "torch.sdpa[MATH]")  # hold (B, H, T, S) matrices
+
+
+@dataclass
+class Impl:
+    name: str
+    backend: str                      # what actually runs, in words
+    fn: Callable[..., torch.Tensor]   # fn(q, k, v, causal) -> out (B, H, T, D)
+
+
+def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
+    """The textbook three lines, softmax(q k^T / sqrt(D) + bias) v, (B, H, T, D) -> (B, H, T, D)."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, S)
+    if causal:
+        scores = scores.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], device=q.device), float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v  # (B, H, T, D)
+
+
+def available_impls(device: str, block_size: int | None) -> tuple[list[Impl], list[str]]:
+    """The implementations that can run on ``device``, and a note for each that cannot."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    impls = [
+        Impl("naive", "torch matmul + softmax", naive_attention),
+        Impl("mha_course.sdpa", "mha_course.scaled_dot_product_attention",
+             lambda q, k, v, causal: scaled_dot_product_attention(
+                 q, k, v, mask=causal_mask(q.shape[-2], k.shape[-2], device=q.device) if causal else None)[0]),
+    ]
+    notes = []
+    try:
+        from .tiled import tiled_attention
+
+        impls.append(Impl("tiled", f"mha_course.tiled_attention(block_size={block_size or 'default'})",
+                          lambda q, k, v, causal: tiled_attention(q, k, v, block_size, causal=causal)))
+    except ImportError as err:
+        notes.append(f"tiled: skipped, mha_course.tiled is not importable ({err})")
+    for backend in TORCH_BACKENDS[device]:
+        member = getattr(SDPBackend, backend, None)
+        if member is None:
+            notes.append(f"torch.sdpa[{backend}]: skipped, this torch has no SDPBackend.{backend}")
+            continue
+
+        def run(q, k, v, causal, member=member):
+            with sdpa_kernel(member):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        impls.append(Impl(f"torch.sdpa[{backend}]", f"SDPBackend.{backend}", run))
+    if device == "cuda":
+        try:
+            from .flash_triton import triton_attention
+
+            impls.append(Impl("triton", "mha_course.triton_attention (autotuned)",
+                              lambda q, k, v, causal: triton_attention(q, k, v, causal=causal)))
+        except (ImportError, RuntimeError) as err:
+            notes.append(f"triton: skipped ({err})")
+    else:
+        notes.append("triton: skipped on CPU (the kernel needs CUDA; chapter 13 runs it in the interpreter)")
+    return impls, notes
+
+
+def environment(device: str) -> dict[str, str]:
+    """Versions and hardware named in the header of every run."""
+    import numpy as np
+
+    env = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
+           "platform": platform.platform(), "device": device, "torch threads": str(torch.get_num_threads())}
+    if device == "cuda":
+        env["gpu"] = torch.cuda.get_device_name()
+        env["cuda"] = str(torch.version.cuda)
+        env["cudnn"] = str(torch.backends.cudnn.version())
+    else:
+        env["cpu"] = _cpu_name()
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except ImportError:
+        pass
+    return env
+
+
+def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None = None, H: int | None = None,
+                  D: int | None = None, Ts: list[int] | None = None, causal_modes: tuple[bool, ...] = (False, True),
+                  repeats: int = 3, warmup: int = 1, block_size: int | None = None, only: list[str] | None = None,
+                  max_materialized_gib: float = 4.0, measure_memory: bool = True,
+                  log: Callable[[str], None] = print) -> tuple[list[dict], list[str]]:
+    """Time every implementation at every (T, causal); return (records, notes about skipped runs).
+
+    Args:
+        device: "cpu" or "cuda". dtype, B, H, D, Ts: default per device (see DEFAULTS).
+        causal_modes: which of non-causal / causal to run.
+        repeats, warmup: timed and untimed calls per measurement (the median is reported).
+        block_size: tiled attention's block (None: its default).
+        only: names (or prefixes) of implementations to keep, e.g. ["tiled", "torch.sdpa"].
+        max_materialized_gib: skip the implementations that hold (B, H, T, S) float32 matrices when
+            one such matrix would exceed this size (they hold several).
+        measure_memory: one extra call per measurement to record peak_mib.
+
+    Raises:
+        ValueError: unknown device or dtype, or CUDA asked for but not available.
+    """
+    if device not in TORCH_BACKENDS:
+        raise ValueError(f"device must be one of {sorted(TORCH_BACKENDS)}, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda asked for, but torch.cuda.is_available() is False")
+    d_dtype, d_B, d_H, d_D, d_Ts = DEFAULTS[device]
+    dtype = dtype or d_dtype
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    torch_dtype = DTYPES[dtype]
+    B, H, D, Ts = B or d_B, H or d_H, D or d_D, Ts or d_Ts
+    impls, notes = available_impls(device, block_size)
+    if only:
+        impls = [i for i in impls if any(i.name == o or i.name.startswith(o) for o in only)]
+    records = []
+    gen = torch.Generator(device=device).manual_seed(0)
+    for T in Ts:
+        for causal in causal_modes:
+            q, k, v = (torch.randn(B, H, T, D, generator=gen, device=device, dtype=torch_dtype) for _ in range(3))
+            matrix_gib = attention_memory_bytes(B, H, T, D, dtype=torch.float32)["weights"] / 2**30
+            flops = attention_flops(B, H, T, D, causal=causal)
+            # accuracy reference: torch's SDPA on float32 copies, default backend
+            reference = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+            for impl in impls:
+                label = f"{impl.name} T={T} causal={causal}"
+                if impl.name in MATERIALIZING and matrix_gib > max_materialized_gib:
+                    notes.append(f"{label}: skipped, one (B, H, T, S) matrix is {matrix_gib:.1f} GiB "
+                                 f"> --max-materialized-gib {max_materialized_gib}")
+                    continue
+                call = lambda impl=impl, q=q, k=k, v=v, causal=causal: impl.fn(q, k, v, causal)
+                try:
+                    out = call()  # warm-up and output for the accuracy column
+                except (RuntimeError, ValueError, TypeError) as err:  # a backend refusing this config
+                    notes.append(f"{label}: skipped, {type(err).__name__}: {str(err).splitlines()[0][:160]}")
+                    continue
+                max_err = float((out.float() - reference).abs().max()) if out.shape == reference.shape else float("nan")
+                del out
+                peak = peak_memory_mib(call, device) if measure_memory else None
+                ms = time_ms(call, repeats=repeats, warmup=max(0, warmup - 1), device=device)
+                record = {"impl": impl.name, "backend": impl.backend, "device": device, "dtype": dtype_name(torch_dtype),
+                          "B": B, "H": H, "T": T, "D": D, "causal": causal, "ms": round(ms, 4),
+                          "tflops": round(flops / (ms * 1e-3) / 1e12, 6),
+                          "peak_mib": None if peak is None else round(peak, 2),
+                          "max_abs_err": max_err, "repeats": repeats}
+                records.append(record)
+                log(f"  {label}: {ms:.2f} ms, peak {record['peak_mib']} MiB")
+    add_ratios(records, device)
+    return records, notes
+
+
+def add_ratios(records: list[dict], device: str) -> None:
+    """Add ``vs_<baseline>`` = baseline_ms / ms to each record (same T, causal); above 1 is faster."""
+    for base in BASELINES[device]:
+        times = {(r["T"], r["causal"]): r["ms"] for r in records if r["impl"] == base}
+        for r in records:
+            key = (r["T"], r["causal"])
+            r[f"vs_{base}"] = round(times[key] / r["ms"], 3) if key in times else None
+
+
+def format_table(records: list[dict], device: str) -> str:
+    """A plain-text table, one row per record, with the ratio columns."""
+    bases = [b for b in BASELINES[device] if any(r["impl"] == b for r in records)]
+    head = ["T", "causal", "impl", "ms", "TFLOP/s", "peak MiB", "max|err|"] + [f"x {b.split('[')[-1].rstrip(']')}" for b in bases]
+    rows = [head]
+    for r in records:
+        peak = "n/a" if r["peak_mib"] is None else f"{r['peak_mib']:.1f}"
+        ratios = ["-" if r.get(f"vs_{b}") is None else f"{r[f'vs_{b}']:.2f}" for b in bases]
+        rows.append([str(r["T"]), str(r["causal"]), r["impl"], f"{r['ms']:.2f}", f"{r['tflops']:.3f}", peak,
+                     f"{r['max_abs_err']:.1e}", *ratios])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["  ".join(cell.rjust(w) if i != 2 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
+             for row in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    note = "x BASELINE = baseline ms / ms (above 1: faster than torch's SDPA with that backend, same run)"
+    return "\n".join(lines + [note])
+
+
+def plot_records(records: list[dict], path: str, title: str = "") -> None:
+    """Save time and peak memory against T (log-log), one line per implementation and causal mode."""
+    import matplotlib
+
+    if matplotlib.get_backend().lower() not in ("agg", "pdf", "svg"):
+        matplotlib.use("Agg")  # the CLI draws straight to a file
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 4.5))
+    names = sorted({r["impl"] for r in records})
+    colors = {name: f"C{i % 10}" for i, name in enumerate(names)}  # one colour per implementation
+    for (name, causal) in sorted({(r["impl"], r["causal"]) for r in records}):
+        rows = sorted((r for r in records if r["impl"] == name and r["causal"] == causal), key=lambda r: r["T"])
+        style = dict(ls="--" if causal else "-", marker="s" if causal else "o", color=colors[name])
+        label = f"{name}{' causal' if causal else ''}"
+        ax_t.plot([r["T"] for r in rows], [r["ms"] for r in rows], label=label, **style)
+        mem = [(r["T"], r["peak_mib"]) for r in rows if r["peak_mib"]]
+        if mem:
+            ax_m.plot(*zip(*mem, strict=True), label=label, **style)
+    for ax, ylabel in ((ax_t, "median time (ms)"), (ax_m, "peak extra memory (MiB)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length T")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+    ax_t.legend(fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m mha_course.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", choices=sorted(TORCH_BACKENDS), default=None,
+                        help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default: float32 on CPU, bfloat16 on CUDA")
+    parser.add_argument("--T", type=int, nargs="+", default=None, help="sequence lengths (S = T); default CPU 1024 2048 4096")
+    parser.add_argument("--B", type=int, default=None, help="batch (default: CPU 1, CUDA 4)")
+    parser.add_argument("--H", type=int, default=None, help="heads (default: CPU 8, CUDA 16)")
+    parser.add_argument("--D", type=int, default=None, help="head dim (default: CPU 64, CUDA 128)")
+    parser.add_argument("--causal", choices=["both", "yes", "no"], default="both", help="which masks to run")
+    parser.add_argument("--repeats", type=int, default=None, help="timed calls per measurement (median; default 5, quick 2)")
+    parser.add_argument("--block-size", type=int, default=None,
+                        help="block of tiled attention (default: tiled_attention's own choice)")
+    parser.add_argument("--impl", nargs="+", default=None,
+                        help="keep only these implementations (names or prefixes: naive, tiled, torch.sdpa, triton, ...)")
+    parser.add_argument("--max-materialized-gib", type=float, default=4.0,
+                        help="skip (B, H, T, S)-matrix implementations beyond this matrix size (default 4)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="CPU threads for torch (default: torch's choice, usually one per core)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory call")
+    parser.add_argument("--json", metavar="PATH", help="write the records as a JSON list")
+    parser.add_argument("--plot", metavar="PATH", help="save time and memory against T (PNG, PDF, SVG)")
+    parser.add_argument("--quick", action="store_true", help=f"a smoke run: T = {QUICK_T}, 2 repeats")
+    args = parser.parse_args(argv)
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    Ts = args.T or (QUICK_T if args.quick else None)
+    repeats = args.repeats or (2 if args.quick else 5)
+    causal_modes = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+    env = environment(device)
+    print("mha_course.bench  " + "  ".join(f"{k}={v}" for k, v in env.items()))
+    print("command: python -m mha_course.bench " + " ".join(sys.argv[1:] if argv is None else argv))
+    try:
+        records, notes = run_benchmark(device, args.dtype, args.B, args.H, args.D, Ts, causal_modes,
+                                       repeats=repeats, block_size=args.block_size, only=args.impl,
+                                       max_materialized_gib=args.max_materialized_gib,
+                                       measure_memory=not args.no_memory)
+    except ValueError as err:
+        parser.error(str(err))
+    if records:
+        r0 = records[0]
+        print(f"\nshapes: q, k, v (B={r0['B']}, H={r0['H']}, T, D={r0['D']}), dtype {r0['dtype']}, device {device}, "
+              f"median of {repeats}; FLOPs = 4*B*H*T^2*D (halved when causal)")
+        print(format_table(records, device))
+    for note in notes:
+        print("note: " + note)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(records, f, indent=1)
+        print(f"wrote {len(records)} records to {args.json}")
+    if args.plot and records:
+        r0 = records[0]
+        plot_records(records, args.plot, title=f"{device} {r0['dtype']} B={r0['B']} H={r0['H']} D={r0['D']}, "
+                                               f"torch {env['torch']}, {env.get('gpu', env.get('cpu', ''))}")
+        print(f"wrote plot to {args.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

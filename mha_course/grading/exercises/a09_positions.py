@@ -1,0 +1,187 @@
+"""Assignment 09 (chapter 09): sinusoidal positions and rotary positions (RoPE).
+
+    PE[p, 2i] = sin(p / 10000^(2i/E)),   PE[p, 2i+1] = cos(p / 10000^(2i/E))
+    RoPE: (x[2i], x[2i+1]) at position p is rotated by the angle p * theta_i, theta_i = 10000^(-2i/D)
+
+The cases catch the usual slips: sin and cos swapped, the exponent i/E instead of 2i/E, sin in the
+first half and cos in the second half (a different but common layout), positions counted from 1,
+rotating the wrong way, and the "rotate half" pairing (x[i], x[i + D/2]) of some libraries.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import hints
+from ..spec import Assignment, Case, Exercise
+
+# --- inputs ---------------------------------------------------------------------------------------
+
+
+def _sizes(T, E):
+    return lambda: {"T": T, "E": E}
+
+
+def _vectors(shape, seed):
+    def make():
+        rng = np.random.default_rng(seed)
+        return {"x": rng.standard_normal(shape)}
+
+    return make
+
+
+# --- call (submission process) --------------------------------------------------------------------
+
+
+def _call_sinusoidal(target, inputs):
+    return hints.to_numpy(target(int(inputs["T"]), int(inputs["E"])))
+
+
+def _call_rotary(target, inputs):
+    import torch
+
+    return hints.to_numpy(target(torch.from_numpy(inputs["x"].copy())))
+
+
+def _call_rotary_offsets(target, inputs):
+    """Scores of one rotated query against rotated keys: row m is query position m."""
+    import torch
+
+    x = torch.from_numpy(inputs["x"].copy())  # (T, D): the same vector q at every position
+    rotated = target(x)
+    rotated_keys = target(torch.from_numpy(inputs["x"][::-1].copy()))
+    return hints.to_numpy(rotated @ rotated_keys.transpose(-2, -1))
+
+
+# --- reference and diagnose (grader) ---------------------------------------------------------------
+
+
+def _table(T, E, base=10000.0, exponent=2.0, swap=False, halves=False, start=0):
+    position = np.arange(start, start + T, dtype=np.float64)[:, None]
+    i = np.arange(E // 2, dtype=np.float64)
+    angle = position / base ** (exponent * i / E)
+    first, second = (np.cos(angle), np.sin(angle)) if swap else (np.sin(angle), np.cos(angle))
+    if halves:
+        return np.concatenate([first, second], axis=1)
+    table = np.empty((T, E))
+    table[:, 0::2], table[:, 1::2] = first, second
+    return table
+
+
+def _reference_sinusoidal(inputs):
+    from mha_course.positions import sinusoidal_positions
+
+    return sinusoidal_positions(int(inputs["T"]), int(inputs["E"]), dtype=__import__("torch").float64).numpy()
+
+
+def _diagnose_sinusoidal(got, expected, inputs):
+    T, E = int(inputs["T"]), int(inputs["E"])
+    alternatives = [
+        (lambda: _table(T, E, swap=True), "sin and cos are swapped: even coordinates 2i get sin, odd ones 2i+1 get cos"),
+        (lambda: _table(T, E, exponent=1.0), "the exponent should be 2i/E (i counts pairs), you used i/E"),
+        (lambda: _table(T, E, halves=True), "you put all the sines first and all the cosines second; interleave "
+         "them: PE[p, 2i] = sin, PE[p, 2i+1] = cos"),
+        (lambda: _table(T, E, start=1), "positions start at 0 (the first row is sin 0 = 0, cos 0 = 1), you started at 1"),
+        (lambda: _table(T, E).T, "the result should be (T, E): one row per position"),
+    ]
+    return hints.compare(got, expected, "positions", "[T, E]", alternatives=alternatives, dtype=np.float32)
+
+
+def _rotate(x, sign=1.0, start=0, half=False):
+    T, D = x.shape[-2], x.shape[-1]
+    theta = 10000.0 ** (-np.arange(0, D, 2) / D)
+    angle = np.arange(start, start + T)[:, None] * theta[None, :]  # (T, D/2)
+    cos, sin = np.cos(angle), sign * np.sin(angle)
+    if half:
+        a, b = x[..., : D // 2], x[..., D // 2:]
+        return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+    a, b = x[..., 0::2], x[..., 1::2]
+    out = np.empty_like(x)
+    out[..., 0::2], out[..., 1::2] = a * cos - b * sin, a * sin + b * cos
+    return out
+
+
+def _reference_rotary(inputs):
+    import torch
+
+    from mha_course.positions import apply_rotary
+
+    return apply_rotary(torch.from_numpy(inputs["x"])).numpy()
+
+
+def _reference_offsets(inputs):
+    import torch
+
+    from mha_course.positions import apply_rotary
+
+    x = torch.from_numpy(inputs["x"])
+    return (apply_rotary(x) @ apply_rotary(torch.from_numpy(inputs["x"][::-1].copy())).transpose(-2, -1)).numpy()
+
+
+def _diagnose_rotary(got, expected, inputs):
+    x = inputs["x"]
+    alternatives = [
+        (lambda: _rotate(x, sign=-1.0), "you rotate the wrong way: y[2i] = x[2i] cos - x[2i+1] sin, "
+         "y[2i+1] = x[2i] sin + x[2i+1] cos"),
+        (lambda: _rotate(x, start=1), "positions start at 0 (the first row is not rotated), you started at 1"),
+        (lambda: _rotate(x, half=True), "you paired x[i] with x[i + D/2] ('rotate half'); this exercise pairs "
+         "neighbours x[2i], x[2i+1]"),
+        (lambda: x, "the output equals the input: nothing was rotated"),
+    ]
+    return hints.compare(got, expected, "rotated", "[..., T, D]", alternatives=alternatives)
+
+
+def _diagnose_offsets(got, expected, inputs):
+    hint = hints.compare(got, expected, "scores", "[T, T]")
+    if hint:
+        return hint + " (scores of rotated queries against rotated keys)"
+    return None
+
+
+# --- cases ----------------------------------------------------------------------------------------
+
+SINUSOIDAL = Exercise(
+    key="sinusoidal_positions",
+    target="sinusoidal_positions",
+    title="Sinusoidal positions",
+    cases=(
+        Case("a (6, 8) table matches the formula", 2, _sizes(6, 8), _call_sinusoidal, _reference_sinusoidal,
+             _diagnose_sinusoidal, visualize=hints.single_heatmaps("sinusoidal positions")),
+        Case("a single position (1, 4)", 1, _sizes(1, 4), _call_sinusoidal, _reference_sinusoidal,
+             _diagnose_sinusoidal),
+        Case("long and wide (64, 32)", 2, _sizes(64, 32), _call_sinusoidal, _reference_sinusoidal,
+             _diagnose_sinusoidal),
+        Case("(7, 12), hidden", 1, _sizes(7, 12), _call_sinusoidal, _reference_sinusoidal, _diagnose_sinusoidal,
+             hidden=True),
+        Case("(100, 2), hidden", 1, _sizes(100, 2), _call_sinusoidal, _reference_sinusoidal, _diagnose_sinusoidal,
+             hidden=True),
+    ),
+    forbidden=("mha_course.positions.sinusoidal_positions",),
+)
+
+ROTARY = Exercise(
+    key="apply_rotary",
+    target="apply_rotary",
+    title="Rotary positions (RoPE)",
+    cases=(
+        Case("(T, D) = (5, 4) matches the formula", 2, _vectors((5, 4), 0), _call_rotary, _reference_rotary,
+             _diagnose_rotary),
+        Case("leading batch and head dims (2, 3, 6, 8)", 2, _vectors((2, 3, 6, 8), 1), _call_rotary,
+             _reference_rotary, _diagnose_rotary),
+        Case("rotated scores match (query vs reversed keys)", 1, _vectors((6, 8), 2), _call_rotary_offsets,
+             _reference_offsets, _diagnose_offsets),
+        Case("long sequence (40, 16), hidden", 1, _vectors((40, 16), 3), _call_rotary, _reference_rotary,
+             _diagnose_rotary, hidden=True),
+        Case("(1, 2, 3, 2), hidden", 1, _vectors((1, 2, 3, 2), 4), _call_rotary, _reference_rotary,
+             _diagnose_rotary, hidden=True),
+    ),
+    forbidden=("mha_course.positions.apply_rotary",),
+)
+
+ASSIGNMENT = Assignment(
+    key="a09_positions",
+    version=1,
+    title="Assignment 09: sinusoidal and rotary positions",
+    notebook="a09_positions.ipynb",
+    exercises=(SINUSOIDAL, ROTARY),
+)

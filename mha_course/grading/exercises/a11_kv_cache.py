@@ -1,0 +1,242 @@
+"""Assignment 11 (chapter 11): one decoding step with a key/value cache.
+
+    kv_decode_step(q, k_new, v_new, k_cache, v_cache) -> (out, k_cache, v_cache)
+
+    q (B, H, 1, D)            the newest token's query
+    k_new, v_new (B, H, 1, D) its key and value
+    k_cache, v_cache (B, H, S, D), the S earlier tokens' keys and values (S may be 0)
+    returns out (B, H, 1, D) = softmax(q K^T / sqrt(D)) V over all S + 1 keys, and the caches
+    grown to (B, H, S + 1, D) with the new token at the END.
+
+Run token by token from an empty cache, the outputs must equal full causal attention. The hidden
+bonus case gives k/v with G < H heads (grouped-query attention: query head h uses kv head
+h // (H / G)). Diagnoses name the usual mistakes: attending before appending, a top-left causal
+mask on the single query, no scaling, the new token put first.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import hints
+from ..spec import Assignment, Case, Exercise
+
+_NAMES = ("out", "k_cache", "v_cache")
+_LEGENDS = ("[B, H, 1, D]", "[B, G, S + 1, D]", "[B, G, S + 1, D]")
+
+# --- inputs ---------------------------------------------------------------------------------------
+
+
+def _step_inputs(B, H, S, D, seed, G=None, dtype=np.float64):
+    """One step: a cache of S positions and one new token."""
+    G = H if G is None else G
+
+    def make():
+        rng = np.random.default_rng(seed)
+        return {"q": rng.standard_normal((B, H, 1, D)).astype(dtype),
+                "k_new": rng.standard_normal((B, G, 1, D)).astype(dtype),
+                "v_new": rng.standard_normal((B, G, 1, D)).astype(dtype),
+                "k_cache": rng.standard_normal((B, G, S, D)).astype(dtype),
+                "v_cache": rng.standard_normal((B, G, S, D)).astype(dtype)}
+
+    return make
+
+
+def _sequence_inputs(B, H, N, D, seed, G=None, dtype=np.float64):
+    """N steps from an empty cache: q (B, H, N, D), k and v (B, G, N, D)."""
+    G = H if G is None else G
+
+    def make():
+        rng = np.random.default_rng(seed)
+        return {"q": rng.standard_normal((B, H, N, D)).astype(dtype),
+                "k": rng.standard_normal((B, G, N, D)).astype(dtype),
+                "v": rng.standard_normal((B, G, N, D)).astype(dtype)}
+
+    return make
+
+
+# --- call (submission process) --------------------------------------------------------------------
+
+
+def _unpack_step(result):
+    if not isinstance(result, (tuple, list)) or len(result) != 3:
+        kind = type(result).__name__ + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else "")
+        raise TypeError(f"kv_decode_step must return a tuple (out, k_cache, v_cache), got {kind}")
+    return result
+
+
+def _call_step(target, inputs):
+    import torch
+
+    args = [torch.from_numpy(inputs[n].copy()) for n in ("q", "k_new", "v_new", "k_cache", "v_cache")]
+    out, k_cache, v_cache = _unpack_step(target(*args))
+    return tuple(hints.to_numpy(x, name) for x, name in zip((out, k_cache, v_cache), _NAMES, strict=True))
+
+
+def _call_sequence(target, inputs):
+    """Decode all N positions one at a time; return (outputs (B, H, N, D), final k_cache, v_cache)."""
+    import torch
+
+    q, k, v = (torch.from_numpy(inputs[n].copy()) for n in "qkv")
+    B, G, N, D = k.shape
+    k_cache, v_cache = k[:, :, :0].clone(), v[:, :, :0].clone()  # (B, G, 0, D): empty
+    outs = []
+    for t in range(N):
+        out, k_cache, v_cache = _unpack_step(target(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1],
+                                                    k_cache, v_cache))
+        outs.append(hints.to_numpy(out, f"out of step {t}"))
+    shapes = {o.shape for o in outs}
+    if len(shapes) != 1:
+        raise ValueError(f"out changed shape between steps: {sorted(shapes)}")
+    return np.concatenate(outs, axis=2), hints.to_numpy(k_cache, "k_cache"), hints.to_numpy(v_cache, "v_cache")
+
+
+# --- reference and diagnose (grader) ---------------------------------------------------------------
+
+
+def _attend(q, k, v, mask=None, scale=None):
+    """float64 attention of q (B, H, T, D) over k, v (B, G, S, D), G dividing H; mask (T, S) or None."""
+    H, G = q.shape[1], k.shape[1]
+    k, v = np.repeat(k, H // G, axis=1), np.repeat(v, H // G, axis=1)  # (B, H, S, D)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q.astype(np.float64) @ np.swapaxes(k, -1, -2).astype(np.float64)) * scale  # (B, H, T, S)
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    top = scores.max(axis=-1, keepdims=True)
+    w = np.exp(scores - np.where(np.isfinite(top), top, 0.0))
+    total = w.sum(axis=-1, keepdims=True)
+    return (w / np.where(total > 0, total, 1.0)) @ v.astype(np.float64)  # (B, H, T, D); empty rows give 0
+
+
+def _ref_step(inputs):
+    import torch
+
+    from mha_course.kv_cache import KVCache, decode_step
+
+    q, k_new, v_new, k_cache, v_cache = (torch.from_numpy(inputs[n]) for n in
+                                         ("q", "k_new", "v_new", "k_cache", "v_cache"))
+    B, G, S, D = k_cache.shape
+    cache = KVCache(B, G, D, dtype=k_cache.dtype)
+    if S:
+        cache.append(k_cache, v_cache)
+    out = decode_step(q, k_new, v_new, cache)
+    dtype = inputs["q"].dtype
+    return out.numpy().astype(dtype), cache.keys.numpy().astype(dtype), cache.values.numpy().astype(dtype)
+
+
+def _ref_sequence(inputs):
+    import torch
+
+    from mha_course.masks import causal_mask
+    from mha_course.variants import grouped_query_attention
+
+    q, k, v = (torch.from_numpy(inputs[n]) for n in "qkv")
+    out, _ = grouped_query_attention(q, k, v, mask=causal_mask(q.shape[2]))
+    return out.numpy(), inputs["k"], inputs["v"]
+
+
+def _step_alternatives(inputs):
+    """Wrong-but-plausible outputs of one step, with the hint for each."""
+    q, k_new, v_new, kc, vc = (inputs[n] for n in ("q", "k_new", "v_new", "k_cache", "v_cache"))
+    S, D = kc.shape[2], q.shape[-1]
+    k_all, v_all = np.concatenate([kc, k_new], axis=2), np.concatenate([vc, v_new], axis=2)
+    alts = [(lambda: _attend(q, k_all, v_all, scale=1.0), "the scores are not scaled: multiply q k^T by 1/sqrt(D)"),
+            (lambda: _attend(q, k_all, v_all, scale=1.0 / D), "wrong scale: 1/D; use 1/sqrt(D)"),
+            (lambda: _attend(q, k_new, v_new), "the new query attended only to its own key: it must see every "
+             "cached key too (concatenate the cache and the new k, v along the sequence axis)")]
+    old_only = ("the query attended to the OLD cache only: append the new k, v first, then attend (a token may "
+                "attend to itself)")
+    if not S:
+        alts.append((lambda: np.zeros_like(q), old_only))
+    if S:
+        alts += [(lambda: _attend(q, kc, vc), "the query attended to the OLD cache only: append the new k, v "
+                  "first, then attend (a token may attend to itself)"),
+                 (lambda: _attend(q, k_all, v_all, mask=np.arange(S + 1)[None, :] <= 0),
+                  "a top-left causal mask (causal_mask(1, S)) lets the newest query see key 0 only; the newest "
+                  "token may see every cached key: no mask is needed for one new query")]
+    return alts
+
+
+def _compare_triple(got, expected, out_alts, k_first, v_first):
+    arrays, hint = hints.unpack(got, _NAMES)
+    if hint:
+        return hint
+    out, k_cache, v_cache = arrays
+    for name, arr, exp, legend, first in (("k_cache", k_cache, expected[1], _LEGENDS[1], k_first),
+                                          ("v_cache", v_cache, expected[2], _LEGENDS[2], v_first)):
+        alternatives = [(first, "the new token is at the start of the cache; append it at the END "
+                                "(torch.cat([cache, new], dim=2))")] if first is not None else []
+        hint = hints.compare(arr, exp, name, legend, alternatives=alternatives)
+        if hint:
+            return hint
+    return hints.compare(out, expected[0], "out", _LEGENDS[0], alternatives=out_alts)
+
+
+def _diagnose_step(got, expected, inputs):
+    kc, vc = inputs["k_cache"], inputs["v_cache"]
+    k_first = np.concatenate([inputs["k_new"], kc], axis=2) if kc.shape[2] else None
+    v_first = np.concatenate([inputs["v_new"], vc], axis=2) if vc.shape[2] else None
+    return _compare_triple(got, expected, _step_alternatives(inputs), k_first, v_first)
+
+
+def _diagnose_sequence(got, expected, inputs):
+    q, k, v = inputs["q"], inputs["k"], inputs["v"]
+    N = q.shape[2]
+    out_alts = [(lambda: _attend(q, k, v), "later tokens leak into earlier outputs (no causal structure): each step "
+                 "must attend only to the cache, i.e. the tokens so far"),
+                (lambda: _attend(q, k, v, mask=np.eye(N, dtype=bool)), "each step attended only to its own token: "
+                 "keep the cache returned by the previous step and attend to all of it"),
+                (lambda: _attend(q, k, v, scale=1.0, mask=np.tril(np.ones((N, N), dtype=bool))),
+                 "the scores are not scaled: multiply q k^T by 1/sqrt(D)"),
+                (lambda: _attend(q, k, v, mask=np.tril(np.ones((N, N), dtype=bool), k=-1)),
+                 "each step attended to the earlier tokens only: append the new k, v first, then attend "
+                 "(a token may attend to itself)"),
+                (lambda: _attend(q, k, v, mask=np.broadcast_to(np.arange(N) <= 0, (N, N))),
+                 "every step saw key 0 only: a top-left causal mask (causal_mask(1, S)) is wrong for the newest "
+                 "query; no mask is needed for one new query")]
+    hint = _compare_triple(got, expected, out_alts, np.flip(k, axis=2) if N > 1 else None,
+                           np.flip(v, axis=2) if N > 1 else None)
+    if hint and hint.startswith("out"):
+        hint = hint.replace("[B, H, 1, D]", "[B, H, N, D] (all steps stacked)")
+    return hint
+
+
+def _cases():
+    step, seq = _call_step, _call_sequence
+    return (
+        Case("one step: out (B, H, 1, D), caches grown to S + 1", 2, _step_inputs(1, 2, 5, 4, 0), step,
+             _ref_step, _diagnose_step),
+        Case("first step (empty cache): the token attends to itself", 1, _step_inputs(1, 2, 0, 4, 1), step,
+             _ref_step, _diagnose_step),
+        Case("one step equals the last row of causal attention (D = 16)", 2, _step_inputs(2, 3, 7, 16, 2), step,
+             _ref_step, _diagnose_step),
+        Case("8 steps from an empty cache equal full causal attention", 2, _sequence_inputs(1, 2, 8, 4, 3), seq,
+             _ref_sequence, _diagnose_sequence),
+        Case("batch > 1, 4 heads, 6 steps", 1, _sequence_inputs(3, 4, 6, 8, 4), seq, _ref_sequence,
+             _diagnose_sequence),
+        Case("float32 cache, 12 steps", 1, _sequence_inputs(2, 2, 12, 8, 5, dtype=np.float32), seq, _ref_sequence,
+             _diagnose_sequence, hidden=True),
+        Case("one step with a long cache (S = 40)", 1, _step_inputs(2, 2, 40, 8, 6), step, _ref_step,
+             _diagnose_step, hidden=True),
+        Case("bonus: grouped-query cache (H = 4 query heads, G = 2 kv heads)", 1,
+             _sequence_inputs(2, 4, 5, 4, 7, G=2), seq, _ref_sequence, _diagnose_sequence, hidden=True),
+    )
+
+
+KV_DECODE_STEP = Exercise(
+    key="kv_decode_step",
+    target="kv_decode_step",
+    title="A decoding step with a KV cache",
+    cases=_cases(),
+    forbidden=("mha_course.kv_cache.decode_step", "mha_course.kv_cache.KVCache.append"),
+)
+
+ASSIGNMENT = Assignment(
+    key="a11_kv_cache",
+    version=1,
+    title="Assignment 11: a KV-cache decoding step",
+    notebook="a11_kv_cache.ipynb",
+    exercises=(KV_DECODE_STEP,),
+)

@@ -1,0 +1,227 @@
+"""Assignment 12 (chapter 12): the online softmax, then tiled (FlashAttention-style) attention.
+
+    online_softmax_update(m, l, x_block) -> (m_new, l_new)
+        m_new = max(m, max_j x_block_j);  l_new = l * exp(m - m_new) + sum_j exp(x_block_j - m_new)
+    tiled_attention(q, k, v, block_size, causal=False) -> out (..., T, Dv)
+        softmax(q k^T / sqrt(D)) v, one (block_size x block_size) tile of scores at a time
+
+The cases use T that is not a multiple of the block, T != S, block size 1 and the causal mask
+(top-left: query i sees keys j <= i). Diagnoses recognise the classic slips: forgetting to rescale
+the accumulator when the maximum grows, no 1/sqrt(D), the causal mask ignored or shifted.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import hints
+from ..spec import Assignment, Case, Exercise
+
+# --- inputs ---------------------------------------------------------------------------------------
+
+
+def _rows(R, S, block, seed, magnitude=1.0, masked=False):
+    def make():
+        rng = np.random.default_rng(seed)
+        x = rng.standard_normal((R, S)) * magnitude
+        if masked:
+            x[0, : S // 2] = -np.inf  # the first row starts with masked scores
+        return {"x": x, "block": block}
+
+    return make
+
+
+def _qkv(lead, T, S, D, Dv, block, causal, seed, dtype=np.float64, magnitude=1.0):
+    def make():
+        rng = np.random.default_rng(seed)
+        return {"q": (rng.standard_normal((*lead, T, D)) * magnitude).astype(dtype),
+                "k": rng.standard_normal((*lead, S, D)).astype(dtype),
+                "v": rng.standard_normal((*lead, S, Dv)).astype(dtype), "block": block, "causal": causal}
+
+    return make
+
+
+# --- call (submission process) --------------------------------------------------------------------
+
+
+def _call_update(target, inputs):
+    """Stream the rows through the learner's update block by block; return the final (m, l)."""
+    import torch
+
+    x = torch.from_numpy(inputs["x"].copy())
+    m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
+    l = torch.zeros(x.shape[:-1], dtype=x.dtype)
+    for j0 in range(0, x.shape[-1], inputs["block"]):
+        result = target(m, l, x[..., j0:j0 + inputs["block"]])
+        if not isinstance(result, (tuple, list)) or len(result) < 2:
+            raise TypeError(f"online_softmax_update must return (m_new, l_new), got {type(result).__name__}")
+        m, l = result[0], result[1]
+    return hints.to_numpy(m, "m"), hints.to_numpy(l, "l")
+
+
+def _call_tiled(target, inputs):
+    import torch
+
+    q, k, v = (torch.from_numpy(inputs[n].copy()) for n in "qkv")
+    return hints.to_numpy(target(q, k, v, inputs["block"], causal=inputs["causal"]), "out")
+
+
+# --- reference and diagnose (grader) ---------------------------------------------------------------
+
+
+def _ref_update(inputs):
+    x = inputs["x"]
+    m = x.max(axis=-1)
+    safe = np.where(np.isneginf(m), 0.0, m)
+    return m, np.exp(x - safe[..., None]).sum(axis=-1)
+
+
+def _ref_tiled(inputs):
+    import torch
+
+    from mha_course.tiled import tiled_attention
+
+    q, k, v = (torch.from_numpy(inputs[n]) for n in "qkv")
+    return tiled_attention(q, k, v, inputs["block"], causal=inputs["causal"]).numpy()
+
+
+def _attend(q, k, v, scale, allowed=None):
+    """float64 attention; allowed (T, S) bool or None."""
+    scores = (q.astype(np.float64) @ np.swapaxes(k, -1, -2).astype(np.float64)) * scale
+    if allowed is not None:
+        scores = np.where(allowed, scores, -np.inf)
+    top = scores.max(axis=-1, keepdims=True)
+    w = np.exp(scores - np.where(np.isfinite(top), top, 0.0))
+    total = w.sum(axis=-1, keepdims=True)
+    return (w / np.where(total > 0, total, 1.0)) @ v.astype(np.float64)
+
+
+def _tiled_no_rescale(q, k, v, block, causal):
+    """The classic slip: the accumulator is never multiplied by exp(m_old - m_new)."""
+    T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
+    out = np.zeros((*q.shape[:-1], v.shape[-1]))
+    for i0 in range(0, T, block):
+        qb = q[..., i0:i0 + block, :].astype(np.float64)
+        rows = np.arange(i0, i0 + qb.shape[-2])
+        m = np.full(qb.shape[:-1], -np.inf)
+        l = np.zeros(qb.shape[:-1])
+        acc = np.zeros((*qb.shape[:-1], v.shape[-1]))
+        for j0 in range(0, S, block):
+            s = qb @ np.swapaxes(k[..., j0:j0 + block, :], -1, -2) / math.sqrt(D)
+            if causal:
+                s = np.where(np.arange(j0, j0 + s.shape[-1])[None, :] <= rows[:, None], s, -np.inf)
+            m_new = np.maximum(m, s.max(axis=-1))
+            safe = np.where(np.isneginf(m_new), 0.0, m_new)
+            corr = np.where(np.isneginf(m), 0.0, np.exp(m - safe))
+            p = np.exp(s - safe[..., None])
+            l = l * corr + p.sum(axis=-1)
+            acc = acc + p @ v[..., j0:j0 + block, :]  # missing: acc * corr
+            m = m_new
+        out[..., i0:i0 + block, :] = acc / np.where(l > 0, l, 1.0)[..., None]
+    return out
+
+
+def _diagnose_update(got, expected, inputs):
+    arrays, hint = hints.unpack(got, ("m", "l"))
+    if hint:
+        return hint
+    m, l = arrays
+    x = inputs["x"]
+    hint = hints.compare(m, expected[0], "m (running max)", "[rows]")
+    if hint:
+        return hint
+    no_rescale = np.zeros(x.shape[0])
+    m_run = np.full(x.shape[0], -np.inf)
+    for j0 in range(0, x.shape[-1], inputs["block"]):
+        blk = x[:, j0:j0 + inputs["block"]]
+        m_run = np.maximum(m_run, blk.max(axis=-1))
+        no_rescale = no_rescale + np.exp(blk - np.where(np.isneginf(m_run), 0.0, m_run)[:, None]).sum(-1)
+    alternatives = [(lambda: no_rescale, "the old sum l is not rescaled: multiply it by exp(m - m_new) when the "
+                     "maximum grows"),
+                    (lambda: np.exp(x).sum(axis=-1), "l is sum(exp(x)) without subtracting the maximum: "
+                     "use exp(x - m_new)")]
+    return hints.compare(l, expected[1], "l (running sum)", "[rows]", alternatives=alternatives)
+
+
+def _diagnose_tiled(got, expected, inputs):
+    q, k, v, block, causal = (inputs[n] for n in ("q", "k", "v", "block", "causal"))
+    T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = 1.0 / math.sqrt(D)
+    tril = np.arange(S)[None, :] <= np.arange(T)[:, None]
+    alternatives = [(lambda: _tiled_no_rescale(q, k, v, block, causal),
+                     "the accumulator is not rescaled: when the running max grows, multiply acc (and l) by "
+                     "exp(m_old - m_new) before adding the new block"),
+                    (lambda: _attend(q, k, v, 1.0, tril if causal else None),
+                     "the scores are not scaled: multiply q k^T by 1/sqrt(D)")]
+    if causal:
+        alternatives += [(lambda: _attend(q, k, v, scale), "the causal mask is ignored: key j is hidden from query "
+                          "i when j > i (also inside the diagonal tiles)"),
+                         (lambda: _attend(q, k, v, scale, np.arange(S)[None, :] < np.arange(T)[:, None]),
+                          "the causal mask hides the diagonal: query i may attend key i (j <= i)")]
+    else:
+        alternatives.append((lambda: _attend(q, k, v, scale, tril), "you applied a causal mask with causal=False"))
+    dtype = np.float32 if q.dtype == np.float32 else None
+    return hints.compare(got, expected, "out", "[..., T, Dv]", alternatives=alternatives, check_dtype=True,
+                         dtype=dtype)
+
+
+def _update_cases():
+    return (
+        Case("one block: m = max, l = sum exp(x - m)", 1, _rows(3, 8, 8, 0), _call_update, _ref_update,
+             _diagnose_update),
+        Case("several blocks (S = 20, block 6)", 2, _rows(4, 20, 6, 1, magnitude=3.0), _call_update, _ref_update,
+             _diagnose_update),
+        Case("block size 1", 1, _rows(2, 9, 1, 2), _call_update, _ref_update, _diagnose_update),
+        Case("a row that starts masked (-inf)", 1, _rows(3, 12, 4, 3, masked=True), _call_update, _ref_update,
+             _diagnose_update),
+        Case("large scores (|x| ~ 500): no overflow", 1, _rows(2, 16, 5, 4, magnitude=300.0), _call_update,
+             _ref_update, _diagnose_update, hidden=True),
+    )
+
+
+def _tiled_cases():
+    c, r, d = _call_tiled, _ref_tiled, _diagnose_tiled
+    return (
+        Case("T = S = 8, block 4 (T a multiple of the block)", 2, _qkv((), 8, 8, 4, 4, 4, False, 0), c, r, d),
+        Case("T = 10 not a multiple of block 4, S = 13, Dv != D", 2, _qkv((), 10, 13, 4, 3, 4, False, 1), c, r, d),
+        Case("causal, T = S = 11, block 4", 2, _qkv((), 11, 11, 8, 8, 4, True, 2), c, r, d),
+        Case("block size 1", 1, _qkv((), 5, 6, 4, 4, 1, False, 3), c, r, d),
+        Case("(B, H, T, D) inputs, block 3", 1, _qkv((2, 2), 7, 9, 4, 4, 3, True, 4), c, r, d),
+        Case("causal with T != S (T = 6, S = 10)", 1, _qkv((2,), 6, 10, 4, 4, 4, True, 5), c, r, d, hidden=True),
+        Case("large scores: the running max must grow safely", 1,
+             _qkv((), 9, 16, 8, 8, 4, False, 6, magnitude=30.0), c, r, d, hidden=True),
+        Case("float32 in, float32 out", 1, _qkv((2,), 12, 12, 8, 8, 5, True, 7, dtype=np.float32), c, r, d,
+             hidden=True),
+    )
+
+
+ONLINE_UPDATE = Exercise(
+    key="online_softmax_update",
+    target="online_softmax_update",
+    title="One step of the online softmax",
+    cases=_update_cases(),
+    forbidden=("mha_course.online_softmax.online_softmax_update", "torch.logsumexp", "torch.softmax",
+               "torch.nn.functional.softmax"),
+)
+
+TILED = Exercise(
+    key="tiled_attention",
+    target="tiled_attention",
+    title="Tiled attention with the online softmax",
+    cases=_tiled_cases(),
+    forbidden=("torch.nn.functional.scaled_dot_product_attention", "mha_course.tiled_attention",
+               "mha_course.tiled.tiled_attention", "mha_course.scaled_dot_product_attention",
+               "mha_course.attention.scaled_dot_product_attention",
+               "mha_course.online_softmax.online_softmax_attention", "mha_course.triton_attention",
+               "mha_course.flash_triton.triton_attention"),
+)
+
+ASSIGNMENT = Assignment(
+    key="a12_tiled_attention",
+    version=1,
+    title="Assignment 12: the online softmax and tiled attention",
+    notebook="a12_tiled_attention.ipynb",
+    exercises=(ONLINE_UPDATE, TILED),
+)

@@ -1,0 +1,190 @@
+"""Assignment 14 (chapter 14): the backward pass of attention by hand.
+
+    softmax_jacobian(p) -> J (..., S, S),   J = diag(p) - p p^T
+    attention_backward(q, k, v, grad_out) -> (dq, dk, dv)
+        P = softmax(q k^T / sqrt(D)),  O = P v
+        dv = P^T dO,  dP = dO v^T,  dS = P * (dP - rowsum(dO * O)),  dq = dS k / sqrt(D),  dk = dS^T q / sqrt(D)
+
+Checked against autograd's gradients (computed in the grader). Diagnoses name the usual slips:
+the softmax Jacobian's second term forgotten (dS = P * dP), the 1/sqrt(D) missing from dq and
+dk, and a float32 input answered in float64.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import hints
+from ..spec import Assignment, Case, Exercise
+
+_NAMES = ("dq", "dk", "dv")
+_LEGENDS = ("[..., T, D]", "[..., S, D]", "[..., S, Dv]")
+
+# --- inputs ---------------------------------------------------------------------------------------
+
+
+def _probs(lead, S, seed):
+    def make():
+        rng = np.random.default_rng(seed)
+        x = rng.standard_normal((*lead, S)) * 2
+        p = np.exp(x - x.max(axis=-1, keepdims=True))
+        return {"p": p / p.sum(axis=-1, keepdims=True)}
+
+    return make
+
+
+def _qkv(lead, T, S, D, Dv, seed, dtype=np.float64):
+    def make():
+        rng = np.random.default_rng(seed)
+        return {"q": rng.standard_normal((*lead, T, D)).astype(dtype),
+                "k": rng.standard_normal((*lead, S, D)).astype(dtype),
+                "v": rng.standard_normal((*lead, S, Dv)).astype(dtype),
+                "grad_out": rng.standard_normal((*lead, T, Dv)).astype(dtype)}
+
+    return make
+
+
+# --- call (submission process) --------------------------------------------------------------------
+
+
+def _call_jacobian(target, inputs):
+    import torch
+
+    return hints.to_numpy(target(torch.from_numpy(inputs["p"].copy())), "J")
+
+
+def _call_backward(target, inputs):
+    import torch
+
+    args = [torch.from_numpy(inputs[n].copy()) for n in ("q", "k", "v", "grad_out")]
+    result = target(*args)
+    if not isinstance(result, (tuple, list)) or len(result) != 3:
+        raise TypeError(f"attention_backward must return (dq, dk, dv), got {type(result).__name__}")
+    return tuple(hints.to_numpy(x, n) for x, n in zip(result, _NAMES, strict=True))
+
+
+# --- reference and diagnose (grader) ---------------------------------------------------------------
+
+
+def _ref_jacobian(inputs):
+    import torch
+
+    from mha_course.softmax import softmax
+
+    p = torch.from_numpy(inputs["p"])
+    x = torch.log(p)  # softmax(log p) = p: differentiate softmax at that point with autograd
+    flat = x.reshape(-1, x.shape[-1])
+    jac = [torch.autograd.functional.jacobian(lambda t: softmax(t), row) for row in flat]
+    return torch.stack(jac).reshape(*x.shape, x.shape[-1]).numpy()
+
+
+def _ref_backward(inputs):
+    import torch
+
+    from mha_course.attention import scaled_dot_product_attention
+
+    q, k, v = (torch.from_numpy(inputs[n]).clone().requires_grad_() for n in "qkv")
+    out, _ = scaled_dot_product_attention(q, k, v)
+    grads = torch.autograd.grad(out, (q, k, v), torch.from_numpy(inputs["grad_out"]))
+    return tuple(g.numpy() for g in grads)
+
+
+def _manual(inputs, forget_rowsum=False, scale_dq_dk=True):
+    """float64 NumPy backward with knobs for the classic slips."""
+    q, k, v, do = (inputs[n].astype(np.float64) for n in ("q", "k", "v", "grad_out"))
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    s = q @ np.swapaxes(k, -1, -2) * scale
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    o = p @ v
+    dv = np.swapaxes(p, -1, -2) @ do
+    dp = do @ np.swapaxes(v, -1, -2)
+    ds = p * dp if forget_rowsum else p * (dp - (do * o).sum(axis=-1, keepdims=True))
+    f = scale if scale_dq_dk else 1.0
+    dq = ds @ k * f
+    dk = np.swapaxes(ds, -1, -2) @ q * f
+    return dq, dk, dv
+
+
+def _diagnose_jacobian(got, expected, inputs):
+    p = inputs["p"]
+    alternatives = [(lambda: p[..., :, None] * np.eye(p.shape[-1]), "only diag(p): subtract the outer product p p^T"),
+                    (lambda: -p[..., :, None] * p[..., None, :], "only -p p^T: add diag(p)"),
+                    (lambda: np.eye(p.shape[-1]) - p[..., :, None] * p[..., None, :],
+                     "diag(1) - p p^T: the diagonal is p_i (1 - p_i), i.e. diag(p), not the identity")]
+    return hints.compare(got, expected, "J", "[..., S, S]", alternatives=alternatives)
+
+
+def _diagnose_backward(got, expected, inputs):
+    arrays, hint = hints.unpack(got, _NAMES)
+    if hint:
+        return hint
+    no_rowsum = _manual(inputs, forget_rowsum=True)
+    no_scale = _manual(inputs, scale_dq_dk=False)
+    for i in (2, 0, 1):  # dv first: it needs no softmax Jacobian, so its hint is the simplest
+        name, legend = _NAMES[i], _LEGENDS[i]
+        alternatives = []
+        if name != "dv":
+            alternatives = [(lambda i=i: no_rowsum[i], "dS = P * dP forgets the softmax Jacobian's second term: "
+                             "dS = P * (dP - rowsum(dO * O))"),
+                            (lambda i=i: no_scale[i], f"{name} misses the factor 1/sqrt(D): the scores were "
+                             "scaled in the forward pass, so their gradient is too")]
+        dtype = np.float32 if inputs["q"].dtype == np.float32 else None
+        hint = hints.compare(arrays[i], expected[i], name, legend, alternatives=alternatives, dtype=dtype,
+                             check_dtype=True)
+        if hint:
+            return hint
+    return None
+
+
+def _jacobian_cases():
+    return (
+        Case("J = diag(p) - p p^T for one row (S = 5)", 2, _probs((), 5, 0), _call_jacobian, _ref_jacobian,
+             _diagnose_jacobian),
+        Case("a batch of rows (3, S = 4)", 1, _probs((3,), 4, 1), _call_jacobian, _ref_jacobian,
+             _diagnose_jacobian),
+        Case("S = 1", 1, _probs((2,), 1, 2), _call_jacobian, _ref_jacobian, _diagnose_jacobian, hidden=True),
+    )
+
+
+def _backward_cases():
+    c, r, d = _call_backward, _ref_backward, _diagnose_backward
+    return (
+        Case("shapes: dq (T, D), dk (S, D), dv (S, Dv) with T, S, D, Dv all different", 2,
+             _qkv((), 3, 5, 4, 2, 0), c, r, d),
+        Case("dv = P^T dO", 1, _qkv((), 4, 4, 8, 8, 1), c, r, d),
+        Case("dq and dk through the softmax Jacobian", 2, _qkv((), 6, 7, 8, 5, 2), c, r, d),
+        Case("(B, H, T, D) inputs", 1, _qkv((2, 3), 4, 5, 4, 4, 3), c, r, d),
+        Case("a single query (T = 1)", 1, _qkv((2,), 1, 6, 4, 3, 4), c, r, d, hidden=True),
+        Case("float32 in, float32 out", 1, _qkv((2,), 5, 5, 8, 8, 5, dtype=np.float32), c, r, d, hidden=True),
+    )
+
+
+SOFTMAX_JACOBIAN = Exercise(
+    key="softmax_jacobian",
+    target="softmax_jacobian",
+    title="The softmax Jacobian",
+    cases=_jacobian_cases(),
+    forbidden=("torch.autograd.functional.jacobian", "mha_course.backward.softmax_jacobian", "torch.func.jacrev",
+               "torch.func.jacfwd"),
+)
+
+ATTENTION_BACKWARD = Exercise(
+    key="attention_backward",
+    target="attention_backward",
+    title="Gradients of attention by hand",
+    cases=_backward_cases(),
+    forbidden=("torch.autograd.grad", "torch.autograd.backward", "torch.Tensor.backward",
+               "mha_course.attention_backward", "mha_course.backward.attention_backward",
+               "torch.autograd.functional.vjp", "torch.func.vjp", "torch.func.grad"),
+)
+
+ASSIGNMENT = Assignment(
+    key="a14_attention_backward",
+    version=1,
+    title="Assignment 14: the backward pass by hand",
+    notebook="a14_attention_backward.ipynb",
+    exercises=(SOFTMAX_JACOBIAN, ATTENTION_BACKWARD),
+)

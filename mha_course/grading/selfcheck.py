@@ -1,0 +1,188 @@
+"""The self-check a learner runs inside the notebook: ``check("softmax", softmax)``.
+
+It runs the exercise's *public* cases in the learner's own kernel and shows a table -- case,
+points, passed/failed, and a hint in the learner's terms -- plus, for a failed case that has a
+``visualize``, a picture of the learner's output beside the expected one (two heatmaps). A case
+never shows a traceback: an exception becomes a failed row whose hint is the exception's last
+line, and ``NotImplementedError`` (the unedited stub) reads "not attempted yet".
+
+Each output makes the same trip it makes in the grader (:func:`.wire.roundtrip`: plain arrays only,
+subclasses rejected) and is judged by the same code (:func:`.scoring.judge`), so check() and the
+grader agree. Hidden cases run only in the grader (``include_hidden=True`` is for the solution
+notebooks' own hidden-test cells).
+
+Inside the grader's submission process ``check`` does nothing and returns None: the grader sets
+``GRADING = True`` there, so a submission cannot use the self-check to reach reference code.
+"""
+
+from __future__ import annotations
+
+import html
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+GRADING = False  # set by the grader's submission process: check() is then a no-op
+
+
+@dataclass(frozen=True)
+class Row:
+    """One case's verdict."""
+
+    case: str
+    points: float
+    score: float
+    status: str          # "passed", "failed", "not attempted"
+    hint: str
+    hidden: bool = False
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+
+@dataclass
+class CheckResult:
+    """What check() found: rows, score and max_score; renders as HTML in Jupyter and text elsewhere."""
+
+    key: str
+    title: str
+    rows: list[Row] = field(default_factory=list)
+    _shown: bool = field(default=False, repr=False)
+
+    @property
+    def score(self) -> float:
+        return sum(r.score for r in self.rows)
+
+    @property
+    def max_score(self) -> float:
+        return sum(r.points for r in self.rows)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.rows)
+
+    def __str__(self) -> str:
+        lines = [f"{self.title} ({self.key}): {_fmt(self.score)} / {_fmt(self.max_score)} points"]
+        for r in self.rows:
+            mark = {"passed": "PASS", "failed": "FAIL"}.get(r.status, "TODO")
+            lines.append(f"  [{mark}] {_fmt(r.score)}/{_fmt(r.points)}  {r.case}" + (f"\n         -> {r.hint}" if r.hint else ""))
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return f"CheckResult({self.key!r}, score={_fmt(self.score)}, max_score={_fmt(self.max_score)})"
+
+    def _repr_html_(self) -> str:
+        colour = {"passed": "#1a7f37", "failed": "#cf222e"}
+        cells = []
+        for r in self.rows:
+            c = colour.get(r.status, "#9a6700")
+            cells.append(
+                f"<tr><td style='text-align:left'>{html.escape(r.case)}{' (hidden)' if r.hidden else ''}</td>"
+                f"<td>{_fmt(r.score)} / {_fmt(r.points)}</td>"
+                f"<td style='color:{c};font-weight:bold'>{html.escape(r.status)}</td>"
+                f"<td style='text-align:left'>{html.escape(r.hint)}</td></tr>")
+        return (f"<p><b>{html.escape(self.title)}</b> (<code>{html.escape(self.key)}</code>): "
+                f"{_fmt(self.score)} / {_fmt(self.max_score)} points</p>"
+                "<table><tr><th style='text-align:left'>case</th><th>points</th><th>result</th>"
+                "<th style='text-align:left'>hint</th></tr>" + "".join(cells) + "</table>")
+
+    def _ipython_display_(self) -> None:
+        if not self._shown:  # check() already displayed it: do not show the table twice
+            from IPython.display import HTML, display
+
+            display(HTML(self._repr_html_()))
+            self._shown = True
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def _in_notebook() -> bool:
+    shell = sys.modules.get("IPython")
+    try:
+        ip = shell.get_ipython() if shell else None
+    except Exception:
+        return False
+    return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
+
+
+def run_case(case: Any, obj: Any, forbidden: tuple[str, ...] = ()) -> tuple[Row, Any, dict]:
+    """Run one case in this process: (row, got or None, inputs)."""
+    from . import wire
+    from .guard import Tripwire, guarded
+    from .scoring import exception_line, judge
+
+    inputs = case.make_inputs()
+    tripwire = Tripwire()
+    try:
+        with guarded(obj) as target, tripwire.armed(forbidden):
+            got = wire.roundtrip(case.call(target, inputs))
+        if tripwire.tripped:
+            return Row(case.name, case.points, 0, "failed", tripwire.explanation(), case.hidden), None, inputs
+    except NotImplementedError:
+        return Row(case.name, case.points, 0, "not attempted", "not attempted yet (the cell still raises "
+                   "NotImplementedError)", case.hidden), None, inputs
+    except Exception as exc:
+        if tripwire.tripped:
+            return Row(case.name, case.points, 0, "failed", tripwire.explanation(), case.hidden), None, inputs
+        return Row(case.name, case.points, 0, "failed", exception_line(exc), case.hidden), None, inputs
+    hint = judge(case, got, inputs)
+    if hint is None:
+        return Row(case.name, case.points, case.points, "passed", "", case.hidden), got, inputs
+    return Row(case.name, case.points, 0, "failed", hint, case.hidden), got, inputs
+
+
+def check(key: str, obj: Any, include_hidden: bool = False, show: bool = True) -> CheckResult | None:
+    """Run the public cases of exercise ``key`` on ``obj`` (your function or class) and show the verdicts.
+
+    Args:
+        key: the exercise's key, e.g. ``"softmax"`` (the notebook tells you which).
+        obj: what you wrote: a function, or a class for module exercises.
+        include_hidden: also run the hidden cases (solution notebooks only).
+        show: display the table (HTML in Jupyter, text elsewhere) and heatmaps of failed cases.
+
+    Returns:
+        a :class:`CheckResult` (``.score``, ``.max_score``, ``.rows``), or None inside the grader.
+
+    Raises:
+        KeyError: ``key`` names no exercise (the message lists the known keys).
+    """
+    if GRADING:
+        return None
+    from .registry import find_exercise
+
+    exercise = find_exercise(key)
+    result = CheckResult(exercise.key, exercise.title)
+    figures = []
+    for case in exercise.cases:
+        if case.hidden and not include_hidden:
+            continue
+        row, got, inputs = run_case(case, obj, exercise.forbidden)
+        result.rows.append(row)
+        if show and row.status == "failed" and case.visualize is not None and got is not None:
+            try:
+                figures.append(case.visualize(got, case.reference(inputs), inputs))
+            except Exception:  # a picture is a bonus; never let it hide the table
+                pass
+    if show:
+        _show(result, [f for f in figures if f is not None])
+    return result
+
+
+def _show(result: CheckResult, figures: list) -> None:
+    if _in_notebook():
+        from IPython.display import HTML, display
+
+        display(HTML(result._repr_html_()))
+        result._shown = True
+        for fig in figures:
+            display(fig)
+    else:
+        print(result)
+    if figures:
+        import matplotlib.pyplot as plt
+
+        for fig in figures:
+            plt.close(fig)

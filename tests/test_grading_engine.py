@@ -1,0 +1,280 @@
+"""The grading engine on a fake assignment (tests/grading_fake.py): notebooks, self-check, grader, outputs.
+
+Cheats have their own file (test_cheats.py); real course content is graded in test_assign_sync.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import nbformat
+import numpy as np
+import pytest
+from grading_fake import GOOD_ADD, GOOD_DOUBLE, write_submission
+
+from mha_course.grading import notebook, registry, selfcheck, wire
+from mha_course.grading.grader import Limits, grade_many
+from mha_course.grading.results import class_summary, gradebook_rows, gradescope
+
+LIMITS = Limits(case_timeout=5, cell_timeout=10, notebook_timeout=30, memory_mb=1024)
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with registry.registered("grading_fake") as assignment:
+        yield assignment
+
+
+# --- notebooks: markers, stubs, magics ------------------------------------------------------------
+
+def _solution_nb():
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["mha_course"] = {"assignment": "zz_fake", "version": 3}
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("Why?\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION"),
+        nbformat.v4.new_code_cell("def f(x):\n    y = 1\n    ### BEGIN SOLUTION\n    y = x + 1\n    ### END SOLUTION\n"
+                                  "    return y"),
+        nbformat.v4.new_code_cell("### BEGIN HIDDEN TESTS\nassert f(1) == 2\n### END HIDDEN TESTS"),
+        nbformat.v4.new_code_cell("print(f(1))\n### BEGIN HIDDEN TESTS\nassert f(2) == 3\n### END HIDDEN TESTS"),
+    ]
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", text="x")]
+    nb.cells[1].execution_count = 4
+    return nb
+
+
+def test_make_exercise_replaces_answers_and_removes_hidden_tests():
+    solution = _solution_nb()
+    exercise = notebook.make_exercise(solution)
+    sources = [c.source for c in exercise.cells]
+    assert sources[0] == "Why?\nYOUR ANSWER HERE"
+    assert sources[1] == "def f(x):\n    y = 1\n    # YOUR CODE HERE\n    raise NotImplementedError()\n    return y"
+    assert len(exercise.cells) == 3 and sources[2] == "print(f(1))"  # the all-hidden cell is gone
+    assert exercise.cells[1].outputs == [] and exercise.cells[1].execution_count is None
+    assert notebook.metadata(exercise) == notebook.metadata(solution)
+    assert "BEGIN SOLUTION" in solution.cells[1].source  # the solution itself is untouched
+    assert [c.id for c in exercise.cells] == [solution.cells[i].id for i in (0, 1, 3)]
+
+
+def test_dumps_is_deterministic():
+    exercise = notebook.make_exercise(_solution_nb())
+    text = notebook.dumps(exercise)
+    assert text == notebook.dumps(nbformat.reads(text, as_version=4)) and text.endswith("}\n")
+
+
+@pytest.mark.parametrize("source", ["### BEGIN SOLUTION\nx = 1", "x = 1\n### END SOLUTION",
+                                    "### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION"])
+def test_unmatched_markers_raise(source):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(source)]
+    with pytest.raises(notebook.MarkerError, match="cell 0"):
+        notebook.make_exercise(nb)
+
+
+def test_generate_and_check(tmp_path):
+    (tmp_path / "solutions").mkdir()
+    nbformat.write(_solution_nb(), str(tmp_path / "solutions" / "zz.ipynb"))
+    nbformat.write(nbformat.v4.new_notebook(), str(tmp_path / "solutions" / "scratch.ipynb"))  # no metadata
+    out = tmp_path / "exercises"
+    assert notebook.stale_exercises(tmp_path / "solutions", out)
+    generated = notebook.generate(tmp_path / "solutions", out)
+    assert [g.exercise.name for g in generated] == ["zz.ipynb"]
+    assert notebook.stale_exercises(tmp_path / "solutions", out) == []
+    (out / "zz.ipynb").write_text((out / "zz.ipynb").read_text().replace("YOUR CODE HERE", "edited"))
+    assert notebook.stale_exercises(tmp_path / "solutions", out)
+
+
+def test_python_source_drops_ipython_syntax():
+    src = "%matplotlib inline\n!pip list\nfiles = !ls\nx = 1\nif x:\n    %time y = 2\nnp.sum?"
+    code = notebook.python_source(src)
+    compile(code, "<cell>", "exec")
+    assert code.splitlines()[3] == "x = 1" and len(code.splitlines()) == 7
+    assert notebook.python_source("%%bash\necho hi") == ""
+    assert notebook.python_source("%%time\nz = 3").splitlines()[1] == "z = 3"
+
+
+# --- wire: plain data only --------------------------------------------------------------------------
+
+def test_wire_roundtrip_and_rejections():
+    import torch
+
+    value = (np.arange(6.0).reshape(2, 3), torch.ones(2, dtype=torch.float16), 3, 2.5, True, None, [np.asarray(True)])
+    back = wire.roundtrip(value)
+    assert type(back) is tuple and type(back[0]) is np.ndarray and back[1].dtype == np.float16
+    np.testing.assert_array_equal(back[0], value[0])
+    assert back[2:6] == (3, 2.5, True, None) and back[6][0].shape == ()
+
+    class Liar(np.ndarray):
+        def __eq__(self, other):
+            return True
+
+    for bad in (np.zeros(3).view(Liar), torch.zeros(2).as_subclass(type("T", (torch.Tensor,), {})),
+                np.array([object()]), object()):
+        with pytest.raises(wire.RejectedOutput):
+            wire.pack(bad)
+    with pytest.raises(ValueError):
+        wire.unpack({"t": "array", "i": 0, "n": 5}, b"\x93NUMPY")
+
+
+# --- the self-check (learner's kernel) --------------------------------------------------------------
+
+def test_check_table_hints_and_no_op_in_grader(fake, capsys):
+    def add_arrays(a, b):
+        return a + b
+
+    result = selfcheck.check("fake_add", add_arrays)
+    assert result.score == result.max_score == 3 and len(result.rows) == 2  # the hidden case is not run
+    assert "PASS" in capsys.readouterr().out
+    assert selfcheck.check("fake_add", add_arrays, include_hidden=True).max_score == 4
+
+    def transposed(a, b):
+        return (a + b).T
+
+    rows = selfcheck.check("fake_add", transposed, show=False).rows
+    assert not rows[0].passed and "shape expected (3, 4), got (4, 3)" in rows[0].hint
+
+    def todo(a, b):
+        raise NotImplementedError()
+
+    assert {r.status for r in selfcheck.check("fake_add", todo, show=False).rows} == {"not attempted"}
+
+    def broken(a, b):
+        return a + b + undefined_name  # noqa: F821
+
+    hint = selfcheck.check("fake_add", broken, show=False).rows[0].hint
+    assert hint == "NameError: name 'undefined_name' is not defined"
+    assert "<table>" in selfcheck.check("fake_add", add_arrays, show=False)._repr_html_()
+
+    selfcheck.GRADING = True
+    try:
+        assert selfcheck.check("fake_add", add_arrays) is None
+    finally:
+        selfcheck.GRADING = False
+    with pytest.raises(KeyError, match="unknown exercise"):
+        selfcheck.check("no_such_exercise", add_arrays)
+
+
+def test_check_rejects_subclasses_and_forbidden_calls(fake):
+    import torch
+
+    class Lying(torch.Tensor):
+        def __eq__(self, other):
+            return True
+
+    def lying(x):
+        return (2 * x).as_subclass(Lying)
+
+    assert "subclass of torch.Tensor" in selfcheck.check("fake_double", lying, show=False).rows[0].hint
+
+    def via_softmax(x):
+        return 2 * x + 0 * torch.softmax(x, 0)
+
+    row = selfcheck.check("fake_double", via_softmax, show=False).rows[0]
+    assert not row.passed and "torch.softmax" in row.hint and "write it yourself" in row.hint
+
+
+# --- the grader on honest submissions ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def graded(fake, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("subs")
+    subs = {
+        "good": write_submission(folder / "good.ipynb", "import numpy as np", GOOD_ADD, GOOD_DOUBLE,
+                                 "from mha_course import check\ncheck('fake_add', add_arrays)\nprint('passed')"),
+        "todo": write_submission(folder / "todo.ipynb", "def add_arrays(a, b):\n    # YOUR CODE HERE\n"
+                                 "    raise NotImplementedError()", "def double(x):\n    raise NotImplementedError()"),
+        "wrong": write_submission(folder / "wrong.ipynb", "def add_arrays(a, b):\n    return a - b", GOOD_DOUBLE),
+        "missing": write_submission(folder / "missing.ipynb", GOOD_ADD),
+        "old": write_submission(folder / "old.ipynb", GOOD_ADD, GOOD_DOUBLE, version=1),
+        "nometa": write_submission(folder / "nometa.ipynb", GOOD_ADD, metadata=False),
+        "magic": write_submission(folder / "magic.ipynb", "%matplotlib inline\n!echo hi\n" + GOOD_ADD,
+                                  "%%bash\necho hi", GOOD_DOUBLE),
+        "reference": write_submission(folder / "reference.ipynb",
+                                      "from mha_course.softmax import softmax\n", GOOD_ADD, GOOD_DOUBLE),
+    }
+    shutil.copy(subs["good"], folder / "renamed copy (2).ipynb")
+    subs["renamed"] = folder / "renamed copy (2).ipynb"
+    (folder / "garbage.ipynb").write_text("{not json")
+    subs["garbage"] = folder / "garbage.ipynb"
+    names = list(subs)
+    results = grade_many([subs[n] for n in names], LIMITS, workers=2, progress=False)
+    return dict(zip(names, results, strict=True))
+
+
+def test_good_submission_full_marks_and_hidden_flags(graded):
+    r = graded["good"]
+    assert r.error is None and r.assignment == "zz_fake" and r.version == 3
+    assert r.score == r.max_score == 6
+    assert [t.hidden for t in r.tests] == [False, False, True, False, True]
+    assert r.exercise_scores() == {"fake_add": 4, "fake_double": 2}
+
+
+def test_renamed_copy_grades_the_same(graded):
+    same = lambda r: [(t.name, t.score, t.output) for t in r.tests]  # noqa: E731
+    assert same(graded["renamed"]) == same(graded["good"])
+
+
+def test_unedited_scores_zero_as_not_attempted(graded):
+    r = graded["todo"]
+    assert r.score == 0 and r.max_score == 6 and {t.status for t in r.tests} == {"not attempted"}
+
+
+def test_wrong_answer_loses_points_with_a_hint(graded):
+    r = graded["wrong"]
+    assert r.score == 2  # only the double exercise
+    assert all(t.status == "failed" and "differ" in t.output for t in r.tests if t.exercise == "fake_add")
+
+
+def test_missing_target_is_explained(graded):
+    r = graded["missing"]
+    assert r.score == 4
+    assert all("does not define 'double'" in t.output for t in r.tests if t.exercise == "fake_double")
+
+
+def test_version_mismatch_noted_magics_skipped(graded):
+    assert graded["old"].score == 6 and any("version 1" in n for n in graded["old"].notes)
+    assert graded["magic"].score == 6
+
+
+def test_unreadable_or_unidentified_notebooks_are_errors_not_crashes(graded):
+    assert "metadata" in graded["nometa"].error and graded["nometa"].score == 0
+    assert "not a readable notebook" in graded["garbage"].error
+    data = gradescope(graded["garbage"])
+    assert data["score"] == 0 and "Could not grade" in data["output"]
+
+
+def test_reference_import_is_blocked_and_explained(graded):
+    r = graded["reference"]
+    assert r.score == 6  # the import fails, the rest still runs
+    assert any("mha_course.softmax" in n and "not available" in n for n in r.notes)
+
+
+def test_gradescope_json_gradebook_and_summary(graded):
+    data = gradescope(graded["good"])
+    assert set(data) >= {"score", "max_score", "tests", "output", "execution_time"}
+    assert {t["visibility"] for t in data["tests"]} == {"visible", "after_published"}
+    assert all(set(t) >= {"name", "score", "max_score", "output", "visibility"} for t in data["tests"])
+    json.dumps(data, allow_nan=False)
+    results = list(graded.values())
+    columns, rows = gradebook_rows(results)
+    assert columns[:3] == ["submission", "assignment", "version"] and "fake_add" in columns
+    assert len(rows) == len(results) and rows[0]["total"] == "6"
+    summary = class_summary(results)
+    assert "fake_add: a + b for (3, 4)" in summary and "could not be graded" in summary
+
+
+def test_cli_writes_json_csv_summary_and_exits_zero(fake, tmp_path):
+    from mha_course.grade import main
+
+    sub = write_submission(tmp_path / "in" / "s.ipynb", "def add_arrays(a, b):\n    return a - b") \
+        if (tmp_path / "in").mkdir() is None else None
+    status = main([str(tmp_path / "in"), "--json", str(tmp_path / "out" / "results.json"), "--csv",
+                   str(tmp_path / "grades.csv"), "--summary", str(tmp_path / "summary.txt"), "--quiet",
+                   "--case-timeout", "5"])
+    assert status == 0 and sub.exists()
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert data["score"] == 0 and data["max_score"] == 6 and len(data["tests"]) == 5
+    assert "s.ipynb" in (tmp_path / "grades.csv").read_text()
+    assert "failed" in (tmp_path / "summary.txt").read_text()
+    assert main([str(tmp_path / "nothing-here"), "--json", str(tmp_path / "r2.json")]) == 2
+    assert json.loads((tmp_path / "r2.json").read_text())["score"] == 0

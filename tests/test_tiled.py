@@ -1,0 +1,255 @@
+"""tiled_attention and the online softmax: against torch's SDPA, the float64 loop reference, by
+properties, on awkward shapes, and for memory."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mha_course.attention import scaled_dot_product_attention as sdpa
+from mha_course.masks import causal_mask
+from mha_course.online_softmax import (
+    online_softmax,
+    online_softmax_attention,
+    online_softmax_update,
+)
+from mha_course.reference import attention_loop_reference
+from mha_course.softmax import softmax
+from mha_course.testing import assert_close
+from mha_course.tiled import tiled_attention
+
+FAST = settings(max_examples=40, deadline=None, derandomize=True)
+
+
+def make_qkv(lead, T, S, D, Dv, dtype=torch.float64, seed=0, q_scale=1.0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(*lead, T, D, generator=gen, dtype=torch.float64) * q_scale
+    k = torch.randn(*lead, S, D, generator=gen, dtype=torch.float64)
+    v = torch.randn(*lead, S, Dv, generator=gen, dtype=torch.float64)
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+def torch_reference(q, k, v, causal, scale=None):
+    """torch's SDPA in float64 (is_causal is top-left aligned, like the course's causal_mask)."""
+    return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal, scale=scale)
+
+
+# The held-back awkward shapes: T not a multiple of the block, T != S both ways, block 1, oblong
+# blocks, blocks larger than T, causal.
+AWKWARD = [
+    # (T, S, D, Dv, block_size, causal)
+    (37, 37, 8, 8, 16, False),
+    (37, 37, 8, 8, 16, True),
+    (17, 45, 4, 6, 8, True),
+    (45, 17, 4, 6, 8, True),
+    (13, 29, 5, 3, 1, False),
+    (13, 29, 5, 3, 1, True),
+    (29, 13, 5, 3, (3, 7), True),
+    (20, 31, 8, 8, (64, 5), False),
+    (1, 9, 8, 8, 4, True),
+    (9, 1, 8, 8, 4, True),
+    (64, 64, 16, 16, None, True),
+]
+
+
+@pytest.mark.parametrize("T,S,D,Dv,block_size,causal", AWKWARD)
+def test_awkward_shapes_match_torch_in_float64(T, S, D, Dv, block_size, causal):
+    q, k, v = make_qkv((2, 3), T, S, D, Dv, seed=T * 100 + S)
+    out = tiled_attention(q, k, v, block_size, causal=causal)
+    assert out.dtype == torch.float64 and out.shape == (2, 3, T, Dv)
+    assert_close(out, torch_reference(q, k, v, causal), what=f"tiled T={T} S={S} block={block_size}")
+
+
+@pytest.mark.parametrize("T,S,block_size,causal", [(7, 11, 3, True), (11, 7, 1, False), (6, 6, (4, 5), True)])
+def test_matches_the_float64_loop_reference(T, S, block_size, causal):
+    q, k, v = make_qkv((2,), T, S, 4, 3, dtype=torch.float32, seed=7)
+    mask = causal_mask(T, S) if causal else None
+    expected, _ = attention_loop_reference(q, k, v, mask)
+    assert_close(tiled_attention(q, k, v, block_size, causal=causal), expected, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_half_precision_accumulates_in_float32(dtype, causal):
+    q, k, v = make_qkv((2, 2), 50, 70, 16, 16, dtype=dtype, seed=3)
+    out, lse = tiled_attention(q, k, v, (16, 24), causal=causal, return_lse=True)
+    assert out.dtype == dtype and lse.dtype == torch.float32
+    # Same rounded inputs, exact arithmetic: only the output's final rounding should differ.
+    assert_close(out, torch_reference(q, k, v, causal), dtype=dtype, what=f"{dtype} causal={causal}")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_lse_is_the_log_sum_exp_of_the_scores(causal):
+    q, k, v = make_qkv((2,), 19, 23, 8, 8, seed=5)
+    _, lse = tiled_attention(q, k, v, 6, causal=causal, return_lse=True)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(8)
+    if causal:
+        scores = scores.masked_fill(~causal_mask(19, 23), -math.inf)
+    assert_close(lse, torch.logsumexp(scores, dim=-1), what="lse")
+
+
+@pytest.mark.parametrize("q_scale", [60.0, 1e-3])
+def test_extreme_scores_take_the_rescaling_path_and_stay_exact(q_scale):
+    # Scores of several hundred overflow exp() unless the shift is raised to the maximum.
+    q, k, v = make_qkv((1, 2), 33, 70, 8, 8, seed=11, q_scale=q_scale)
+    for causal in (False, True):
+        assert_close(tiled_attention(q, k, v, (8, 16), causal=causal), torch_reference(q, k, v, causal),
+                     what=f"q_scale={q_scale} causal={causal}")
+
+
+def test_scores_far_below_zero_do_not_underflow():
+    # Every score is about -400: exp(s - 0) underflows to 0, so the shift must move down.
+    q, k, v = make_qkv((1,), 12, 30, 4, 4, dtype=torch.float32, seed=2)
+    q = q.abs() + 10.0
+    k = -(k.abs() + 10.0)
+    out = tiled_attention(q, k, v, (5, 7), scale=1.0)
+    assert torch.isfinite(out).all()
+    assert_close(out, torch_reference(q, k, v, False, scale=1.0).float(), what="all-negative scores")
+
+
+def test_later_keys_with_larger_scores_rescale_earlier_blocks():
+    # Keys grow along the sequence so every new key block raises the running maximum.
+    q, k, v = make_qkv((2,), 16, 64, 4, 4, seed=4)
+    k = k * torch.linspace(0.1, 30.0, 64, dtype=torch.float64).unsqueeze(-1)
+    assert_close(tiled_attention(q, k, v, 8), torch_reference(q, k, v, False), what="growing keys")
+
+
+def test_broadcast_leading_dims_like_multi_query_attention():
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, 10, 8, generator=gen, dtype=torch.float64)
+    k = torch.randn(2, 1, 12, 8, generator=gen, dtype=torch.float64)  # one shared key/value head
+    v = torch.randn(1, 1, 12, 5, generator=gen, dtype=torch.float64)
+    expected, _ = sdpa(q, k, v, causal_mask(10, 12))
+    assert_close(tiled_attention(q, k, v, 3, causal=True), expected, what="broadcast k, v")
+
+
+def test_zero_keys_give_zero_output_and_minus_inf_lse():
+    q, k, v = make_qkv((2,), 5, 0, 4, 3)
+    out, lse = tiled_attention(q, k, v, 2, return_lse=True)
+    assert out.shape == (2, 5, 3) and torch.equal(out, torch.zeros_like(out))
+    assert torch.isneginf(lse).all()
+
+
+def test_causal_output_ignores_the_future():
+    q, k, v = make_qkv((1, 2), 24, 24, 8, 8, seed=9)
+    out = tiled_attention(q, k, v, 5, causal=True)
+    k2, v2 = k.clone(), v.clone()
+    k2[..., 15:, :] += 3.0
+    v2[..., 15:, :] -= 7.0
+    out2 = tiled_attention(q, k2, v2, 5, causal=True)
+    assert_close(out2[..., :15, :], out[..., :15, :], what="queries before the change")
+    assert (out2[..., 15:, :] - out[..., 15:, :]).abs().max() > 1e-3
+
+
+@given(T=st.integers(1, 40), S=st.integers(1, 40), D=st.integers(1, 9), bq=st.integers(1, 48),
+       bk=st.integers(1, 48), causal=st.booleans(), seed=st.integers(0, 10**6))
+@FAST
+def test_any_blocks_any_shapes_agree_with_torch(T, S, D, bq, bk, causal, seed):
+    q, k, v = make_qkv((2,), T, S, D, D + 1, seed=seed)
+    assert_close(tiled_attention(q, k, v, (bq, bk), causal=causal), torch_reference(q, k, v, causal),
+                 what=f"T={T} S={S} blocks=({bq},{bk}) causal={causal}")
+
+
+def test_textbook_loop_agrees_with_the_fast_one():
+    q, k, v = make_qkv((2, 2), 21, 34, 8, 8, seed=1)
+    for block, causal in [(1, True), (5, False), (8, True), (64, False)]:
+        assert_close(online_softmax_attention(q, k, v, block, causal=causal),
+                     tiled_attention(q, k, v, block, causal=causal), what=f"block={block}")
+
+
+def test_gradients_flow_through_the_hand_derived_backward():
+    q, k, v = (x.requires_grad_() for x in make_qkv((2,), 9, 11, 4, 3, seed=6))
+    tiled_attention(q, k, v, 4, causal=True).pow(2).sum().backward()
+    q2, k2, v2 = (x.detach().clone().requires_grad_() for x in (q, k, v))
+    torch_reference(q2, k2, v2, True).pow(2).sum().backward()
+    for name, a, e in (("dq", q.grad, q2.grad), ("dk", k.grad, k2.grad), ("dv", v.grad, v2.grad)):
+        assert_close(a, e, what=name)
+
+
+@pytest.mark.parametrize("kwargs,error", [
+    ({"block_size": 0}, ValueError),
+    ({"block_size": (4, 0)}, ValueError),
+    ({"block_size": 2.5}, TypeError),
+    ({"block_size": True}, TypeError),
+    ({"block_size": (1, 2, 3)}, TypeError),
+    ({"scale": -1.0}, ValueError),
+])
+def test_bad_arguments_raise(kwargs, error):
+    q, k, v = make_qkv((1,), 4, 4, 2, 2)
+    with pytest.raises(error):
+        tiled_attention(q, k, v, **kwargs)
+
+
+def test_bad_shapes_and_dtypes_raise_naming_the_shapes():
+    q, k, v = make_qkv((1,), 4, 6, 8, 8)
+    with pytest.raises(ValueError, match="last dim D"):
+        tiled_attention(q, k[..., :7], v, 2)
+    with pytest.raises(ValueError, match="same length S"):
+        tiled_attention(q, k, v[..., :5, :], 2)
+    with pytest.raises(TypeError):
+        tiled_attention(q.long(), k, v, 2)
+    with pytest.raises(TypeError):
+        tiled_attention(q.float(), k, v, 2)
+    with pytest.raises(ValueError):
+        tiled_attention(q[0, 0], k, v, 2)
+
+
+# ---- online softmax ------------------------------------------------------------------------------
+
+@given(S=st.integers(1, 50), block=st.integers(1, 60), seed=st.integers(0, 10**6))
+@FAST
+def test_online_softmax_equals_softmax(S, block, seed):
+    x = torch.randn(3, S, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 20
+    x[0, : S // 2] = -math.inf  # a partly masked row
+    assert_close(online_softmax(x, block), softmax(x), what=f"S={S} block={block}")
+
+
+def test_online_softmax_of_a_fully_masked_row_is_zero():
+    x = torch.full((2, 7), -math.inf)
+    assert torch.equal(online_softmax(x, 3), torch.zeros(2, 7))
+
+
+def test_online_update_gives_the_whole_row_statistics():
+    x = torch.randn(4, 20, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 5
+    m, l = torch.full((4,), -math.inf, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)
+    for j0 in range(0, 20, 6):
+        m_old = m
+        m, l, correction = online_softmax_update(m, l, x[:, j0:j0 + 6])
+        expected_corr = torch.where(torch.isneginf(m_old), torch.zeros_like(m), torch.exp(m_old - m))
+        assert_close(correction, expected_corr, what="correction")
+    assert_close(m, x.amax(dim=-1), what="running max")
+    assert_close(l, torch.exp(x - x.amax(dim=-1, keepdim=True)).sum(-1), what="running sum")
+
+
+def test_online_update_rejects_mismatched_shapes():
+    with pytest.raises(ValueError):
+        online_softmax_update(torch.zeros(3), torch.zeros(3), torch.zeros(4, 5))
+    with pytest.raises(ValueError):
+        online_softmax(torch.zeros(3), 0)
+
+
+# ---- memory --------------------------------------------------------------------------------------
+
+def test_tiled_memory_stays_far_below_the_score_matrix():
+    cost = pytest.importorskip("mha_course.cost")
+    if not cost.cpu_peak_memory_supported():
+        pytest.skip("peak memory is measured through /proc on Linux only")
+    H, T, D = 2, 2048, 32
+    q, k, v = make_qkv((1, H), T, T, D, D, dtype=torch.float32)
+    score_mib = H * T * T * 4 / 2**20  # one (B, H, T, S) float32 matrix: 32 MiB
+    naive = lambda: sdpa(q, k, v)
+    tiled = lambda: tiled_attention(q, k, v)
+    naive(), tiled()  # warm-up: one-time allocations are not the point
+    naive_mib = cost.peak_memory_mib(naive)
+    tiled_mib = min(cost.peak_memory_mib(tiled) for _ in range(2))
+    assert naive_mib >= score_mib, f"measurement sees the naive (T, S) matrices: {naive_mib:.1f} MiB"
+    assert tiled_mib < score_mib / 4, f"tiled used {tiled_mib:.1f} MiB vs {score_mib:.0f} MiB for one (T, S)"
+
+
+@pytest.mark.parametrize("lead", [(), (1, 1), (4, 8), (16, 16)])
+def test_default_tiles_work_for_any_number_of_heads(lead):
+    q, k, v = make_qkv(lead, 70, 1100, 4, 4, dtype=torch.float32, seed=len(lead))
+    assert_close(tiled_attention(q, k, v, causal=True), torch_reference(q, k, v, True).float(), what=f"lead={lead}")
