@@ -14,8 +14,11 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
 	@touch $(STAMP)
 
+# Serve the whole repository (lectures, exercises, solutions in the file browser) and open the
+# start page; giving jupyter a notebook path instead would hide every folder but notebooks/.
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab $(ROOT_FLAG) $(LAB_ARGS) notebooks/00_start_here.ipynb
+	$(VENV)/bin/jupyter lab $(ROOT_FLAG) --ServerApp.root_dir="$(CURDIR)" \
+		--LabApp.default_url=/lab/tree/notebooks/00_start_here.ipynb $(LAB_ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest -n 2 --dist loadfile --nbval-lax --nbval-current-env --nbval-cell-timeout=300 --timeout=900
