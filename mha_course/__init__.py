@@ -7,6 +7,7 @@ Shape legend, used in every docstring and on every reshape line (``# (B, H, T, D
     T  query length (number of queries)
     S  key/value length (number of keys); S == T in self-attention
     D  per-head dimension (the d_k of the papers)
+    Dv value dimension per head (Dv == D unless values are sized differently)
     E  model dimension, E = H * D
 
 Mask convention: a boolean mask is True where a query MAY attend (as in

@@ -74,16 +74,21 @@ def check_mask(mask, T: int, S: int, batch_shape: tuple[int, ...] | None = None)
 def resolve_scale(scale: float | None, D: int) -> float:
     """Return ``scale`` or the default 1/sqrt(D).
 
+    Any finite real is accepted, as in torch's SDPA: 0 gives uniform weights, a negative scale
+    prefers the keys least like the query (odd, but well defined).
+
     Raises:
-        ValueError: ``scale`` is not a positive finite real number (bools and tensors are refused),
-            or it is None while D == 0 (no default exists).
+        TypeError: ``scale`` is not a real number (bools, strings and tensors are refused).
+        ValueError: ``scale`` is NaN or infinite, or it is None while D == 0 (no default exists).
     """
     if scale is None:
         if D <= 0:
             raise ValueError(f"the default scale 1/sqrt(D) needs D >= 1, got D={D}; pass scale explicitly")
         return 1.0 / math.sqrt(D)
-    if not isinstance(scale, numbers.Real) or isinstance(scale, bool) or not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale must be a positive finite number, got {scale!r}")
+    if not isinstance(scale, numbers.Real) or isinstance(scale, bool):
+        raise TypeError(f"scale must be a real number (a float), got {type(scale).__name__} {scale!r}")
+    if not math.isfinite(scale):
+        raise ValueError(f"scale must be a finite number, got {scale!r}")
     return float(scale)
 
 

@@ -64,7 +64,8 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_o
 
     Args:
         q: (..., T, D), k: (..., S, D), v: (..., S, Dv); leading dims broadcast.
-        grad_out: (..., T, Dv), dLoss/d out, with the broadcast leading dims of the output.
+        grad_out: (..., T, Dv), dLoss/d out, with the output's leading dims (those of q, k, v
+            and the mask, broadcast together).
         mask: optional bool (True = may attend) or float (added to the scores), broadcastable
             to (..., T, S). No gradient is returned for it.
         scale: default 1/sqrt(D).
@@ -83,12 +84,14 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_o
     require_tensor(grad_out, "grad_out")
     require_floating(grad_out, "grad_out")
     lead = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+    if mask is not None:
+        check_mask(mask, T, S, batch_shape=lead)
+        # the forward's output takes the mask's leading dims too (as scaled_dot_product_attention)
+        lead = tuple(torch.broadcast_shapes(lead, mask.shape[:-2]))
     expected = (*lead, T, v.shape[-1])
     if tuple(grad_out.shape) != expected:
         raise ValueError(f"grad_out must have the output's shape (..., T, Dv) = {expected}, "
                          f"got {tuple(grad_out.shape)}")
-    if mask is not None:
-        check_mask(mask, T, S)
     scale = resolve_scale(scale, D)
     work = torch.promote_types(q.dtype, torch.float32)
     q32, k32, v32, do = (x.detach().to(work) for x in (q, k, v, grad_out))
@@ -130,6 +133,7 @@ class ManualAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, mask=None, scale=None, causal=False):
+        """out (..., T, Dv) = softmax(q k^T * scale + mask [+ causal]) v; saves q, k, v for backward."""
         from .attention import scaled_dot_product_attention
 
         if causal:
@@ -146,6 +150,7 @@ class ManualAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
+        """(dq, dk, dv) from :func:`attention_backward`; None for mask, scale and causal."""
         q, k, v = ctx.saved_tensors
         dq, dk, dv = attention_backward(q, k, v, grad_out, ctx.mask, ctx.scale, ctx.causal)
         return dq, dk, dv, None, None, None
@@ -153,8 +158,17 @@ class ManualAttention(torch.autograd.Function):
 
 def manual_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
                      scale: float | None = None, causal: bool = False) -> torch.Tensor:
-    """softmax(q k^T * scale + mask) v, differentiable through :func:`attention_backward`.
+    """out = softmax(q k^T * scale + mask) v, differentiable through :func:`attention_backward`.
 
-    Shapes as :func:`mha_course.scaled_dot_product_attention`; returns only out (..., T, Dv).
+    Args:
+        q: (..., T, D), k: (..., S, D), v: (..., S, Dv); mask broadcastable to (..., T, S)
+            (bool True = may attend, or float added); scale default 1/sqrt(D);
+            causal: also block key j > i (top-left aligned).
+
+    Returns:
+        out (..., T, Dv) only (no weights).
+
+    Raises:
+        TypeError / ValueError: as :func:`mha_course.scaled_dot_product_attention`.
     """
     return ManualAttention.apply(q, k, v, mask, scale, causal)

@@ -10,7 +10,11 @@ import torch
 
 
 def get_device(prefer: str | None = None) -> torch.device:
-    """Return ``prefer`` if given, else the first available of cuda, mps, cpu."""
+    """Return ``prefer`` if given, else the first available of cuda, mps, cpu.
+
+    Raises:
+        RuntimeError (from torch.device): ``prefer`` is not a device string such as "cpu" or "cuda:0".
+    """
     if prefer is not None:
         return torch.device(prefer)
     if torch.cuda.is_available():
@@ -31,7 +35,12 @@ def triton_available() -> bool:
 
 
 def environment_report() -> dict[str, str]:
-    """Versions and hardware, for notebooks' start cells and benchmark headers."""
+    """Versions and hardware, for notebooks' start cells and benchmark headers.
+
+    Returns:
+        {"python", "torch", "numpy", "device", "cpu threads"} plus "gpu"/"cuda" on a GPU and
+        "triton" when installed, all as strings. Raises nothing.
+    """
     import numpy as np
 
     device = get_device()

@@ -171,6 +171,7 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     Returns:
         out (B, H, T, Dv) in q's dtype (and lse if asked). float16, bfloat16 and float32;
         D and Dv from 16 to 128 (any value in between: the kernel pads to a power of two).
+        Forward only: the result carries no autograd graph (use tiled_attention to train).
 
     Raises:
         RuntimeError: Triton is not installed (only Linux has wheels).
@@ -238,7 +239,13 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
 
 
 def flops(B: int, H: int, T: int, S: int, D: int, causal: bool = False) -> float:
-    """Forward FLOPs of attention: two matmuls of 2*T*S*D each per head (halved when causal)."""
+    """Forward FLOPs of attention: two matmuls of 2*T*S*D each per head (halved when causal).
+
+        flops = 4 * B * H * T * S * D   (/ 2 when causal)
+
+    Counts the (T, S) = (T, D) @ (D, S) scores and the (T, D) = (T, S) @ (S, D) output; the softmax is
+    not counted (it is O(T * S), not O(T * S * D)). Pure arithmetic: raises nothing.
+    """
     total = 4.0 * B * H * T * S * D
     return total / 2 if causal else total
 

@@ -12,25 +12,31 @@ from ._validate import require_rank, require_tensor
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """(B, T, E) -> (B, H, T, D) with H = num_heads and D = E / H.
+    """(B, T, E) -> (B, H, T, D) with H = num_heads and D = E / H: out[b, h, t, d] = x[b, t, h * D + d].
+
+    Head h is the h-th slice of D consecutive features; the result is a view when x is contiguous.
 
     Raises:
         TypeError: x is not a tensor or num_heads not an int.
-        ValueError: x is not 3-D or E is not divisible by num_heads.
+        ValueError: x is not 3-D, num_heads is not positive, or E is not divisible by num_heads.
     """
     require_tensor(x, "x")
     require_rank(x, 3, "x", "(B, T, E)")
     if isinstance(num_heads, bool) or not isinstance(num_heads, int):
         raise TypeError(f"num_heads must be an int, got {type(num_heads).__name__}")
     B, T, E = x.shape
-    if num_heads <= 0 or E % num_heads:
+    if num_heads <= 0:
+        raise ValueError(f"num_heads must be positive, got num_heads={num_heads} (x {tuple(x.shape)})")
+    if E % num_heads:
         raise ValueError(f"embed dim E={E} of x {tuple(x.shape)} must be divisible by num_heads={num_heads}")
     D = E // num_heads
     return x.reshape(B, T, num_heads, D).transpose(1, 2)  # (B, H, T, D); reshape: x may be non-contiguous
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """(B, H, T, D) -> (B, T, E) with E = H * D; the inverse of :func:`split_heads`.
+    """(B, H, T, D) -> (B, T, E) with E = H * D: out[b, t, h * D + d] = x[b, h, t, d].
+
+    The inverse of :func:`split_heads` (concatenates the heads' features, head 0 first).
 
     Raises:
         TypeError: x is not a tensor.

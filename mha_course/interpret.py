@@ -38,6 +38,7 @@ def ablate(model, heads):
         heads: iterable of (layer, head) pairs.
 
     Raises:
+        TypeError: model has no ``attention_modules()``.
         ValueError: a (layer, head) pair is out of range.
     """
     gates = _gates(model)
@@ -59,6 +60,10 @@ def ablation_table(model, data: TaskData, task: Task) -> dict:
     Returns {"baseline": (R,) accuracy per relation with every head on,
              "ablated": (L, H, R) accuracy per relation with head (l, h) off,
              "relations": the R relation names} (NumPy arrays).
+    ablated[l, h, r] = accuracy on relation r with head_gate[h] = 0 in layer l.
+
+    Raises:
+        TypeError: model has no ``attention_modules()``.
     """
     names = task.relation_names
     gates = _gates(model)
@@ -80,6 +85,9 @@ def relation_attention(model, data: TaskData, task: Task) -> np.ndarray:
     For relation r, head (l, h): the average over the positions t where relation r is scored
     (``data.source_pos[b, t, r] >= 0``) of weights[l, b, h, t, source_pos[b, t, r]].
     1.0 means the head always looks exactly there; 1/S is what a uniform head would get.
+
+    Raises:
+        whatever ``model`` raises on ``data`` (see :func:`mha_course.model.run_model`).
     """
     model.eval()
     _, attention = run_model(model, data)  # (L, B, H, T, S)
@@ -100,7 +108,10 @@ def relation_attention(model, data: TaskData, task: Task) -> np.ndarray:
 
 @torch.no_grad()
 def previous_token_attention(model, data: TaskData) -> np.ndarray:
-    """Mean attention mass on the previous position (t - 1), over positions t >= 1, shape (L, H)."""
+    """Mean attention mass on the previous position (t - 1), over positions t >= 1, shape (L, H).
+
+    result[l, h] = mean over b and t >= 1 of weights[l, b, h, t, t - 1]; raises what ``model`` raises.
+    """
     model.eval()
     _, attention = run_model(model, data)  # (L, B, H, T, S)
     T = attention.shape[-2]
@@ -113,6 +124,7 @@ def describe_heads(model, data: TaskData, task: Task, threshold: float = 0.5) ->
 
     A head is named after the relation on whose target it puts the most mass, if that mass is at
     least ``threshold``; otherwise it is called 'mixed / other' with its best guess in brackets.
+    Returns L * H strings, from :func:`relation_attention`'s (L, H, R) masses; raises what it raises.
     """
     mass = relation_attention(model, data, task)  # (L, H, R)
     lines = []
@@ -126,7 +138,11 @@ def describe_heads(model, data: TaskData, task: Task, threshold: float = 0.5) ->
 
 
 def example_labels(task: Task, data: TaskData, index: int = 0) -> tuple[list[str], list[str]]:
-    """Query and key tick labels (the tokens) of example ``index``: (T labels, S labels)."""
+    """Query and key tick labels (the tokens) of example ``index``: (T labels, S labels).
+
+    Raises:
+        IndexError: ``index`` is outside the batch.
+    """
     query = task.decode(data.inputs[index])
     key = task.decode(data.source[index]) if data.source is not None else query
     return query, key
@@ -138,6 +154,9 @@ def attention_grid(model, task: Task, data: TaskData, index: int = 0, title: str
 
     Returns the matplotlib Figure of :func:`mha_course.viz.plot_attention_grid`: L * H panels
     titled 'layer l, head h', rows = queries (T), columns = keys (S).
+
+    Raises:
+        ValueError: ``index`` is not in [0, N).
     """
     from .viz import plot_attention_grid
 
@@ -162,6 +181,7 @@ def plot_ablation(table: dict, ax=None, title: str = "accuracy with one head swi
     """Heatmap of :func:`ablation_table`: one row per head, one column per relation.
 
     Returns the matplotlib Axes (y labels 'layer l head h', x labels the relation names).
+    Draws the (1 + L*H, R) grid [baseline; ablated reshaped]; raises KeyError if ``table`` lacks a key.
     """
     import matplotlib.pyplot as plt
 
@@ -186,7 +206,11 @@ def plot_ablation(table: dict, ax=None, title: str = "accuracy with one head swi
 
 
 def plot_relation_attention(mass: np.ndarray, relations, ax=None, title: str = "attention mass on each relation's target"):
-    """Heatmap of :func:`relation_attention` (L, H, R): rows are heads, columns relations. Returns the Axes."""
+    """Heatmap of :func:`relation_attention` (L, H, R): rows are heads, columns relations. Returns the Axes.
+
+    Raises:
+        ValueError: ``mass`` is not 3-D (from the unpacking of its shape).
+    """
     import matplotlib.pyplot as plt
 
     L, H, R = mass.shape
@@ -211,7 +235,8 @@ def head_picker(model, task: Task, data: TaskData):
 
     Uses ipywidgets ``interact`` when it is installed and a notebook front end is running;
     otherwise (or if building the widgets fails) draws the static grid of every layer x head
-    for example 0. Returns the widget, or the static Figure.
+    for example 0. Returns the widget, or the static Figure. The heatmap is weights[layer, example, head],
+    (T, S), from the model's (L, N, H, T, S) attention; raises what ``model`` raises on ``data``.
     """
     import matplotlib.pyplot as plt
 

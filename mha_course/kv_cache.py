@@ -46,7 +46,7 @@ class KVCache:
         for name, n in (("batch", batch), ("kv_heads", kv_heads), ("head_dim", head_dim), ("value_dim", value_dim)):
             if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
                 raise ValueError(f"{name} must be a positive int, got {n!r}")
-        if max_len is not None and (not isinstance(max_len, int) or max_len < 0):
+        if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0):
             raise ValueError(f"max_len must be None or a non-negative int, got {max_len!r}")
         self.batch, self.kv_heads, self.head_dim, self.value_dim = batch, kv_heads, head_dim, value_dim
         self.max_len = max_len
@@ -95,13 +95,13 @@ class KVCache:
         return self.keys, self.values
 
     def reset(self) -> None:
-        """Forget every position (buffers are kept)."""
+        """Forget every position: S becomes 0 (preallocated buffers are kept)."""
         self.length = 0
         if self.max_len is None:
             self._k, self._v = self._k[:, :, :0], self._v[:, :, :0]
 
     def nbytes(self) -> int:
-        """Bytes held by the cached keys and values (the used part)."""
+        """Bytes held by the cached keys and values (the used part): (B*G*S*D + B*G*S*Dv) * element size."""
         return (self.keys.numel() + self.values.numel()) * self._k.element_size()
 
     def __len__(self) -> int:
@@ -132,7 +132,8 @@ def decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCach
     require_tensor(q, "q")
     require_rank(q, 4, "q", "(B, H, T, D)")
     require_tensor(k, "k")
-    if k.dim() != 4 or q.shape[2] != k.shape[2]:
+    require_rank(k, 4, "k", "(B, G, T, D)")
+    if q.shape[2] != k.shape[2]:
         raise ValueError(f"q and k must hold the same new positions T, got q {tuple(q.shape)} and k {tuple(k.shape)}")
     keys, values = cache.append(k, v)  # (B, G, S, D), (B, G, S, Dv)
     T, S = q.shape[2], keys.shape[2]

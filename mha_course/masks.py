@@ -34,7 +34,7 @@ def causal_mask(T: int, S: int | None = None, *, diagonal: int = 0,
         bool tensor of shape (T, S).
 
     Raises:
-        TypeError: T or S is not an int.
+        TypeError: T, S or diagonal is not an int.
         ValueError: T or S is negative.
     """
     S = T if S is None else S
@@ -49,10 +49,10 @@ def causal_mask(T: int, S: int | None = None, *, diagonal: int = 0,
 
 
 def padding_mask(lengths, S: int) -> torch.Tensor:
-    """Boolean key-padding mask, True for real tokens, False for padding.
+    """Boolean key-padding mask, True for real tokens, False for padding: mask[b, 0, 0, j] = j < lengths[b].
 
     Args:
-        lengths: (B,) ints, the number of real tokens in each sequence (a list or a tensor).
+        lengths: (B,) ints, the number of real tokens in each sequence (a list, array or tensor).
         S: padded key length.
 
     Returns:
@@ -64,7 +64,10 @@ def padding_mask(lengths, S: int) -> torch.Tensor:
     """
     if isinstance(S, bool) or not isinstance(S, int):
         raise TypeError(f"S must be an int, got {type(S).__name__}")
-    lengths = torch.as_tensor(lengths)
+    try:
+        lengths = torch.as_tensor(lengths)
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"lengths must be a (B,) sequence of ints, got {lengths!r}") from None
     if lengths.numel() == 0:
         lengths = lengths.long()  # torch.as_tensor([]) is float32; an empty batch is still valid
     if lengths.is_floating_point() or lengths.dtype == torch.bool:
@@ -78,7 +81,13 @@ def padding_mask(lengths, S: int) -> torch.Tensor:
 
 
 def invert_bool_mask(mask: torch.Tensor) -> torch.Tensor:
-    """Flip a boolean mask between the two conventions (True=attend <-> True=blocked).
+    """Flip a boolean mask between the two conventions (True=attend <-> True=blocked): returns ~mask.
+
+    Args:
+        mask: bool, any shape, e.g. (T, S) or (B, 1, 1, S).
+
+    Returns:
+        bool tensor of the same shape.
 
     Raises:
         TypeError: ``mask`` is not a bool tensor.
@@ -90,22 +99,49 @@ def invert_bool_mask(mask: torch.Tensor) -> torch.Tensor:
 
 
 def to_torch_attn_mask(mask: torch.Tensor) -> torch.Tensor:
-    """Course mask -> ``nn.MultiheadAttention``'s ``attn_mask``: bool is inverted, float kept.
+    """Course mask -> ``nn.MultiheadAttention``'s ``attn_mask``: bool is inverted (~mask), float kept.
+
+    A course mask of shape (B, T, S) becomes torch's (B*H, T, S) with
+    ``to_torch_attn_mask(mask).repeat_interleave(H, dim=0)``.
 
     Args:
         mask: (T, S) or (B*H, T, S); bool True=attend, or float added to scores.
+
+    Returns:
+        tensor of the same shape: bool True=blocked, or the same float mask.
+
+    Raises:
+        TypeError: ``mask`` is not a tensor, or neither bool nor floating.
     """
-    require_tensor(mask, "mask")
-    return ~mask if mask.dtype == torch.bool else mask
+    return _flip_attn_mask(mask, "mask")
 
 
 def from_torch_attn_mask(attn_mask: torch.Tensor) -> torch.Tensor:
-    """``nn.MultiheadAttention``'s ``attn_mask`` -> course mask: bool is inverted, float kept."""
-    return to_torch_attn_mask(attn_mask)  # the mapping is its own inverse
+    """``nn.MultiheadAttention``'s ``attn_mask`` -> course mask: bool is inverted (~attn_mask), float kept.
+
+    Args:
+        attn_mask: (T, S) or (B*H, T, S); bool True=blocked, or float added to scores.
+
+    Returns:
+        tensor of the same shape: bool True=may attend, or the same float mask.
+
+    Raises:
+        TypeError: ``attn_mask`` is not a tensor, or neither bool nor floating.
+    """
+    return _flip_attn_mask(attn_mask, "attn_mask")  # the mapping is its own inverse
+
+
+def _flip_attn_mask(mask, name: str) -> torch.Tensor:
+    require_tensor(mask, name)
+    if mask.dtype != torch.bool and not mask.is_floating_point():
+        raise TypeError(f"{name} must be bool or floating, got dtype {mask.dtype}")
+    return ~mask if mask.dtype == torch.bool else mask
 
 
 def to_key_padding_mask(mask: torch.Tensor) -> torch.Tensor:
     """Course padding mask (B, 1, 1, S) or (B, S), True=real -> torch's ``key_padding_mask`` (B, S), True=pad.
+
+    Computes ~mask, squeezed to (B, S).
 
     Raises:
         TypeError: ``mask`` is not bool.
@@ -122,7 +158,14 @@ def to_key_padding_mask(mask: torch.Tensor) -> torch.Tensor:
 
 
 def from_key_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
-    """torch's ``key_padding_mask`` (B, S), True=pad -> course padding mask (B, 1, 1, S), True=real."""
+    """torch's ``key_padding_mask`` (B, S), True=pad -> course padding mask (B, 1, 1, S), True=real.
+
+    Computes (~key_padding_mask)[:, None, None, :].
+
+    Raises:
+        TypeError: ``key_padding_mask`` is not a bool tensor.
+        ValueError: it is not 2-D (B, S).
+    """
     require_tensor(key_padding_mask, "key_padding_mask")
     require_rank(key_padding_mask, 2, "key_padding_mask", "(B, S)")
     if key_padding_mask.dtype != torch.bool:
@@ -131,7 +174,16 @@ def from_key_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
 
 
 def mask_to_bias(mask: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """Turn a course mask into an additive bias: bool True -> 0, False -> -inf; float kept (cast to dtype)."""
+    """Turn a course mask into an additive bias: bool True -> 0, False -> -inf; float kept (cast to dtype).
+
+    Args:
+        mask: None, or bool/float broadcastable to scores (..., T, S); assumed already validated
+            (see :func:`mha_course.attention.check_mask`).
+        dtype: the scores' dtype.
+
+    Returns:
+        None, or a tensor of ``mask``'s shape and ``dtype`` to add to the scores.
+    """
     if mask is None:
         return None
     if mask.dtype == torch.bool:

@@ -18,8 +18,12 @@ from .heads import merge_heads, split_heads
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head scaled dot-product attention, batch first.
+    """Multi-head scaled dot-product attention, batch first: query (B, T, E), key/value (B, S, E).
 
+        q, k, v = split_heads(X_q W_Q^T + b_Q), split_heads(X_k W_K^T + b_K), split_heads(X_v W_V^T + b_V)
+        out = merge_heads(softmax(q k^T / sqrt(D) + mask) v) W_O^T + b_O       (B, T, E)
+
+    with q (B, H, T, D), k and v (B, H, S, D), D = E / H; the weights returned are (B, H, T, S).
     Parameters live in four ``nn.Linear(E, E)`` submodules ``q_proj``, ``k_proj``, ``v_proj``,
     ``out_proj``: 4 * E * E weights plus 4 * E biases, independent of the head count.
 
@@ -152,6 +156,8 @@ class MultiHeadAttention(nn.Module):
 
         Call it with ``average_attn_weights=False`` to get weights (B, H, T, S), and convert masks
         with :func:`mha_course.masks.to_torch_attn_mask` / :func:`to_key_padding_mask` (True = blocked there).
+        in_proj_weight (3E, E) = [W_Q; W_K; W_V] stacked by rows, in_proj_bias (3E,) likewise.
+        Every MultiHeadAttention has a torch twin, so this raises nothing of its own.
         """
         has_bias = self.q_proj.bias is not None
         theirs = nn.MultiheadAttention(self.embed_dim, self.num_heads, dropout=self.dropout.p, bias=has_bias,

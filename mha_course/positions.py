@@ -60,7 +60,12 @@ def sinusoidal_positions(T: int, E: int, base: float = 10000.0,
 
 
 class SinusoidalPositions(nn.Module):
-    """Adds nothing trainable: ``forward(T)`` returns the (T, E) table of :func:`sinusoidal_positions`."""
+    """Adds nothing trainable: ``forward(T)`` returns the (T, E) table of :func:`sinusoidal_positions`,
+    PE[p, 2i] = sin(p / base^(2i/E)), PE[p, 2i+1] = cos(p / base^(2i/E)), for p < max_len.
+
+    Raises:
+        TypeError / ValueError: as :func:`sinusoidal_positions` (max_len, E positive ints, E even).
+    """
 
     def __init__(self, max_len: int, embed_dim: int, base: float = 10000.0):
         super().__init__()
@@ -77,10 +82,15 @@ class LearnedPositions(nn.Module):
     """One trainable vector per position, PE[p] = W_pos[p]; ``forward(T)`` returns (T, E).
 
     Learned positions cannot say anything about positions never seen in training (p >= max_len).
+
+    Raises:
+        TypeError / ValueError: max_len or embed_dim is not a positive int.
     """
 
     def __init__(self, max_len: int, embed_dim: int):
         super().__init__()
+        _require_positive_int(max_len, "max_len")
+        _require_positive_int(embed_dim, "embed_dim")
         self.weight = nn.Parameter(torch.randn(max_len, embed_dim) * 0.02)  # (max_len, E)
 
     def forward(self, T: int) -> torch.Tensor:
@@ -127,7 +137,7 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor | None = None,
         base: the wavelength constant.
 
     Raises:
-        TypeError: x is not a floating tensor.
+        TypeError: x is not a floating tensor, or positions is not a tensor.
         ValueError: x has fewer than 2 dims, D is odd, or positions has the wrong length.
     """
     require_tensor(x, "x")
@@ -137,6 +147,7 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor | None = None,
     T, D = x.shape[-2], x.shape[-1]
     if positions is None:
         positions = torch.arange(T, device=x.device)
+    require_tensor(positions, "positions")
     if positions.shape != (T,):
         raise ValueError(f"positions must have shape (T,) = ({T},), got {tuple(positions.shape)}")
     angle = rotary_angles(positions, D, base)  # (T, D/2)

@@ -23,6 +23,10 @@ def attention_loop_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
     Returns:
         out (..., T, Dv) and weights (..., T, S) in float64; fully masked rows are zeros.
+
+    Raises:
+        RuntimeError (from torch): shapes that do not broadcast. It checks nothing itself, so that it
+            shares no code with the functions it tests: give it valid, small inputs.
     """
     q64, k64, v64 = (x.detach().to(torch.float64).cpu() for x in (q, k, v))
     T, D = q64.shape[-2:]

@@ -10,6 +10,8 @@ choice is an all-zero row, so that attention over nothing returns a zero vector 
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 import torch
 
@@ -19,23 +21,28 @@ _UPCAST = (torch.float16, torch.bfloat16)
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Stable softmax of ``x`` along ``dim``.
+    """Stable softmax of ``x`` along ``dim``: exp(x_i - m) / sum_j exp(x_j - m), m = max_j x_j.
 
     Args:
-        x: any shape, floating dtype (float16/bfloat16 are computed in float32).
-        dim: the axis that sums to 1.
+        x: any shape, e.g. scores (..., T, S); floating dtype (float16/bfloat16 are computed in
+            float32). A 0-dim tensor counts as one row of length 1, as in ``torch.softmax``.
+        dim: the axis that sums to 1, e.g. -1 (the S axis of scores).
 
     Returns:
-        same shape and dtype as ``x``; rows that are all -inf become all zeros.
+        same shape and dtype as ``x``; rows that are all -inf become all zeros (torch gives NaN).
 
     Raises:
-        TypeError: ``x`` is not a floating-point torch.Tensor.
-        ValueError: ``dim`` is out of range.
+        TypeError: ``x`` is not a floating-point torch.Tensor, or ``dim`` is not an int.
+        ValueError: ``dim`` is out of range for ``x``'s shape.
     """
     require_tensor(x, "x")
     require_floating(x, "x")
-    if not -x.dim() <= dim < max(x.dim(), 1):
-        raise ValueError(f"dim must be in [{-x.dim()}, {x.dim() - 1}] for x of shape {tuple(x.shape)}, got {dim}")
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):  # NumPy ints are fine
+        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
+    dim = int(dim)
+    rank = max(x.dim(), 1)  # a 0-dim tensor accepts dim 0 or -1, like torch.softmax
+    if not -rank <= dim < rank:
+        raise ValueError(f"dim must be in [{-rank}, {rank - 1}] for x of shape {tuple(x.shape)}, got {dim}")
     if x.dim() and x.shape[dim] == 0:
         return x.clone()  # nothing to normalise (S = 0); amax would fail on an empty axis
     work = x.float() if x.dtype in _UPCAST else x
@@ -50,21 +57,27 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 def softmax_np(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """NumPy twin of :func:`softmax`: stable, all -inf rows give zeros.
+    """NumPy twin of :func:`softmax`: exp(x_i - m) / sum_j exp(x_j - m), m = max_j x_j; all -inf rows give zeros.
 
     Args:
-        x: array of any shape, floating dtype.
+        x: array of any shape, e.g. scores (..., T, S); floating dtype (float16 computed in float32).
         axis: the axis that sums to 1.
 
     Returns:
         array of the same shape and dtype.
 
     Raises:
-        TypeError: ``x`` is not a floating-point NumPy array.
+        TypeError: ``x`` is not a floating-point NumPy array, or ``axis`` is not an int.
+        ValueError: ``axis`` is out of range for ``x``'s shape.
     """
     if not isinstance(x, np.ndarray) or not np.issubdtype(x.dtype, np.floating):
         raise TypeError(f"x must be a floating-point numpy.ndarray, got {type(x).__name__} "
                         f"{getattr(x, 'dtype', '')}")
+    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
+        raise TypeError(f"axis must be an int, got {type(axis).__name__}")
+    rank = max(x.ndim, 1)
+    if not -rank <= axis < rank:
+        raise ValueError(f"axis must be in [{-rank}, {rank - 1}] for x of shape {x.shape}, got {axis}")
     if x.ndim and x.shape[axis] == 0:
         return x.copy()  # nothing to normalise; max would fail on an empty axis
     work = x.astype(np.float32) if x.dtype == np.float16 else x

@@ -34,13 +34,17 @@ from .heads import merge_heads, split_heads
 def repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """(B, G, S, D) -> (B, H, S, D): repeat each of the G key/value heads H / G times, in place order.
 
-    Query head h then lines up with key/value head h // (H / G), as in GQA.
+    out[..., h, :, :] = x[..., h // (H / G), :, :], so query head h lines up with key/value head
+    h // (H / G), as in GQA.
 
     Raises:
+        TypeError: x is not a tensor, or num_heads is not an int.
         ValueError: x has fewer than 3 dims, or H is not a positive multiple of G.
     """
     require_tensor(x, "x")
     require_min_rank(x, 3, "x", "(..., G, S, D)")
+    if isinstance(num_heads, bool) or not isinstance(num_heads, int):
+        raise TypeError(f"num_heads must be an int, got {type(num_heads).__name__}")
     G = x.shape[-3]
     if G == 0 or num_heads <= 0 or num_heads % G:
         raise ValueError(f"num_heads H={num_heads} must be a positive multiple of the G={G} key/value heads "
@@ -53,8 +57,9 @@ def grouped_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                             scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention with H query heads sharing G key/value heads (GQA; MQA when G = 1).
 
-    Equivalent to ``scaled_dot_product_attention(q, repeat_kv(k, H), repeat_kv(v, H), mask, scale)``
-    but without copying k and v: q is viewed as (B, G, H/G, T, D) and k, v broadcast over the group.
+    out[:, h] = softmax(q[:, h] k[:, g]^T * scale + mask) v[:, g] with g = h // (H / G); equivalent to
+    ``scaled_dot_product_attention(q, repeat_kv(k, H), repeat_kv(v, H), mask, scale)`` but without
+    copying k and v: q is viewed as (B, G, H/G, T, D) and k, v broadcast over the group.
 
     Args:
         q: (B, H, T, D); k: (B, G, S, D); v: (B, G, S, Dv), with H a multiple of G.
@@ -66,8 +71,8 @@ def grouped_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
     Raises:
         TypeError: inputs are not floating tensors of one dtype.
-        ValueError: inputs are not 4-D, batch sizes differ, H is not a multiple of G, or the mask does
-            not broadcast to (B, H, T, S).
+        ValueError: inputs are not 4-D, D or S disagree, batch sizes differ, H is not a multiple of G,
+            or the mask does not broadcast to (B, H, T, S).
     """
     for name, x, legend in (("q", q, "(B, H, T, D)"), ("k", k, "(B, G, S, D)"), ("v", v, "(B, G, S, Dv)")):
         require_tensor(x, name)
@@ -79,6 +84,10 @@ def grouped_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          f"k {tuple(k.shape)}, v {tuple(v.shape)}")
     if k.shape[0] != B or v.shape[0] != B:
         raise ValueError(f"batch sizes differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if k.shape[-1] != D or v.shape[2] != k.shape[2]:
+        raise ValueError(f"need q (B, H, T, D), k (B, G, S, D), v (B, G, S, Dv) with one D and one S, "
+                         f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    check_qkv(q, k[:, :1], v[:, :1])  # dtypes (G is broadcast below, not here)
     R = H // G  # query heads per key/value head
     qg = q.reshape(B, G, R, T, D)  # (B, G, H/G, T, D): heads h = g * R + r
     if mask is not None:
@@ -100,8 +109,10 @@ def kv_cache_bytes(batch: int, kv_heads: int, seq_len: int, head_dim: int,
                    dtype: torch.dtype = torch.float16, num_layers: int = 1) -> int:
     """Bytes a KV cache holds: 2 (k and v) * layers * B * G * S * D * element size.
 
+    The cached keys and values are (B, G, S, D) each, per layer.
+
     Raises:
-        ValueError: a size is negative.
+        ValueError: a size is negative or not an int.
     """
     sizes = {"batch": batch, "kv_heads": kv_heads, "seq_len": seq_len, "head_dim": head_dim, "num_layers": num_layers}
     for name, n in sizes.items():
@@ -114,14 +125,20 @@ def kv_cache_bytes(batch: int, kv_heads: int, seq_len: int, head_dim: int,
 class GroupedQueryAttention(nn.Module):
     """Multi-head attention with ``num_kv_heads`` key/value heads (GQA; MQA when it is 1).
 
-    Parameters: ``q_proj`` (E -> E), ``k_proj`` and ``v_proj`` (E -> G*D), ``out_proj`` (E -> E).
+    Parameters: ``q_proj`` (E -> E), ``k_proj`` and ``v_proj`` (E -> G*D), ``out_proj`` (E -> E),
+    so out = merge_heads(grouped_query_attention(x W_Q, x W_K, x W_V)) W_O with q (B, H, T, D) and
+    k, v (B, G, T, D).
 
     Raises:
-        ValueError: E is not divisible by H, or H by G.
+        TypeError: a size is not an int.
+        ValueError: a size is not positive, E is not divisible by H, or H by G.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int, bias: bool = True):
         super().__init__()
+        for name, n in (("embed_dim", embed_dim), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
+            if isinstance(n, bool) or not isinstance(n, int):
+                raise TypeError(f"{name} must be an int, got {type(n).__name__}")
         if embed_dim <= 0 or num_heads <= 0 or num_kv_heads <= 0 or embed_dim % num_heads or num_heads % num_kv_heads:
             raise ValueError(f"need E % H == 0 and H % G == 0, got E={embed_dim}, H={num_heads}, G={num_kv_heads}")
         self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
@@ -133,9 +150,16 @@ class GroupedQueryAttention(nn.Module):
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Self-attention over x (B, T, E); mask broadcastable to (B, H, T, T). Returns (B, T, E), (B, H, T, T)."""
+        """Self-attention over x (B, T, E); mask broadcastable to (B, H, T, T). Returns (B, T, E), (B, H, T, T).
+
+        Raises:
+            TypeError / ValueError: x is not a (B, T, E) floating tensor with the module's E, or a
+                bad mask (as :func:`grouped_query_attention`).
+        """
         require_tensor(x, "x")
         require_rank(x, 3, "x", "(B, T, E)")
+        if x.shape[-1] != self.embed_dim:
+            raise ValueError(f"x must have shape (B, T, E={self.embed_dim}), got {tuple(x.shape)}")
         q = split_heads(self.q_proj(x), self.num_heads)  # (B, H, T, D)
         k = split_heads(self.k_proj(x), self.num_kv_heads)  # (B, G, T, D)
         v = split_heads(self.v_proj(x), self.num_kv_heads)  # (B, G, T, D)
@@ -145,7 +169,12 @@ class GroupedQueryAttention(nn.Module):
     @classmethod
     def from_mha(cls, mha: nn.Module, num_kv_heads: int) -> GroupedQueryAttention:
         """Convert a MultiHeadAttention (q/k/v/out_proj, num_heads) by mean-pooling the key and value
-        projection heads of each group, as the GQA paper does before "uptraining"."""
+        projection heads of each group, as the GQA paper does before "uptraining":
+        W_K^g = mean of W_K^h over the H / G heads h of group g, (D, E) each (likewise W_V).
+
+        Raises:
+            TypeError / ValueError: num_kv_heads is not a positive int dividing mha.num_heads.
+        """
         H, E = mha.num_heads, mha.q_proj.in_features
         bias = mha.q_proj.bias is not None
         gqa = cls(E, H, num_kv_heads, bias=bias)
@@ -173,9 +202,13 @@ def sliding_window_mask(T: int, window: int, S: int | None = None, causal: bool 
     """Boolean local-attention mask (T, S): True where |i - j| <= window (0 <= i - j <= window if causal).
 
     Raises:
+        TypeError: window, T or S is not an int.
         ValueError: window, T or S is negative.
     """
     S = T if S is None else S
+    for name, n in (("T", T), ("S", S), ("window", window)):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"{name} must be an int, got {type(n).__name__}")
     if min(T, S, window) < 0:
         raise ValueError(f"T, S and window must be >= 0, got T={T}, S={S}, window={window}")
     offset = torch.arange(T, device=device)[:, None] - torch.arange(S, device=device)[None, :]  # (T, S): i - j
@@ -261,9 +294,16 @@ def linformer_projections(S: int, rank: int, kind: str = "gaussian",
     segment of about S / r positions (fixed mean-pooling, one of the projections the paper compares).
     In Linformer both are *learned*; here they are fixed so the approximation can be studied alone.
 
+    Returns:
+        E, F: (r, S) each, in ``dtype``.
+
     Raises:
+        TypeError: S or rank is not an int.
         ValueError: rank is not in [1, S], or kind is unknown.
     """
+    for name, n in (("S", S), ("rank", rank)):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"{name} must be an int, got {type(n).__name__}")
     if not 1 <= rank <= S:
         raise ValueError(f"rank must be in [1, S={S}], got {rank}")
     if kind == "gaussian":

@@ -132,7 +132,7 @@ def test_bad_input_raises(bad, error):
     elif bad == "grad_dtype":
         do = do.long()
     elif bad == "scale":
-        kwargs["scale"] = 0.0
+        kwargs["scale"] = float("inf")
     else:
         kwargs["mask"] = torch.ones(3, 5, dtype=torch.bool)
     with pytest.raises(error):

@@ -30,5 +30,5 @@ def test_import_is_light():
 
 def test_shape_legend_is_documented_once_in_the_package():
     for letter in ("B  batch", "H  number of heads", "T  query length", "S  key/value length", "D  per-head",
-                   "E  model dimension"):
+                   "E  model dimension", "Dv value dimension"):
         assert letter in mha_course.__doc__
