@@ -1,4 +1,5 @@
-"""Pictures of attention: heatmaps of weights, grids of heads, masks, and "yours vs expected".
+"""Pictures of attention: heatmaps of weights, grids of heads, masks, and "yours vs expected";
+and :func:`interactive`, the notebooks' sliders with a static fallback.
 
 Every function takes torch tensors or NumPy arrays (tensors are detached and moved to the CPU)
 and returns the matplotlib object it drew on, so that a notebook can add to it and a test can
@@ -10,6 +11,7 @@ the library stays light for the grader and for the command-line tools.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import numpy as np
@@ -17,6 +19,8 @@ import numpy as np
 # Matrices up to this many cells get their numbers written in by default (annotate=None).
 _ANNOTATE_MAX_CELLS = 64
 _NAN_COLOR = "#ff00ff"  # magenta: a colour no sequential colormap uses, so NaNs stand out
+# The difference panel's colour range is at least this fraction of the values' range.
+_DIFF_COLOR_FLOOR = 1e-3
 
 
 def _to_numpy(x, name: str) -> np.ndarray:
@@ -106,7 +110,7 @@ def _cmap_with_nan(cmap):
 
 
 def _heatmap(ax, matrix, query_labels, key_labels, *, cmap, vmin, vmax, annotate,
-             show_x=True, show_y=True, colorbar=True):
+             show_x=True, show_y=True, colorbar=True, colorbar_label=None):
     """Draw one (T, S) heatmap on ``ax``; returns the image."""
     T, S = matrix.shape
     image = ax.imshow(np.ma.masked_invalid(matrix), cmap=_cmap_with_nan(cmap), vmin=vmin, vmax=vmax,
@@ -122,7 +126,9 @@ def _heatmap(ax, matrix, query_labels, key_labels, *, cmap, vmin, vmax, annotate
     if annotate:
         _annotate(ax, matrix, image)
     if colorbar:
-        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+        bar = ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+        if colorbar_label:
+            bar.set_label(colorbar_label)
     return image
 
 
@@ -139,7 +145,8 @@ def _value_range(*matrices: np.ndarray) -> tuple[float, float]:
 
 def plot_attention(weights, query_labels: Sequence[str] | None = None,
                    key_labels: Sequence[str] | None = None, ax=None, title: str | None = None,
-                   cmap: str = "viridis", annotate: bool | None = None):
+                   cmap: str = "viridis", annotate: bool | None = None,
+                   colorbar_label: str | None = "weight"):
     """Heatmap of one attention matrix: cell (t, s) is how much query t attends to key s.
 
     Args:
@@ -151,6 +158,7 @@ def plot_attention(weights, query_labels: Sequence[str] | None = None,
         title: axes title.
         cmap: matplotlib colormap name.
         annotate: write the numbers into the cells; None = only when T * S <= 64.
+        colorbar_label: what the colours mean ("weight"; pass "score" for unnormalised scores).
 
     Returns:
         the matplotlib Axes.
@@ -172,7 +180,7 @@ def plot_attention(weights, query_labels: Sequence[str] | None = None,
         _, ax = plt.subplots(figsize=(max(width, 3.5), max(height, 2.5)), layout="constrained")
     vmin, vmax = _value_range(matrix)
     _heatmap(ax, matrix, query_labels, key_labels, cmap=cmap, vmin=vmin, vmax=vmax,
-             annotate=annotate)
+             annotate=annotate, colorbar_label=colorbar_label)
     if title is not None:
         ax.set_title(title)
     return ax
@@ -182,7 +190,8 @@ def plot_attention_grid(weights, row_labels: Sequence[str] | None = None,
                         col_labels: Sequence[str] | None = None,
                         query_labels: Sequence[str] | None = None,
                         key_labels: Sequence[str] | None = None, title: str | None = None,
-                        cmap: str = "viridis", annotate: bool = False):
+                        cmap: str = "viridis", annotate: bool = False,
+                        colorbar_label: str | None = "weight"):
     """A grid of heatmaps: one row of heads (H, T, S), or layers x heads (L, H, T, S).
 
     All panels share one colour scale and one colorbar, so heads can be compared by eye.
@@ -197,6 +206,7 @@ def plot_attention_grid(weights, row_labels: Sequence[str] | None = None,
         title: figure title.
         cmap: matplotlib colormap name.
         annotate: write the numbers into every cell.
+        colorbar_label: what the colours mean.
 
     Returns:
         the matplotlib Figure; its first L * H axes are the panels, row by row, then the colorbar.
@@ -234,7 +244,9 @@ def plot_attention_grid(weights, row_labels: Sequence[str] | None = None,
                              show_y=head == 0, colorbar=False)
             name = col_labels[head] if not row_labels[layer] else f"{row_labels[layer]}, {col_labels[head]}"
             ax.set_title(name, fontsize=10)
-    fig.colorbar(image, ax=axes, shrink=0.8)
+    bar = fig.colorbar(image, ax=axes, shrink=0.8)
+    if colorbar_label:
+        bar.set_label(colorbar_label)
     if title is not None:
         fig.suptitle(title)
     return fig
@@ -261,7 +273,8 @@ def plot_side_by_side(yours, expected, query_labels: Sequence[str] | None = None
 
     Used by the self-check when a learner's attention weights are wrong: the difference panel
     (red = too much weight, blue = too little) shows *where* they are wrong, e.g. above the
-    diagonal when a causal mask was ignored.
+    diagonal when a causal mask was ignored. Differences below a thousandth of the values'
+    range (rounding) stay white.
 
     Args:
         yours, expected: tensors/arrays of the same shape (..., T, S). With leading dims (heads,
@@ -299,15 +312,18 @@ def plot_side_by_side(yours, expected, query_labels: Sequence[str] | None = None
     vmin, vmax = _value_range(mine, ref)
     for ax, matrix, name in zip(axes[:2], (mine, ref), names, strict=True):
         _heatmap(ax, matrix, query_labels, key_labels, cmap="viridis", vmin=vmin, vmax=vmax,
-                 annotate=annotate)
+                 annotate=annotate, colorbar_label="weight")
         nan_count = int(np.isnan(matrix).sum())
         ax.set_title(name if not nan_count else f"{name} ({nan_count} NaN, magenta)")
     difference = mine - ref
     finite = np.abs(difference[np.isfinite(difference)])
     largest = float(finite.max()) if finite.size else 0.0
-    limit = largest if largest > 0 else 1e-12  # colour range must not be empty
+    # The colour range never shrinks below a thousandth of the values' own size: rounding noise
+    # (1e-8 between two correct implementations) stays white instead of filling the colour scale.
+    floor = _DIFF_COLOR_FLOOR * max(vmax - vmin, abs(vmin), abs(vmax), 1e-12)
+    limit = max(largest, floor)
     _heatmap(axes[2], difference, query_labels, key_labels, cmap="RdBu_r", vmin=-limit, vmax=limit,
-             annotate=annotate)
+             annotate=annotate, colorbar_label="difference")
     axes[2].set_title(f"{names[0]} - {names[1]} (max |diff| {largest:.2g})")
     suptitle = title or ""
     if index:
@@ -319,8 +335,15 @@ def plot_side_by_side(yours, expected, query_labels: Sequence[str] | None = None
 
 
 def plot_mask(mask, query_labels: Sequence[str] | None = None,
-              key_labels: Sequence[str] | None = None, ax=None, title: str | None = None):
-    """Picture of a boolean mask in the course's convention: True (may attend) vs False (blocked).
+              key_labels: Sequence[str] | None = None, ax=None, title: str | None = None,
+              true_label: str = "may attend", false_label: str = "blocked"):
+    """Picture of a boolean mask: True cells blue, False cells grey, and a legend saying what each means.
+
+    By default the legend reads the course's convention (True = may attend). For a mask in
+    ``torch.nn.MultiheadAttention``'s opposite convention pass ``true_label="blocked",
+    false_label="may attend"``: the colours still show the stored values, so the two
+    conventions drawn side by side look inverted, as they are. Any other yes/no matrix (e.g.
+    "output t depends on token j") can be drawn with its own two labels.
 
     Args:
         mask: bool (T, S) tensor/array; leading size-1 dims are dropped, so a padding mask
@@ -328,6 +351,7 @@ def plot_mask(mask, query_labels: Sequence[str] | None = None,
         query_labels: T tick labels; key_labels: S tick labels.
         ax: Axes to draw on; None makes a new figure.
         title: axes title.
+        true_label, false_label: legend text for True and False cells.
 
     Returns:
         the matplotlib Axes, with a legend naming both colours.
@@ -353,8 +377,8 @@ def plot_mask(mask, query_labels: Sequence[str] | None = None,
     if ax is None:
         _, ax = plt.subplots(figsize=(max(3.5, min(10.0, 2.0 + 0.4 * S)),
                                       max(3.0, min(10.0, 1.8 + 0.4 * T))), layout="constrained")
-    blocked_color, attend_color = "#d9d9d9", "#2c7fb8"
-    ax.imshow(matrix.astype(int), cmap=ListedColormap([blocked_color, attend_color]), vmin=0, vmax=1,
+    false_color, true_color = "#d9d9d9", "#2c7fb8"
+    ax.imshow(matrix.astype(int), cmap=ListedColormap([false_color, true_color]), vmin=0, vmax=1,
               aspect="equal", interpolation="nearest")
     # thin white grid lines between cells so single cells can be counted
     ax.set_xticks(np.arange(-0.5, S, 1), minor=True)
@@ -365,13 +389,51 @@ def plot_mask(mask, query_labels: Sequence[str] | None = None,
     _ticks(ax, query_labels, T, "y")
     ax.set_xlabel("key (S)")
     ax.set_ylabel("query (T)")
-    ax.legend(handles=[Patch(color=attend_color, label="True: may attend"),
-                       Patch(color=blocked_color, label="False: blocked")],
+    ax.legend(handles=[Patch(color=true_color, label=f"True: {true_label}"),
+                       Patch(color=false_color, label=f"False: {false_label}")],
               loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=9)
     if title is not None:
         ax.set_title(title)
     return ax
 
+
+def _label_positions(tips: np.ndarray, names: list[str], span: float) -> list[tuple[float, float, str]]:
+    """Where to write each arrow's name: just beyond its tip, nudged so that names do not overlap.
+
+    A name continues its arrow: to the right of an arrow that points right, centred above one
+    that points up, to the left of one that points left. Clashing names are moved up or down, one
+    line at a time. Text sizes are estimated in data units from ``span`` (the axis extent), which
+    is close enough for the short words the course draws. Empty names take no room.
+
+    Returns one (x, y, horizontal alignment) per tip.
+    """
+    line = 0.055 * span                          # height of one line of 10-pt text, in data units
+    char = 0.028 * span                          # width of one character
+    placed: list[tuple[float, float, float]] = []  # (left, right, y) of the names written so far
+    spots: list[tuple[float, float, str]] = []
+    for (x, y), name in zip(tips, names, strict=True):
+        length = float(np.hypot(x, y)) or 1.0
+        ux, uy = x / length, y / length            # direction of the arrow
+        px, py = x + 0.04 * span * ux, y + 0.04 * span * uy
+        width = char * len(name)
+        if ux > 0.35:
+            align, left = "left", px
+        elif ux < -0.35:
+            align, left = "right", px - width
+        else:
+            align, left = "center", px - width / 2
+            py += 0.5 * line * np.sign(uy)         # clear the arrow head
+        for _ in range(len(placed) + 1):         # every placed name can push this one at most once
+            clash = [qy for qleft, qright, qy in placed
+                     if abs(qy - py) < line and left < qright and qleft < left + width]
+            if not clash:
+                break
+            nearest = min(clash, key=lambda qy: abs(qy - py))
+            py = nearest + line if py >= nearest else nearest - line  # step away from it
+        spots.append((px, py, align))
+        if name:
+            placed.append((left, left + width, py))
+    return spots
 
 def plot_vectors_2d(vectors, labels: Sequence[str] | None = None, query=None,
                     query_label: str = "query", ax=None, title: str | None = None):
@@ -406,18 +468,26 @@ def plot_vectors_2d(vectors, labels: Sequence[str] | None = None, query=None,
         points.append(query[None])
     if ax is None:
         _, ax = plt.subplots(figsize=(4.5, 4.5), layout="constrained")
+    everything = np.concatenate(points + [np.zeros((1, 2))])
+    span = float(np.abs(everything).max()) * 1.25 or 1.0
+    names = list(labels) if labels is not None else [None] * len(keys)
+    tips = list(keys)
+    if query is not None:
+        names.append(query_label)
+        tips.append(query)
+    spots = _label_positions(np.array(tips), [name or "" for name in names], span)
     for i, (x, y) in enumerate(keys):
         ax.annotate("", xy=(x, y), xytext=(0, 0),
                     arrowprops=dict(arrowstyle="-|>", color="tab:blue", lw=1.5))
         if labels is not None:
-            ax.text(x * 1.06, y * 1.06, labels[i], color="tab:blue", fontsize=10)
+            px, py, align = spots[i]
+            ax.text(px, py, labels[i], color="tab:blue", fontsize=10, ha=align, va="center")
     if query is not None:
         ax.annotate("", xy=tuple(query), xytext=(0, 0),
                     arrowprops=dict(arrowstyle="-|>", color="tab:red", lw=2.2))
-        ax.text(query[0] * 1.06, query[1] * 1.06, query_label, color="tab:red", fontsize=10,
-                fontweight="bold")
-    everything = np.concatenate(points + [np.zeros((1, 2))])
-    span = float(np.abs(everything).max()) * 1.25 or 1.0
+        px, py, align = spots[-1]
+        ax.text(px, py, query_label, color="tab:red", fontsize=10, fontweight="bold", ha=align,
+                va="center")
     lo = np.minimum(everything.min(axis=0), 0) * 1.25
     ax.set_xlim(min(lo[0], -0.1 * span), span)
     ax.set_ylim(min(lo[1], -0.1 * span), span)
@@ -427,3 +497,67 @@ def plot_vectors_2d(vectors, labels: Sequence[str] | None = None, query=None,
     if title is not None:
         ax.set_title(title)
     return ax
+
+
+def interactive(function, static: Sequence[dict] = ({},), **controls):
+    """Sliders and menus for ``function`` where ipywidgets is installed, fixed settings otherwise.
+
+    With ipywidgets, this is ``ipywidgets.interactive(function, **controls)``: moving a control
+    calls ``function`` again with the new keyword arguments. Make the call the last line of a
+    cell (or pass the result to ``display``) so that Jupyter shows the widget. Without ipywidgets
+    (a plain Python console, some hosted notebooks) ``function`` is called once per dict in
+    ``static``, so the learner still sees the pictures, just not the sliders.
+
+    ``function`` also runs once with the controls' initial values when the widget is built; if
+    that first call raises, the exception propagates (ipywidgets alone would only print it inside
+    the widget), so a notebook test that executes the cell fails as it should.
+
+    Args:
+        function: draws and/or prints one setting; its parameters are the controls' names.
+        static: keyword-argument dicts for the calls made when ipywidgets is missing; the
+            default ``({},)`` is one call with ``function``'s own defaults.
+        **controls: for each parameter, one of ``interact``'s abbreviations: ``(min, max, step)``
+            for a slider, a list of options for a menu, a bool for a checkbox; or a function that
+            takes the ipywidgets module and returns a control, for controls that need ipywidgets
+            itself: ``tau=lambda w: w.FloatLogSlider(value=1, min=-1, max=1)`` (so the notebook
+            never imports ipywidgets, and still runs where it is missing).
+
+    Returns:
+        the ``ipywidgets.interactive`` widget, or None when the static fallback ran.
+
+    Raises:
+        TypeError: ``function`` is not callable, or ``static`` is not a sequence of dicts.
+        whatever ``function`` raises on its first call.
+    """
+    if not callable(function):
+        raise TypeError(f"function must be callable, got {type(function).__name__}")
+    if isinstance(static, dict) or not all(isinstance(kwargs, dict) for kwargs in static):
+        raise TypeError("static must be a sequence of keyword-argument dicts, e.g. [{'tau': 0.5}], "
+                        f"got {static!r}")
+    try:
+        import ipywidgets
+    except ImportError:
+        shown = "; ".join("(" + (", ".join(f"{k}={v!r}" for k, v in kwargs.items()) or "defaults") + ")"
+                          for kwargs in static)
+        print(f"ipywidgets is not installed, so no sliders; fixed settings instead: {shown}")
+        for kwargs in static:
+            function(**kwargs)
+        return None
+
+    failures: list[BaseException] = []
+
+    def call(**kwargs):
+        try:
+            return function(**kwargs)
+        except Exception as error:  # remembered for the first call, shown by ipywidgets later
+            failures.append(error)
+            raise
+
+    # keep the learner's parameter names and defaults visible to interactive()'s introspection
+    call.__signature__ = inspect.signature(function)
+    controls = {name: control(ipywidgets) if callable(control) and not isinstance(control, ipywidgets.Widget)
+                else control for name, control in controls.items()}
+    widget = ipywidgets.interactive(call, **controls)
+    if failures:
+        raise failures[0]
+    return widget

@@ -60,12 +60,47 @@ def test_unscaled_gradients_vanish_and_scaled_do_not():
 def test_scaling_trains_faster_on_retrieval(seed):
     scaled = ex.train_retrieval(True, d_k=256, steps=200, seed=seed)
     unscaled = ex.train_retrieval(False, d_k=256, steps=200, seed=seed)
-    assert scaled["loss"].shape == scaled["accuracy"].shape == scaled["max_weight"].shape == (200,)
+    for run in (scaled, unscaled):
+        assert set(run) == {"loss", "accuracy", "max_weight", "correct_weight"}
+        assert all(values.shape == (200,) for values in run.values())
     # both start from the same task; the unscaled softmax starts saturated
     assert unscaled["max_weight"][0] > 0.7 > 0.4 > scaled["max_weight"][0]
     assert scaled["accuracy"][-30:].mean() > 0.95
     assert unscaled["accuracy"][-30:].mean() < scaled["accuracy"][-30:].mean() - 0.2
     assert scaled["loss"][-30:].mean() < 0.5 * unscaled["loss"][-30:].mean()
+    # chapter 03's reading of the right-hand panel: both end peaked, only the scaled one on the right key
+    assert scaled["correct_weight"][-30:].mean() > 0.9
+    assert unscaled["max_weight"][-30:].mean() > 0.9 > 0.5 > unscaled["correct_weight"][-30:].mean()
+
+
+def test_correct_weight_is_the_weight_on_the_asked_pair():
+    run = ex.train_retrieval(True, d_k=8, steps=3, seed=0, num_pairs=1, num_keys=4)
+    np.testing.assert_allclose(run["correct_weight"], 1.0)  # one pair: all weight is on it
+    run = ex.train_retrieval(True, d_k=8, steps=3, seed=0)
+    assert np.all(run["correct_weight"] <= run["max_weight"] + 1e-7)
+
+
+def test_unscaled_gets_worse_with_dim_and_small_init_helps():
+    # chapter 03's sweep, cut down: unscaled accuracy falls as D grows; scaled stays solved;
+    # initialising W_Q, W_K smaller (unit-variance scores at the start) recovers the moderate D
+    def accuracy(scaled, D, **kwargs):
+        return np.mean([ex.train_retrieval(scaled, d_k=D, steps=150, seed=s, **kwargs)["accuracy"][-30:].mean()
+                        for s in (0, 1)])
+    unscaled = [accuracy(False, D) for D in (16, 64, 256)]
+    assert unscaled[0] > unscaled[1] > unscaled[2]
+    assert unscaled[2] < 0.5
+    assert min(accuracy(True, D) for D in (16, 256)) > 0.95
+    assert accuracy(False, 64, qk_init_scale=64 ** -0.25) > 0.95
+
+
+def test_single_thread_restores_the_thread_count():
+    before = torch.get_num_threads()
+    with ex.single_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+    with pytest.raises(KeyError), ex.single_thread():
+        raise KeyError("inside")
+    assert torch.get_num_threads() == before
 
 
 @pytest.mark.parametrize("bad, error", [([], ValueError), ([0], ValueError), ([2.5], TypeError),
@@ -82,3 +117,5 @@ def test_bad_training_arguments_raise():
         ex.train_retrieval(lr=0.0)
     with pytest.raises(TypeError):
         ex.train_retrieval(d_k=16.0)
+    with pytest.raises(ValueError, match="qk_init_scale"):
+        ex.train_retrieval(qk_init_scale=0.0)

@@ -203,3 +203,100 @@ def test_plot_vectors_2d_draws_one_arrow_per_vector():
         viz.plot_vectors_2d(np.ones((3, 3)))
     with pytest.raises(ValueError, match=r"\(2,\)"):
         viz.plot_vectors_2d(keys, query=np.ones(3))
+
+
+def test_colorbars_are_labelled():
+    ax = viz.plot_attention(_weights(3, 3))
+    assert ax.figure.axes[1].get_ylabel() == "weight"
+    ax = viz.plot_attention(torch.randn(3, 3), colorbar_label="score")
+    assert ax.figure.axes[1].get_ylabel() == "score"
+    fig = viz.plot_attention_grid(_weights(2, 3, 3), colorbar_label="attention")
+    assert fig.axes[-1].get_ylabel() == "attention"
+    fig = viz.plot_side_by_side(_weights(3, 3), _weights(3, 3, seed=1))
+    assert [ax.get_ylabel() for ax in fig.axes[3:]] == ["weight", "weight", "difference"]
+
+
+def test_side_by_side_keeps_rounding_noise_white():
+    expected = _weights(4, 4)
+    yours = expected + 3e-8 * torch.randn(4, 4, generator=torch.Generator().manual_seed(1))
+    fig = viz.plot_side_by_side(yours, expected)
+    low, high = fig.axes[2].images[0].get_clim()
+    assert high == pytest.approx(-low) and high >= 1e-3 * float(expected.max())
+    assert "e-08" in fig.axes[2].get_title()  # the title still reports the tiny difference
+    # a real error still uses the whole colour range
+    yours = expected.clone()
+    yours[0, 0] += 0.2
+    assert viz.plot_side_by_side(yours, expected).axes[2].images[0].get_clim()[1] == pytest.approx(0.2)
+
+
+def test_plot_mask_other_convention_labels():
+    mask = ~causal_mask(3)
+    ax = viz.plot_mask(mask, true_label="blocked", false_label="may attend")
+    legend = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert legend == ["True: blocked", "False: may attend"]
+    np.testing.assert_array_equal(np.asarray(ax.images[0].get_array()), mask.numpy().astype(int))
+
+
+def test_plot_vectors_2d_keeps_close_labels_apart():
+    # tips closer together than a line of text: written at the tips, the names would collide
+    keys = np.array([[0.95, 0.05], [0.93, 0.07], [0.9, 0.03], [0.0, 0.9], [0.03, 0.92]])
+    names = ["money", "loan", "cash", "water", "river"]
+    ax = viz.plot_vectors_2d(keys, names, query=np.array([0.75, 0.55]))
+    ax.figure.canvas.draw()
+    renderer = ax.figure.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.texts if t.get_text()]
+    assert len(boxes) == 6
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), "two arrow labels overlap"
+
+
+def test_interactive_builds_a_widget_and_runs_the_function_once():
+    ipywidgets = pytest.importorskip("ipywidgets")
+    calls = []
+
+    def draw(tau=1.0, word="bank"):
+        calls.append((tau, word))
+
+    widget = viz.interactive(draw, tau=ipywidgets.FloatSlider(value=0.5, min=0.1, max=2.0),
+                             word=["bank", "loan"])
+    assert isinstance(widget, ipywidgets.interactive)
+    assert calls == [(0.5, "bank")]
+    widget.children[0].value = 1.5  # moving the slider calls the function again
+    assert calls[-1] == (1.5, "bank")
+
+
+def test_interactive_builds_controls_that_need_ipywidgets():
+    ipywidgets = pytest.importorskip("ipywidgets")
+    seen = []
+    widget = viz.interactive(lambda tau=1.0: seen.append(tau),
+                             tau=lambda w: w.FloatLogSlider(value=0.1, base=10, min=-2, max=1))
+    assert isinstance(widget.children[0], ipywidgets.FloatLogSlider)
+    assert seen == [pytest.approx(0.1)]
+
+
+def test_interactive_first_call_errors_propagate():
+    pytest.importorskip("ipywidgets")
+
+    def broken(n=1):
+        raise RuntimeError("drawing failed")
+
+    with pytest.raises(RuntimeError, match="drawing failed"):
+        viz.interactive(broken, n=(1, 5))
+
+
+def test_interactive_static_fallback_without_ipywidgets(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ipywidgets", None)  # import ipywidgets -> ImportError
+    calls = []
+    result = viz.interactive(lambda tau=1.0: calls.append(tau), static=[{"tau": 0.3}, {"tau": 3.0}],
+                             tau=(0.1, 5.0))
+    assert result is None and calls == [0.3, 3.0]
+    assert "ipywidgets is not installed" in capsys.readouterr().out
+    assert viz.interactive(lambda tau=1.0: calls.append(tau)) is None and calls[-1] == 1.0
+
+
+def test_interactive_rejects_bad_arguments():
+    with pytest.raises(TypeError, match="callable"):
+        viz.interactive("not a function")
+    with pytest.raises(TypeError, match="sequence of keyword-argument dicts"):
+        viz.interactive(lambda tau=1.0: None, static={"tau": 1.0})
