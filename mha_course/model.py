@@ -9,7 +9,9 @@ Positions are "none", "sinusoidal", "learned" (both added to the embeddings) or 
 applied to queries and keys inside attention; see :mod:`mha_course.positions`). Rotary attention
 is :class:`RotaryMultiHeadAttention`, a small subclass that rotates the split heads before calling
 :func:`mha_course.scaled_dot_product_attention` with the parent's own projections, so head
-ablation (``head_gate``) and everything else works the same way.
+ablation (``head_gate``) and everything else works the same way. With ``kv_heads=G`` the
+self-attention is grouped-query attention (:class:`GroupedSelfAttention`, G key/value heads shared
+by the H query heads; multi-query when G = 1), for chapter 11's quality comparison.
 
 Every forward also returns the attention weights of every layer, stacked (L, B, H, T, S), so the
 chapters can look inside.
@@ -26,6 +28,7 @@ from .heads import merge_heads, split_heads
 from .masks import causal_mask, padding_mask
 from .mha import MultiHeadAttention
 from .positions import LearnedPositions, SinusoidalPositions, apply_rotary
+from .variants import GroupedQueryAttention, grouped_query_attention
 
 POSITIONS = ("none", "sinusoidal", "learned", "rotary")
 
@@ -54,7 +57,42 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
         return self.out_proj(merge_heads(heads)), weights  # (B, T, E), (B, H, T, S)
 
 
-def _attention(embed_dim: int, num_heads: int, rotary: bool) -> MultiHeadAttention:
+class GroupedSelfAttention(GroupedQueryAttention):
+    """Grouped-query self-attention with :class:`MultiHeadAttention`'s call signature and ``head_gate``.
+
+    H query heads share G = ``num_kv_heads`` key/value heads: ``k_proj`` and ``v_proj`` map E -> G*D,
+    so the KV cache is H/G times smaller. forward(query (B, T, E), key=None, value=None, mask=None)
+    -> (out (B, T, E), weights (B, H, T, T)); key and value, when given, must be ``query`` itself.
+
+    Raises:
+        ValueError: key or value is another tensor (this module does self-attention only), or the
+            sizes are invalid (see :class:`mha_course.variants.GroupedQueryAttention`).
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int):
+        super().__init__(embed_dim, num_heads, num_kv_heads)
+        self.register_buffer("head_gate", torch.ones(num_heads), persistent=False)  # ablation, as in MHA
+
+    def forward(self, query, key=None, value=None, mask=None):
+        if any(x is not None and x is not query for x in (key, value)):
+            raise ValueError("GroupedSelfAttention does self-attention only: pass key=value=query or None")
+        require_tensor(query, "query")
+        require_rank(query, 3, "query", "(B, T, E)")
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)  # (B, 1, T, S)
+        q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, T, D)
+        k = split_heads(self.k_proj(query), self.num_kv_heads)  # (B, G, T, D)
+        v = split_heads(self.v_proj(query), self.num_kv_heads)  # (B, G, T, D)
+        heads, weights = grouped_query_attention(q, k, v, mask=mask)  # (B, H, T, D), (B, H, T, T)
+        heads = heads * self.head_gate.to(heads.dtype)[:, None, None]  # ablation: zero switched-off heads
+        return self.out_proj(merge_heads(heads)), weights  # (B, T, E), (B, H, T, T)
+
+
+def _attention(embed_dim: int, num_heads: int, rotary: bool, kv_heads: int | None = None) -> nn.Module:
+    if kv_heads is not None:
+        if rotary:
+            raise ValueError("kv_heads (grouped-query attention) is not combined with rotary positions here")
+        return GroupedSelfAttention(embed_dim, num_heads, kv_heads)
     return (RotaryMultiHeadAttention if rotary else MultiHeadAttention)(embed_dim, num_heads)
 
 
@@ -78,10 +116,10 @@ class Block(nn.Module):
     """
 
     def __init__(self, embed_dim: int, num_heads: int, rotary: bool = False, cross: bool = False,
-                 mlp_ratio: int = 4):
+                 mlp_ratio: int = 4, kv_heads: int | None = None):
         super().__init__()
         self.ln_attn = nn.LayerNorm(embed_dim)
-        self.attn = _attention(embed_dim, num_heads, rotary)
+        self.attn = _attention(embed_dim, num_heads, rotary, kv_heads)
         self.ln_cross = nn.LayerNorm(embed_dim) if cross else None
         self.cross_attn = MultiHeadAttention(embed_dim, num_heads) if cross else None  # no positions across
         self.ln_mlp = nn.LayerNorm(embed_dim)
@@ -140,27 +178,33 @@ class TinyTransformer(nn.Module):
         positions: "none", "sinusoidal", "learned" or "rotary".
         causal: if True, position t attends only to positions <= t.
         mlp_ratio: MLP hidden size is mlp_ratio * E.
+        kv_heads: None for ordinary multi-head attention, or G (dividing H) for grouped-query
+            attention with G key/value heads (1 = multi-query); not with rotary positions.
 
     forward(tokens (B, T) long) -> (logits (B, T, vocab_size), attention (L, B, H, T, T)).
 
     Raises:
-        ValueError: unknown positions, E not divisible by H, tokens longer than max_len.
+        ValueError: unknown positions, E not divisible by H, H not divisible by kv_heads, kv_heads
+            with rotary positions, tokens longer than max_len.
         TypeError: tokens not a long tensor.
     """
 
     def __init__(self, vocab_size: int, max_len: int, embed_dim: int = 64, num_heads: int = 4,
-                 num_layers: int = 2, positions: str = "learned", causal: bool = False, mlp_ratio: int = 4):
+                 num_layers: int = 2, positions: str = "learned", causal: bool = False, mlp_ratio: int = 4,
+                 kv_heads: int | None = None):
         super().__init__()
         self.config = dict(vocab_size=vocab_size, max_len=max_len, embed_dim=embed_dim, num_heads=num_heads,
-                           num_layers=num_layers, positions=positions, causal=causal, mlp_ratio=mlp_ratio)
+                           num_layers=num_layers, positions=positions, causal=causal, mlp_ratio=mlp_ratio,
+                           kv_heads=kv_heads)
         self.causal = causal
         self.embed = _Embedding(vocab_size, embed_dim, max_len, positions)
-        self.blocks = nn.ModuleList(Block(embed_dim, num_heads, rotary=positions == "rotary", mlp_ratio=mlp_ratio)
+        self.blocks = nn.ModuleList(Block(embed_dim, num_heads, rotary=positions == "rotary", mlp_ratio=mlp_ratio,
+                                          kv_heads=kv_heads)
                                     for _ in range(num_layers))
         self.ln_out = nn.LayerNorm(embed_dim)
         self.head = nn.Linear(embed_dim, vocab_size)
 
-    def attention_modules(self) -> list[MultiHeadAttention]:
+    def attention_modules(self) -> list[nn.Module]:
         """The self-attention module of each layer, in order (their ``head_gate`` switches heads)."""
         return [block.attn for block in self.blocks]
 

@@ -31,6 +31,7 @@ class TrainResult:
     steps: int
     relation_accuracy: dict[str, float]
     history: list[dict] = field(default_factory=list)  # {"step", "loss", "accuracy", "seconds"} per evaluation
+    losses: list[float] = field(default_factory=list)  # training loss of every step, in order
 
     def summary(self) -> str:
         return f"accuracy {self.accuracy:.3f} in {self.seconds:.1f} s"
@@ -80,7 +81,8 @@ def train(model: nn.Module, task: Task, steps: int = 2000, batch_size: int = 128
         progress: show a tqdm progress bar.
 
     Returns:
-        a TrainResult; ``accuracy`` is measured on the held-out set after the last step.
+        a TrainResult; ``accuracy`` is measured on the held-out set after the last step,
+        ``losses`` holds the training loss of every step and ``history`` one entry per evaluation.
 
     Raises:
         ValueError: non-positive steps, batch_size, eval_every or eval_size.
@@ -95,6 +97,7 @@ def train(model: nn.Module, task: Task, steps: int = 2000, batch_size: int = 128
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / 50))
     history: list[dict] = []
+    losses: list[float] = []
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -112,12 +115,13 @@ def train(model: nn.Module, task: Task, steps: int = 2000, batch_size: int = 128
         optimizer.step()
         warmup.step()
         step += 1
+        losses.append(loss.detach().item())  # detached: a plain float, no autograd graph kept alive
         if step % eval_every == 0 or step == steps:
             scores = evaluate(model, held_out, task)
-            history.append({"step": step, "loss": float(loss.detach()), "accuracy": scores["accuracy"],
+            history.append({"step": step, "loss": losses[-1], "accuracy": scores["accuracy"],
                             "seconds": time.perf_counter() - start})
             if bar is not None:
-                bar.set_postfix(loss=f"{float(loss):.3f}", acc=f"{scores['accuracy']:.3f}")
+                bar.set_postfix(loss=f"{losses[-1]:.3f}", acc=f"{scores['accuracy']:.3f}")
             if target_accuracy is not None and scores["accuracy"] >= target_accuracy:
                 if bar is not None:
                     bar.update(step - bar.n)
@@ -127,7 +131,7 @@ def train(model: nn.Module, task: Task, steps: int = 2000, batch_size: int = 128
     if bar is not None:
         bar.close()
     model.eval()
-    return TrainResult(scores["accuracy"], time.perf_counter() - start, step, scores["relations"], history)
+    return TrainResult(scores["accuracy"], time.perf_counter() - start, step, scores["relations"], history, losses)
 
 
 DEFAULTS = dict(task="reverse", steps=3000, batch_size=64, lr=3e-3, embed_dim=64, num_heads=4, num_layers=2,
@@ -140,7 +144,7 @@ def train_task(task: str | Task = "reverse", seed: int = 0, steps: int = 3000, b
     """Build a model for ``task`` (seeded with ``seed``), train it, return (model, result).
 
     The one-call recipe the chapters use; ``model_options`` go to :func:`mha_course.model.build_model`
-    (embed_dim, num_heads, num_layers, positions, causal).
+    (embed_dim, num_heads, num_layers, positions, causal, kv_heads).
     """
     task = get_task(task) if isinstance(task, str) else task
     torch.manual_seed(seed)
@@ -163,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heads", type=int, default=DEFAULTS["num_heads"], help="attention heads H (default %(default)s)")
     parser.add_argument("--layers", type=int, default=DEFAULTS["num_layers"], help="transformer blocks L (default %(default)s)")
     parser.add_argument("--positions", default=DEFAULTS["positions"], choices=POSITIONS, help="positional information (default %(default)s)")
+    parser.add_argument("--kv-heads", type=int, default=None,
+                        help="key/value heads G for grouped-query attention (1 = multi-query; default: H, plain MHA)")
     parser.add_argument("--causal", action="store_true", help="causal self-attention (GPT-style)")
     parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seeds the weights and the data (default %(default)s)")
     parser.add_argument("--target", type=float, default=DEFAULTS["target"],
@@ -171,6 +177,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch CPU threads (default 1: a model this small gains nothing from more, and loses a lot when cores are shared)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
+    for flag, value in (("--steps", args.steps), ("--batch-size", args.batch_size), ("--embed-dim", args.embed_dim),
+                        ("--heads", args.heads), ("--layers", args.layers)):
+        if value <= 0:
+            parser.error(f"{flag} must be a positive integer, got {value}")
+    if args.embed_dim % args.heads:
+        parser.error(f"--embed-dim ({args.embed_dim}) must be divisible by --heads ({args.heads}): E = H * D")
+    if args.threads is not None and args.threads <= 0:
+        parser.error(f"--threads must be a positive integer, got {args.threads}")
+    if args.kv_heads is not None and (args.kv_heads <= 0 or args.heads % args.kv_heads):
+        parser.error(f"--kv-heads must be a positive divisor of --heads ({args.heads}), got {args.kv_heads}")
 
     torch.set_num_threads(args.threads or 1)
     task = get_task(args.task)
@@ -179,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
         if task.encoder_decoder:
             parser.error("--causal applies to encoder-only tasks (the translate decoder is always causal)")
         options["causal"] = True
+    if args.kv_heads is not None:
+        if task.encoder_decoder or args.positions == "rotary":
+            parser.error("--kv-heads applies to encoder-only tasks without rotary positions")
+        options["kv_heads"] = args.kv_heads
     print(f"task {task.name}: {task.description}")
     model, result = train_task(task, seed=args.seed, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                                target_accuracy=args.target if args.target > 0 else None,

@@ -75,7 +75,10 @@ def test_grammar_relations_point_at_the_right_words():
             assert words[t] in at_kind and words[data.source_pos[b, t, r]] in to_kind
         subject = int(torch.nonzero(data.source_pos[b, :, 0] >= 0)[0])
         verb = int(torch.nonzero(data.source_pos[b, :, 1] >= 0)[0])
+        time_word = int(torch.nonzero(data.source_pos[b, :, 2] >= 0)[0])
         assert subject < verb < int(data.source_pos[b, subject, 0])  # object after the verb
+        assert int(data.source_pos[b, verb, 1]) == subject == verb - 1  # the verb names its subject, just before it
+        assert int(data.source_pos[b, time_word, 2]) == verb
 
 
 def test_translate_reverses_and_capitalises_with_padding():
