@@ -3,7 +3,7 @@
 * :func:`attention_grid` draws every layer x head for one example, with the tokens as labels.
 * :func:`ablate` switches heads off (``MultiHeadAttention.head_gate[h] = 0``: the head's output
   is zeroed before the output projection) and :func:`ablation_table` measures, for every head,
-  the accuracy on each relation with that head switched off.
+  the accuracy on each relation with that head switched off (or with only that head left on).
 * :func:`relation_attention` measures, for every head, the mean attention mass that positions of
   a relation put on that relation's target position (the "previous token", the "matching key",
   "the subject of the verb"...); :func:`describe_heads` turns it into one sentence per head.
@@ -54,13 +54,17 @@ def ablate(model, heads):
             gate.copy_(value)
 
 
-def ablation_table(model, data: TaskData, task: Task) -> dict:
-    """Accuracy per relation with each single head switched off.
+def ablation_table(model, data: TaskData, task: Task, keep_only: bool = False) -> dict:
+    """Accuracy per relation with each single head switched off (or, with ``keep_only``, left on alone).
+
+    Switching one head off asks "is this head necessary?"; keeping only one head on asks "is it
+    sufficient?". A relation can survive every single ablation (several heads share it) and still
+    need one particular head when the others are gone, so the two tables answer different questions.
 
     Returns {"baseline": (R,) accuracy per relation with every head on,
-             "ablated": (L, H, R) accuracy per relation with head (l, h) off,
+             "ablated": (L, H, R) accuracy per relation with head (l, h) off (keep_only=False)
+                        or with every head but (l, h) off (keep_only=True),
              "relations": the R relation names} (NumPy arrays).
-    ablated[l, h, r] = accuracy on relation r with head_gate[h] = 0 in layer l.
 
     Raises:
         TypeError: model has no ``attention_modules()``.
@@ -68,13 +72,14 @@ def ablation_table(model, data: TaskData, task: Task) -> dict:
     names = task.relation_names
     gates = _gates(model)
     L, H = len(gates), gates[0].numel()
+    everyone = [(layer, head) for layer in range(L) for head in range(H)]
     baseline = np.array([evaluate(model, data, task)["relations"][n] for n in names])
     ablated = np.zeros((L, H, len(names)))
-    for layer in range(L):
-        for head in range(H):
-            with ablate(model, [(layer, head)]):
-                scores = evaluate(model, data, task)["relations"]
-            ablated[layer, head] = [scores[n] for n in names]
+    for layer, head in everyone:
+        switched_off = [pair for pair in everyone if pair != (layer, head)] if keep_only else [(layer, head)]
+        with ablate(model, switched_off):
+            scores = evaluate(model, data, task)["relations"]
+        ablated[layer, head] = [scores[n] for n in names]
     return {"baseline": baseline, "ablated": ablated, "relations": names}
 
 

@@ -120,3 +120,29 @@ def test_head_picker_falls_back_to_a_static_grid(monkeypatch):
     fig = head_picker(model, task, task.sample(4, 0))
     assert len(fig.axes) == 3  # two panels and the colorbar
     plt.close(fig)
+
+
+def test_ablation_table_keep_only_leaves_exactly_one_head_on(monkeypatch):
+    import mha_course.interpret as interpret
+
+    torch.manual_seed(0)
+    task = get_task("grammar")
+    model = build_model(task, num_layers=2, embed_dim=16, num_heads=4)
+    gates = [m.head_gate for m in model.attention_modules()]
+
+    def fake_evaluate(model, data, task):
+        # relation r is "right" iff head (0, r) is on; records which heads were on
+        on = torch.stack(gates).clone()  # (L, H)
+        return {"accuracy": 0.0, "relations": {n: float(on[0, r]) for r, n in enumerate(task.relation_names)}}
+
+    monkeypatch.setattr(interpret, "evaluate", fake_evaluate)
+    R = len(task.relation_names)
+    only = ablation_table(model, None, task, keep_only=True)["ablated"]
+    off = ablation_table(model, None, task)["ablated"]
+    for layer in range(2):
+        for head in range(4):
+            expected_only = [1.0 if (layer, head) == (0, r) else 0.0 for r in range(R)]
+            expected_off = [0.0 if (layer, head) == (0, r) else 1.0 for r in range(R)]
+            assert only[layer, head].tolist() == expected_only
+            assert off[layer, head].tolist() == expected_off
+    assert all(g.tolist() == [1, 1, 1, 1] for g in gates)
