@@ -1,24 +1,40 @@
 """Tiled (FlashAttention-style) attention: online softmax over blocks, O(T) extra memory.
 
 Naive attention materialises the (T, S) score matrix. Here queries are processed in blocks of
-``block_q`` rows and, for each, keys and values stream past in blocks of ``block_k``; the running
-statistics of the online softmax (see :mod:`mha_course.online_softmax`) make the result exact.
-Only one (block_q, block_k) tile of scores exists at a time, per head.
+``block_q`` rows and, for each, keys and values stream past in blocks of ``block_k``, every tile
+batched over all B*H heads. Per query row two running sums are kept, l = sum_j exp(s_j - c) and
+acc = sum_j exp(s_j - c) v_j, and out = acc / l at the end: one (block_q, block_k) tile of scores
+exists at a time, never anything of size T*S. The mathematics is that of
+:func:`mha_course.online_softmax_attention`; three engineering choices make this Python loop about
+as fast as torch's fused CPU kernel, whose time is mostly its two matrix products per tile, as ours:
 
-Two engineering choices make this Python loop about as fast as torch's fused CPU kernel
-(the mathematics is unchanged; softmax does not care which shift c is subtracted):
+1. **Base-2 exponentials.** exp(x) = 2^(x log2 e), so q is multiplied once by scale * log2(e) and
+   each tile takes ``exp2_``: torch's CPU exp2 measured about 4x faster than its exp (FlashAttention
+   does the same on GPUs). l then sums powers of 2; lse = ln 2 * (c + log2 l).
+2. **A fixed shift, checked once per query block.** Softmax does not care which shift c is
+   subtracted; the running maximum of the textbook online softmax exists only so that exp never
+   overflows. The first attempt uses c = 0: no subtraction and no rescaling of acc, so a tile costs
+   one matmul, ``exp2_`` in place, a row sum and a second matmul accumulating into acc in place.
+   l only grows, so if it ends inside [2^-60, 2^60] no term overflowed, and terms that underflowed
+   (below 2^-126) are negligible against l: the result is as accurate as with the maximum as shift.
+   Otherwise (scores beyond about +-40, or NaN) the block is redone in two passes, first its exact
+   row maxima m, then the same loop with c = m, where every row's largest term is 1 and l lies in
+   [1, S]. Typical inputs never need it, and the check costs one sync per query block, not per tile.
+3. **Causal tiles in three kinds.** Keys before the block's first query i0 are in every query's past
+   (no mask); keys from its end i1 on are in every query's future (skipped); the diagonal band
+   [i0, i1) is masked. The band is cut into :data:`DIAGONAL_SPLIT` narrower tiles, each computed
+   only for the queries at or below its first key: the scores computed only to be masked shrink
+   from half of the band's (i1 - i0)^2 square to 1/(2 * DIAGONAL_SPLIT) of it.
 
-1. **The shift rides inside the matmul.** Each query row gets an extra column holding -c and
-   each key an extra 1, so one matmul yields s - c directly. Per tile that leaves two
-   elementwise passes (``exp_`` in place, and the row sum) between two matmuls.
-2. **The shift is updated lazily.** Instead of moving c to the running maximum at every tile,
-   c stays put while the running sum l stays within [2^-60, 2^60] (no overflow, no underflow);
-   only when a tile breaks that bound is it recomputed with c raised to the true maximum
-   (FlashAttention-4 calls this conditional rescaling). Typical inputs never need it.
+Measured and rejected (2-core AVX-512 CPU, fp32, B*H = 8, D = 64): a column of ones appended to v
+so that l comes out of the acc matmul (a Dv+1 = 65 wide matmul was slower than the separate sum);
+the shift as an extra column of q and k (K = 65 slowed that matmul by about 10%). The Python loop
+itself costs about 12 us per tile, under 1% at the default tiles. But each torch call is a parallel
+region of its own: on an oversubscribed CPU (more busy threads than cores) this loop slows down far
+more than torch's single fused kernel, so compare the two on a quiet machine.
 
-Memory beyond the output: copies of q and k with one extra column (O((T + S) D); v is copied
-only to upcast or broadcast it), one tile of scores (B*H*block_q*block_k) and O(B*H*block_q*D)
-accumulators; never anything of size T*S.
+Memory beyond the output: copies of k and v only to upcast or broadcast them (O(S D)), one tile
+buffer (B*H*block_q*block_k scores) and O(B*H*block_q*(D + Dv)) for a scaled block of q and the sums.
 """
 
 from __future__ import annotations
@@ -29,13 +45,17 @@ import torch
 
 from .attention import check_qkv, resolve_scale
 
-#: With block_size=None, tiles hold about this many scores across all B*H heads (4 MiB in float32):
-#: block_k = 1024 keys and block_q = TILE_SCORES / (B*H*1024) queries, clamped to [64, 1024].
-#: Measured on a 2-core AVX-512 CPU, fp32, B=1, H=8, T=4096, D=64: (128, 1024) tiles were as fast as
-#: any of 64..1024 square and oblong tiles, and fewer, larger tiles keep a Python loop's per-op
-#: overhead (and thread start-up inside each op) small when B*H is small.
+#: With block_size=None, a tile holds about this many scores across all B*H heads (4 MiB in float32):
+#: block_k = 256 keys and block_q = TILE_SCORES / (B*H*256) queries, halved when causal, clamped to
+#: [64, 1024]. Measured on 2 cores, fp32, B*H = 8, D = 64, T = 1024..4096 against shapes from
+#: (128, 256) to (512, 512): (512, 256) was the fastest non-causal tile (taller tiles make the
+#: second matmul, (block_q, block_k) @ (block_k, Dv), more efficient), while causal attention
+#: preferred (256, 256): the diagonal band, partly computed only to be masked, grows with block_q.
 TILE_SCORES = 2**20
-_LOW, _HIGH = 2.0**-60, 2.0**60  # the running sum l may roam here before the shift is recomputed
+LOG2E = 1.0 / math.log(2.0)
+#: Causal attention cuts each block's diagonal band into this many narrower tiles (see trick 3).
+DIAGONAL_SPLIT = 4
+_LOW, _HIGH = 2.0**-60, 2.0**60  # where l must end for the unshifted pass to be exact
 
 
 def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -62,13 +82,13 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         :func:`mha_course.attention_backward` (which does build (T, S) per call).
 
     Raises:
-        TypeError: inputs are not floating tensors of one dtype; block_size of a wrong type.
+        TypeError: inputs are not floating tensors of one dtype; block_size or scale of a wrong type.
         ValueError: mismatched D or S, rank < 2, unbroadcastable leading dims, block_size < 1,
-            non-positive scale.
+            a scale that is NaN or infinite.
     """
     T, S, D = check_qkv(q, k, v)
     scale = resolve_scale(scale, D)
-    block_q, block_k = _blocks(block_size, q, k, v)
+    block_q, block_k = _blocks(block_size, q, k, v, bool(causal))
     if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
         out, lse = _TiledAttention.apply(q, k, v, block_q, block_k, bool(causal), scale)
     else:
@@ -85,87 +105,103 @@ def _tiled_forward(q, k, v, block_q: int, block_k: int, causal: bool, scale: flo
     work = torch.promote_types(q.dtype, torch.float32)  # float16/bfloat16 accumulate in float32
     dev = q.device
     with torch.no_grad():
-        # Augmented copies (one extra column or row); the copy also broadcasts and upcasts.
-        q_aug = torch.empty(*lead, T, D + 1, dtype=work, device=dev)  # (..., T, D+1)
-        q_aug[..., :D] = q
-        q_aug[..., :D] *= scale
-        q_aug[..., D] = 0.0  # -c, the shift of each row; c = 0 until a tile says otherwise
-        # K^T with rows padded to a stride of 16 (mod 32) floats: a row stride that is a multiple of
-        # 4 KiB (S = 4096, 16384, ...) maps every row of a key block to the same cache sets.
-        stride = S + 16 + (-S) % 32
-        k_aug = torch.empty(N, D + 1, stride, dtype=work, device=dev)[..., :S]  # (N, D+1, S): K^T
-        k_aug.view(*lead, D + 1, S)[..., :D, :] = k.transpose(-2, -1)
-        k_aug[:, D, :] = 1.0
-        q_aug = q_aug.reshape(N, T, D + 1)  # (N, T, D+1)
-        v3 = v.to(work).expand(*lead, S, Dv).reshape(N, S, Dv)  # (N, S, Dv): a view when nothing broadcasts
-
-        out = torch.zeros(N, T, Dv, dtype=q.dtype, device=dev)  # (N, T, Dv)
-        lse = torch.full((N, T), -math.inf, dtype=work, device=dev)  # (N, T)
-        if N * T * S == 0:
-            return out.reshape(*lead, T, Dv), lse.reshape(*lead, T)  # nothing to attend: zeros
+        # Views, unless broadcasting (or, for k and v, upcasting to the work dtype) needs a copy.
+        q3 = q.expand(*lead, T, D).reshape(N, T, D)  # (N, T, D)
+        k3 = k.to(work).expand(*lead, S, D).reshape(N, S, D)  # (N, S, D)
+        v3 = v.to(work).expand(*lead, S, Dv).reshape(N, S, Dv)  # (N, S, Dv)
+        out = torch.empty(N, T, Dv, dtype=q.dtype, device=dev)  # (N, T, Dv)
+        lse = torch.empty(N, T, dtype=work, device=dev)  # (N, T)
+        if N * T * S == 0:  # nothing to attend: zeros, lse = -inf
+            return out.zero_().reshape(*lead, T, Dv), lse.fill_(-math.inf).reshape(*lead, T)
         bq, bk = min(block_q, T), min(block_k, S)
-        tile = torch.empty(N, bq, bk, dtype=work, device=dev)  # reused: no allocation per tile
-        acc = torch.empty(N, bq, Dv, dtype=work, device=dev)  # sum_j exp(s_j - c) v_j
-        l_run = torch.empty(N, bq, dtype=work, device=dev)  # sum_j exp(s_j - c)
-        tile_sum = torch.empty_like(l_run)
+        scratch = torch.empty(N * bq * bk, dtype=work, device=dev)  # every tile lives here: no allocation per tile
+        q_buf = torch.empty(N * bq * D, dtype=work, device=dev)  # one block of q, scaled
+        acc_buf = torch.empty(N * bq * Dv, dtype=work, device=dev)  # acc = sum_j 2^(s2_j - c) v_j
+        l_buf = torch.empty(N * bq, dtype=work, device=dev)  # l = sum_j 2^(s2_j - c)
         for i0 in range(0, T, bq):
             i1 = min(T, i0 + bq)
-            q_blk, a, l = q_aug[:, i0:i1], acc[:, : i1 - i0], l_run[:, : i1 - i0]  # (N, nq, .)
-            a.zero_()
-            l.zero_()
-            key_end = min(S, i1) if causal else S  # keys j > i1 - 1 are everyone's future
-            for j0 in range(0, key_end, bk):
-                j1 = min(key_end, j0 + bk)
-                diagonal = causal and j1 - 1 > i0  # some (i, j) in this tile has j > i
-                _add_tile(q_blk, k_aug[:, :, j0:j1], v3[:, j0:j1], a, l, tile, tile_sum[:, : i1 - i0],
-                          (i0, j0) if diagonal else None, j0 == 0)
-            out[:, i0:i1] = a / torch.where(l == 0, 1.0, l).unsqueeze(-1)  # l = 0: no key, zeros
-            torch.sub(torch.log(l), q_blk[..., D], out=lse[:, i0:i1])  # lse = c + log l, c = -q_aug[..., D]
+            nq = i1 - i0
+            # Scores in base 2 (trick 1): s2 = (q * scale * log2 e) k^T. Scaling q costs N*nq*D products, not N*nq*S.
+            q_blk = q_buf[: N * nq * D].view(N, nq, D).copy_(q3[:, i0:i1]).mul_(scale * LOG2E)  # (N, nq, D)
+            a, l = acc_buf[: N * nq * Dv].view(N, nq, Dv), l_buf[: N * nq].view(N, nq)  # contiguous, for out=
+            tiles = _key_tiles(i0, i1, S, bk, causal)
+            _sweep(q_blk, k3, v3, tiles, i0, scratch, a, l, shift=None)  # c = 0 (trick 2)
+            low, high = torch.aminmax(l)
+            shift = None
+            if not (low.item() >= _LOW and high.item() <= _HIGH):  # NaN fails too
+                shift = _row_max(q_blk, k3, tiles, i0, scratch)  # (N, nq): redo with c = m
+                _sweep(q_blk, k3, v3, tiles, i0, scratch, a, l, shift)
+            out[:, i0:i1] = a / l.unsqueeze(-1)
+            log2_sum = torch.log2(l) if shift is None else torch.log2(l) + shift  # log2 sum_j 2^s2_j
+            torch.mul(log2_sum, math.log(2.0), out=lse[:, i0:i1])
     return out.reshape(*lead, T, Dv), lse.reshape(*lead, T)
 
 
-def _add_tile(q_blk, kT_blk, v_blk, acc, l, tile, tile_sum, diagonal_at, first: bool) -> None:
-    """acc += exp(s - c) v and l += rowsum(exp(s - c)) for one tile, recomputing the shift c if needed."""
-    nq, nk = q_blk.shape[1], kT_blk.shape[2]
-    full = nq == tile.shape[1] and nk == tile.shape[2]
-    s = torch.bmm(q_blk, kT_blk, out=tile) if full else torch.bmm(q_blk, kT_blk)  # (N, nq, nk) = s - c
-    if diagonal_at is not None:
-        s.masked_fill_(_future(diagonal_at, nq, nk, s.device), -math.inf)
-    s.exp_()
-    torch.sum(s, dim=-1, out=tile_sum)  # (N, nq)
-    low, high = torch.aminmax(tile_sum)
-    # Accept unless a sum overflows, or (first tile, l = 0) underflows; later tiles keep l >= 2^-60.
-    if high.item() <= _HIGH and (not first or low.item() >= _LOW):  # NaN fails too
-        acc.baddbmm_(s, v_blk)
-        l.add_(tile_sum)
-        return
-    # Slow path: raise each row's shift to its true maximum (rows that saw nothing yet may lower it).
-    s = torch.bmm(q_blk, kT_blk)  # (N, nq, nk) = s - c, recomputed
-    if diagonal_at is not None:
-        s.masked_fill_(_future(diagonal_at, nq, nk, s.device), -math.inf)
-    seen = l > 0  # (N, nq); an empty row has nothing to rescale (and 0 * inf = NaN)
-    delta = s.amax(dim=-1)  # (N, nq), the tile maximum relative to the current shift
-    delta = torch.where(seen, delta.clamp(min=0.0), delta)
-    delta = torch.where(torch.isneginf(delta), 0.0, delta)  # a row with no visible key here
-    s.sub_(delta.unsqueeze(-1)).exp_()
-    rescale = torch.where(seen, torch.exp(-delta), 1.0)  # exp(c_old - c_new)
-    acc.mul_(rescale.unsqueeze(-1)).baddbmm_(s, v_blk)
-    l.mul_(rescale).add_(s.sum(dim=-1))
-    q_blk[..., -1] -= delta  # later tiles of this query block use the new shift
+def _key_tiles(i0: int, i1: int, S: int, bk: int, causal: bool) -> list[tuple[int, int, int, bool]]:
+    """(r0, j0, j1, needs_mask) for each tile of the query block i0..i1-1 (trick 3).
+
+    The tile covers keys j0..j1-1 and the block's rows r0.. (queries i0 + r0 ..); r0 > 0 only on the
+    causal diagonal, where queries before key j0 see none of the tile's keys.
+    """
+    if not causal:
+        return [(0, j0, min(S, j0 + bk), False) for j0 in range(0, S, bk)]
+    past, end = min(i0, S), min(i1, S)  # keys < i0: seen by all; keys >= i1: seen by none
+    width = min(bk, -(-(i1 - i0) // DIAGONAL_SPLIT))  # ceil(nq / DIAGONAL_SPLIT)
+    return ([(0, j0, min(past, j0 + bk), False) for j0 in range(0, past, bk)]
+            + [(j0 - i0, j0, min(end, j0 + width), True) for j0 in range(past, end, width)])
 
 
-def _future(at: tuple[int, int], nq: int, nk: int, device) -> torch.Tensor:
+def _tile_scores(q_blk, k3, tile, i0: int, scratch) -> torch.Tensor:
+    """(N, nq - r0, nk) base-2 scores of one tile, written into ``scratch``; the causal future is -inf."""
+    r0, j0, j1, needs_mask = tile
+    q_rows = q_blk[:, r0:]  # (N, nq - r0, D)
+    N, rows, nk = q_rows.shape[0], q_rows.shape[1], j1 - j0
+    s = torch.bmm(q_rows, k3[:, j0:j1].transpose(1, 2), out=scratch[: N * rows * nk].view(N, rows, nk))
+    if needs_mask:
+        s.masked_fill_(_future(i0 + r0, j0, rows, nk, s.device), -math.inf)
+    return s
+
+
+def _sweep(q_blk, k3, v3, tiles, i0: int, scratch, acc, l, shift) -> None:
+    """acc = sum_j 2^(s2_j - c) v_j and l = sum_j 2^(s2_j - c) over ``tiles``; c = 0 or ``shift``."""
+    for n, tile in enumerate(tiles):
+        r0, j0, j1, _ = tile
+        s = _tile_scores(q_blk, k3, tile, i0, scratch)  # (N, nq - r0, nk)
+        if shift is not None:
+            s.sub_(shift[:, r0:].unsqueeze(-1))
+        s.exp2_()  # in place: the tile is both summed and multiplied by v, never copied
+        if n == 0:  # the first tile (r0 = 0) initialises the sums: no zeroing pass, no read of acc
+            torch.sum(s, dim=-1, out=l)
+            torch.bmm(s, v3[:, j0:j1], out=acc)
+        else:
+            l[:, r0:].add_(s.sum(dim=-1))
+            acc[:, r0:].baddbmm_(s, v3[:, j0:j1])  # acc += s @ v_blk, in place
+
+
+def _row_max(q_blk, k3, tiles, i0: int, scratch) -> torch.Tensor:
+    """(N, nq) maximum base-2 score of each query row over ``tiles``.
+
+    Finite for finite inputs: every query sees at least key 0 (S >= 1), causal or not.
+    """
+    m = torch.full(q_blk.shape[:2], -math.inf, dtype=q_blk.dtype, device=q_blk.device)  # (N, nq)
+    for tile in tiles:
+        rows = m[:, tile[0]:]  # a view: written in place
+        torch.maximum(rows, _tile_scores(q_blk, k3, tile, i0, scratch).amax(dim=-1), out=rows)
+    return m
+
+
+def _future(i0: int, j0: int, nq: int, nk: int, device) -> torch.Tensor:
     """(nq, nk) bool, True where key j0 + c lies in the future of query i0 + r (j > i)."""
-    i0, j0 = at
     rows = torch.arange(i0, i0 + nq, device=device).unsqueeze(1)  # (nq, 1)
     cols = torch.arange(j0, j0 + nk, device=device).unsqueeze(0)  # (1, nk)
     return cols > rows
 
 
-def _blocks(block_size, q, k, v) -> tuple[int, int]:
-    if block_size is None:
+def _blocks(block_size, q, k, v, causal: bool) -> tuple[int, int]:
+    if block_size is None:  # see TILE_SCORES
         heads = math.prod(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
-        return min(1024, max(64, TILE_SCORES // (max(heads, 1) * 1024))), 1024
+        block_q = TILE_SCORES // (max(heads, 1) * 256) // (2 if causal else 1)
+        return min(1024, max(64, block_q)), 256
     pair = (block_size, block_size) if isinstance(block_size, int) and not isinstance(block_size, bool) \
         else block_size
     if not isinstance(pair, (tuple, list)) or len(pair) != 2 or \

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mha_course import tiled as tiled_module
 from mha_course.attention import scaled_dot_product_attention as sdpa
 from mha_course.masks import causal_mask
 from mha_course.online_softmax import (
@@ -110,6 +111,100 @@ def test_scores_far_below_zero_do_not_underflow():
     assert_close(out, torch_reference(q, k, v, False, scale=1.0).float(), what="all-negative scores")
 
 
+@pytest.mark.parametrize("scale", [-0.7, 0.0, 3.0])
+def test_any_finite_scale_matches_torch(scale):
+    # Negative scales and zero are well defined (zero: uniform weights), as in torch's SDPA.
+    q, k, v = make_qkv((2,), 11, 14, 4, 3, seed=8)
+    for causal in (False, True):
+        assert_close(tiled_attention(q, k, v, (4, 5), causal=causal, scale=scale),
+                     torch_reference(q, k, v, causal, scale=scale), what=f"scale={scale} causal={causal}")
+
+
+def _count_fallbacks(monkeypatch) -> list:
+    """Record every query block that takes the two-pass path (exact row maxima, then shifted)."""
+    calls = []
+    row_max = tiled_module._row_max
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return row_max(*args, **kwargs)
+
+    monkeypatch.setattr(tiled_module, "_row_max", spy)
+    return calls
+
+
+def test_typical_inputs_take_the_one_pass_path(monkeypatch):
+    calls = _count_fallbacks(monkeypatch)
+    q, k, v = make_qkv((2, 4), 300, 300, 16, 16, dtype=torch.float32, seed=1)
+    for causal in (False, True):
+        tiled_attention(q, k, v, 64, causal=causal)
+    assert calls == [], "unit-variance inputs should never need the shifted second pass"
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_only_the_overflowing_query_block_is_redone_and_stays_exact(monkeypatch, causal):
+    # One query row (in the second of three blocks) has scores of several hundred: 2^s overflows
+    # unless shifted. Its block alone takes the two-pass path; every output and lse stays exact.
+    calls = _count_fallbacks(monkeypatch)
+    q, k, v = make_qkv((2,), 24, 30, 8, 8, seed=12)
+    q[1, 13] *= 200.0
+    out, lse = tiled_attention(q, k, v, (8, 7), causal=causal, return_lse=True)
+    assert len(calls) == 1
+    assert_close(out, torch_reference(q, k, v, causal), what="out")
+    scores = q @ k.transpose(-2, -1) / math.sqrt(8)
+    if causal:
+        scores = scores.masked_fill(~causal_mask(24, 30), -math.inf)
+    assert_close(lse, torch.logsumexp(scores, dim=-1), what="lse after the shifted pass")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_with_huge_scores_is_still_exact(dtype):
+    # float16/bfloat16 scores of ~1000 fit in float32 but 2^s does not: the shifted pass runs in float32.
+    q, k, v = make_qkv((1, 2), 20, 33, 8, 8, dtype=dtype, seed=13, q_scale=60.0)
+    for causal in (False, True):
+        assert_close(tiled_attention(q, k, v, (6, 8), causal=causal), torch_reference(q, k, v, causal),
+                     dtype=dtype, what=f"{dtype} causal={causal}")
+
+
+@given(T=st.integers(1, 30), S=st.integers(1, 30), bq=st.integers(1, 12), bk=st.integers(1, 12),
+       causal=st.booleans(), log_q_scale=st.floats(-3.0, 2.5), seed=st.integers(0, 10**6))
+@FAST
+def test_any_score_magnitude_gives_exact_out_and_lse(T, S, bq, bk, causal, log_q_scale, seed):
+    # From nearly uniform weights (q ~ 1e-3) to one-hot ones with scores in the hundreds (q ~ 300):
+    # both the unshifted pass and the two-pass fallback must be exact, in out and in lse.
+    q, k, v = make_qkv((2,), T, S, 6, 3, seed=seed, q_scale=10.0**log_q_scale)
+    out, lse = tiled_attention(q, k, v, (bq, bk), causal=causal, return_lse=True)
+    assert_close(out, torch_reference(q, k, v, causal), what="out")
+    scores = q @ k.transpose(-2, -1) / math.sqrt(6)
+    if causal:
+        scores = scores.masked_fill(~causal_mask(T, S), -math.inf)
+    assert_close(lse, torch.logsumexp(scores, dim=-1), what="lse")
+
+
+@pytest.mark.parametrize("split", [1, 3, 5, 64])
+def test_any_diagonal_split_is_exact(monkeypatch, split):
+    # The causal band of each query block is cut into `split` tiles that skip the rows above their
+    # first key; blocks of 7 rows leave uneven pieces, T != S both ways, the fallback path included.
+    monkeypatch.setattr(tiled_module, "DIAGONAL_SPLIT", split)
+    for T, S, q_scale in [(23, 23, 1.0), (23, 15, 1.0), (15, 29, 1.0), (23, 23, 300.0)]:
+        q, k, v = make_qkv((2,), T, S, 4, 3, seed=T + S, q_scale=q_scale)
+        out, lse = tiled_attention(q, k, v, (7, 9), causal=True, return_lse=True)
+        assert_close(out, torch_reference(q, k, v, True), what=f"split={split} T={T} S={S}")
+        scores = (q @ k.transpose(-2, -1) / 2.0).masked_fill(~causal_mask(T, S), -math.inf)
+        assert_close(lse, torch.logsumexp(scores, dim=-1), what=f"lse split={split} T={T} S={S}")
+
+
+def test_non_contiguous_inputs():
+    # q, k, v as views of a (B, T, H, D) layout, the way a projection produces them, and a strided v.
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(2, 19, 3, 8, generator=gen, dtype=torch.float64).transpose(1, 2)  # (B, H, T, D)
+    k = torch.randn(2, 23, 3, 8, generator=gen, dtype=torch.float64).transpose(1, 2)
+    v = torch.randn(2, 3, 23, 10, generator=gen, dtype=torch.float64)[..., ::2]  # (B, H, S, 5)
+    for causal in (False, True):
+        assert_close(tiled_attention(q, k, v, (5, 6), causal=causal), torch_reference(q, k, v, causal),
+                     what=f"non-contiguous causal={causal}")
+
+
 def test_later_keys_with_larger_scores_rescale_earlier_blocks():
     # Keys grow along the sequence so every new key block raises the running maximum.
     q, k, v = make_qkv((2,), 16, 64, 4, 4, seed=4)
@@ -175,7 +270,9 @@ def test_gradients_flow_through_the_hand_derived_backward():
     ({"block_size": 2.5}, TypeError),
     ({"block_size": True}, TypeError),
     ({"block_size": (1, 2, 3)}, TypeError),
-    ({"scale": -1.0}, ValueError),
+    ({"scale": math.nan}, ValueError),
+    ({"scale": math.inf}, ValueError),
+    ({"scale": "0.5"}, TypeError),
 ])
 def test_bad_arguments_raise(kwargs, error):
     q, k, v = make_qkv((1,), 4, 4, 2, 2)
@@ -249,7 +346,20 @@ def test_tiled_memory_stays_far_below_the_score_matrix():
     assert tiled_mib < score_mib / 4, f"tiled used {tiled_mib:.1f} MiB vs {score_mib:.0f} MiB for one (T, S)"
 
 
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("lead", [(), (1, 1), (4, 8), (16, 16)])
-def test_default_tiles_work_for_any_number_of_heads(lead):
+def test_default_tiles_work_for_any_number_of_heads(lead, causal):
     q, k, v = make_qkv(lead, 70, 1100, 4, 4, dtype=torch.float32, seed=len(lead))
-    assert_close(tiled_attention(q, k, v, causal=True), torch_reference(q, k, v, True).float(), what=f"lead={lead}")
+    assert_close(tiled_attention(q, k, v, causal=causal), torch_reference(q, k, v, causal).float(),
+                 what=f"lead={lead} causal={causal}")
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_default_tiles_with_ragged_edges(causal):
+    # With 8 heads the default tiles are (512 or 256, 256): T and S below leave partial tiles on
+    # both axes, and T > S leaves queries whose whole key range is in the past.
+    q, k, v = make_qkv((1, 8), 600, 459, 16, 16, dtype=torch.float32, seed=21)
+    block_q, block_k = tiled_module._blocks(None, q, k, v, causal)
+    assert 600 % block_q and 459 % block_k
+    assert_close(tiled_attention(q, k, v, causal=causal), torch_reference(q, k, v, causal).float(),
+                 what=f"default tiles causal={causal}")
