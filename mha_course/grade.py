@@ -4,6 +4,9 @@ Each submission runs in its own process (time and memory limits); results come b
 arrays and are compared here. The assignment is read from the notebook's metadata, so a renamed
 copy grades the same. Folders are searched for ``*.ipynb`` (recursively, checkpoints skipped).
 
+Every test that passes is run again on fresh random inputs of the same kind (``--seed`` fixes
+them), so memorised answers gain nothing.
+
 Outputs: a table per submission (one submission) or a progress bar and a class summary (many);
 ``--json`` writes Gradescope's results.json (several notebooks are merged into one result);
 ``--csv`` a gradebook with a column per exercise; ``--summary`` what the class gets wrong;
@@ -44,10 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = argparse.ArgumentParser(
         prog="python -m mha_course.grade",
-        description="Grade submission notebooks, each in its own sandboxed process. Exit status 0 whenever grading "
-                    "ran (failing tests are not an error).")
-    parser.add_argument("submissions", nargs="+", help="notebooks or folders of notebooks")
-    parser.add_argument("--json", type=Path, help="write Gradescope's results.json here")
+        description="Grade submission notebooks, each in its own sandboxed process; the assignment is read from "
+                    "the notebook's metadata, so any file name works. Exit status 0 whenever grading ran (failing "
+                    "tests are not an error), 2 when no notebook was found.")
+    parser.add_argument("submissions", nargs="+", help="notebooks, or folders searched for *.ipynb (recursively)")
+    parser.add_argument("--json", type=Path,
+                        help="write Gradescope's results.json here (several notebooks: one merged result)")
     parser.add_argument("--csv", type=Path, help="write the gradebook (one row per submission) here")
     parser.add_argument("--summary", type=Path, help="write the per-test class summary here")
     parser.add_argument("--results-dir", type=Path, help="write <notebook>.results.json per submission here")
@@ -59,8 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--notebook-timeout", type=float, default=Limits.notebook_timeout,
                         help=f"seconds for all cells of a notebook (default {Limits.notebook_timeout:g})")
     parser.add_argument("--memory-mb", type=int, default=Limits.memory_mb,
-                        help=f"memory a submission may allocate, MiB (default {Limits.memory_mb})")
-    parser.add_argument("--quiet", action="store_true", help="no progress bar and no per-test table")
+                        help=f"memory a submission may allocate beyond the grader's own, MiB (default "
+                             f"{Limits.memory_mb})")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="salt of the fresh random inputs every passing test is run on again (default: a new "
+                             "one each run, printed at the end; pass it to reproduce a run)")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bar, no per-test table and no line per notebook (the class summary of a "
+                             "folder is still printed)")
     args = parser.parse_args(argv)
 
     paths = find_notebooks(args.submissions)
@@ -73,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     limits = Limits(case_timeout=args.case_timeout, cell_timeout=args.cell_timeout,
                     notebook_timeout=args.notebook_timeout, memory_mb=args.memory_mb)
-    results = grade_many(paths, limits, workers=args.workers, progress=not args.quiet and len(paths) > 1)
+    results = grade_many(paths, limits, workers=args.workers, progress=not args.quiet and len(paths) > 1,
+                         seed=-1 if args.seed is None else args.seed)
 
     if len(results) == 1 and not args.quiet:
         print(text_report(results[0]))
@@ -93,9 +105,11 @@ def main(argv: list[str] | None = None) -> int:
         args.summary.parent.mkdir(parents=True, exist_ok=True)
         args.summary.write_text(class_summary(results) + "\n", encoding="utf-8")
         print(f"class summary: {args.summary}")
-    if args.json:  # last: nothing a submission wrote can replace it
+    if args.json:  # last: nothing a submission wrote can replace it (none of its processes is left)
         write_json(args.json, merged_gradescope(results))
         print(f"results.json: {args.json}")
+    if not args.quiet and results:
+        print(f"fresh inputs drawn with --seed {results[0].seed}")
     return 0
 
 

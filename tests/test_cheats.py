@@ -43,13 +43,14 @@ CHEATS = {
                          GOOD_DOUBLE], 2),
     "nan_output": (["import numpy as np\n\ndef add_arrays(a, b):\n    return np.full_like(a, np.nan)", GOOD_DOUBLE], 2),
     "extra_broadcast_dim": (["def add_arrays(a, b):\n    return (a + b)[None]", GOOD_DOUBLE], 2),
+    # naming the grader's files, or reaching for attributes by computed names, is tampering: 0 for the notebook
     "fake_results_json": ([WRONG_ADD, "import json\nfor p in ['results.json', '/autograder/results/results.json', "
                            "RESULTS_PATH]:\n    try:\n        open(p, 'w').write(json.dumps({'score': 100, "
-                           "'max_score': 6, 'tests': []}))\n    except OSError:\n        pass", GOOD_DOUBLE], 2),
+                           "'max_score': 6, 'tests': []}))\n    except OSError:\n        pass", GOOD_DOUBLE], 0),
     "forbidden_in_target": ([GOOD_ADD, "import torch\nimport torch.nn.functional as F\n\ndef double(x):\n"
                              "    q = x[None, None, :, None]\n"
                              "    return 2 * x + 0 * F.scaled_dot_product_attention(q, q, q)[0, 0, :, 0]"], 4),
-    "forbidden_via_helper": ([GOOD_ADD, "import torch\nshortcut = getattr(torch, 'soft' + 'max')\n\n"
+    "forbidden_via_helper": ([GOOD_ADD, "import torch\nshortcut = getattr(torch, 'softmax')\n\n"
                               "def helper(x):\n    return shortcut(x, 0)\n\ndef double(x):\n"
                               "    return 2 * x + 0 * helper(x)"], 4),
     "multihead_module": ([GOOD_ADD, "import torch\nfrom torch import nn\n\ndef make():\n"
@@ -60,8 +61,8 @@ CHEATS = {
                               GOOD_DOUBLE], 0),
     "escaped_grandchild": (["import os, time\nif getattr(os, 'fo' + 'rk')() == 0:\n    getattr(os, 'set' + 'sid')()\n"
                             "    time.sleep(8)\n    os._exit(0)\n",
-                            "def add_arrays(a, b):\n    while True:\n        pass", GOOD_DOUBLE], 2),
-    "kill_the_zygote": ([WRONG_ADD, "import os\ngetattr(os, 'ki' + 'll')(os.getppid(), 9)", GOOD_DOUBLE], 2),
+                            "def add_arrays(a, b):\n    while True:\n        pass", GOOD_DOUBLE], 0),
+    "kill_the_zygote": ([WRONG_ADD, "import os\ngetattr(os, 'ki' + 'll')(os.getppid(), 9)", GOOD_DOUBLE], 0),
     "redefine_check": ([WRONG_ADD, "def check(*a, **k):\n    print('6/6 passed')\n    return True\n"
                         "check('fake_add', add_arrays)", GOOD_DOUBLE], 2),
 }
@@ -124,3 +125,5 @@ def test_cheats_are_explained(outcome):
     assert "sys.modules" in outputs("tamper_sys_modules", "fake_add")
     assert "mha_course.grading" in outputs("tamper_grader_module", "fake_double")
     assert "cell 3" in each["infinite_loop_top_level"]["output"] and "skipped" in each["os_exit_top_level"]["output"]
+    assert "'results.json'" in outputs("fake_results_json", "fake_add")
+    assert "computed attribute name" in outputs("kill_the_zygote", "fake_add")

@@ -11,6 +11,8 @@ For one submission (:func:`grade_notebook`)::
         the child runs case.call(target, inputs)      <- plain arrays back (no pickle)
         a forbidden call seen by the tripwire         -> 0 with the explanation
         hint = scoring.judge(case, got, inputs)       # the reference runs here, never in the child
+        passed? run it again on fresh inputs of the same kind (hints.salted(seed)): answers
+        memorised for the published inputs, or the installed package's hidden ones, fail there
         a hang (wall-clock limit), a crash or too much memory costs that case only: the next case
         gets a fresh process (after ``max_crashes`` in one exercise, its remaining cases are not run)
 
@@ -38,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import notebook, registry, wire
+from . import hints, notebook, registry, wire
 from .guard import explain
 from .scan import ScanReport, scan
 from .scoring import judge
@@ -79,6 +81,7 @@ class SubmissionResult:
 
     path: str
     assignment: str | None = None
+    seed: int | None = None      # the salt of the fresh inputs (``--seed`` reproduces a grading run)
     title: str = ""
     version: int | None = None
     tests: list[TestResult] = field(default_factory=list)
@@ -146,7 +149,7 @@ class Zygote:
         with contextlib.suppress(OSError):
             proc.stdin.close()
         try:
-            proc.wait(timeout=5)
+            proc.wait(timeout=15)  # it kills what is left of the submissions first (zygote._kill_all)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
@@ -264,8 +267,10 @@ def _sys_path() -> list[str]:
 class _Grading:
     """The state of grading one submission (cells to skip, crashes so far, results)."""
 
-    def __init__(self, path: Path, nb: Any, assignment: Any, limits: Limits, zygote: Zygote) -> None:
+    def __init__(self, path: Path, nb: Any, assignment: Any, limits: Limits, zygote: Zygote,
+                 seed: int | None = None) -> None:
         self.path, self.nb, self.assignment, self.limits, self.zygote = path, nb, assignment, limits, zygote
+        self.seed = seed
         self.cells = notebook.code_cells(nb)
         self.skip: set[int] = set()
         self.crashes: dict[str, int] = {}   # exercise key -> crashes and timeouts so far
@@ -351,11 +356,34 @@ class _Grading:
         return [results[(e.key, i)] for e, i, _ in jobs]
 
     def _case(self, session: _Session, exercise: Any, index: int, case: Any) -> TestResult:
+        """Run a case on its published inputs; if it passes and a seed is set, again on fresh ones."""
         try:
             inputs = case.make_inputs()
-            structure, blob = wire.pack(inputs)
+            packed = wire.pack(inputs)
         except Exception as exc:
             return _row(exercise, case, 0, "failed", f"internal grader error while making inputs: {exc}")
+        row = self._run(session, exercise, index, case, inputs, packed)
+        if row.status != "passed" or self.seed is None:
+            return row
+        try:
+            with hints.salted(self.seed):
+                fresh = case.make_inputs()
+            fresh_packed = wire.pack(fresh)
+        except Exception as exc:
+            return _row(exercise, case, 0, "failed", f"internal grader error while making inputs: {exc}")
+        if fresh_packed == packed:
+            return row  # a case with fixed inputs
+        again = self._run(session, exercise, index, case, fresh, fresh_packed)
+        if again.status == "failed":
+            return _row(exercise, case, 0, "failed", (
+                "passes with the published inputs but not with fresh random inputs of the same kind (the "
+                "grader draws new numbers, so answers that depend on the exact published values fail): "
+                + again.output)[:1000])
+        return again
+
+    def _run(self, session: _Session, exercise: Any, index: int, case: Any, inputs: dict,
+             packed: tuple[dict, bytes]) -> TestResult:
+        structure, blob = packed
         timeout = case.timeout_s or self.limits.case_timeout
         try:
             session.set_deadline(timeout, f"{timeout:g} s")
@@ -408,19 +436,29 @@ def _static_verdicts(report: ScanReport, assignment: Any) -> tuple[str | None, d
     return tamper, blocked, notes
 
 
-def grade_notebook(path: str | Path, limits: Limits | None = None, zygote: Zygote | None = None) -> SubmissionResult:
+def new_seed() -> int:
+    """A fresh salt for the second run of every case (unpredictable by a submission)."""
+    import secrets
+
+    return secrets.randbits(31)
+
+
+def grade_notebook(path: str | Path, limits: Limits | None = None, zygote: Zygote | None = None,
+                   seed: int | None = -1) -> SubmissionResult:
     """Grade one submission notebook; never raises for a bad submission.
 
     Args:
         path: the .ipynb file (any name: the assignment comes from its metadata).
         limits: time and memory limits (defaults: :class:`Limits`).
         zygote: a shared :class:`Zygote` (one is started and stopped here if omitted).
+        seed: the salt of the fresh inputs every passing case is run on again; -1 (default) draws
+            one (:func:`new_seed`), None skips the second run.
     """
     limits = limits or Limits()
     own_zygote = zygote is None
     zygote = zygote or Zygote()
     start = time.monotonic()
-    result = SubmissionResult(path=str(path))
+    result = SubmissionResult(path=str(path), seed=new_seed() if seed == -1 else seed)
     try:
         _grade_into(result, Path(path), limits, zygote)
     except Exception as exc:  # the grader's own failure: report it, never crash the batch
@@ -445,7 +483,7 @@ def _grade_into(result: SubmissionResult, path: Path, limits: Limits, zygote: Zy
     if meta.version != assignment.version:
         result.notes.append(f"this notebook is version {meta.version} of {assignment.key}; the grader has version "
                             f"{assignment.version} (graded with the grader's tests)")
-    grading = _Grading(path, nb, assignment, limits, zygote)
+    grading = _Grading(path, nb, assignment, limits, zygote, result.seed)
     jobs = [(e, i, c) for e in assignment.exercises for i, c in enumerate(e.cases)]
     tamper, blocked, notes = _static_verdicts(scan(grading.cells, assignment), assignment)
     result.notes.extend(notes)
@@ -460,19 +498,23 @@ def _grade_into(result: SubmissionResult, path: Path, limits: Limits, zygote: Zy
 
 
 def grade_many(paths: Iterable[str | Path], limits: Limits | None = None, workers: int = 2,
-               progress: bool = True) -> list[SubmissionResult]:
-    """Grade many notebooks with ``workers`` threads (each drives one submission process) and a progress bar."""
+               progress: bool = True, seed: int | None = -1) -> list[SubmissionResult]:
+    """Grade many notebooks with ``workers`` threads (each drives one submission process) and a progress bar.
+
+    ``seed`` as in :func:`grade_notebook`; one seed is drawn for the whole batch.
+    """
     from concurrent.futures import ThreadPoolExecutor
 
     from tqdm import tqdm
 
     paths = list(paths)
+    seed = new_seed() if seed == -1 else seed
     zygote = Zygote()
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool, \
                 tqdm(total=len(paths), desc="grading", unit="nb", disable=not progress) as bar:
             def one(p):
-                r = grade_notebook(p, limits, zygote)
+                r = grade_notebook(p, limits, zygote, seed)
                 bar.update(1)
                 return r
 

@@ -14,9 +14,16 @@
      learner code runs (:meth:`Tripwire.install`), which covers non-torch names (e.g. SciPy's)
      and classes (``nn.MultiheadAttention.__init__``/``forward``).
 
-  Raw operator routes (``torch.ops.aten...``) bypass both; the static scan (:mod:`.scan`) treats
-  ``torch.ops`` and ``torch._C`` in a submission as tampering. (A ``TorchDispatchMode`` would see
-  them too, but its first use imports torch's compiler stack: about 8 s per process.)
+  The mode also matches by *name*, so private and raw-operator routes to the same kernel count:
+  ``torch._softmax``, ``torch.ops.aten._softmax`` and ``Tensor.softmax`` are all "softmax", and
+  ``torch._scaled_dot_product_attention_math`` or ``torch.ops.aten._scaled_dot_product_flash_attention``
+  are all "scaled_dot_product" (:func:`same_family`). The static scan (:mod:`.scan`) also treats
+  ``torch.ops``, ``torch._C`` and other private torch names in a submission as tampering.
+
+  ``torch.autograd`` / ``torch.func`` in ``forbidden`` forbid autograd itself (exercises that ask
+  for gradients by hand): any torch call that returns a tensor with ``requires_grad`` while the
+  case runs trips the wire, whichever API made it (``requires_grad_``, ``torch.func.jacrev``,
+  ``nn.Parameter``, the autograd engine called directly).
 
   ``mha_course`` names need no wrapper: the submission process cannot import them at all.
 
@@ -30,6 +37,7 @@ import contextlib
 import functools
 import importlib
 import sys
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -115,11 +123,51 @@ def _resolve(dotted: str, import_missing: bool) -> tuple[Any, str, Any] | None:
     return None
 
 
+AUTOGRAD = ("torch.autograd", "torch.func")  # forbidden entries meaning "no autograd at all"
+
+
 def explain(names: list[str], ops: list[str] = ()) -> str:
     """The learner-facing sentence for forbidden calls (names, else the fused ATen operators seen)."""
+    if set(names) & set(AUTOGRAD):
+        others = sorted(set(names) - set(AUTOGRAD))
+        return ("this exercise asks you to derive the gradients by hand; your code used autograd ("
+                + (f"{', '.join(others)}; " if others else "") + "a tensor with requires_grad, torch.autograd or "
+                "torch.func), which is not allowed here (0 points for this case)")
     listed = ", ".join(sorted(set(names))) if names else f"torch's fused kernel {', '.join(ops)}"
     return (f"this exercise asks you to write it yourself; your code called {listed}, which is not allowed "
             "here (0 points for this case)")
+
+
+def op_name(func: Any) -> str:
+    """A torch callable's bare name: ``torch.ops.aten._softmax.default`` -> ``softmax``, ``exp_`` -> ``exp``."""
+    name = getattr(func, "__name__", "")
+    if not isinstance(name, str):
+        return ""
+    return name.split(".")[0].strip("_").lower()
+
+
+def same_family(op: str, forbidden: str) -> bool:
+    """True if the torch op named ``op`` (see :func:`op_name`) computes the forbidden callable ``forbidden``.
+
+    Exact name, or a variant of it (``softmax`` ~ ``softmax_backward_data``); a name of three words or
+    more (``scaled_dot_product_attention``) also matches any op that contains its first three words
+    (``_scaled_dot_product_flash_attention_for_cpu``, ``_scaled_dot_product_attention_math``).
+    """
+    base = forbidden.rsplit(".", 1)[-1].strip("_").lower()
+    if not op or not base:
+        return False
+    if op == base or op.startswith(base + "_"):
+        return True
+    words = base.split("_")
+    return len(words) >= 3 and "_".join(words[:3]) in op
+
+
+def _requires_grad(value: Any, torch: Any, depth: int = 0) -> bool:
+    if isinstance(value, torch.Tensor):
+        return bool(value.requires_grad)
+    if isinstance(value, (tuple, list)) and depth < 2:
+        return any(_requires_grad(v, torch, depth + 1) for v in value[:64])
+    return False
 
 
 class Tripwire:
@@ -150,7 +198,14 @@ class Tripwire:
                         self._by_id.setdefault(id(inner), name)
 
     def install(self, names: set[str]) -> None:
-        """Replace each forbidden callable by a reporting wrapper (submission process, before learner code)."""
+        """Replace each forbidden callable by a reporting wrapper (submission process, before learner code).
+
+        Also binds this instance's methods and helpers to itself, so that replacing
+        ``Tripwire.hit`` or ``guard.same_family`` afterwards changes nothing for it.
+        """
+        for method in ("hit", "armed", "_index", "_wrap", "_torch_modes"):
+            self.__dict__[method] = types.MethodType(getattr(type(self), method), self)
+        self.__dict__["_helpers"] = (op_name, same_family, _requires_grad, explain)
         self._index(names, import_missing=True)
         for name in sorted(names):
             if name.startswith("mha_course"):
@@ -175,11 +230,12 @@ class Tripwire:
     def _wrap(self, original: Any, name: str) -> Any:
         tripwire = self
 
-        @functools.wraps(original)
         def wrapper(*args, **kwargs):
             tripwire.hit(name)
             return original(*args, **kwargs)
 
+        functools.update_wrapper(wrapper, original)
+        del wrapper.__wrapped__  # no handle on the unwatched original
         self._by_id.setdefault(id(wrapper), name)
         return wrapper
 
@@ -210,16 +266,30 @@ class Tripwire:
 
     @contextlib.contextmanager
     def _torch_modes(self, names: tuple[str, ...] | list[str]) -> Iterator[None]:
+        import torch
         from torch.overrides import TorchFunctionMode
 
         tripwire = self
+        op_name, same_family, _requires_grad, _ = getattr(self, "_helpers", None) or (
+            globals()["op_name"], globals()["same_family"], globals()["_requires_grad"], None)
+        by_name = [n for n in names if n.startswith("torch.") and n not in AUTOGRAD]
+        no_autograd = [n for n in names if n in AUTOGRAD]
+        families: dict[str, str | None] = {}  # op name -> forbidden name (or None), cached
 
         class FunctionWatch(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 name = tripwire._by_id.get(id(func))
+                if name is None and by_name:
+                    op = op_name(func)
+                    if op not in families:
+                        families[op] = next((n for n in by_name if same_family(op, n)), None)
+                    name = families[op]
                 if name is not None:
                     tripwire.hit(name)
-                return func(*args, **(kwargs or {}))
+                result = func(*args, **(kwargs or {}))
+                if no_autograd and _requires_grad(result, torch):
+                    tripwire.hit(no_autograd[0])
+                return result
 
         with FunctionWatch():  # the API object, e.g. torch.nn.functional.scaled_dot_product_attention
             yield

@@ -19,7 +19,10 @@ when the self-check draws, in the learner's own kernel.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import contextvars
+import sys
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,6 +33,37 @@ _TOLERANCES = {
     "float32": (1e-5, 1e-4),
     "float16": (2e-3, 2e-3),
 }
+
+
+# --- inputs (``make_inputs``, run in the grader) ----------------------------------------------------
+
+_SALT: contextvars.ContextVar[int | None] = contextvars.ContextVar("mha_course_grading_salt", default=None)
+
+
+def rng(seed: int) -> np.random.Generator:
+    """The random generator a case draws its inputs from: ``default_rng(seed)``, or salted (see :func:`salted`).
+
+    The self-check and the grader's first run of a case use the published seed; inside
+    ``with salted(s):`` the same call draws different numbers of the same kind, which a submission
+    that memorised the published (or the installed hidden) cases' answers cannot know.
+    """
+    salt = _SALT.get()
+    return np.random.default_rng(seed if salt is None else [int(seed), int(salt)])
+
+
+def salting() -> bool:
+    """True inside :func:`salted`: a case with fixed inputs (sizes, hand-written logits) varies them then."""
+    return _SALT.get() is not None
+
+
+@contextlib.contextmanager
+def salted(salt: int | None) -> Iterator[None]:
+    """Within the block (this thread only), :func:`rng` mixes ``salt`` into every seed."""
+    token = _SALT.set(salt)
+    try:
+        yield
+    finally:
+        _SALT.reset(token)
 
 
 # --- helpers for ``call`` (run in the submission process) -----------------------------------------
@@ -43,6 +77,14 @@ def to_numpy(x: Any, what: str = "the result") -> np.ndarray:
     if isinstance(x, (bool, int, float, np.number, np.bool_)):
         return np.asarray(x)
     raise TypeError(f"{what} should be an array/tensor, got {type(x).__name__}")
+
+
+def tensor_to_numpy(x: Any, what: str = "the result") -> np.ndarray:
+    """:func:`to_numpy` for exercises whose answer must be a torch tensor (a NumPy array raises TypeError)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(x, torch.Tensor):
+        raise TypeError(f"{what} should be a torch tensor, got {type(x).__module__}.{type(x).__qualname__}")
+    return to_numpy(x, what)
 
 
 def to_numpy_pair(result: Any, names: tuple[str, str] = ("out", "weights")) -> tuple[np.ndarray, np.ndarray]:
@@ -87,6 +129,37 @@ def build_module(target: Any, inputs: dict, layers: Sequence[str], sample: str) 
     for name in layers:
         load_linear(module, name, inputs[name + ".weight"], inputs[name + ".bias"])
     return module.eval()
+
+
+def with_unchanged(result: Any, before: Sequence[Any], after: Sequence[Any]) -> tuple[Any, np.ndarray]:
+    """``call`` side of an "inputs unchanged" case: (the result, whether every input is as it was).
+
+    ``before``/``after`` are the inputs' copies taken before the call and the objects passed in
+    (arrays or tensors). The case is judged by :func:`unchanged_case`, so it also needs a right result.
+    """
+    same = all(np.array_equal(to_numpy(a), to_numpy(b)) for a, b in zip(before, after, strict=True))
+    return result, np.asarray(bool(same))
+
+
+def unchanged_case(reference: Callable[[Any], Any], diagnose: Callable[[Any, Any, Any], str | None],
+                   message: str) -> tuple[Callable[[Any], Any], Callable[[Any, Any, Any], str | None]]:
+    """(reference, diagnose) for a case whose ``call`` returns :func:`with_unchanged`'s pair.
+
+    It passes only if the inputs were left alone (else ``message``) *and* the result is right, so a
+    function that returns nothing useful earns nothing here.
+    """
+    def ref(inputs: Any) -> tuple[Any, np.ndarray]:
+        return reference(inputs), np.asarray(True)
+
+    def judge(got: Any, expected: Any, inputs: Any) -> str | None:
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            return f"expected (result, unchanged), got {type(got).__name__}"
+        if not bool(np.asarray(got[1])):
+            return message
+        hint = diagnose(got[0], expected[0], inputs)
+        return f"the inputs are left unchanged, but the result is wrong: {hint}" if hint else None
+
+    return ref, judge
 
 
 # --- helpers for ``diagnose`` (run in the grader) ------------------------------------------------

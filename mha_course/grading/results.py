@@ -60,8 +60,16 @@ def merged_gradescope(results: list[SubmissionResult]) -> dict:
 
 
 def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    """Write ``text`` to ``path`` through a temporary file and a rename.
+
+    A path that exists and is not a regular file (``/dev/null``, ``/dev/stdout``, a pipe) is written
+    in place: renaming over it would replace the device with a file.
+    """
     path = Path(path)
+    if path.exists() and not path.is_file():
+        with open(path, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

@@ -10,8 +10,14 @@ a Unix socket with :mod:`.wire` frames (JSON + ``.npy``, never pickle). Its life
 2. import the assignment's exercise module (``call`` functions only; references are imported
    lazily and never here), load the assignment's ``provided`` building blocks, then block every
    other ``mha_course`` module: importing one raises ImportError with an explanation;
-3. turn the self-check into a no-op (``selfcheck.GRADING = True``) and install the forbidden-call
-   wrappers (:class:`.guard.Tripwire`) before any learner code runs;
+3. turn the self-check into a no-op (``selfcheck.GRADING = True``), install the forbidden-call
+   wrappers (:class:`.guard.Tripwire`) and an audit hook (:func:`_install_audit_hook`; Python offers
+   no way to remove one) before any learner code runs. The hook refuses what no exercise needs and
+   a cheat would: new processes, signals to other processes, sockets, ctypes, changing resource
+   limits, tracing and ``gc`` introspection, pickle, opening file descriptors by number, writing,
+   renaming or deleting outside the scratch directory, reading other processes' ``/proc`` entries,
+   and importing or reading the source of the blocked ``mha_course`` modules (so removing the
+   import blocker from ``sys.meta_path`` gains nothing);
 4. run the notebook's code cells in one namespace, announcing each cell first (so if the process
    dies or hangs in a cell, the grader knows which one and skips it next time); an exception,
    ``sys.exit()`` or ``KeyboardInterrupt`` in a cell is recorded and the next cell runs;
@@ -84,6 +90,108 @@ def _block_references(provided: tuple[str, ...]) -> None:
     sys.meta_path.insert(0, _Blocker(provided))
 
 
+_DENIED_EVENTS = frozenset({
+    "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system", "os.startfile",
+    "subprocess.Popen", "pty.spawn", "resource.setrlimit", "resource.prlimit", "gc.get_objects",
+    "gc.get_referrers", "gc.get_referents", "sys.settrace", "sys.setprofile", "sys._current_frames",
+    "pickle.find_class", "marshal.load", "os.add_dll_directory", "webbrowser.open", "urllib.Request",
+})
+_DENIED_PREFIXES = ("socket.", "ctypes.", "os.exec", "os.spawn", "ftplib.", "http.", "smtplib.", "imaplib.",
+                    "poplib.", "nntplib.", "telnetlib.")
+_PATH_EVENTS = frozenset({  # events whose path arguments must stay inside the scratch directory
+    "os.remove", "os.rename", "os.rmdir", "os.truncate", "os.chmod", "os.chown", "os.chflags", "os.link",
+    "os.symlink", "os.mkdir", "os.utime", "os.setxattr", "os.removexattr", "os.mkfifo", "os.mknod",
+    "shutil.rmtree", "shutil.copyfile", "shutil.copymode", "shutil.copystat", "shutil.copytree",
+    "shutil.move", "shutil.chown", "shutil.make_archive", "shutil.unpack_archive",
+})
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+
+
+_FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+
+
+def _install_audit_hook(workdir: str, provided: tuple[str, ...]) -> list[bool]:
+    """Refuse, from now on and in every thread, what grading never needs (see the module docstring).
+
+    A refused operation raises PermissionError (ImportError for an import) in the learner's code,
+    whose message says it is not available while grading. Returns a one-element list: while its
+    item is True (a case is running) frames are refused too (``sys._getframe``, a traceback's or a
+    generator's frame), so the code under test cannot walk up to the grader's frames; notebook
+    cells keep them, since libraries use ``sys._getframe`` at import time.
+    """
+    case_running = [False]
+    package = os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # mha_course/
+    allowed = [os.path.join(package, "grading") + os.sep, os.path.join(package, "__init__.py")]
+    for name in provided:
+        module = sys.modules.get(name)
+        origin = getattr(module, "__file__", None)
+        if origin:
+            allowed.append(os.path.realpath(origin))
+    scratch = os.path.realpath(workdir) + os.sep
+    me = os.getpid()
+    own_proc = (f"/proc/{me}/", "/proc/self/", "/proc/thread-self/")
+    blocked_message = ("{what} is not available while grading: the grader runs your notebook in a sandbox "
+                       "(no processes, signals, sockets, ctypes or files outside its scratch folder)")
+
+    def path_of(value: Any) -> str | None:
+        try:
+            return os.path.realpath(os.fsdecode(value))
+        except (TypeError, ValueError):
+            return None
+
+    def outside_scratch(value: Any) -> bool:
+        path = path_of(value)
+        return path is not None and not (path + os.sep).startswith(scratch)
+
+    def reference_source(path: str) -> bool:
+        if not (path + os.sep).startswith(package + os.sep):
+            return False
+        return not any(path == a or path.startswith(a) for a in allowed)
+
+    def hook(event: str, args: tuple) -> None:
+        if event in _DENIED_EVENTS or event.startswith(_DENIED_PREFIXES):
+            raise PermissionError(blocked_message.format(what=event))
+        if case_running[0] and (event == "sys._getframe" or event == "object.__getattr__" and len(args) > 1
+                                and args[1] in _FRAME_ATTRIBUTES):
+            raise PermissionError("frame inspection is not available while your code is being graded")
+        if event == "import":
+            name = args[0] if args else ""
+            if isinstance(name, str) and name.startswith("mha_course.") and not _allowed(name, provided):
+                listed = f" ({', '.join(provided)})" if provided else ""
+                raise ImportError(_BLOCK_MESSAGE.format(name=name, provided=listed), name=name)
+        elif event == "open":
+            target, mode, flags = (tuple(args) + (None, None, None))[:3]
+            if isinstance(target, int):
+                raise PermissionError(blocked_message.format(what="opening a file descriptor by number"))
+            path = path_of(target)
+            if path is None:
+                return
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & _WRITE_FLAGS)
+            if writing and not (path + os.sep).startswith(scratch):
+                raise PermissionError(blocked_message.format(what=f"writing {path}"))
+            if reference_source(path):
+                raise PermissionError(blocked_message.format(what=f"reading {path} (the course's reference code)"))
+            if path.startswith("/proc/") and not path.startswith(own_proc):
+                raise PermissionError(blocked_message.format(what=f"reading {path}"))
+        elif event in ("os.listdir", "os.scandir"):
+            path = path_of(args[0]) if args and args[0] is not None else None
+            if path is not None and (path == "/proc" or path.startswith("/proc/") and not path.startswith(own_proc)
+                                     or reference_source(path)):
+                raise PermissionError(blocked_message.format(what=f"listing {path}"))
+        elif event in ("os.kill", "os.killpg"):
+            pid = args[0] if args else None
+            own = me if event == "os.kill" else os.getpgid(0)
+            if pid not in (0, own) and not (event == "os.kill" and pid == -own):
+                raise PermissionError(blocked_message.format(what="sending a signal to another process"))
+        elif event in _PATH_EVENTS:
+            if any(outside_scratch(a) for a in args if isinstance(a, (str, bytes, os.PathLike))):
+                raise PermissionError(blocked_message.format(what=event))
+
+    sys.addaudithook(hook)
+    return case_running
+
+
 def _isolate(workdir: str, memory_mb: int) -> None:
     os.setpgrp()
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -91,6 +199,10 @@ def _isolate(workdir: str, memory_mb: int) -> None:
         os.dup2(devnull, fd)
     os.close(devnull)
     os.chdir(workdir)
+    os.environ["TMPDIR"] = workdir
+    import tempfile
+
+    tempfile.tempdir = workdir  # temporary files stay in the scratch folder
     try:
         import resource
 
@@ -120,14 +232,20 @@ def _run_cell(source: str, index: int, namespace: dict) -> str | None:
     return None
 
 
-def _run_case(exercise: Any, case: Any, namespace: dict, inputs: dict, tripwire: Tripwire) -> tuple[dict, bytes]:
+def _run_case(exercise: Any, case: Any, namespace: dict, inputs: dict, tripwire: Tripwire,
+              case_running: list[bool] | None = None) -> tuple[dict, bytes]:
     target = namespace.get(exercise.target)
     if target is None:
         return {"ok": False, "kind": "missing", "error": f"your notebook does not define {exercise.target!r}",
                 "forbidden": []}, b""
+    running = case_running if case_running is not None else [False]
     try:
         with guarded(target) as guarded_target, tripwire.armed(exercise.forbidden):
-            got = case.call(guarded_target, inputs)
+            running[0] = True
+            try:
+                got = case.call(guarded_target, inputs)
+            finally:
+                running[0] = False
         structure, blob = wire.pack(got)
         return {"ok": True, "structure": structure, "forbidden": tripwire.hits, "ops": tripwire.ops}, blob
     except NotImplementedError:
@@ -155,27 +273,31 @@ def serve(sock: Any) -> None:
     selfcheck.GRADING = True
     tripwire = Tripwire()
     tripwire.install({name for e in assignment.exercises for name in e.forbidden})
+    send, recv, unpack, run_case = wire.send, wire.recv, wire.unpack, _run_case  # bound before learner code
+    case_running = _install_audit_hook(config["workdir"], tuple(assignment.provided))
     namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
     skip = set(config.get("skip", []))
+    exercises = {e.key: e for e in assignment.exercises}
+    exit_now = os._exit
     for index, source in config["cells"]:
         if index in skip:
             continue
-        wire.send(sock, {"event": "cell", "index": index})
-        wire.send(sock, {"event": "cell_done", "index": index, "error": _run_cell(source, index, namespace)})
-    wire.send(sock, {"event": "ready"})
-    exercises = {e.key: e for e in assignment.exercises}
+        send(sock, {"event": "cell", "index": index})
+        send(sock, {"event": "cell_done", "index": index, "error": _run_cell(source, index, namespace)})
+    send(sock, {"event": "ready"})
     while True:
         try:
-            message, blob = wire.recv(sock)
+            message, blob = recv(sock)
         except (EOFError, OSError, ValueError):
             break
         if message.get("event") != "case":
             break
         exercise = exercises[message["exercise"]]
-        inputs = wire.unpack(message["inputs"], blob)
-        reply, out = _run_case(exercise, exercise.cases[int(message["case"])], namespace, inputs, tripwire)
+        inputs = unpack(message["inputs"], blob)
+        reply, out = run_case(exercise, exercise.cases[int(message["case"])], namespace, inputs, tripwire,
+                              case_running)
         try:
-            wire.send(sock, reply, out)
+            send(sock, reply, out)
         except BaseException:
             break
-    os._exit(0)
+    exit_now(0)

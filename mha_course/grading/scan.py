@@ -5,11 +5,16 @@ Names are resolved through the notebook's imports (``import torch.nn.functional 
 Three kinds of finding:
 
 * **tampering** -- anywhere in the notebook: tools that reach into the grader or the interpreter
-  instead of computing an answer (``sys.modules``, ``importlib``, ``__import__``, ``exec``/``eval``,
-  ``ctypes``, ``gc.get_referrers``, frame inspection, ``torch._C`` / ``torch.ops`` / torch's
-  dispatch internals, process and signal control such as ``os.kill`` or ``subprocess``, and
-  ``mha_course.grading`` beyond ``check``). None of these is needed by any exercise; the grader
-  gives such a submission 0 and says exactly what it found, for a person to review.
+  instead of computing an answer (``sys.modules``, ``importlib``, ``pkgutil``, ``__import__``,
+  ``exec``/``eval``, ``pickle``, ``ctypes``, ``gc.get_referrers``, frame inspection, ``torch._C`` /
+  ``torch.ops`` / any other private ``torch._name``, process, signal and file-descriptor control
+  such as ``os.kill``, ``os.write`` or ``subprocess``, and ``mha_course.grading`` beyond ``check``);
+  introspection attributes (``__globals__``, ``__closure__``, ``__wrapped__``, ``__subclasses__``,
+  ``f_back``, ...); attribute access by a computed name (``getattr(torch, "_" + "C")``,
+  ``getattr`` passed around as a value, ``vars()``/``globals()``); and strings naming the grader's
+  files or processes (``results.json``, ``/proc/``). ``getattr(obj, "name")`` with a literal name
+  is read as ``obj.name``, so it meets every other rule. None of these is needed by any exercise;
+  the grader gives such a submission 0 and says exactly what it found, for a person to review.
 * **forbidden** -- inside the definition of an exercise's target (its ``def``/``class``, the last one
   in the notebook): a reference to one of the exercise's ``forbidden`` names. That exercise scores 0.
   (The run-time tripwire catches the calls this cannot see, e.g. through a helper function.)
@@ -20,21 +25,50 @@ Three kinds of finding:
 from __future__ import annotations
 
 import ast
+import threading
 from dataclasses import dataclass, field
 
 from .spec import Assignment
 
 TAMPERING_PREFIXES = (
-    "ctypes", "importlib", "sys.modules", "sys.meta_path", "sys.path_hooks", "sys._getframe",
-    "sys.settrace", "sys.setprofile", "sys.addaudithook", "builtins", "gc.get_objects",
-    "gc.get_referrers", "gc.get_referents", "inspect.currentframe", "inspect.stack",
-    "inspect.getouterframes", "inspect.trace", "torch._C", "torch.ops", "torch.overrides",
-    "torch.utils._python_dispatch", "torch._dispatch", "os.kill", "os.killpg", "os.fork",
-    "os.forkpty", "os.system", "os.popen", "os.exec", "os.spawn", "os.posix_spawn", "os.setpgrp",
-    "os.setsid", "os.dup2", "os.close", "subprocess", "multiprocessing", "signal", "psutil",
-    "socket", "pty", "runpy", "resource", "mha_course.grading",
+    # the interpreter, imports and code from strings or bytes
+    "ctypes", "importlib", "pkgutil", "sys.modules", "sys.meta_path", "sys.path_hooks", "sys._getframe",
+    "sys._current_frames", "sys.settrace", "sys.setprofile", "sys.addaudithook", "builtins", "gc",
+    "inspect", "types.FunctionType", "types.CodeType", "types.LambdaType", "types.ModuleType",
+    "operator.attrgetter", "operator.methodcaller", "pickle", "_pickle", "marshal", "shelve", "copyreg",
+    "dill", "cloudpickle", "code", "codeop", "pdb", "bdb", "timeit", "cProfile", "profile", "trace",
+    "runpy", "zipimport", "logging.currentframe", "traceback.walk_stack", "traceback.walk_tb",
+    "threading.settrace", "threading.setprofile",
+    # torch internals: dispatch, raw operators, pickle-based loading, code strings
+    "torch._C", "torch.ops", "torch.overrides", "torch.utils._python_dispatch", "torch._dispatch",
+    "torch.load", "torch.package", "torch.hub", "torch.utils.benchmark", "torch.multiprocessing",
+    # processes, signals, file descriptors
+    "os.kill", "os.killpg", "os.fork", "os.forkpty", "os.system", "os.popen", "os.exec", "os.spawn",
+    "os.posix_spawn", "os.setpgrp", "os.setsid", "os.dup", "os.dup2", "os.close", "os.closerange",
+    "os.open", "os.fdopen", "os.read", "os.readv", "os.pread", "os.preadv", "os.write", "os.writev",
+    "os.pwrite", "os.pwritev", "os.sendfile", "os.readlink", "os.pidfd_open", "os.register_at_fork",
+    "os.setuid", "os.setgid", "os.setresuid", "os.setresgid", "os.chroot", "os.plock", "posix", "nt",
+    "subprocess", "_posixsubprocess", "multiprocessing", "concurrent.futures.ProcessPoolExecutor",
+    "concurrent.futures.process", "asyncio.subprocess", "asyncio.create_subprocess_exec",
+    "asyncio.create_subprocess_shell", "signal", "psutil", "socket", "pty", "resource", "mmap",
+    # the grader itself
+    "mha_course.grading",
 )
-TAMPERING_BUILTINS = ("__import__", "exec", "eval", "compile", "__builtins__", "breakpoint", "__loader__")
+TAMPERING_BUILTINS = ("__import__", "exec", "eval", "compile", "__builtins__", "breakpoint", "__loader__",
+                      "vars", "globals", "locals")
+# attributes that reach into functions, frames, classes and modules instead of computing with them
+TAMPERING_ATTRIBUTES = (
+    "__globals__", "__closure__", "__code__", "__wrapped__", "__self__", "__func__", "__subclasses__",
+    "__bases__", "__base__", "__mro__", "__builtins__", "__loader__", "__spec__", "__getattribute__",
+    "__reduce__", "__reduce_ex__", "__traceback__", "__defaults__", "__kwdefaults__", "__import__",
+    "cell_contents", "tb_frame", "tb_next", "f_back", "f_globals", "f_locals", "f_builtins", "f_code",
+    "gi_frame", "gi_code", "cr_frame", "ag_frame",
+)
+# builtins that take an attribute name: with a literal name they read as obj.name
+_ATTRIBUTE_BUILTINS = ("getattr", "setattr", "delattr", "hasattr")
+# strings that name the grader's files or other processes
+TAMPERING_STRINGS = ("results.json", "/proc/", "/autograder")
+_PARSE_LOCK = threading.Lock()
 _ALLOWED_GRADING = ("mha_course.check", "mha_course.grading.check", "mha_course.grading.selfcheck.check")
 
 
@@ -70,6 +104,7 @@ def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
 
 
 def _aliases(trees: list[tuple[int, ast.AST]]) -> dict[str, str]:
+    """Local name -> dotted name, from imports and from plain assignments of them (``F = torch.nn.functional``)."""
     aliases: dict[str, str] = {}
     for _, tree in trees:
         for node in ast.walk(tree):
@@ -79,6 +114,19 @@ def _aliases(trees: list[tuple[int, ast.AST]]) -> dict[str, str]:
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 for a in node.names:
                     aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    for _ in range(2):  # assignments may chain: m = torch; f = m.nn.functional
+        roots = {v.split(".")[0] for v in aliases.values()}
+        for _, tree in trees:
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                    value = node.value
+                    if isinstance(value, ast.Call):
+                        value = None  # getattr(...) calls are resolved where they are used
+                    if isinstance(value, (ast.Name, ast.Attribute)):
+                        dotted = _dotted(value, aliases)
+                        root = dotted.split(".")[0] if dotted else None
+                        if dotted and root in roots:
+                            aliases.setdefault(node.targets[0].id, dotted)
     return aliases
 
 
@@ -97,13 +145,46 @@ def _matches(name: str, prefixes: tuple[str, ...] | list[str]) -> str | None:
     return None
 
 
+# modules other modules re-export (pathlib.os, shutil.os, numpy.sys...): a name reached through one
+# of them is checked from that module on, so pathlib.os.kill reads as os.kill
+_REEXPORTED = ("os", "sys", "gc", "inspect", "ctypes", "importlib", "pkgutil", "builtins", "pickle", "marshal",
+               "subprocess", "multiprocessing", "signal", "socket", "resource", "posix", "psutil", "runpy", "pty",
+               "mmap", "operator", "types", "threading", "traceback", "logging", "asyncio", "mha_course")
+
+
 def _tampering(name: str) -> str | None:
     if _matches(name, _ALLOWED_GRADING):
         return None
+    parts = name.split(".")
+    for i in range(1, len(parts) - 1):
+        if parts[i] in _REEXPORTED:
+            hit = _tampering(".".join(parts[i:]))
+            if hit:
+                return hit
     hit = _matches(name, TAMPERING_PREFIXES)
     if hit is None and name.startswith(("os.exec", "os.spawn")):
         hit = name
+    if hit is None and parts[0] == "torch" and any(p.startswith("_") and not p.endswith("__") for p in parts[1:]):
+        hit = name  # a private torch name: torch._softmax, torch.autograd.graph._engine_run_backward, ...
+    if hit is None and any(p in TAMPERING_ATTRIBUTES or p == "__dict__" for p in parts[1:]):
+        hit = name
     return hit
+
+
+def _attribute_call(node: ast.Call, aliases: dict[str, str]) -> tuple[str | None, str | None]:
+    """For getattr(obj, ...) and friends: (the dotted name read, or None; a tampering reason, or None)."""
+    func = node.func
+    if not (isinstance(func, ast.Name) and func.id in _ATTRIBUTE_BUILTINS and len(node.args) >= 2):
+        return None, None
+    obj, attr = node.args[0], node.args[1]
+    if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
+        if attr.value in TAMPERING_ATTRIBUTES or attr.value == "__dict__":
+            return None, f"{func.id}(..., {attr.value!r})"
+        base = _dotted(obj, aliases)
+        return (f"{base}.{attr.value}" if base else None), None
+    if func.id != "hasattr" and not (isinstance(obj, ast.Name) and obj.id in ("self", "cls")):
+        return None, f"{func.id}() with a computed attribute name"
+    return None, None
 
 
 def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
@@ -112,7 +193,8 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
     trees: list[tuple[int, ast.AST]] = []
     for index, source in cells:
         try:
-            trees.append((index, ast.parse(source)))
+            with _PARSE_LOCK:  # CPython < 3.12: ast.parse in two threads at once can raise SystemError
+                trees.append((index, ast.parse(source)))
         except SyntaxError as exc:
             report.syntax_errors.append(f"cell {index + 1}, line {exc.lineno}: SyntaxError: {exc.msg}")
     aliases = _aliases(trees)
@@ -127,6 +209,7 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
 
     targets: dict[str, tuple[int, ast.AST]] = {}
     for index, tree in trees:
+        called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
         for node in ast.walk(tree):
             for imported in _imported_names(node):
                 if _tampering(imported):
@@ -137,10 +220,24 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
                     add(report.imports, index, node, imported)
             if isinstance(node, ast.Name) and node.id in TAMPERING_BUILTINS:
                 add(report.tampering, index, node, node.id)
+            elif isinstance(node, ast.Name) and node.id in _ATTRIBUTE_BUILTINS and id(node) not in called:
+                add(report.tampering, index, node, f"{node.id} passed around as a value")
+            elif isinstance(node, ast.Attribute) and node.attr in TAMPERING_ATTRIBUTES:
+                add(report.tampering, index, node, f".{node.attr}")
             elif isinstance(node, (ast.Attribute, ast.Name)) and isinstance(getattr(node, "ctx", None), ast.Load):
                 name = _dotted(node, aliases)
                 if name and name != getattr(node, "id", None) and _tampering(name):
                     add(report.tampering, index, node, name)
+            elif isinstance(node, ast.Call):
+                name, reason = _attribute_call(node, aliases)
+                if reason:
+                    add(report.tampering, index, node, reason)
+                elif name and _tampering(name):
+                    add(report.tampering, index, node, name)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                hit = next((t for t in TAMPERING_STRINGS if t in node.value), None)
+                if hit:
+                    add(report.tampering, index, node, f"the string {hit!r}")
         for node in tree.body if isinstance(tree, ast.Module) else []:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 targets[node.name] = (index, node)
@@ -151,10 +248,13 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
         forbidden = [f for f in exercise.forbidden if not f.startswith("torch.Tensor.")]
         bucket: list[Finding] = []
         for node in ast.walk(definition):
+            name = None
             if isinstance(node, (ast.Attribute, ast.Name)):
                 name = _dotted(node, aliases)
-                if name and _matches(name, forbidden):
-                    add(bucket, index, node, name)
+            elif isinstance(node, ast.Call):
+                name = _attribute_call(node, aliases)[0]
+            if name and _matches(name, forbidden):
+                add(bucket, index, node, name)
         if bucket:
             report.forbidden[exercise.key] = bucket
     return report

@@ -19,7 +19,7 @@ from ..spec import Assignment, Case, Exercise
 
 def _vectors(D: int, seed: int, orthogonal: bool = False):
     def make():
-        rng = np.random.default_rng(seed)
+        rng = hints.rng(seed)
         a = rng.standard_normal(D)
         b = rng.standard_normal(D)
         if orthogonal:
@@ -68,7 +68,7 @@ DOT_PRODUCT = Exercise(
 
 def _qk(lead: tuple[int, ...], T: int, S: int, D: int, seed: int, dtype=np.float64):
     def make():
-        rng = np.random.default_rng(seed)
+        rng = hints.rng(seed)
         q = rng.standard_normal((*lead, T, D)).astype(dtype)
         k = rng.standard_normal((*lead, S, D)).astype(dtype)
         return {"q": q, "k": k}

@@ -19,7 +19,7 @@ from ..spec import Assignment, Case, Exercise
 
 def _random(shape, seed, scale=1.0, shift=0.0, dtype=np.float64, axis=-1):
     def make():
-        rng = np.random.default_rng(seed)
+        rng = hints.rng(seed)
         x = (rng.standard_normal(shape) * scale + shift).astype(dtype)
         return {"x": x, "axis": axis}
 
@@ -28,14 +28,18 @@ def _random(shape, seed, scale=1.0, shift=0.0, dtype=np.float64, axis=-1):
 
 def _fixed(rows, dtype=np.float64, axis=-1):
     def make():
-        return {"x": np.array(rows, dtype=dtype), "axis": axis}
+        x = np.array(rows, dtype=np.float64)
+        if hints.salting():  # fresh inputs of the same kind: shift each row, shuffle the columns
+            rng = hints.rng(x.size)
+            x = (x + rng.uniform(-20.0, 20.0, size=(x.shape[0], 1)))[:, rng.permutation(x.shape[1])]
+        return {"x": x.astype(dtype), "axis": axis}
 
     return make
 
 
 def _with_neg_inf(shape, seed, fully_masked_row: int | None, dtype=np.float64):
     def make():
-        rng = np.random.default_rng(seed)
+        rng = hints.rng(seed)
         x = rng.standard_normal(shape).astype(dtype)
         blocked = rng.random(shape) < 0.4
         blocked[..., 0] = False  # every row keeps one finite entry ...
@@ -59,8 +63,7 @@ def _call_np(target, inputs):
 
 def _call_np_unchanged(target, inputs):
     x = inputs["x"].copy()
-    target(x)
-    return np.asarray(bool(np.array_equal(x, inputs["x"])))
+    return hints.with_unchanged(hints.to_numpy(target(x)), [inputs["x"]], [x])
 
 
 def _to_tensor(x):
@@ -77,12 +80,8 @@ def _call_torch(target, inputs):
 
 
 def _call_torch_unchanged(target, inputs):
-    import torch
-
     x = _to_tensor(inputs["x"])
-    before = x.clone()
-    target(x)
-    return np.asarray(bool(torch.equal(x, before)))
+    return hints.with_unchanged(hints.to_numpy(target(x)), [inputs["x"]], [x])
 
 
 # --- reference and diagnose (grader) ---------------------------------------------------------------
@@ -92,10 +91,6 @@ def _reference(inputs):
     from mha_course.softmax import softmax_np
 
     return softmax_np(inputs["x"], axis=inputs["axis"])
-
-
-def _true(inputs):
-    return np.asarray(True)
 
 
 def _naive(x, axis):
@@ -155,10 +150,8 @@ def _diagnose_dtype(got, expected, inputs):
     return _diagnose(got, expected, inputs) or hints.dtype_hint(np.asarray(got), np.asarray(expected), "softmax")
 
 
-def _diagnose_unchanged(got, expected, inputs):
-    if bool(np.asarray(got)):
-        return None
-    return "your function changed its input x (an in-place operation such as x -= ... or x.sub_()): work on a new array"
+_UNCHANGED = hints.unchanged_case(_reference, _diagnose, "your function changed its input x (an in-place operation "
+                                   "such as x -= ... or x.sub_()): work on a new array")
 
 
 # --- cases ----------------------------------------------------------------------------------------
@@ -179,7 +172,7 @@ def _cases(call, call_unchanged, torch_version: bool):
              _reference, _diagnose),
         Case("float32 in, float32 out (logits up to 100)", 1, _random((4, 6), 2, scale=30.0, shift=60.0, dtype=f32),
              call, _reference, _diagnose_dtype),
-        Case("does not change its input", 1, _random((3, 4), 3), call_unchanged, _true, _diagnose_unchanged),
+        Case("does not change its input", 1, _random((3, 4), 3), call_unchanged, *_UNCHANGED),
         Case("a row of all -inf gives zeros (course convention)", 1, _with_neg_inf((3, 5), 4, fully_masked_row=1),
              call, _reference, _diagnose),
         # hidden: what a learner could overfit to
@@ -198,13 +191,19 @@ def _cases(call, call_unchanged, torch_version: bool):
     return tuple(cases)
 
 
+# torch's own softmax in every spelling (log_softmax(x).exp() and x - logsumexp(x) are the same shortcut)
+_TORCH_SHORTCUTS = ("torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax", "torch.Tensor.softmax",
+                    "torch.log_softmax", "torch.nn.functional.log_softmax", "torch.special.log_softmax",
+                    "torch.Tensor.log_softmax", "torch.logsumexp", "torch.special.logsumexp", "torch.Tensor.logsumexp",
+                    "torch.nn.Softmax", "torch.nn.LogSoftmax")
+
 SOFTMAX_NP = Exercise(
     key="softmax_np",
     target="softmax_np",
     title="Stable softmax in NumPy",
     cases=_cases(_call_np, _call_np_unchanged, torch_version=False),
-    forbidden=("scipy.special.softmax", "mha_course.softmax_np", "mha_course.softmax.softmax_np",
-               "torch.softmax", "torch.nn.functional.softmax"),
+    forbidden=("scipy.special.softmax", "scipy.special.log_softmax", "scipy.special.logsumexp",
+               "mha_course.softmax_np", "mha_course.softmax.softmax_np", *_TORCH_SHORTCUTS),
 )
 
 SOFTMAX = Exercise(
@@ -212,8 +211,7 @@ SOFTMAX = Exercise(
     target="softmax",
     title="Stable softmax in torch",
     cases=_cases(_call_torch, _call_torch_unchanged, torch_version=True),
-    forbidden=("torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax", "torch.Tensor.softmax",
-               "mha_course.softmax.softmax"),
+    forbidden=(*_TORCH_SHORTCUTS, "mha_course.softmax.softmax"),
 )
 
 ASSIGNMENT = Assignment(

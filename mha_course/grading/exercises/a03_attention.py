@@ -24,7 +24,7 @@ _OUT, _W = "[..., T, Dv]", "[..., T, S]"
 
 def _qkv(lead, T, S, D, Dv, seed, dtype=np.float64, scale=None, magnitude=1.0):
     def make():
-        rng = np.random.default_rng(seed)
+        rng = hints.rng(seed)
         q = (rng.standard_normal((*lead, T, D)) * magnitude).astype(dtype)
         k = (rng.standard_normal((*lead, S, D)) * magnitude).astype(dtype)
         v = rng.standard_normal((*lead, S, Dv)).astype(dtype)
@@ -42,9 +42,7 @@ def _call_np(target, inputs):
 
 def _call_np_unchanged(target, inputs):
     q, k, v = (inputs[n].copy() for n in "qkv")
-    target(q, k, v)
-    same = all(np.array_equal(a, inputs[n]) for a, n in zip((q, k, v), "qkv", strict=True))
-    return np.asarray(bool(same))
+    return hints.with_unchanged(hints.to_numpy_pair(target(q, k, v)), [inputs[n] for n in "qkv"], [q, k, v])
 
 
 def _tensors(inputs):
@@ -61,12 +59,8 @@ def _call_torch(target, inputs):
 
 
 def _call_torch_unchanged(target, inputs):
-    import torch
-
     tensors = _tensors(inputs)
-    before = [t.clone() for t in tensors]
-    target(*tensors)
-    return np.asarray(all(torch.equal(a, b) for a, b in zip(tensors, before, strict=True)))
+    return hints.with_unchanged(hints.to_numpy_pair(target(*tensors)), [inputs[n] for n in "qkv"], tensors)
 
 
 # --- reference and diagnose (grader) ---------------------------------------------------------------
@@ -140,10 +134,13 @@ def attention_alternatives(inputs, mask=None):
         ]
     else:
         weights_alts += [
-            (w(scale=1.0 / math.sqrt(D)), f"the scale argument ({given}) is ignored: use it instead of 1/sqrt(D)"),
-            (w(scale=1.0 / given), f"you divided by scale={given}; the scores are MULTIPLIED by scale"),
+            (w(scale=1.0 / math.sqrt(D)), f"the scale argument ({given}) is ignored: use it instead of 1/sqrt(D)"
+             + (" (`scale or default` treats 0 as missing: test `scale is None`)" if given == 0 else "")),
             (w(scale=given / math.sqrt(D)), "you applied both scale and 1/sqrt(D); scale replaces the default"),
         ]
+        if given:
+            weights_alts.append((w(scale=1.0 / given), f"you divided by scale={given}; the scores are MULTIPLIED by "
+                                                       "scale"))
     if T > 1:
         weights_alts.append((w(softmax_axis=-2), "softmax over the queries (axis -2): each query's row over the "
                              "keys must sum to 1, so use the last axis"))
@@ -171,14 +168,7 @@ def _diagnose_dtype(got, expected, inputs):
                               check_dtype=True)
 
 
-def _true(inputs):
-    return np.asarray(True)
-
-
-def _diagnose_unchanged(got, expected, inputs):
-    if bool(np.asarray(got)):
-        return None
-    return ("your function changed q, k or v in place (e.g. q *= scale or q /= ...): compute the scaled scores "
+_CHANGED = ("your function changed q, k or v in place (e.g. q *= scale or q /= ...): compute the scaled scores "
             "into a new array instead")
 
 
@@ -193,7 +183,8 @@ def _cases(call, call_unchanged, reference, torch_version):
              visualize=_heat),
         Case("out = weights @ v (Dv = D, k != v)", 2, _qkv((), 4, 5, 8, 8, 2), call, reference, _diagnose),
         Case("leading batch dim (B, T, D)", 1, _qkv((2,), 3, 5, 4, 6, 3), call, reference, _diagnose),
-        Case("does not change q, k, v", 1, _qkv((2,), 3, 5, 4, 6, 4), call_unchanged, _true, _diagnose_unchanged),
+        Case("does not change q, k, v", 1, _qkv((2,), 3, 5, 4, 6, 4), call_unchanged,
+             *hints.unchanged_case(reference, _diagnose, _CHANGED)),
     ]
     if torch_version:
         c += [
@@ -219,6 +210,8 @@ def _cases(call, call_unchanged, reference, torch_version):
     if torch_version:
         c.append(Case("float64 in, float64 out", 1, _qkv((2,), 3, 5, 4, 6, 12), call, reference, _diagnose_dtype,
                       hidden=True))
+        c.append(Case("scale = 0: every key gets the same weight", 1, _qkv((2,), 3, 5, 4, 6, 13, scale=0.0), call,
+                      reference, _diagnose, hidden=True))
     return tuple(c)
 
 

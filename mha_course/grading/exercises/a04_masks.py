@@ -16,13 +16,19 @@ from ..spec import Assignment, Case, Exercise
 
 
 def _sizes(T, S=None):
-    return lambda: {"T": T, "S": S}
+    def make():
+        if hints.salting():  # fresh sizes of the same kind (S - T kept)
+            d = int(hints.rng(T).integers(1, 5))
+            return {"T": T + d, "S": None if S is None else S + d}
+        return {"T": T, "S": S}
+
+    return make
 
 
 def _call_causal(target, inputs):
     if inputs["S"] is None:
-        return hints.to_numpy(target(inputs["T"]), "the mask")
-    return hints.to_numpy(target(inputs["T"], inputs["S"]), "the mask")
+        return hints.tensor_to_numpy(target(inputs["T"]), "the mask")
+    return hints.tensor_to_numpy(target(inputs["T"], inputs["S"]), "the mask")
 
 
 def _ref_causal(inputs):
@@ -66,14 +72,22 @@ CAUSAL = Exercise(
 
 
 def _lengths(lengths, S, as_list=False):
-    return lambda: {"lengths": np.asarray(lengths, dtype=np.int64), "S": S, "as_list": as_list}
+    def make():
+        lengths_, S_ = np.asarray(lengths, dtype=np.int64), S
+        if hints.salting():  # fresh lengths: a longer S, lengths shuffled and grown
+            rng = hints.rng(S)
+            S_ = S + int(rng.integers(1, 5))
+            lengths_ = rng.permutation(lengths_) + rng.integers(0, S_ - S + 1, size=lengths_.shape)
+        return {"lengths": lengths_, "S": S_, "as_list": as_list}
+
+    return make
 
 
 def _call_padding(target, inputs):
     import torch
 
     lengths = inputs["lengths"].tolist() if inputs["as_list"] else torch.from_numpy(inputs["lengths"].copy())
-    return hints.to_numpy(target(lengths, inputs["S"]), "the mask")
+    return hints.tensor_to_numpy(target(lengths, inputs["S"]), "the mask")
 
 
 def _ref_padding(inputs):
@@ -119,12 +133,12 @@ PADDING = Exercise(
 # --- masked scaled_dot_product_attention ----------------------------------------------------------
 
 
-def _masked(lead, T, S, D, Dv, seed, mask_kind, dtype=np.float64, magnitude=1.0):
+def _masked(lead, T, S, D, Dv, seed, mask_kind, dtype=np.float64, magnitude=1.0, scale=None):
     """mask_kind: None, "causal", "padding" (B, 1, 1, S) with one empty sequence when B > 2,
     "float" (additive biases with some -inf), "random" (B, 1, T, S) bool, "all_true"."""
 
     def make():
-        rng = np.random.default_rng(seed)
+        rng = hints.rng(seed)
         q = (rng.standard_normal((*lead, T, D)) * magnitude).astype(dtype)
         k = (rng.standard_normal((*lead, S, D)) * magnitude).astype(dtype)
         v = rng.standard_normal((*lead, S, Dv)).astype(dtype)
@@ -152,7 +166,7 @@ def _masked(lead, T, S, D, Dv, seed, mask_kind, dtype=np.float64, magnitude=1.0)
             mask = np.ones((T, S), dtype=bool)
         else:
             raise ValueError(mask_kind)
-        return {"q": q, "k": k, "v": v, "mask": mask, "scale": None}
+        return {"q": q, "k": k, "v": v, "mask": mask, "scale": scale}
 
     return make
 
@@ -162,6 +176,8 @@ def _call_masked(target, inputs):
 
     q, k, v = (torch.from_numpy(inputs[n].copy()) for n in "qkv")
     mask = None if inputs["mask"] is None else torch.from_numpy(inputs["mask"].copy())
+    if inputs.get("scale") is not None:
+        return hints.to_numpy_pair(target(q, k, v, mask=mask, scale=inputs["scale"]))
     return hints.to_numpy_pair(target(q, k, v, mask=mask))
 
 
@@ -169,9 +185,8 @@ def _call_masked_unchanged(target, inputs):
     import torch
 
     tensors = [torch.from_numpy(inputs[n].copy()) for n in "qkv"] + [torch.from_numpy(inputs["mask"].copy())]
-    before = [t.clone() for t in tensors]
-    target(*tensors[:3], mask=tensors[3])
-    return np.asarray(all(torch.equal(a, b) for a, b in zip(tensors, before, strict=True)))
+    result = hints.to_numpy_pair(target(*tensors[:3], mask=tensors[3]))
+    return hints.with_unchanged(result, [inputs[n] for n in ("q", "k", "v", "mask")], tensors)
 
 
 def _ref_masked(inputs):
@@ -181,7 +196,7 @@ def _ref_masked(inputs):
 
     q, k, v = (torch.from_numpy(inputs[n]) for n in "qkv")
     mask = None if inputs["mask"] is None else torch.from_numpy(inputs["mask"])
-    out, weights = scaled_dot_product_attention(q, k, v, mask=mask)
+    out, weights = scaled_dot_product_attention(q, k, v, mask=mask, scale=inputs.get("scale"))
     return out.numpy(), weights.numpy()
 
 
@@ -220,14 +235,8 @@ def _diagnose_masked_dtype(got, expected, inputs):
     return _diagnose_masked(got, expected, inputs, check_dtype=True)
 
 
-def _true(inputs):
-    return np.asarray(True)
-
-
-def _diagnose_unchanged(got, expected, inputs):
-    if bool(np.asarray(got)):
-        return None
-    return "your function changed q, k, v or the mask in place (masked_fill_, ~=, *=, ...): work on new tensors"
+_UNCHANGED = hints.unchanged_case(_ref_masked, _diagnose_masked, "your function changed q, k, v or the mask in place "
+                                   "(masked_fill_, ~=, *=, ...): work on new tensors")
 
 
 _heat = hints.pair_heatmaps(1)
@@ -252,7 +261,7 @@ MASKED_SDPA = Exercise(
              _m((2,), 4, 4, 8, 4, 5, "causal", dtype=np.float16), _call_masked, _ref_masked,
              _diagnose_masked_dtype),
         Case("does not change q, k, v or the mask", 1, _m((2,), 5, 5, 4, 6, 6, "causal"), _call_masked_unchanged,
-             _true, _diagnose_unchanged),
+             *_UNCHANGED),
         Case("causal mask with more keys than queries (T = 3, S = 6)", 1, _m((2,), 3, 6, 4, 5, 7, "causal"),
              _call_masked, _ref_masked, _diagnose_masked, hidden=True),
         Case("per-example (B, 1, T, S) bool mask", 1, _m((3, 2), 4, 5, 6, 3, 8, "random"), _call_masked,
@@ -261,6 +270,8 @@ MASKED_SDPA = Exercise(
              _diagnose_masked, hidden=True),
         Case("large scores with a causal mask", 1, _m((2,), 5, 5, 4, 6, 10, "causal", magnitude=20.0), _call_masked,
              _ref_masked, _diagnose_masked, hidden=True),
+        Case("an explicit scale (0.8) with a padding mask", 1, _m((3,), 4, 5, 4, 3, 11, "padding", scale=0.8),
+             _call_masked, _ref_masked, _diagnose_masked, hidden=True),
     ),
     forbidden=("torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.multi_head_attention_forward",
                "mha_course.scaled_dot_product_attention", "mha_course.attention.scaled_dot_product_attention"),

@@ -30,7 +30,7 @@ _LAYERS = ("query", "key", "value", "combine")
 
 def _inputs(B, T, S, E, H, seed, mask_kind=None, dtype=np.float32, same_kv=False):
     def make():
-        rng = np.random.default_rng(seed)
+        rng = hints.rng(seed)
         inputs = {"E": E, "H": H}
         for name in _LAYERS:
             fan_in = E * H if name == "combine" else E

@@ -24,7 +24,7 @@ from ..spec import Assignment, Case, Exercise
 
 def _tokens(B, T, E, H, seed):
     def make():
-        x = np.random.default_rng(seed).standard_normal((B, T, E)).astype(np.float32)
+        x = hints.rng(seed).standard_normal((B, T, E)).astype(np.float32)
         return {"x": x, "num_heads": H}
 
     return make
@@ -32,7 +32,7 @@ def _tokens(B, T, E, H, seed):
 
 def _heads(B, H, T, D, seed):
     def make():
-        return {"x": np.random.default_rng(seed).standard_normal((B, H, T, D)).astype(np.float32)}
+        return {"x": hints.rng(seed).standard_normal((B, H, T, D)).astype(np.float32)}
 
     return make
 
@@ -134,7 +134,7 @@ _PROJ = ("q_proj", "k_proj", "v_proj", "out_proj")
 
 def _mha_inputs(B, T, S, E, H, seed, mask_kind=None, self_attention=False, dtype=np.float32):
     def make():
-        rng = np.random.default_rng(seed)
+        rng = hints.rng(seed)
         inputs = {"E": E, "H": H, "self_attention": self_attention}
         for name in _PROJ:
             inputs[name + ".weight"] = (rng.standard_normal((E, E)) / math.sqrt(E)).astype(dtype)

@@ -19,13 +19,19 @@ from ..spec import Assignment, Case, Exercise
 
 
 def _sizes(T, E):
-    return lambda: {"T": T, "E": E}
-
-
-def _vectors(shape, seed):
     def make():
-        rng = np.random.default_rng(seed)
-        return {"x": rng.standard_normal(shape)}
+        if hints.salting():  # fresh sizes: more positions, a wider (still even) table
+            rng = hints.rng(T * E)
+            return {"T": T + int(rng.integers(1, 9)), "E": E + 2 * int(rng.integers(1, 4))}
+        return {"T": T, "E": E}
+
+    return make
+
+
+def _vectors(shape, seed, dtype=np.float64):
+    def make():
+        rng = hints.rng(seed)
+        return {"x": rng.standard_normal(shape).astype(dtype)}
 
     return make
 
@@ -34,13 +40,20 @@ def _vectors(shape, seed):
 
 
 def _call_sinusoidal(target, inputs):
-    return hints.to_numpy(target(int(inputs["T"]), int(inputs["E"])))
+    return hints.tensor_to_numpy(target(int(inputs["T"]), int(inputs["E"])), "the table")
 
 
 def _call_rotary(target, inputs):
     import torch
 
-    return hints.to_numpy(target(torch.from_numpy(inputs["x"].copy())))
+    return hints.tensor_to_numpy(target(torch.from_numpy(inputs["x"].copy())), "the rotated tensor")
+
+
+def _call_rotary_unchanged(target, inputs):
+    import torch
+
+    x = torch.from_numpy(inputs["x"].copy())
+    return hints.with_unchanged(hints.tensor_to_numpy(target(x), "the rotated tensor"), [inputs["x"]], [x])
 
 
 def _call_rotary_offsets(target, inputs):
@@ -131,6 +144,23 @@ def _diagnose_rotary(got, expected, inputs):
     return hints.compare(got, expected, "rotated", "[..., T, D]", alternatives=alternatives)
 
 
+def _diagnose_sinusoidal_dtype(got, expected, inputs):
+    hint = _diagnose_sinusoidal(got, expected, inputs)
+    if hint is None and np.asarray(got).dtype != np.float32:
+        hint = (f"positions: dtype expected float32 (torch's default float), got {np.asarray(got).dtype}: compute "
+                "in float64 if you like, then return table.float()")
+    return hint
+
+
+def _diagnose_rotary_dtype(got, expected, inputs):
+    return _diagnose_rotary(got, expected, inputs) or hints.dtype_hint(np.asarray(got), np.asarray(expected),
+                                                                       "rotated")
+
+
+_ROTARY_UNCHANGED = hints.unchanged_case(_reference_rotary, _diagnose_rotary, "your function changed its input x in "
+                                         "place (x[..., 0::2] = ...): build the rotated tensor as a new one")
+
+
 def _diagnose_offsets(got, expected, inputs):
     hint = hints.compare(got, expected, "scores", "[T, T]")
     if hint:
@@ -151,6 +181,8 @@ SINUSOIDAL = Exercise(
              _diagnose_sinusoidal),
         Case("long and wide (64, 32)", 2, _sizes(64, 32), _call_sinusoidal, _reference_sinusoidal,
              _diagnose_sinusoidal),
+        Case("a float32 tensor (torch's default float)", 1, _sizes(5, 6), _call_sinusoidal, _reference_sinusoidal,
+             _diagnose_sinusoidal_dtype),
         Case("(7, 12), hidden", 1, _sizes(7, 12), _call_sinusoidal, _reference_sinusoidal, _diagnose_sinusoidal,
              hidden=True),
         Case("(100, 2), hidden", 1, _sizes(100, 2), _call_sinusoidal, _reference_sinusoidal, _diagnose_sinusoidal,
@@ -170,6 +202,9 @@ ROTARY = Exercise(
              _reference_rotary, _diagnose_rotary),
         Case("rotated scores match (query vs reversed keys)", 1, _vectors((6, 8), 2), _call_rotary_offsets,
              _reference_offsets, _diagnose_offsets),
+        Case("float32 in, float32 out", 1, _vectors((2, 5, 6), 5, np.float32), _call_rotary, _reference_rotary,
+             _diagnose_rotary_dtype),
+        Case("does not change its input", 1, _vectors((3, 4), 6), _call_rotary_unchanged, *_ROTARY_UNCHANGED),
         Case("long sequence (40, 16), hidden", 1, _vectors((40, 16), 3), _call_rotary, _reference_rotary,
              _diagnose_rotary, hidden=True),
         Case("(1, 2, 3, 2), hidden", 1, _vectors((1, 2, 3, 2), 4), _call_rotary, _reference_rotary,

@@ -34,7 +34,7 @@ def _step_inputs(B, H, S, D, seed, G=None, dtype=np.float64):
     G = H if G is None else G
 
     def make():
-        rng = np.random.default_rng(seed)
+        rng = hints.rng(seed)
         return {"q": rng.standard_normal((B, H, 1, D)).astype(dtype),
                 "k_new": rng.standard_normal((B, G, 1, D)).astype(dtype),
                 "v_new": rng.standard_normal((B, G, 1, D)).astype(dtype),
@@ -49,7 +49,7 @@ def _sequence_inputs(B, H, N, D, seed, G=None, dtype=np.float64):
     G = H if G is None else G
 
     def make():
-        rng = np.random.default_rng(seed)
+        rng = hints.rng(seed)
         return {"q": rng.standard_normal((B, H, N, D)).astype(dtype),
                 "k": rng.standard_normal((B, G, N, D)).astype(dtype),
                 "v": rng.standard_normal((B, G, N, D)).astype(dtype)}

@@ -24,7 +24,7 @@ from ..spec import Assignment, Case, Exercise
 
 def _rows(R, S, block, seed, magnitude=1.0, masked=False):
     def make():
-        rng = np.random.default_rng(seed)
+        rng = hints.rng(seed)
         x = rng.standard_normal((R, S)) * magnitude
         if masked:
             x[0, : S // 2] = -np.inf  # the first row starts with masked scores
@@ -35,7 +35,7 @@ def _rows(R, S, block, seed, magnitude=1.0, masked=False):
 
 def _qkv(lead, T, S, D, Dv, block, causal, seed, dtype=np.float64, magnitude=1.0):
     def make():
-        rng = np.random.default_rng(seed)
+        rng = hints.rng(seed)
         return {"q": (rng.standard_normal((*lead, T, D)) * magnitude).astype(dtype),
                 "k": rng.standard_normal((*lead, S, D)).astype(dtype),
                 "v": rng.standard_normal((*lead, S, Dv)).astype(dtype), "block": block, "causal": causal}
@@ -203,7 +203,8 @@ ONLINE_UPDATE = Exercise(
     title="One step of the online softmax",
     cases=_update_cases(),
     forbidden=("mha_course.online_softmax.online_softmax_update", "torch.logsumexp", "torch.softmax",
-               "torch.nn.functional.softmax"),
+               "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.Tensor.logsumexp", "torch.log_softmax",
+               "torch.nn.functional.log_softmax", "torch.Tensor.log_softmax", "torch.special.logsumexp"),
 )
 
 TILED = Exercise(

@@ -7,8 +7,10 @@
 Without a GPU the learner's kernels run in Triton's interpreter, so the cases are small. Each
 case compares with the grader's NumPy reference; the diagnoses recognise the usual slips (no max
 subtraction, a missing 1/sqrt(D), forgetting to rescale the accumulator, dividing too early).
-The learner's Python wrapper must not compute the answer with torch instead of the kernel, so
-torch's softmax, matmul and SDPA are forbidden inside it.
+What is graded is the learner's *kernel* (``softmax_kernel``, ``attention_kernel``, found in the
+namespace of the function passed to ``check``), launched by the grader's own copy of the notebook's
+wrapper: a wrapper that computes the answer with torch or NumPy instead of launching the kernel
+gains nothing. torch's softmax, matmul and SDPA are also forbidden while a case runs.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ..spec import Assignment, Case, Exercise
 
 def _rows(N, C, seed, magnitude=1.0, neg_inf_fraction=0.0):
     def make():
-        rng = np.random.default_rng(seed)
+        rng = hints.rng(seed)
         x = (rng.standard_normal((N, C)) * magnitude).astype(np.float32)
         if neg_inf_fraction:
             blocked = rng.random((N, C)) < neg_inf_fraction
@@ -38,7 +40,7 @@ def _rows(N, C, seed, magnitude=1.0, neg_inf_fraction=0.0):
 
 def _qkv(T, S, D, seed, magnitude=1.0):
     def make():
-        rng = np.random.default_rng(seed)
+        rng = hints.rng(seed)
         q = (rng.standard_normal((T, D)) * magnitude).astype(np.float32)
         k = (rng.standard_normal((S, D)) * magnitude).astype(np.float32)
         v = rng.standard_normal((S, D)).astype(np.float32)
@@ -50,17 +52,52 @@ def _qkv(T, S, D, seed, magnitude=1.0):
 # --- call (submission process) --------------------------------------------------------------------
 
 
-def _call_softmax(target, inputs):
+def _kernel(target, name):
+    """The learner's ``@triton.jit`` kernel ``name``, from the namespace ``target`` was defined in."""
+    import inspect
+
+    function = inspect.unwrap(target)
+    kernel = getattr(function, "__globals__", {}).get(name)
+    if kernel is None or not type(kernel).__module__.startswith("triton"):
+        raise NameError(f"no @triton.jit kernel named {name!r} next to {getattr(function, '__name__', target)!r}: "
+                        f"keep the notebook's kernel name and its @triton.jit decorator")
+    return kernel
+
+
+def _device():
+    import os
+
     import torch
 
-    return hints.to_numpy(target(torch.from_numpy(inputs["x"].copy())))
+    return "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
+
+
+def _call_softmax(target, inputs):
+    """Launch the learner's softmax_kernel exactly as the notebook's triton_softmax does."""
+    import torch
+    import triton
+
+    kernel = _kernel(target, "softmax_kernel")
+    x = torch.from_numpy(inputs["x"].copy()).to(_device())
+    y = torch.empty_like(x)
+    block = max(16, triton.next_power_of_2(x.shape[1]))
+    kernel[(x.shape[0],)](x, y, x.shape[1], x.stride(0), y.stride(0), BLOCK=block)
+    return hints.to_numpy(y)
 
 
 def _call_attention(target, inputs):
+    """Launch the learner's attention_kernel exactly as the notebook's triton_single_head_attention does."""
     import torch
+    import triton
 
-    q, k, v = (torch.from_numpy(inputs[n].copy()) for n in "qkv")
-    return hints.to_numpy(target(q, k, v))
+    kernel = _kernel(target, "attention_kernel")
+    q, k, v = (torch.from_numpy(inputs[n].copy()).to(_device()) for n in "qkv")
+    T, D = q.shape
+    out = torch.empty_like(q)
+    block_m = block_n = 16
+    kernel[(triton.cdiv(T, block_m),)](q, k, v, out, T, k.shape[0], math.log2(math.e) / math.sqrt(D),
+                                       D=D, BLOCK_M=block_m, BLOCK_N=block_n)
+    return hints.to_numpy(out)
 
 
 # --- reference and diagnose (grader) ---------------------------------------------------------------
