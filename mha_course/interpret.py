@@ -238,9 +238,8 @@ def plot_relation_attention(mass: np.ndarray, relations, ax=None, title: str = "
 def head_picker(model, task: Task, data: TaskData):
     """Pick an example, a layer and a head with sliders and see that head's attention heatmap.
 
-    Uses ipywidgets ``interact`` when it is installed and a notebook front end is running;
-    otherwise (or if building the widgets fails) draws the static grid of every layer x head
-    for example 0. Returns the widget, or the static Figure. The heatmap is weights[layer, example, head],
+    Uses :func:`mha_course.viz.interactive` when ipywidgets is installed; otherwise draws the
+    static grid of every layer x head for example 0. Returns the widget, or the static Figure. The heatmap is weights[layer, example, head],
     (T, S), from the model's (L, N, H, T, S) attention; raises what ``model`` raises on ``data``.
     """
     import matplotlib.pyplot as plt
@@ -260,9 +259,11 @@ def head_picker(model, task: Task, data: TaskData):
         return ax
 
     try:
-        import ipywidgets as widgets
-
-        return widgets.interact(show, example=widgets.IntSlider(0, 0, max(N - 1, 0)),
-                                layer=widgets.IntSlider(0, 0, L - 1), head=widgets.IntSlider(0, 0, H - 1))
-    except Exception:  # no ipywidgets or no front end: a static grid says the same thing
+        import ipywidgets  # noqa: F401
+    except ImportError:  # no sliders: a static grid of every layer x head says the same thing
         return attention_grid(model, task, data, 0)
+    from .viz import interactive
+
+    return interactive(show, example=lambda w: w.IntSlider(value=0, min=0, max=max(N - 1, 0)),
+                       layer=lambda w: w.IntSlider(value=0, min=0, max=L - 1),
+                       head=lambda w: w.IntSlider(value=0, min=0, max=H - 1))

@@ -542,6 +542,7 @@ def interactive(function, static: Sequence[dict] = ({},), **controls):
         print(f"ipywidgets is not installed, so no sliders; fixed settings instead: {shown}")
         for kwargs in static:
             function(**kwargs)
+        _MADE.append((function, None, [dict(kwargs) for kwargs in static]))
         return None
 
     failures: list[BaseException] = []
@@ -560,4 +561,68 @@ def interactive(function, static: Sequence[dict] = ({},), **controls):
     widget = ipywidgets.interactive(call, **controls)
     if failures:
         raise failures[0]
+    _MADE.append((function, widget, [dict(kwargs) for kwargs in static]))
     return widget
+
+
+# (function, widget or None, static settings) for every interactive() made in this process
+_MADE: list[tuple] = []
+
+
+def _settings_to_try(widget) -> list[dict]:
+    """The widget's current values, then each control moved alone to its ends (or through its options)."""
+    current = {control._kwarg: control.value for control in widget.kwargs_widgets}
+    settings = [current]
+    for control in widget.kwargs_widgets:
+        name = control._kwarg
+        if hasattr(control, "min") and hasattr(control, "max"):
+            ends = [control.min, control.max]
+            if hasattr(control, "base"):  # a log slider: min and max are exponents
+                ends = [control.base ** control.min, control.base ** control.max]
+            values = ends
+        elif hasattr(control, "options"):
+            values = list(getattr(control, "_options_values", ()))[:6]
+        elif isinstance(control.value, bool):
+            values = [not control.value]
+        else:
+            values = []
+        settings += [{**current, name: value} for value in values if value != current[name]]
+    return settings
+
+
+def replay_interactive() -> int:
+    """Call every function behind an :func:`interactive` made in this kernel again, as a learner would.
+
+    Run it after a whole notebook has executed: each function is called with its widget's current
+    values and with every control moved alone to its ends (each option of a menu), or with its
+    ``static`` settings where ipywidgets is missing. This catches what executing the notebook once
+    cannot: a callback that reads a global which a later cell redefined, or one that breaks at the
+    end of its own slider. Figures are closed instead of shown.
+
+    Returns:
+        the number of calls made.
+
+    Raises:
+        RuntimeError: naming every function and setting that raised, with the error.
+    """
+    import matplotlib.pyplot as plt
+
+    problems, calls = [], 0
+    show = plt.show
+    plt.show = lambda *args, **kwargs: plt.close("all")
+    try:
+        for function, widget, static in _MADE:
+            for kwargs in (_settings_to_try(widget) if widget is not None else static):
+                calls += 1
+                try:
+                    function(**kwargs)
+                except Exception as error:  # collected: report every broken setting at once
+                    problems.append(f"{getattr(function, '__name__', function)}({kwargs}): "
+                                    f"{type(error).__name__}: {error}")
+                finally:
+                    plt.close("all")
+    finally:
+        plt.show = show
+    if problems:
+        raise RuntimeError("interactive callbacks that fail when replayed:\n  " + "\n  ".join(problems))
+    return calls
