@@ -118,7 +118,7 @@ def load_linear(module: Any, name: str, weight: np.ndarray, bias: np.ndarray) ->
 def build_module(target: Any, inputs: dict, layers: Sequence[str], sample: str) -> Any:
     """The learner's module ``target(E, H)`` in eval mode with the grader's weights in ``layers``.
 
-    Runs in the submission process. The module is cast to float64 when ``inputs[sample]`` is
+    Runs in either process (the grader builds its reference modules with it too). The module is cast to float64 when ``inputs[sample]`` is
     float64, else float32; ``inputs`` holds ``"E"``, ``"H"`` and ``"<layer>.weight"`` (out, in) /
     ``"<layer>.bias"`` (out,) for every layer (see :func:`load_linear` for what it raises).
     """

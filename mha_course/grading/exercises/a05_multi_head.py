@@ -243,12 +243,8 @@ def _ref_mha(inputs):
 
     from mha_course.mha import MultiHeadAttention
 
-    module = MultiHeadAttention(inputs["E"], inputs["H"]).to(torch.from_numpy(inputs["query"]).dtype)
+    module = hints.build_module(MultiHeadAttention, inputs, _PROJ, sample="query")
     with torch.no_grad():
-        for name in _PROJ:
-            getattr(module, name).weight.copy_(torch.from_numpy(inputs[name + ".weight"]))
-            getattr(module, name).bias.copy_(torch.from_numpy(inputs[name + ".bias"]))
-        module.eval()
         mask = None if inputs["mask"] is None else torch.from_numpy(inputs["mask"])
         out, weights = module(torch.from_numpy(inputs["query"]), torch.from_numpy(inputs["key"]),
                               torch.from_numpy(inputs["value"]), mask=mask)

@@ -165,17 +165,164 @@ def _module_inputs(B, T, S, E, H, seed, head=0, self_attention=False, memory=Fal
 
 
 def _library_module(inputs):
-    """Grader side: mha_course's MultiHeadAttention holding the case's weights, in eval mode."""
-    import torch
-
+    """mha_course's MultiHeadAttention holding the case's weights, in eval mode (either process)."""
     from mha_course.mha import MultiHeadAttention
 
-    module = MultiHeadAttention(inputs["E"], inputs["H"]).to(torch.from_numpy(inputs["query"]).dtype)
-    with torch.no_grad():
+    return hints.build_module(MultiHeadAttention, inputs, _PROJ, sample="query")
+
+
+def _given_module(inputs):
+    """Submission side: the provided MultiHeadAttention with the case's weights, and query, key, value.
+
+    mha_course.mha is provided by this assignment, so it is importable in the submission process too.
+    """
+    import torch
+
+    tensors = [torch.from_numpy(inputs[n].copy()) for n in ("query", "key", "value")]
+    return _library_module(inputs), tensors
+
+
+# --- cross_attention_mask ---------------------------------------------------------------------------
+
+
+def _mask_inputs(lengths, T, S, as_list=False):
+    def make():
+        lengths_, T_, S_ = np.asarray(lengths, dtype=np.int64), T, S
+        if hints.salting():  # fresh sizes and lengths of the same kind (lengths stay in 1 .. S, T = 1 stays 1)
+            rng = hints.rng(31 * T + S)
+            T_, S_ = (1 if T == 1 else T + int(rng.integers(1, 4))), S + int(rng.integers(1, 4))
+            if (lengths_ == S).all():
+                lengths_ = np.full_like(lengths_, S_)
+            else:
+                lengths_ = rng.permutation(lengths_) + rng.integers(0, S_ - S + 1, size=lengths_.shape)
+        return {"lengths": lengths_, "T": T_, "S": S_, "as_list": as_list}
+
+    return make
+
+
+def _call_mask(target, inputs):
+    import torch
+
+    lengths = inputs["lengths"].tolist() if inputs["as_list"] else torch.from_numpy(inputs["lengths"].copy())
+    return hints.tensor_to_numpy(target(lengths, int(inputs["T"]), int(inputs["S"])), "the mask")
+
+
+def _ref_mask(inputs):
+    from mha_course.masks import padding_mask
+
+    B, T, S = len(inputs["lengths"]), int(inputs["T"]), int(inputs["S"])
+    return np.array(padding_mask(inputs["lengths"].tolist(), S).expand(B, 1, T, S).numpy())  # (B, 1, T, S)
+
+
+def _mask_alternatives(lengths, T, S):
+    """(wrong (B, 1, T, S) mask, hint) pairs for the classic cross-attention mask mistakes."""
+    B = len(lengths)
+    source = np.arange(S)[None, None, :]  # key positions s
+    target = np.arange(T)[None, :, None]  # query positions t
+    L = np.asarray(lengths)[:, None, None]
+
+    def full(m):
+        return lambda: np.broadcast_to(m, (B, T, S))[:, None]  # (B, 1, T, S)
+
+    return [
+        (full(source >= L), "True and False are swapped: True marks a source position the target MAY read "
+         "(s < source_lengths[b])"),
+        (full(source <= L), "off by one: a source of length L has real positions 0 .. L-1 (use s < L)"),
+        (full(source < L - 1), "off by one: a source of length L has real positions 0 .. L-1 (use s < L)"),
+        (full((source < L) & (source <= target)), "cross-attention is not causal: the whole source is known "
+         "before decoding starts, so every target position may read every real source position; the causal "
+         "mask belongs to the decoder's self-attention"),
+        (full(source <= target), "that is a causal mask; cross-attention needs the source padding mask instead "
+         "(True where s < source_lengths[b]), with nothing causal"),
+        (full(np.ones((1, T, S), dtype=bool)), "every entry is True: the source padding is not masked"),
+        (full(target < L), "your mask hides queries, not keys: padding belongs on the key axis (the last one, S); "
+         "every target position reads the same real source positions"),
+    ]
+
+
+def _diagnose_mask(got, expected, inputs):
+    arr, hint = hints.as_array(got, "mask")
+    if hint:
+        return hint
+    lengths, T, S = inputs["lengths"], int(inputs["T"]), int(inputs["S"])
+    B = len(lengths)
+    if arr.shape == (B, 1, 1, S) and T != 1:
+        return (f"mask: shape ({B}, 1, 1, {S}) is assignment 04's padding mask, which only broadcasts; this "
+                f"exercise asks for one row per target position: ({B}, 1, {T}, {S}) [B, 1, T, S] (.expand)")
+    if arr.shape == (B, 1, S, T) and S != T:
+        return (f"mask: shape ({B}, 1, {S}, {T}) puts the source on the query axis; rows are the T = {T} target "
+                f"positions (queries), columns the S = {S} source positions (keys): ({B}, 1, {T}, {S})")
+    if arr.shape == (B, T, S):
+        return f"mask: shape ({B}, {T}, {S}): add the head axis, ({B}, 1, {T}, {S}), so it broadcasts over the heads"
+    return hints.compare(arr, expected, "mask", "[B, 1, T, S]", alternatives=_mask_alternatives(lengths, T, S))
+
+
+def _mask_picture(got, expected, inputs):
+    """yours / expected / difference of the first sequence's (T, S) mask."""
+    arr, hint = hints.as_array(got)
+    if hint or np.shape(got) != np.shape(expected):
+        return None
+    return hints.single_heatmaps("cross-attention mask (True = may read)")(arr[:, 0], np.asarray(expected)[:, 0],
+                                                                          inputs)
+
+
+MASK = Exercise(
+    key="cross_attention_mask",
+    target="cross_attention_mask",
+    title="Cross-attention mask",
+    cases=(
+        Case("lengths [3, 5, 2], T = 4 targets, S = 5 sources -> (3, 1, 4, 5) bool", 2,
+             _mask_inputs([3, 5, 2], 4, 5), _call_mask, _ref_mask, _diagnose_mask, visualize=_mask_picture),
+        Case("more targets than sources (T = 6, S = 3)", 1, _mask_inputs([3, 1], 6, 3), _call_mask, _ref_mask,
+             _diagnose_mask, visualize=_mask_picture),
+        Case("T = S = 4, lengths as a Python list: square but not causal", 1, _mask_inputs([2, 4], 4, 4, True),
+             _call_mask, _ref_mask, _diagnose_mask, visualize=_mask_picture),
+        Case("one decoding step (T = 1)", 1, _mask_inputs([4, 2, 5], 1, 5), _call_mask, _ref_mask, _diagnose_mask,
+             hidden=True),
+        Case("every source at full length", 1, _mask_inputs([5, 5], 2, 5), _call_mask, _ref_mask, _diagnose_mask,
+             hidden=True),
+        Case("B = 4, T = 3, S = 8", 1, _mask_inputs([8, 1, 5, 3], 3, 8), _call_mask, _ref_mask, _diagnose_mask,
+             hidden=True),
+    ),
+    forbidden=("mha_course.masks.padding_mask", "mha_course.padding_mask"),
+)
+
+# --- shared: a MultiHeadAttention with the grader's weights ----------------------------------------
+
+
+def _module_inputs(B, T, S, E, H, seed, head=0, self_attention=False, memory=False, dtype=np.float32):
+    """Weights of the four projections, query (B, T, E), key/value (B, S, E), source lengths, a head.
+
+    ``memory``: key and value are the same (B, S, E) tensor, as in a decoder reading the encoder's output.
+    """
+
+    def make():
+        rng = hints.rng(seed)
+        inputs = {"E": E, "H": H, "self_attention": self_attention}
         for name in _PROJ:
-            getattr(module, name).weight.copy_(torch.from_numpy(inputs[name + ".weight"]))
-            getattr(module, name).bias.copy_(torch.from_numpy(inputs[name + ".bias"]))
-    return module.eval()
+            inputs[name + ".weight"] = (rng.standard_normal((E, E)) / math.sqrt(E)).astype(dtype)
+            inputs[name + ".bias"] = (rng.standard_normal(E) * 0.5).astype(dtype)
+        S_ = T if self_attention else S
+        inputs["query"] = rng.standard_normal((B, T, E)).astype(dtype)
+        inputs["key"] = inputs["query"] if self_attention else rng.standard_normal((B, S_, E)).astype(dtype)
+        if self_attention or memory:
+            inputs["value"] = inputs["key"]
+        else:
+            inputs["value"] = rng.standard_normal((B, S_, E)).astype(dtype)
+        lengths = rng.integers(1, S_ + 1, size=B)
+        lengths[0] = max(1, S_ - 2)  # at least one sequence with padding
+        inputs["lengths"] = lengths.astype(np.int64)
+        inputs["head"] = int(rng.integers(H)) if hints.salting() else head
+        return inputs
+
+    return make
+
+
+def _library_module(inputs):
+    """mha_course's MultiHeadAttention holding the case's weights, in eval mode (either process)."""
+    from mha_course.mha import MultiHeadAttention
+
+    return hints.build_module(MultiHeadAttention, inputs, _PROJ, sample="query")
 
 
 def _given_module(inputs):
