@@ -542,7 +542,7 @@ def interactive(function, static: Sequence[dict] = ({},), **controls):
         print(f"ipywidgets is not installed, so no sliders; fixed settings instead: {shown}")
         for kwargs in static:
             function(**kwargs)
-        _MADE.append((function, None, [dict(kwargs) for kwargs in static]))
+        _MADE[_key(function)] = (function, None, [dict(kwargs) for kwargs in static])
         return None
 
     failures: list[BaseException] = []
@@ -561,12 +561,17 @@ def interactive(function, static: Sequence[dict] = ({},), **controls):
     widget = ipywidgets.interactive(call, **controls)
     if failures:
         raise failures[0]
-    _MADE.append((function, widget, [dict(kwargs) for kwargs in static]))
+    _MADE[_key(function)] = (function, widget, [dict(kwargs) for kwargs in static])
     return widget
 
 
-# (function, widget or None, static settings) for every interactive() made in this process
-_MADE: list[tuple] = []
+# (function, widget or None, static settings) for every interactive() made in this process, the
+# latest per function name: a cell run twice replaces its widget instead of piling up old ones.
+_MADE: dict[tuple[str, str], tuple] = {}
+
+
+def _key(function) -> tuple[str, str]:
+    return getattr(function, "__module__", ""), getattr(function, "__qualname__", repr(function))
 
 
 def _settings_to_try(widget) -> list[dict]:
@@ -611,7 +616,7 @@ def replay_interactive() -> int:
     show = plt.show
     plt.show = lambda *args, **kwargs: plt.close("all")
     try:
-        for function, widget, static in _MADE:
+        for function, widget, static in list(_MADE.values()):
             for kwargs in (_settings_to_try(widget) if widget is not None else static):
                 calls += 1
                 try:

@@ -31,6 +31,7 @@ def test_the_replay_finds_a_stale_global_and_an_out_of_range_end():
         return data[i]  # reads `data` when called, as a notebook callback reads a global
 
     viz.interactive(show, i=(0, 2, 1))
+    viz.interactive(show, i=(0, 2, 1))  # the same cell run twice: one widget is replayed, not two
     assert viz.replay_interactive() == 3  # current value, then min, then max
     data = [1.0]  # a later "cell" rebinds it
     with pytest.raises(RuntimeError, match=r"show\(\{'i': 2\}\): IndexError"):
