@@ -5,13 +5,19 @@ initial values only. A learner runs everything and *then* moves the sliders: a c
 global which a later cell redefined, or one that breaks at the end of its own range, fails only then.
 This test does the same: it executes the notebook, then replays every ``mha_course.viz.interactive``
 callback at its current values and with each control at its ends (``viz.replay_interactive``).
+
+The kernel is driven by jupyter_client's *blocking* client, as nbval does. nbclient's asyncio client
+sometimes misses a zmq wake-up under load and then sits idle until its cell timeout (seen here:
+a 5 s notebook taking 305 s and still passing); the blocking client polls and cannot miss one.
 """
 
 from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+from jupyter_client.manager import start_new_kernel
+
+CELL_TIMEOUT_S = 300
 
 ROOT = Path(__file__).resolve().parent.parent
 WITH_WIDGETS = sorted(p for p in [*(ROOT / "notebooks").glob("*.ipynb"), *(ROOT / "solutions").glob("*.ipynb")]
@@ -41,9 +47,22 @@ def test_the_replay_finds_a_stale_global_and_an_out_of_range_end():
 
 @pytest.mark.parametrize("path", WITH_WIDGETS, ids=[f"{p.parent.name}/{p.name}" for p in WITH_WIDGETS])
 def test_every_slider_works_after_the_notebook_has_run(path):
-    nb = nbformat.read(path, as_version=4)
-    nb.cells.append(nbformat.v4.new_code_cell(
-        "from mha_course.viz import replay_interactive\nprint('replayed', replay_interactive(), 'calls')"))
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
-    printed = "".join(o.get("text", "") for o in nb.cells[-1].outputs)
-    assert "replayed" in printed, printed
+    cells = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]
+    cells.append("from mha_course.viz import replay_interactive\nprint('replayed', replay_interactive(), 'calls')")
+    manager, client = start_new_kernel(kernel_name="python3", cwd=str(path.parent))
+    try:
+        for index, source in enumerate(cells):
+            printed: list[str] = []
+
+            def keep_output(msg, printed=printed):
+                if msg["msg_type"] == "stream":
+                    printed.append(msg["content"]["text"])
+                elif msg["msg_type"] == "error":
+                    printed.append("\n".join(msg["content"]["traceback"]))
+
+            reply = client.execute_interactive(source, timeout=CELL_TIMEOUT_S, output_hook=keep_output)
+            assert reply["content"]["status"] == "ok", f"code cell {index} failed:\n{source}\n{''.join(printed)}"
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    assert "replayed" in "".join(printed), printed
