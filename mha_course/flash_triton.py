@@ -171,7 +171,8 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     Returns:
         out (B, H, T, Dv) in q's dtype (and lse if asked). float16, bfloat16 and float32;
         D and Dv from 16 to 128 (any value in between: the kernel pads to a power of two).
-        Forward only: the result carries no autograd graph (use tiled_attention to train).
+        Differentiable: when q, k or v requires grad, backward runs the two Triton kernels of
+        :mod:`mha_course.flash_triton_backward` (the forward's lse rebuilds P tile by tile).
 
     Raises:
         RuntimeError: Triton is not installed (only Linux has wheels).
@@ -203,19 +204,39 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     scale = resolve_scale(scale, D)
     if q.device.type != "cuda" and not INTERPRETED:
         raise ValueError(f"tensors are on {q.device} but Triton was set up for the GPU; move them to cuda")
+    if block_m is not None or block_n is not None or _autotuned is None:
+        block_m = block_m or (64 if ON_GPU else 32)
+        block_n = block_n or (64 if ON_GPU else 32)
+        _check_blocks(block_m, block_n, causal)
 
     lead = q.shape[:-2]
     q4, k4, v4 = (x.reshape((1,) * (4 - x.dim()) + tuple(x.shape)) for x in (q, k, v))  # (B, H, ., .)
-    out_dtype = q.dtype
     if INTERPRETED and q.dtype == torch.bfloat16:
         q4, k4, v4 = q4.float(), k4.float(), v4.float()  # the interpreter mishandles bfloat16
-    B, H = q4.shape[0], q4.shape[1]
-    out = torch.empty((B, H, T, Dv), dtype=q4.dtype, device=q.device)  # (B, H, T, Dv)
-    lse = torch.empty((B, H, T), dtype=torch.float32, device=q.device)  # (B, H, T)
-    if T == 0 or B * H == 0:
-        return (out.to(out_dtype).reshape(*lead, T, Dv), lse.reshape(*lead, T)) if return_lse \
-            else out.to(out_dtype).reshape(*lead, T, Dv)
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (q4, k4, v4)):
+        out, lse = _TritonAttention.apply(q4, k4, v4, causal, scale, block_m, block_n)
+    else:
+        out, lse = _forward(q4, k4, v4, causal, scale, block_m, block_n)
+    out = out.to(q.dtype).reshape(*lead, T, Dv)  # back to the caller's dtype and leading dims
+    return (out, lse.reshape(*lead, T)) if return_lse else out
 
+
+def _check_blocks(block_m, block_n, causal):
+    for name, blk in (("block_m", block_m), ("block_n", block_n)):
+        if blk < 16 or blk & (blk - 1):
+            raise ValueError(f"{name} must be a power of two >= 16 (tl.dot's minimum), got {blk}")
+    if causal and block_m % block_n:
+        raise ValueError(f"causal mode needs block_m to be a multiple of block_n, got {block_m} and {block_n}")
+
+
+def _forward(q4, k4, v4, causal, scale, block_m, block_n):
+    """Launch the forward kernel on (B, H, T, D) / (B, H, S, D) / (B, H, S, Dv); returns (out, lse)."""
+    B, H, T, D = q4.shape
+    S, Dv = v4.shape[2], v4.shape[3]
+    out = torch.empty((B, H, T, Dv), dtype=q4.dtype, device=q4.device)  # (B, H, T, Dv)
+    lse = torch.empty((B, H, T), dtype=torch.float32, device=q4.device)  # (B, H, T)
+    if T == 0 or B * H == 0:
+        return out, lse
     args = (q4, k4, v4, out, lse, *q4.stride(), *k4.stride(), *v4.stride(), *out.stride(),
             H, T, S, scale * LOG2_E)
     meta = dict(D=D, DV=Dv, BLOCK_D=max(16, triton.next_power_of_2(D)),
@@ -225,17 +246,28 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
         grid = lambda cfg: (triton.cdiv(T, cfg["BLOCK_M"]), B * H)
         _autotuned[grid](*args, **meta)
     else:
-        block_m = block_m or (64 if ON_GPU else 32)
-        block_n = block_n or (64 if ON_GPU else 32)
-        for name, blk in (("block_m", block_m), ("block_n", block_n)):
-            if blk < 16 or blk & (blk - 1):
-                raise ValueError(f"{name} must be a power of two >= 16 (tl.dot's minimum), got {blk}")
-        if causal and block_m % block_n:
-            raise ValueError(f"causal mode needs block_m to be a multiple of block_n, got {block_m} and {block_n}")
         _jitted[(triton.cdiv(T, block_m), B * H)](*args, **meta, BLOCK_M=block_m, BLOCK_N=block_n)
+    return out, lse
 
-    out = out.to(out_dtype).reshape(*lead, T, Dv)  # back to the caller's leading dims
-    return (out, lse.reshape(*lead, T)) if return_lse else out
+
+class _TritonAttention(torch.autograd.Function):
+    """The forward kernel, and the two backward kernels of :mod:`mha_course.flash_triton_backward`."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, scale, block_m, block_n):
+        out, lse = _forward(q, k, v, causal, scale, block_m, block_n)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.scale, ctx.blocks = causal, scale, (block_m, block_n)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, grad_out, grad_lse):
+        from .flash_triton_backward import flash_backward
+
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = flash_backward(q, k, v, out, lse, grad_out, ctx.causal, ctx.scale, *ctx.blocks)
+        return dq, dk, dv, None, None, None, None
 
 
 def flops(B: int, H: int, T: int, S: int, D: int, causal: bool = False) -> float:

@@ -147,3 +147,85 @@ def test_explains_when_triton_was_imported_before_the_interpreter_was_chosen():
             "try:\n    triton_attention(q, q, q)\nexcept RuntimeError as e:\n    print('explained:', e)\n")
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert "explained:" in result.stdout and "TRITON_INTERPRET" in result.stdout, result.stderr
+
+
+# ---- the backward kernels (mha_course.flash_triton_backward) ----
+
+def grads_of(fn, q, k, v, grad_out):
+    """(dq, dk, dv) of sum(fn(q, k, v) * grad_out), on fresh leaves of the inputs' dtype."""
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    fn(*leaves).backward(grad_out)
+    return [x.grad for x in leaves]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_backward_matches_float64_autograd(shape, causal, dtype):
+    q, k, v = make_qkv(*shape, dtype, seed=6)
+    grad_out = torch.randn(*shape[:3], shape[5], generator=torch.Generator().manual_seed(7)).to(dtype)
+    got = grads_of(lambda q, k, v: flash.triton_attention(q, k, v, causal=causal), q, k, v, grad_out)
+    expected = grads_of(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                        q.double(), k.double(), v.double(), grad_out.double())
+    for name, g, e in zip("qkv", got, expected, strict=True):
+        assert g.dtype == dtype and g.shape == e.shape
+        assert_close(g, e.to(dtype), dtype=dtype, what=f"d{name} {shape} causal={causal}")
+
+
+def test_backward_matches_the_hand_derived_library_version_with_a_scale():
+    q, k, v = make_qkv(2, 2, 29, 41, 32, 16, torch.float32, seed=8)
+    grad_out = torch.randn(2, 2, 29, 16, generator=torch.Generator().manual_seed(9))
+    got = grads_of(lambda q, k, v: flash.triton_attention(q, k, v, causal=True, scale=0.7), q, k, v, grad_out)
+    expected = mha_course.attention_backward(q.double(), k.double(), v.double(), grad_out.double(),
+                                             scale=0.7, causal=True)
+    for name, g, e in zip("qkv", got, expected, strict=True):
+        assert_close(g, e.float(), what=f"d{name}")
+
+
+@pytest.mark.parametrize("block_m,block_n", [(16, 16), (32, 16), (16, 64), (64, 32)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_block_sizes_do_not_change_the_gradients(block_m, block_n, causal):
+    if causal and block_m % block_n:
+        pytest.skip("the forward kernel needs block_m to be a multiple of block_n when causal")
+    q, k, v = make_qkv(1, 1, 70, 53, 32, 32, torch.float32, seed=10)
+    grad_out = torch.randn(1, 1, 70, 32, generator=torch.Generator().manual_seed(11))
+    got = grads_of(lambda q, k, v: flash.triton_attention(q, k, v, causal=causal, block_m=block_m,
+                                                          block_n=block_n), q, k, v, grad_out)
+    expected = grads_of(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                        q, k, v, grad_out)
+    for name, g, e in zip("qkv", got, expected, strict=True):
+        assert_close(g, e, what=f"d{name} blocks ({block_m}, {block_n})")
+
+
+def test_backward_with_a_broadcast_gradient_and_fewer_leading_dims():
+    q, k, v = make_qkv(1, 3, 20, 20, 16, 16, torch.float32, seed=12)
+    leaves = [x[0].clone().requires_grad_() for x in (q, k, v)]  # (H, T, D)
+    flash.triton_attention(*leaves).sum().backward()  # grad_out is an expanded tensor, strides 0
+    ref = [x[0].clone().requires_grad_() for x in (q, k, v)]
+    F.scaled_dot_product_attention(*ref).sum().backward()
+    for name, a, b in zip("qkv", leaves, ref, strict=True):
+        assert a.grad.shape == (3, 20, 16)
+        assert_close(a.grad, b.grad, what=f"d{name}")
+
+
+def test_only_inputs_that_need_gradients_build_a_graph():
+    q, k, v = make_qkv(1, 1, 8, 8, 16, 16, torch.float32)
+    assert flash.triton_attention(q, k, v).grad_fn is None
+    with torch.no_grad():
+        assert flash.triton_attention(q.requires_grad_(), k, v).grad_fn is None
+    out = flash.triton_attention(q, k, v)  # q requires grad now
+    out.sum().backward()
+    assert q.grad is not None and k.grad is None and v.grad is None
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_gpu_backward_matches_flash_backend(dtype):
+    q, k, v = (x.cuda() for x in make_qkv(2, 4, 1000, 1000, 128, 128, dtype))
+    grad_out = torch.randn_like(q)
+    for causal in (False, True):
+        got = grads_of(lambda q, k, v, c=causal: flash.triton_attention(q, k, v, causal=c), q, k, v, grad_out)
+        expected = grads_of(lambda q, k, v, c=causal: F.scaled_dot_product_attention(
+            q.float(), k.float(), v.float(), is_causal=c), q, k, v, grad_out)
+        for name, g, e in zip("qkv", got, expected, strict=True):
+            assert_close(g, e.to(dtype), dtype=dtype, what=f"d{name} causal={causal}")

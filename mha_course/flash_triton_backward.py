@@ -1,0 +1,222 @@
+"""The backward pass of the Triton FlashAttention kernel: gradients without the (T, S) matrix.
+
+The forward kernel saved, per query row, the log-sum-exp of its scores (``lse``). That is all it
+takes to rebuild any tile of the probabilities exactly, P = exp(S - lse), so the backward pass can
+stream tiles the way the forward did and never hold P. The formulas are chapter 14's
+(:mod:`mha_course.backward`), applied tile by tile:
+
+    delta = rowsum(dO * O)                (T,)     one number per query row, computed first
+    dV   += P^T dO                        a key block gathers from every query block
+    dP    = dO V^T
+    dS    = P * (dP - delta)              the softmax Jacobian, row by row
+    dK   += dS^T Q * scale
+    dQ   += dS K * scale                  a query block gathers from every key block
+
+Two kernels, so that every output tile has exactly one owner and nothing needs atomic adds:
+
+- ``_dkdv_kernel``: one program per key block; it walks the query blocks that can see it
+  (in causal mode, only those at or after the block's first key) and accumulates dK and dV;
+- ``_dq_kernel``: one program per query block; it walks the visible key blocks and accumulates dQ.
+
+Each recomputes the score tile (P and dP), which costs one extra matmul pair per tile against
+FlashAttention-2's single fused kernel with atomics, and buys deterministic results.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .flash_triton import INTERPRETED, LOG2_E, ON_GPU, tl, triton
+
+
+def _load_tile(base, rows, stride_row, n_rows, cols, stride_col, n_cols):
+    """The (len(rows), len(cols)) tile at base[rows, cols]; entries out of range read as 0."""
+    return tl.load(base + rows[:, None] * stride_row + cols[None, :] * stride_col,
+                   mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols), other=0.0)
+
+
+def _store_tile(base, rows, stride_row, n_rows, cols, stride_col, n_cols, tile):
+    """Write the float32 tile to base[rows, cols] in base's dtype, skipping the padding."""
+    tl.store(base + rows[:, None] * stride_row + cols[None, :] * stride_col, tile.to(base.dtype.element_ty),
+             mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols))
+
+
+
+def _dkdv_kernel(
+    Q, K, V, DO, LSE, DELTA, DK_OUT, DV_OUT,
+    stride_qb, stride_qh, stride_qt, stride_qd,
+    stride_kb, stride_kh, stride_ks, stride_kd,
+    stride_vb, stride_vh, stride_vs, stride_vd,
+    stride_ob, stride_oh, stride_ot, stride_od,
+    num_heads, T, S, scale, qk_scale_log2,
+    D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """One program: dK and dV for BLOCK_N keys of one (batch, head), summed over every query block."""
+    block_n = tl.program_id(0)
+    batch_head = tl.program_id(1)
+    b = batch_head // num_heads
+    h = batch_head % num_heads
+
+    keys = block_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
+    offs_m = tl.arange(0, BLOCK_M)  # query offsets within a block (BLOCK_M,)
+    dims = tl.arange(0, BLOCK_D)
+    dims_v = tl.arange(0, BLOCK_DV)
+    key_ok = keys < S
+    q_base = Q + b * stride_qb + h * stride_qh
+    k_base = K + b * stride_kb + h * stride_kh
+    v_base = V + b * stride_vb + h * stride_vh
+    do_base = DO + b * stride_ob + h * stride_oh
+
+    k = _load_tile(k_base, keys, stride_ks, S, dims, stride_kd, D)  # (BLOCK_N, BLOCK_D)
+    v = _load_tile(v_base, keys, stride_vs, S, dims_v, stride_vd, DV)  # (BLOCK_N, BLOCK_DV)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
+    # In causal mode query i sees key j iff j <= i: query blocks before this key block see none of it.
+    first = (block_n * BLOCK_N // BLOCK_M) * BLOCK_M if CAUSAL else 0
+    for start_m in range(first, T, BLOCK_M):
+        rows = start_m + offs_m  # (BLOCK_M,)
+        row_ok = rows < T
+        q = _load_tile(q_base, rows, stride_qt, T, dims, stride_qd, D)  # (BLOCK_M, BLOCK_D)
+        do = _load_tile(do_base, rows, stride_ot, T, dims_v, stride_od, DV)  # (BLOCK_M, BLOCK_DV)
+        # Padding rows get lse = +inf, so their probabilities come out as exactly 0.
+        lse = tl.load(LSE + batch_head * T + rows, mask=row_ok, other=float("inf"))  # (BLOCK_M,)
+        delta = tl.load(DELTA + batch_head * T + rows, mask=row_ok, other=0.0)  # (BLOCK_M,)
+
+        s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M) = S^T tile
+        p_t = tl.math.exp2(s_t * qk_scale_log2 - lse[None, :] * 1.4426950408889634)  # P^T tile
+        visible = key_ok[:, None] & row_ok[None, :]
+        if CAUSAL:
+            visible = visible & (keys[:, None] <= rows[None, :])
+        p_t = tl.where(visible, p_t, 0.0)
+
+        dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)  # (BLOCK_N, BLOCK_DV)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M) = dP^T tile
+        ds_t = p_t * (dp_t - delta[None, :])  # (BLOCK_N, BLOCK_M)
+        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)  # (BLOCK_N, BLOCK_D)
+
+    dk = dk * scale  # S = Q K^T * scale, so the scale reaches dK once, at the end
+    # dK, dV have the layout (and strides) of K, V
+    _store_tile(DK_OUT + b * stride_kb + h * stride_kh, keys, stride_ks, S, dims, stride_kd, D, dk)
+    _store_tile(DV_OUT + b * stride_vb + h * stride_vh, keys, stride_vs, S, dims_v, stride_vd, DV, dv)
+
+
+def _dq_kernel(
+    Q, K, V, DO, LSE, DELTA, DQ_OUT,
+    stride_qb, stride_qh, stride_qt, stride_qd,
+    stride_kb, stride_kh, stride_ks, stride_kd,
+    stride_vb, stride_vh, stride_vs, stride_vd,
+    stride_ob, stride_oh, stride_ot, stride_od,
+    num_heads, T, S, scale, qk_scale_log2,
+    D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """One program: dQ for BLOCK_M queries of one (batch, head), summed over every visible key block."""
+    block_m = tl.program_id(0)
+    batch_head = tl.program_id(1)
+    b = batch_head // num_heads
+    h = batch_head % num_heads
+
+    rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    offs_n = tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, BLOCK_D)
+    dims_v = tl.arange(0, BLOCK_DV)
+    row_ok = rows < T
+
+    q = _load_tile(Q + b * stride_qb + h * stride_qh, rows, stride_qt, T, dims, stride_qd, D)  # (BLOCK_M, BLOCK_D)
+    do = _load_tile(DO + b * stride_ob + h * stride_oh, rows, stride_ot, T, dims_v, stride_od, DV)  # (BLOCK_M, BLOCK_DV)
+    lse = tl.load(LSE + batch_head * T + rows, mask=row_ok, other=float("inf"))  # (BLOCK_M,)
+    delta = tl.load(DELTA + batch_head * T + rows, mask=row_ok, other=0.0)  # (BLOCK_M,)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    k_base = K + b * stride_kb + h * stride_kh
+    v_base = V + b * stride_vb + h * stride_vh
+    # Keys after this block's last query are invisible to all its rows in causal mode: not visited.
+    stop = tl.minimum(S, (block_m + 1) * BLOCK_M) if CAUSAL else S
+    for start_n in range(0, stop, BLOCK_N):
+        keys = start_n + offs_n  # (BLOCK_N,)
+        key_ok = keys < S
+        k = _load_tile(k_base, keys, stride_ks, S, dims, stride_kd, D)  # (BLOCK_N, BLOCK_D)
+        v = _load_tile(v_base, keys, stride_vs, S, dims_v, stride_vd, DV)  # (BLOCK_N, BLOCK_DV)
+
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
+        p = tl.math.exp2(s * qk_scale_log2 - lse[:, None] * 1.4426950408889634)
+        visible = row_ok[:, None] & key_ok[None, :]
+        if CAUSAL:
+            visible = visible & (keys[None, :] <= rows[:, None])
+        p = tl.where(visible, p, 0.0)
+
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)  # (BLOCK_M, BLOCK_D)
+
+    dq = dq * scale
+    _store_tile(DQ_OUT + b * stride_qb + h * stride_qh, rows, stride_qt, T, dims, stride_qd, D, dq)
+
+
+def _gpu_configs():
+    """Autotuning space for the backward kernels (CUDA only). Outputs are overwritten, never
+    accumulated across launches, so autotuning's repeated launches are harmless."""
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+        for bm, bn, w, s in [(32, 64, 4, 3), (64, 64, 4, 3), (32, 128, 8, 3), (64, 128, 8, 2),
+                             (64, 32, 4, 3), (128, 64, 8, 2), (16, 64, 4, 4)]
+    ]
+
+
+if triton is not None:
+    _load_tile = triton.jit(_load_tile)  # the kernels call them by these global names
+    _store_tile = triton.jit(_store_tile)
+    _dkdv_jitted = triton.jit(_dkdv_kernel)
+    _dq_jitted = triton.jit(_dq_kernel)
+    _tuning_key = ["T", "S", "D", "DV", "CAUSAL"]
+    _dkdv_autotuned = (triton.autotune(configs=_gpu_configs(), key=_tuning_key)(_dkdv_jitted)
+                       if ON_GPU and not INTERPRETED else None)
+    _dq_autotuned = (triton.autotune(configs=_gpu_configs(), key=_tuning_key)(_dq_jitted)
+                     if ON_GPU and not INTERPRETED else None)
+
+
+def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+                   lse: torch.Tensor, grad_out: torch.Tensor, causal: bool, scale: float,
+                   block_m: int | None = None, block_n: int | None = None):
+    """Launch the two backward kernels. Inputs are already checked (by ``triton_attention``).
+
+    Args:
+        q: (B, H, T, D); k: (B, H, S, D); v: (B, H, S, Dv), one dtype.
+        out: (B, H, T, Dv), the forward output; lse: (B, H, T) float32 natural-log log-sum-exp.
+        grad_out: (B, H, T, Dv), dLoss/dout.
+        causal, scale: as in the forward call.
+        block_m, block_n: tile sizes (powers of two >= 16); autotuned on a GPU when omitted.
+
+    Returns:
+        (dq, dk, dv) with the shapes and dtype of (q, k, v).
+    """
+    B, H, T, D = q.shape
+    S, Dv = v.shape[2], v.shape[3]
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    if T == 0 or S == 0 or B * H == 0:  # no score at all: every gradient is zero
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    grad_out = grad_out.to(q.dtype)
+    # delta = rowsum(dO * O) is O(T * Dv) work with no reuse: plain torch does it well.
+    delta = (grad_out.float() * out.float()).sum(-1).contiguous()  # (B, H, T)
+    lse = lse.contiguous()  # (B, H, T): the kernels index it as batch_head * T + row
+
+    strides = (*q.stride(), *k.stride(), *v.stride(), *grad_out.stride())
+    shared = (H, T, S, scale, scale * LOG2_E)
+    meta = dict(D=D, DV=Dv, BLOCK_D=max(16, triton.next_power_of_2(D)),
+                BLOCK_DV=max(16, triton.next_power_of_2(Dv)), CAUSAL=causal,
+                PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+    dkdv_args = (q, k, v, grad_out, lse, delta, dk, dv, *strides, *shared)
+    dq_args = (q, k, v, grad_out, lse, delta, dq, *strides, *shared)
+    if block_m is None and block_n is None and _dkdv_autotuned is not None:
+        _dkdv_autotuned[lambda cfg: (triton.cdiv(S, cfg["BLOCK_N"]), B * H)](*dkdv_args, **meta)
+        _dq_autotuned[lambda cfg: (triton.cdiv(T, cfg["BLOCK_M"]), B * H)](*dq_args, **meta)
+    else:
+        block_m = block_m or (64 if ON_GPU else 32)
+        block_n = block_n or (64 if ON_GPU else 32)
+        _dkdv_jitted[(triton.cdiv(S, block_n), B * H)](*dkdv_args, **meta, BLOCK_M=block_m, BLOCK_N=block_n)
+        _dq_jitted[(triton.cdiv(T, block_m), B * H)](*dq_args, **meta, BLOCK_M=block_m, BLOCK_N=block_n)
+    return dq, dk, dv
+
+
+__all__ = ["flash_backward"]
