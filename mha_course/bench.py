@@ -16,7 +16,13 @@ TFLOP/s (4*B*H*T*S*D forward FLOPs, halved when causal; see mha_course.cost), th
 call adds (mha_course.cost.peak_memory_mib), the largest absolute difference from torch's SDPA run
 on float32 copies of the inputs, and speed ratios against torch's SDPA backends (baseline_ms / ms: above 1 is faster).
 A backend that refuses a configuration is skipped and named. ``--json`` writes a list of records
-(impl, backend, device, dtype, B, H, T, D, causal, ms, tflops, peak_mib, ...); ``--plot`` a figure.
+(impl, backend, device, dtype, B, H, T, D, causal, pass, ms, tflops, peak_mib, ...); ``--plot`` a figure.
+
+``--backward`` times a training step's attention instead: the forward call and the gradients of
+q, k and v for a fixed random dL/dout. FLOPs are then counted as 3x the forward's (the backward's
+four matmuls, dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q, are twice the forward's two; a kernel
+that recomputes the scores does more work than it is credited for), and max|err| is the largest
+gradient difference from torch's SDPA on float32 copies.
 """
 
 from __future__ import annotations
@@ -63,6 +69,23 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
     if causal:
         scores = scores.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], device=q.device), float("-inf"))
     return torch.softmax(scores, dim=-1) @ v  # (B, H, T, D)
+
+
+BACKWARD_FLOP_FACTOR = 3.0  # forward + backward FLOPs / forward FLOPs (see the module docstring)
+
+
+def with_backward(fn: Callable[..., torch.Tensor], grad_out: torch.Tensor) -> Callable[..., torch.Tensor]:
+    """fn(q, k, v, causal) -> out turned into a training step -> (dq, dk, dv) stacked on a new first dim.
+
+    The inputs are detached into fresh leaves on every call, so repeated calls time the same work.
+    """
+    def step(q, k, v, causal):
+        leaves = [x.detach().requires_grad_() for x in (q, k, v)]
+        out = fn(*leaves, causal)
+        grads = torch.autograd.grad(out, leaves, grad_out)
+        return torch.stack(grads)  # (3, B, H, T, D): dq, dk, dv (D = Dv in this benchmark)
+
+    return step
 
 
 def available_impls(device: str, block_size: int | None) -> tuple[list[Impl], list[str]]:
@@ -131,7 +154,7 @@ def environment(device: str) -> dict[str, str]:
 def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None = None, H: int | None = None,
                   D: int | None = None, Ts: list[int] | None = None, causal_modes: tuple[bool, ...] = (False, True),
                   repeats: int = 3, warmup: int = 1, block_size: int | None = None, only: list[str] | None = None,
-                  max_materialized_gib: float = 4.0, measure_memory: bool = True,
+                  max_materialized_gib: float = 4.0, measure_memory: bool = True, backward: bool = False,
                   log: Callable[[str], None] = print) -> tuple[list[dict], list[str]]:
     """Time every implementation at every (T, causal); return (records, notes about skipped runs).
 
@@ -144,6 +167,7 @@ def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None =
         max_materialized_gib: skip the implementations that hold (B, H, T, S) float32 matrices when
             one such matrix would exceed this size (they hold several).
         measure_memory: one extra call per measurement to record peak_mib.
+        backward: time forward + the gradients of q, k, v instead of the forward alone.
 
     Raises:
         ValueError: unknown device or dtype, or CUDA asked for but not available.
@@ -167,16 +191,20 @@ def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None =
         for causal in causal_modes:
             q, k, v = (torch.randn(B, H, T, D, generator=gen, device=device, dtype=torch_dtype) for _ in range(3))
             matrix_gib = attention_memory_bytes(B, H, T, D, dtype=torch.float32)["weights"] / 2**30
-            flops = attention_flops(B, H, T, D, causal=causal)
+            flops = attention_flops(B, H, T, D, causal=causal) * (BACKWARD_FLOP_FACTOR if backward else 1.0)
+            grad_out = torch.randn(B, H, T, D, generator=gen, device=device, dtype=torch_dtype) if backward else None
             # accuracy reference: torch's SDPA on float32 copies, default backend
-            reference = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=causal)
+            sdpa = lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            reference = (with_backward(sdpa, grad_out.float()) if backward else sdpa)(
+                q.float(), k.float(), v.float(), causal)
             for impl in impls:
                 label = f"{impl.name} T={T} causal={causal}"
                 if impl.name in MATERIALIZING and matrix_gib > max_materialized_gib:
                     notes.append(f"{label}: skipped, one (B, H, T, S) matrix is {matrix_gib:.1f} GiB "
                                  f"> --max-materialized-gib {max_materialized_gib}")
                     continue
-                call = lambda impl=impl, q=q, k=k, v=v, causal=causal: impl.fn(q, k, v, causal)
+                fn = with_backward(impl.fn, grad_out) if backward else impl.fn
+                call = lambda fn=fn, q=q, k=k, v=v, causal=causal: fn(q, k, v, causal)
                 try:
                     out = call()  # warm-up and output for the accuracy column
                 except (RuntimeError, ValueError, TypeError) as err:  # a backend refusing this config
@@ -187,7 +215,8 @@ def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None =
                 peak = peak_memory_mib(call, device) if measure_memory else None
                 ms = time_ms(call, repeats=repeats, warmup=max(0, warmup - 1), device=device)
                 record = {"impl": impl.name, "backend": impl.backend, "device": device, "dtype": dtype_name(torch_dtype),
-                          "B": B, "H": H, "T": T, "D": D, "causal": causal, "ms": round(ms, 4),
+                          "B": B, "H": H, "T": T, "D": D, "causal": causal,
+                          "pass": "forward+backward" if backward else "forward", "ms": round(ms, 4),
                           "tflops": round(flops / (ms * 1e-3) / 1e12, 6),
                           "peak_mib": None if peak is None else round(peak, 2),
                           "max_abs_err": max_err, "repeats": repeats}
@@ -292,6 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None,
                         help="CPU threads for torch (default: torch's choice, usually one per core)")
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory call")
+    parser.add_argument("--backward", action="store_true",
+                        help="time forward + gradients of q, k, v (a training step's attention)")
     parser.add_argument("--json", metavar="PATH", help="write the records as a JSON list")
     parser.add_argument("--plot", metavar="PATH", help="save time and memory against T (PNG, PDF, SVG)")
     parser.add_argument("--quick", action="store_true", help=f"a smoke run: T = {QUICK_T}, 2 repeats")
@@ -310,13 +341,14 @@ def main(argv: list[str] | None = None) -> int:
         records, notes = run_benchmark(device, args.dtype, args.B, args.H, args.D, Ts, causal_modes,
                                        repeats=repeats, block_size=args.block_size, only=args.impl,
                                        max_materialized_gib=args.max_materialized_gib,
-                                       measure_memory=not args.no_memory)
+                                       measure_memory=not args.no_memory, backward=args.backward)
     except ValueError as err:
         parser.error(str(err))
     if records:
         r0 = records[0]
         print(f"\nshapes: q, k, v (B={r0['B']}, H={r0['H']}, T, D={r0['D']}), dtype {r0['dtype']}, device {device}, "
-              f"median of {repeats}; FLOPs = 4*B*H*T^2*D (halved when causal)")
+              f"median of {repeats}; {r0['pass']}; FLOPs = 4*B*H*T^2*D (halved when causal)"
+              + (f", x{BACKWARD_FLOP_FACTOR:g} for forward+backward" if args.backward else ""))
         print(format_table(records, device))
     for note in notes:
         print("note: " + note)

@@ -78,8 +78,8 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Returns:
         out (..., T, Dv) in q's dtype (float16/bfloat16 accumulate in float32), or (out, lse).
         A row with no visible key (S = 0) is all zeros, as in the rest of the library.
-        If an input requires grad, out is differentiable: the backward pass is
-        :func:`mha_course.attention_backward` (which does build (T, S) per call).
+        If an input requires grad, out is differentiable: the backward pass runs over the same
+        tiles, rebuilding each tile of P from lse (O(T) extra memory too; see ``_tiled_backward``).
 
     Raises:
         TypeError: inputs are not floating tensors of one dtype; block_size or scale of a wrong type.
@@ -212,21 +212,76 @@ def _blocks(block_size, q, k, v, causal: bool) -> tuple[int, int]:
     return int(pair[0]), int(pair[1])
 
 
+def _tiled_backward(q, k, v, out, lse, grad_out, block_q: int, block_k: int, causal: bool, scale: float):
+    """Gradients of tiled attention, tile by tile, with P rebuilt from the saved log-sum-exp.
+
+    The formulas are :mod:`mha_course.backward`'s; only the order of work changes. For each query
+    block, delta = rowsum(dO * O), and for each of its key tiles (the forward's tiles, causal
+    skipping included):
+
+        P  = 2^(s2 - lse * log2 e)      exact softmax weights of the tile, no running statistics
+        dV += P^T dO,   dS = P * (dO V^T - delta),   dQ += dS K * scale,   dK += dS^T Q * scale
+
+    Extra memory: two (B*H, block_q, block_k) tiles and float32 copies of the gradients, O(T), never
+    (T, S). Gradients of broadcast inputs (k, v shared by heads) are summed back to their shapes.
+    """
+    T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
+    Dv = v.shape[-1]
+    lead = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+    N = math.prod(lead)
+    work = torch.promote_types(q.dtype, torch.float32)
+    dev = q.device
+    with torch.no_grad():
+        q3 = q.to(work).expand(*lead, T, D).reshape(N, T, D)  # (N, T, D)
+        k3 = k.to(work).expand(*lead, S, D).reshape(N, S, D)  # (N, S, D)
+        v3 = v.to(work).expand(*lead, S, Dv).reshape(N, S, Dv)  # (N, S, Dv)
+        g3 = grad_out.to(work).expand(*lead, T, Dv).reshape(N, T, Dv)  # (N, T, Dv)
+        o3 = out.to(work).expand(*lead, T, Dv).reshape(N, T, Dv)  # (N, T, Dv)
+        lse2 = lse.to(work).expand(*lead, T).reshape(N, T) * LOG2E  # (N, T), base 2 like the scores
+        dq3 = torch.zeros(N, T, D, dtype=work, device=dev)
+        dk3 = torch.zeros(N, S, D, dtype=work, device=dev)
+        dv3 = torch.zeros(N, S, Dv, dtype=work, device=dev)
+        if N * T * S > 0:  # S = 0: no weights at all, every gradient is 0
+            bq, bk = min(block_q, T), min(block_k, S)
+            scratch = torch.empty(N * bq * bk, dtype=work, device=dev)  # the tile of P
+            dp_buf = torch.empty(N * bq * bk, dtype=work, device=dev)  # the tile of dP, then dS
+            for i0 in range(0, T, bq):
+                i1 = min(T, i0 + bq)
+                q_blk = q3[:, i0:i1] * (scale * LOG2E)  # (N, nq, D), as the forward scaled it
+                g_blk, q_raw = g3[:, i0:i1], q3[:, i0:i1]
+                delta = (g_blk * o3[:, i0:i1]).sum(-1)  # (N, nq) = rowsum(dO * O)
+                for tile in _key_tiles(i0, i1, S, bk, causal):
+                    r0, j0, j1, _ = tile
+                    p = _tile_scores(q_blk, k3, tile, i0, scratch)  # (N, rows, nk), future = -inf
+                    p.sub_(lse2[:, i0 + r0:i1].unsqueeze(-1)).exp2_()  # P tile; -inf -> 0
+                    rows, nk = p.shape[1], j1 - j0
+                    dv3[:, j0:j1].baddbmm_(p.transpose(1, 2), g_blk[:, r0:])  # += P^T dO
+                    ds = torch.bmm(g_blk[:, r0:], v3[:, j0:j1].transpose(1, 2),
+                                   out=dp_buf[: N * rows * nk].view(N, rows, nk))  # dP = dO V^T
+                    ds.sub_(delta[:, r0:].unsqueeze(-1)).mul_(p)  # dS = P * (dP - delta)
+                    dq3[:, i0 + r0:i1].baddbmm_(ds, k3[:, j0:j1])  # += dS K
+                    dk3[:, j0:j1].baddbmm_(ds.transpose(1, 2), q_raw[:, r0:])  # += dS^T Q
+            dq3.mul_(scale)
+            dk3.mul_(scale)
+    dq = dq3.reshape(*lead, T, D).sum_to_size(q.shape).to(q.dtype)  # back to q's own (broadcast) shape
+    dk = dk3.reshape(*lead, S, D).sum_to_size(k.shape).to(k.dtype)
+    dv = dv3.reshape(*lead, S, Dv).sum_to_size(v.shape).to(v.dtype)
+    return dq, dk, dv
+
+
 class _TiledAttention(torch.autograd.Function):
-    """Tiled forward; the hand-derived backward of :mod:`mha_course.backward`."""
+    """Tiled forward, tiled backward: neither ever holds a (T, S) matrix."""
 
     @staticmethod
     def forward(ctx, q, k, v, block_q, block_k, causal, scale):
         out, lse = _tiled_forward(q, k, v, block_q, block_k, causal, scale)
-        ctx.save_for_backward(q, k, v)
-        ctx.causal, ctx.scale = causal, scale
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.scale, ctx.blocks = causal, scale, (block_q, block_k)
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
-        from .backward import attention_backward
-
-        q, k, v = ctx.saved_tensors
-        dq, dk, dv = attention_backward(q, k, v, grad_out, scale=ctx.scale, causal=ctx.causal)
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = _tiled_backward(q, k, v, out, lse, grad_out, *ctx.blocks, ctx.causal, ctx.scale)
         return dq, dk, dv, None, None, None, None

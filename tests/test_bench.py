@@ -65,3 +65,31 @@ def test_ratios_and_table():
     assert slow["vs_torch.sdpa[FLASH_ATTENTION]"] == 0.25 and base["vs_torch.sdpa[FLASH_ATTENTION]"] == 1.0
     table = format_table(records, "cpu")
     assert "0.25" in table and "n/a" in table and "x FLASH_ATTENTION" in table
+
+
+def test_backward_mode_times_gradients_and_credits_three_times_the_flops():
+    from mha_course.bench import run_benchmark
+
+    records, _ = run_benchmark("cpu", B=1, H=2, D=16, Ts=[48], repeats=1, warmup=1, measure_memory=False,
+                               only=["naive", "tiled", "torch.sdpa[MATH]"], backward=True, log=lambda _: None)
+    assert {r["impl"] for r in records} == {"naive", "tiled", "torch.sdpa[MATH]"}
+    for r in records:
+        assert r["pass"] == "forward+backward"
+        assert r["max_abs_err"] < 1e-4, r  # the gradients of all three agree with torch's
+        forward_flops = 4 * 1 * 2 * 48 * 48 * 16 / (2 if r["causal"] else 1)
+        credited = 3 * forward_flops / (r["ms"] * 1e-3) / 1e12
+        assert r["tflops"] == pytest.approx(credited, rel=2e-3, abs=1e-6)  # up to the rounding of ms and tflops
+
+
+def test_with_backward_returns_the_gradients():
+    from mha_course.bench import with_backward
+
+    torch.manual_seed(1)
+    q, k, v, grad_out = (torch.randn(1, 2, 5, 4) for _ in range(4))
+    got = with_backward(naive_attention, grad_out)(q, k, v, True)
+    leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+    torch.nn.functional.scaled_dot_product_attention(*leaves, is_causal=True).backward(grad_out)
+    assert got.shape == (3, 1, 2, 5, 4)
+    for g, leaf in zip(got, leaves, strict=True):
+        assert_close(g, leaf.grad)
+    assert not q.requires_grad  # the caller's tensors are left alone

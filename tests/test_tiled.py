@@ -255,13 +255,77 @@ def test_textbook_loop_agrees_with_the_fast_one():
                      tiled_attention(q, k, v, block, causal=causal), what=f"block={block}")
 
 
-def test_gradients_flow_through_the_hand_derived_backward():
-    q, k, v = (x.requires_grad_() for x in make_qkv((2,), 9, 11, 4, 3, seed=6))
-    tiled_attention(q, k, v, 4, causal=True).pow(2).sum().backward()
-    q2, k2, v2 = (x.detach().clone().requires_grad_() for x in (q, k, v))
-    torch_reference(q2, k2, v2, True).pow(2).sum().backward()
-    for name, a, e in (("dq", q.grad, q2.grad), ("dk", k.grad, k2.grad), ("dv", v.grad, v2.grad)):
+def gradients(fn, q, k, v, grad_out):
+    """(dq, dk, dv) of sum(fn(q, k, v) * grad_out), on fresh leaves."""
+    leaves = [x.detach().clone().requires_grad_() for x in (q, k, v)]
+    fn(*leaves).backward(grad_out)
+    return [x.grad for x in leaves]
+
+
+@pytest.mark.parametrize("lead,T,S,D,Dv,block_size,causal", [
+    ((2,), 9, 11, 4, 3, 4, True),            # T, S not multiples of the block
+    ((1, 2), 37, 37, 8, 8, (8, 16), True),   # causal diagonal cut into narrower tiles
+    ((1, 2), 37, 37, 8, 8, (16, 8), False),
+    ((3,), 1, 20, 5, 7, 1, False),           # block size 1, a single query, Dv != D
+    ((2,), 25, 9, 6, 6, 4, True),            # T > S causal: late queries see every key
+    ((2,), 9, 25, 6, 6, None, True),         # T < S causal, default tiles
+    ((), 30, 30, 16, 16, 7, False),          # no leading dims
+])
+def test_tiled_backward_matches_float64_autograd(lead, T, S, D, Dv, block_size, causal):
+    q, k, v = make_qkv(lead, T, S, D, Dv, seed=6)
+    grad_out = torch.randn(*lead, T, Dv, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    got = gradients(lambda q, k, v: tiled_attention(q, k, v, block_size, causal=causal), q, k, v, grad_out)
+    expected = gradients(lambda q, k, v: torch_reference(q, k, v, causal), q, k, v, grad_out)
+    for name, a, e in zip(("dq", "dk", "dv"), got, expected, strict=True):
+        assert_close(a, e, what=f"{name} {lead} T={T} S={S} blocks={block_size} causal={causal}")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("causal", [False, True])
+def test_tiled_backward_in_each_dtype(dtype, causal):
+    q, k, v = make_qkv((1, 2), 40, 33, 16, 16, dtype=dtype, seed=8)
+    grad_out = torch.randn(1, 2, 40, 16, generator=torch.Generator().manual_seed(9)).to(dtype)
+    got = gradients(lambda q, k, v: tiled_attention(q, k, v, 16, causal=causal), q, k, v, grad_out)
+    expected = gradients(lambda q, k, v: torch_reference(q, k, v, causal), q, k, v, grad_out.double())
+    for name, a, e in zip(("dq", "dk", "dv"), got, expected, strict=True):
+        assert a.dtype == dtype
+        assert_close(a, e.to(dtype), dtype=dtype, what=f"{name} {dtype} causal={causal}")
+
+
+@pytest.mark.parametrize("q_scale", [30.0, 300.0])
+def test_tiled_backward_with_huge_scores(q_scale):
+    # Scores of hundreds: P is rebuilt from an lse found on the forward's rescaling path.
+    q, k, v = make_qkv((1, 2), 20, 20, 8, 8, seed=10, q_scale=q_scale)
+    grad_out = torch.randn(1, 2, 20, 8, generator=torch.Generator().manual_seed(11), dtype=torch.float64)
+    got = gradients(lambda q, k, v: tiled_attention(q, k, v, 8, causal=True), q, k, v, grad_out)
+    expected = gradients(lambda q, k, v: torch_reference(q, k, v, True), q, k, v, grad_out)
+    for name, a, e in zip(("dq", "dk", "dv"), got, expected, strict=True):
+        assert torch.isfinite(a).all(), name
+        assert_close(a, e, what=f"{name} q_scale={q_scale}")
+
+
+def test_tiled_backward_sums_the_gradients_of_shared_keys_and_values():
+    # Multi-query attention: one k, v for 4 heads; their gradients add up over the heads.
+    q, _, _ = make_qkv((2, 4), 12, 12, 8, 8, seed=12)
+    _, k, v = make_qkv((2, 1), 12, 12, 8, 8, seed=13)
+    grad_out = torch.randn(2, 4, 12, 8, generator=torch.Generator().manual_seed(14), dtype=torch.float64)
+    got = gradients(lambda q, k, v: tiled_attention(q, k, v, 5, causal=True), q, k, v, grad_out)
+    expected = gradients(lambda q, k, v: torch_reference(q, k.expand(2, 4, 12, 8), v.expand(2, 4, 12, 8), True),
+                         q, k, v, grad_out)
+    assert got[1].shape == k.shape and got[2].shape == v.shape
+    for name, a, e in zip(("dq", "dk", "dv"), got, expected, strict=True):
         assert_close(a, e, what=name)
+
+
+def test_tiled_backward_with_no_keys_is_zero():
+    q, k, v = (x.requires_grad_() for x in make_qkv((2,), 5, 0, 4, 3))
+    tiled_attention(q, k, v).sum().backward()
+    assert q.grad.abs().sum() == 0 and k.grad.shape == (2, 0, 4) and v.grad.shape == (2, 0, 3)
+
+
+def test_gradcheck_through_the_tiled_backward():
+    q, k, v = (x.requires_grad_() for x in make_qkv((1,), 6, 7, 3, 2, seed=15))
+    assert torch.autograd.gradcheck(lambda q, k, v: tiled_attention(q, k, v, (4, 3), causal=True), (q, k, v))
 
 
 @pytest.mark.parametrize("kwargs,error", [
@@ -330,19 +394,28 @@ def test_online_update_rejects_mismatched_shapes():
 
 # ---- memory --------------------------------------------------------------------------------------
 
-def test_tiled_memory_stays_far_below_the_score_matrix():
+@pytest.mark.parametrize("with_backward", [False, True], ids=["forward", "forward+backward"])
+def test_tiled_memory_stays_far_below_the_score_matrix(with_backward):
     cost = pytest.importorskip("mha_course.cost")
     if not cost.cpu_peak_memory_supported():
         pytest.skip("peak memory is measured through /proc on Linux only")
     H, T, D = 2, 2048, 32
     q, k, v = make_qkv((1, H), T, T, D, D, dtype=torch.float32)
+    grad_out = torch.randn(1, H, T, D)
     score_mib = H * T * T * 4 / 2**20  # one (B, H, T, S) float32 matrix: 32 MiB
-    naive = lambda: sdpa(q, k, v)
-    tiled = lambda: tiled_attention(q, k, v)
+
+    def call(fn):
+        if not with_backward:
+            return lambda: fn(q, k, v)
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        return lambda: torch.autograd.grad(fn(*leaves), leaves, grad_out)  # a training step
+
+    naive, tiled = call(lambda q, k, v: sdpa(q, k, v)[0]), call(lambda q, k, v: tiled_attention(q, k, v))
     naive(), tiled()  # warm-up: one-time allocations are not the point
     naive_mib = cost.peak_memory_mib(naive)
     tiled_mib = min(cost.peak_memory_mib(tiled) for _ in range(2))
-    assert naive_mib >= score_mib, f"measurement sees the naive (T, S) matrices: {naive_mib:.1f} MiB"
+    # the backward of the naive version holds P, dP and dS at once
+    assert naive_mib >= (2 if with_backward else 1) * score_mib, f"measurement sees the naive (T, S) matrices: {naive_mib:.1f} MiB"
     assert tiled_mib < score_mib / 4, f"tiled used {tiled_mib:.1f} MiB vs {score_mib:.0f} MiB for one (T, S)"
 
 
