@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {len(records)} records to {args.json}")
     if args.plot and records:
         r0 = records[0]
-        plot_records(records, args.plot, title=f"{device} {r0['dtype']} B={r0['B']} H={r0['H']} D={r0['D']}, "
+        plot_records(records, args.plot, title=f"{r0['pass']}, {device} {r0['dtype']} B={r0['B']} H={r0['H']} D={r0['D']}, "
                                                f"torch {env['torch']}, {env.get('gpu', env.get('cpu', ''))}")
         print(f"wrote plot to {args.plot}")
     return 0
