@@ -3,7 +3,8 @@
     python benchmarks/grading_speed.py [--notebook solutions/a03_attention.ipynb] [-n 100] [--workers 2]
 
 Prints the time for one submission from a cold start (a fresh `python -m mha_course.grade`
-process: zygote start, torch import, notebook, every case) and for a class of N copies graded
+process: the grader's torch import, a bubblewrap sandbox, the submission's torch import, its
+notebook and every case) and for a class of N copies graded
 in one batch with the given number of workers, with the mean time per submission. The copies get
 different file names (a renamed copy must grade the same), and every one must get full marks.
 Figures depend on the machine and on what else runs on it: report them with the core count.
@@ -32,7 +33,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
 
-    print(f"notebook {args.notebook.name}; {os.cpu_count()} CPU cores visible; python {sys.version.split()[0]}")
+    print(f"notebook {args.notebook.name}; {os.cpu_count()} CPU cores visible; python {sys.version.split()[0]}; "
+          f"load average {os.getloadavg()[0]:.2f}")
     with tempfile.TemporaryDirectory(prefix="mhag-bench-") as scratch:
         start = time.perf_counter()
         # results.json goes to a scratch file, as on Gradescope (never to a device such as /dev/null)
@@ -55,6 +57,7 @@ def main() -> None:
         shutil.rmtree(folder, ignore_errors=True)
     full = sum(r.score == r.max_score > 0 for r in results)
     per = sorted(r.execution_time for r in results)
+    print(f"isolation: {results[0].isolation.get('summary', '?')}")
     print(f"class of {args.n} with {args.workers} workers: {total:.1f} s in all, {total / args.n:.2f} s per "
           f"submission; each submission took {per[len(per) // 2]:.2f} s median, {per[-1]:.2f} s max (wall, in its "
           f"worker); full marks: {full}/{args.n}")

@@ -1,7 +1,9 @@
-"""``python -m mha_course.grade SUBMISSION.ipynb [MORE ...]``: grade notebooks in a sandbox.
+"""``python -m mha_course.grade SUBMISSION.ipynb [MORE ...]``: grade notebooks, each in its own sandbox.
 
-Each submission runs in its own process (time and memory limits); results come back as plain
-arrays and are compared here. The assignment is read from the notebook's metadata, so a renamed
+Each submission runs inside bubblewrap's sandbox (own namespaces, uid nobody, no network, a
+read-only view without the grader, the hidden tests or the answers; time, memory and process
+limits); results come back as plain arrays and are compared here. Where bubblewrap cannot run,
+grading is refused unless ``--unsafe-no-isolation`` is given; the output says which isolation ran. The assignment is read from the notebook's metadata, so a renamed
 copy grades the same. Folders are searched for ``*.ipynb`` (recursively, checkpoints skipped).
 
 Every test that passes is run again on fresh random inputs of the same kind (``--seed`` fixes
@@ -11,7 +13,8 @@ Outputs: a table per submission (one submission) or a progress bar and a class s
 ``--json`` writes Gradescope's results.json (several notebooks are merged into one result);
 ``--csv`` a gradebook with a column per exercise; ``--summary`` what the class gets wrong;
 ``--results-dir`` one results.json per submission. The exit status is 0 whenever grading ran,
-however the submissions scored; 2 for a usage error (e.g. no notebook found).
+however the submissions scored; 2 for a usage error (e.g. no notebook found); 3 when submissions
+cannot be isolated here (bubblewrap missing or refused) and ``--unsafe-no-isolation`` was not given.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .grading.grader import Limits, grade_many
+from .grading.grader import Isolator, Limits, grade_many
+from .grading.isolation import IsolationError
 from .grading.results import (
     class_summary,
     gradescope,
@@ -63,12 +67,20 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"seconds per notebook cell (default {Limits.cell_timeout:g})")
     parser.add_argument("--notebook-timeout", type=float, default=Limits.notebook_timeout,
                         help=f"seconds for all cells of a notebook (default {Limits.notebook_timeout:g})")
+    parser.add_argument("--submission-timeout", type=float, default=Limits.submission_timeout,
+                        help=f"seconds for everything of one submission (default {Limits.submission_timeout:g})")
+    parser.add_argument("--batch-timeout", type=float, default=None,
+                        help="seconds for the whole run; submissions not started by then are reported as not "
+                             "graded (default: no limit)")
     parser.add_argument("--memory-mb", type=int, default=Limits.memory_mb,
                         help=f"memory a submission may allocate beyond the grader's own, MiB (default "
                              f"{Limits.memory_mb})")
     parser.add_argument("--seed", type=int, default=None,
                         help="salt of the fresh random inputs every passing test is run on again (default: a new "
                              "one each run, printed at the end; pass it to reproduce a run)")
+    parser.add_argument("--unsafe-no-isolation", action="store_true",
+                        help="grade even where bubblewrap's sandbox cannot run: submissions then run as plain "
+                             "processes that can read and change this machine's files (only for code you trust)")
     parser.add_argument("--quiet", action="store_true",
                         help="no progress bar, no per-test table and no line per notebook (the class summary of a "
                              "folder is still printed)")
@@ -83,9 +95,24 @@ def main(argv: list[str] | None = None) -> int:
                                    "tests": []})
         return 2
     limits = Limits(case_timeout=args.case_timeout, cell_timeout=args.cell_timeout,
-                    notebook_timeout=args.notebook_timeout, memory_mb=args.memory_mb)
-    results = grade_many(paths, limits, workers=args.workers, progress=not args.quiet and len(paths) > 1,
-                         seed=-1 if args.seed is None else args.seed)
+                    notebook_timeout=args.notebook_timeout, memory_mb=args.memory_mb,
+                    submission_timeout=args.submission_timeout, batch_timeout=args.batch_timeout)
+    try:
+        isolator = Isolator(unsafe_no_isolation=args.unsafe_no_isolation)
+    except IsolationError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        if args.json:
+            write_json(args.json, {"score": 0, "max_score": 0, "tests": [],
+                                   "output": "The grader could not isolate submissions on this machine; ask your "
+                                             "instructor (" + str(exc)[:300] + ")"})
+        return 3
+    if not args.quiet or not isolator.walls.isolated:
+        print(f"isolation: {isolator.walls.summary()}", file=sys.stderr if not isolator.walls.isolated else sys.stdout)
+    try:
+        results = grade_many(paths, limits, workers=args.workers, progress=not args.quiet and len(paths) > 1,
+                             seed=-1 if args.seed is None else args.seed, isolator=isolator)
+    finally:
+        isolator.close()
 
     if len(results) == 1 and not args.quiet:
         print(text_report(results[0]))
@@ -108,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:  # last: nothing a submission wrote can replace it (none of its processes is left)
         write_json(args.json, merged_gradescope(results))
         print(f"results.json: {args.json}")
-    if not args.quiet and results:
+    if results:  # also with --quiet: the seed reproduces this run
         print(f"fresh inputs drawn with --seed {results[0].seed}")
     return 0
 

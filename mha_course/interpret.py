@@ -239,8 +239,10 @@ def head_picker(model, task: Task, data: TaskData):
     """Pick an example, a layer and a head with sliders and see that head's attention heatmap.
 
     Uses :func:`mha_course.viz.interactive` when ipywidgets is installed; otherwise draws the
-    static grid of every layer x head for example 0. Returns the widget, or the static Figure. The heatmap is weights[layer, example, head],
-    (T, S), from the model's (L, N, H, T, S) attention; raises what ``model`` raises on ``data``.
+    static grid of every layer x head for example 0. Returns the widget, or the static Figure
+    (closed, so that Jupyter shows it once, as the cell's result): make the call the last line of
+    a cell. The heatmap is weights[layer, example, head], (T, S), from the model's
+    (L, N, H, T, S) attention; raises what ``model`` raises on ``data``.
     """
     import matplotlib.pyplot as plt
 
@@ -261,7 +263,9 @@ def head_picker(model, task: Task, data: TaskData):
     try:
         import ipywidgets  # noqa: F401
     except ImportError:  # no sliders: a static grid of every layer x head says the same thing
-        return attention_grid(model, task, data, 0)
+        fig = attention_grid(model, task, data, 0)
+        plt.close(fig)  # shown by the cell's result; left open, Jupyter would draw it a second time
+        return fig
     from .viz import interactive
 
     return interactive(show, example=lambda w: w.IntSlider(value=0, min=0, max=max(N - 1, 0)),

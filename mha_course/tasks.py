@@ -186,8 +186,8 @@ class TwoRelationsTask(Task):
 class GrammarTask(Task):
     """Tiny sentences: ``[time] det [adj] SUBJECT VERB det [adj] OBJECT [time] .`` padded to T.
 
-    Relations (after the seed's picture of heads): the subject names its object (bank -> loan),
-    the verb names its subject (approved -> bank), the time word names the verb
+    Relations (after a popular picture of multi-head attention): the subject names its object
+    (bank -> loan), the verb names its subject (approved -> bank), the time word names the verb
     (yesterday -> approved). Subject and object come from the same nouns, so only the sentence's
     structure tells which is which.
     """

@@ -55,6 +55,9 @@ def test_a_renamed_copy_is_the_same_assignment(tmp_path):
 
 @pytest.fixture(scope="module")
 def graded():
+    from grading_fake import require_sandbox
+
+    require_sandbox()
     limits = Limits(case_timeout=30, cell_timeout=120, notebook_timeout=300)
     results = grade_many(SOLUTIONS + EXERCISES, limits, workers=2, progress=False)
     return {(p.parent.name, p.name): r for p, r in zip(SOLUTIONS + EXERCISES, results, strict=True)}

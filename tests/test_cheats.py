@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from grading_fake import GOOD_ADD, GOOD_DOUBLE, write_submission
+from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, write_submission
 
 from mha_course.grading import registry
 
@@ -62,7 +62,7 @@ CHEATS = {
     "escaped_grandchild": (["import os, time\nif getattr(os, 'fo' + 'rk')() == 0:\n    getattr(os, 'set' + 'sid')()\n"
                             "    time.sleep(8)\n    os._exit(0)\n",
                             "def add_arrays(a, b):\n    while True:\n        pass", GOOD_DOUBLE], 0),
-    "kill_the_zygote": ([WRONG_ADD, "import os\ngetattr(os, 'ki' + 'll')(os.getppid(), 9)", GOOD_DOUBLE], 0),
+    "kill_the_parent": ([WRONG_ADD, "import os\ngetattr(os, 'ki' + 'll')(os.getppid(), 9)", GOOD_DOUBLE], 0),
     "redefine_check": ([WRONG_ADD, "def check(*a, **k):\n    print('6/6 passed')\n    return True\n"
                         "check('fake_add', add_arrays)", GOOD_DOUBLE], 2),
 }
@@ -72,6 +72,7 @@ CHEATS = {
 def outcome(tmp_path_factory):
     from mha_course.grade import main
 
+    require_sandbox()
     root = tmp_path_factory.mktemp("cheats")
     results_path = root / "results" / "results.json"
     folder = root / "subs"
@@ -126,4 +127,4 @@ def test_cheats_are_explained(outcome):
     assert "mha_course.grading" in outputs("tamper_grader_module", "fake_double")
     assert "cell 3" in each["infinite_loop_top_level"]["output"] and "skipped" in each["os_exit_top_level"]["output"]
     assert "'results.json'" in outputs("fake_results_json", "fake_add")
-    assert "computed attribute name" in outputs("kill_the_zygote", "fake_add")
+    assert "computed attribute name" in outputs("kill_the_parent", "fake_add")

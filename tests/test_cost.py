@@ -45,7 +45,7 @@ def test_memory_bytes_match_real_tensors():
     assert mem["inputs"] == sum(x.numel() * x.element_size() for x in (q, k, v))
     half = attention_memory_bytes(B, H, T, D, S=S, dtype=torch.float16)
     assert half["weights"] * 2 == mem["weights"]
-    # the seed's "attention is expensive": one fp32 (T, T) matrix at T = 16k is 1 GiB per head
+    # the original notes' "attention is expensive": one fp32 (T, T) matrix at T = 16k is 1 GiB per head
     assert attention_memory_bytes(1, 1, 16384, 64)["weights"] == 2**30
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from grading_fake import require_sandbox, tagged_processes
 
 from mha_course.grading import registry
 
@@ -71,8 +72,8 @@ def _memorised(key: str, first: str, signature: str, fallback: str, torch_out: b
     for case in registry.find_exercise(key).cases:
         inputs = case.make_inputs()
         expected = case.reference(inputs)
-        if isinstance(expected, tuple) and len(expected) == 2 and np.asarray(expected[1]).dtype == bool:
-            expected = expected[0]  # an "inputs unchanged" case
+        if isinstance(expected, tuple) and len(expected) == 2 and isinstance(expected[1], tuple):
+            expected = expected[0]  # an "inputs unchanged" case: (the result, the inputs as they were)
         items = expected if isinstance(expected, tuple) else (expected,)
         x = np.ascontiguousarray(inputs[first])
         table[hashlib.sha1(x.tobytes() + str(x.shape).encode()).hexdigest()] = [
@@ -91,8 +92,9 @@ def _memorised(key: str, first: str, signature: str, fallback: str, torch_out: b
             "    return tuple(outs) if hit[0] else outs[0]\n")
 
 
-A02, A03, A04, A09, A13, A14 = ("a02_softmax.ipynb", "a03_attention.ipynb", "a04_masks.ipynb", "a09_positions.ipynb",
-                                "a13_triton_kernel.ipynb", "a14_attention_backward.ipynb")
+A02, A03, A04, A08, A09, A13, A14 = ("a02_softmax.ipynb", "a03_attention.ipynb", "a04_masks.ipynb",
+                                     "a08_cross_attention.ipynb", "a09_positions.ipynb", "a13_triton_kernel.ipynb",
+                                     "a14_attention_backward.ipynb")
 ZEROS_NP = "def softmax_np(x, axis=-1):\n    return np.zeros_like(x)\n"
 FORGE = ("import json, os, time\nPATH = RESULTS_PATH\nfake = {'score': 999, 'max_score': 1, 'tests': []}\n"
          "if os.fork() == 0:\n    os.setsid()\n    for _ in range(40):\n        time.sleep(0.1)\n"
@@ -106,7 +108,7 @@ FORWARD = ("    q = q.detach().clone().requires_grad_(True)\n    k = k.detach().
 SUBMISSIONS = {
     "honest": (A02, "softmax_np", 14, {}),
     # the grader and other processes
-    "stop_the_zygote": (A02, "softmax_np", 0, dict(define={"softmax_np": ZEROS_NP},
+    "stop_the_parent": (A02, "softmax_np", 0, dict(define={"softmax_np": ZEROS_NP},
                                                    before="import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)")),
     "detached_forger": (A02, "softmax_np", 0, dict(define={"softmax_np": ZEROS_NP}, before=FORGE)),
     "detached_subprocess": (A02, "softmax_np", 0, dict(define={"softmax_np": ZEROS_NP}, before=(
@@ -138,12 +140,6 @@ SUBMISSIONS = {
         define={"scaled_dot_product_attention": (
             "def scaled_dot_product_attention(q, k, v, scale=None):\n"
             "    return torch.ops.aten._scaled_dot_product_attention_math(q, k, v, scale=scale)[:2]\n")})),
-    "frame_walk_clears_hits": (A03, "sdpa", 0, dict(define={"scaled_dot_product_attention": (
-        "import sys\n\ndef scaled_dot_product_attention(q, k, v, scale=None):\n"
-        "    out = torch.ops.aten._scaled_dot_product_attention_math(q, k, v, scale=scale)[:2]\n"
-        "    frame = sys._getframe()\n    while frame is not None:\n"
-        "        if 'tripwire' in frame.f_locals:\n            frame.f_locals['tripwire'].hits.clear()\n"
-        "        frame = frame.f_back\n    return out\n")})),
     "autograd_backward": (A14, "attention_backward", 0, dict(define={"attention_backward": (
         "def attention_backward(q, k, v, grad_out):\n" + FORWARD
         + "    (out * grad_out).sum().backward()\n    return q.grad, k.grad, v.grad\n")})),
@@ -161,6 +157,32 @@ SUBMISSIONS = {
          "    x = x.contiguous()\n    y = torch.empty_like(x)"),
         ("    shifted = x - tl.max(x, axis=0)\n    numerator = tl.exp(shifted)\n    y = numerator / tl.sum(numerator, "
          "axis=0)", "    y = x")])),
+    # torch's fused attention computes a softmax inside: it is a softmax shortcut too
+    "softmax_via_sdpa": (A02, "softmax", 0, dict(define={"softmax": (
+        "import torch.nn.functional as F\n\ndef softmax(x, dim=-1):\n"
+        "    z = x.movedim(dim, -1).unsqueeze(-2)  # (..., 1, N): one query whose scores are x\n"
+        "    eye = torch.eye(z.shape[-1], dtype=z.dtype)\n"
+        "    return F.scaled_dot_product_attention(z, eye, eye, scale=1.0).squeeze(-2).movedim(-1, dim)\n")})),
+    # torch's modes are per thread: the tripwire follows the threads a case starts
+    "autograd_in_a_thread": (A14, "attention_backward", 0, dict(define={"attention_backward": (
+        "import threading\n\ndef attention_backward(q, k, v, grad_out):\n    box = {}\n\n    def work():\n"
+        "        nonlocal q, k, v\n"
+        + "\n".join("    " + line for line in FORWARD.splitlines())
+        + "\n        (out * grad_out).sum().backward()\n        box['g'] = (q.grad, k.grad, v.grad)\n\n"
+        "    t = threading.Thread(target=work)\n    t.start()\n    t.join()\n    return box['g']\n")})),
+    # a kernel look-alike: a class that claims to come from triton and launches NumPy instead
+    "triton_lookalike_kernel": (A13, "triton_softmax", 0, dict(replace=("\n\ndef triton_softmax(x):", (
+        "\n\nimport numpy as np\n\nclass _Launch:\n    def __getitem__(self, grid):\n"
+        "        def run(x, y, n, sx, sy, BLOCK):\n            a = x.numpy().astype(np.float64)\n"
+        "            e = np.exp(a - a.max(1, keepdims=True))\n"
+        "            y.copy_(torch.from_numpy((e / e.sum(1, keepdims=True)).astype(np.float32)))\n"
+        "        return run\n\n_Launch.__module__ = 'triton.runtime.jit'\nsoftmax_kernel = _Launch()\n"
+        "\n\ndef triton_softmax(x):")))),
+    # the module's own forward, through a reference saved before any case ran (the head gate does the rest)
+    "saved_forward": (A08, "without_head", 0, dict(define={"without_head": (
+        "from mha_course.mha import MultiHeadAttention\nFORWARD = MultiHeadAttention.forward\n\n"
+        "def without_head(mha, query, key, value, head):\n    gate = torch.ones(mha.num_heads)\n"
+        "    gate[head] = 0.0\n    mha.head_gate = gate\n    return FORWARD(mha, query, key, value)[0]\n")})),
     # a function that returns nothing useful gets nothing, not the "inputs unchanged" point
     "returns_none": (A02, "softmax_np", 0, dict(define={"softmax_np": "def softmax_np(x, axis=-1):\n    return None\n"})),
 }
@@ -186,19 +208,9 @@ BUGS = {
 }
 
 
-def _marked() -> list[int]:
-    found = []
-    for environ in Path("/proc").glob("[0-9]*/environ"):
-        try:
-            if f"{MARKER}=1".encode() in environ.read_bytes().split(b"\0"):
-                found.append(int(environ.parent.name))
-        except OSError:
-            continue
-    return found
-
-
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
+    require_sandbox()
     root = tmp_path_factory.mktemp("redteam")
     folder, results = root / "subs", root / "out" / "results.json"
     folder.mkdir()
@@ -208,7 +220,7 @@ def batch(tmp_path_factory):
         (folder / f"{name}.ipynb").write_text(text)
     for name, (nb_name, _, how) in BUGS.items():
         (folder / f"bug_{name}.ipynb").write_text(json.dumps(_inject(nb_name, **how)))
-    env = dict(os.environ, **{MARKER: "1"})
+    env = dict(os.environ, MHA_COURSE_RUN_TAG=MARKER)
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", NO_SCAN, str(folder), "--json", str(results), "--results-dir",
                            str(root / "each"), "--csv", str(root / "grades.csv"), "--quiet", "--workers", "2",
@@ -217,7 +229,7 @@ def batch(tmp_path_factory):
     wall = time.monotonic() - start
     written = results.read_text() if results.exists() else ""
     time.sleep(1.5)  # a detached forger would have rewritten it by now
-    left = _marked()
+    left = tagged_processes(MARKER)
     for pid in left:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -287,7 +299,11 @@ def test_refusals_are_explained(batch):
     assert "scale argument (0.0) is ignored" in outputs("bug_scale_or_default")
     assert "torch tensor" in outputs("bug_causal_mask_numpy")
     assert "changed its input" in outputs("bug_rope_in_place")
-    assert any("not available while grading" in n for n in each["stop_the_zygote"]["output"].splitlines())
+    assert any("not available while grading" in n for n in each["stop_the_parent"]["output"].splitlines())
+    assert "scaled_dot_product_attention" in outputs("softmax_via_sdpa")
+    assert "autograd" in outputs("autograd_in_a_thread")
+    assert "MultiHeadAttention.forward" in outputs("saved_forward")
+    assert "@triton.jit kernel" in outputs("triton_lookalike_kernel")
 
 
 def test_gradebook_has_every_submission(batch):
@@ -296,32 +312,30 @@ def test_gradebook_has_every_submission(batch):
     assert len(rows) == len(SUBMISSIONS) + len(BUGS) and all(r["status"] == "graded" for r in rows)
 
 
-ZYGOTE_ESCAPE = """
-import os, signal, sys, time
-from mha_course.grading import zygote
-zygote._become_subreaper()
-signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # as in the zygote: exited children are reaped at once
-pid = os.fork()
-if pid == 0:
-    os.setsid()
-    if os.fork() == 0:
-        time.sleep(60)       # the escaped grandchild
-        os._exit(0)
-    os._exit(0)              # its parent exits: the grandchild is re-parented to us
-time.sleep(0.5)
-children = zygote._children()
-try:
-    assert len(children) == 1 and children[0] != pid, children
-    zygote._sweep(set())
-    time.sleep(0.2)
-    assert zygote._children() == [], zygote._children()
-finally:
-    zygote._kill_all()
-print("ok")
-"""
+# What the course teaches or the standard library does routinely must get full marks with every defence
+# on (the static scan included): logging and typing and enum and namedtuple use frames inside, and
+# torch.broadcast_shapes builds a function on its first call.
+HONEST_IDIOMS = (
+    "import collections, enum, logging, typing\n"
+    "from mha_course.grading.selfcheck import check as check_again\n\n"
+    "Shape = typing.TypeVar('Shape')\nKind = enum.Enum('Kind', 'SELF CROSS')\n"
+    "Pair = collections.namedtuple('Pair', 'out weights')\nlog = logging.getLogger('student')\n\n"
+    "def scaled_dot_product_attention(q, k, v, scale=None):\n"
+    "    logging.warning('attention for %s', tuple(q.shape))\n"
+    "    log.info('kind %s', Kind.SELF if q is k else Kind.CROSS)\n"
+    "    torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])\n"
+    "    if scale is None:\n        scale = 1.0 / math.sqrt(q.shape[-1])\n"
+    "    weights = softmax((q @ k.transpose(-2, -1)) * scale, dim=-1)\n"
+    "    return tuple(Pair(weights @ v, weights))\n")
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="child subreapers are a Linux feature")
-def test_zygote_adopts_and_kills_escaped_descendants():
-    proc = subprocess.run([sys.executable, "-c", ZYGOTE_ESCAPE], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+def test_honest_idioms_get_full_marks_with_every_defence_on(tmp_path):
+    require_sandbox()
+    nb = _inject(A03, define={"scaled_dot_product_attention": HONEST_IDIOMS})
+    path = tmp_path / "idioms.ipynb"
+    path.write_text(json.dumps(nb))
+    out = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "mha_course.grade", str(path), "--json", str(out), "--quiet"],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    data = json.loads(out.read_text())
+    assert proc.returncode == 0 and data["score"] == data["max_score"] > 0, json.dumps(data, indent=1)[:3000]

@@ -11,7 +11,7 @@ import shutil
 import nbformat
 import numpy as np
 import pytest
-from grading_fake import GOOD_ADD, GOOD_DOUBLE, write_submission
+from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, write_submission
 
 from mha_course.grading import notebook, registry, selfcheck, wire
 from mha_course.grading.grader import Limits, grade_many
@@ -177,6 +177,7 @@ def test_check_rejects_subclasses_and_forbidden_calls(fake):
 
 @pytest.fixture(scope="module")
 def graded(fake, tmp_path_factory):
+    require_sandbox()
     folder = tmp_path_factory.mktemp("subs")
     subs = {
         "good": write_submission(folder / "good.ipynb", "import numpy as np", GOOD_ADD, GOOD_DOUBLE,
@@ -266,6 +267,7 @@ def test_gradescope_json_gradebook_and_summary(graded):
 def test_cli_writes_json_csv_summary_and_exits_zero(fake, tmp_path):
     from mha_course.grade import main
 
+    require_sandbox()
     sub = write_submission(tmp_path / "in" / "s.ipynb", "def add_arrays(a, b):\n    return a - b") \
         if (tmp_path / "in").mkdir() is None else None
     status = main([str(tmp_path / "in"), "--json", str(tmp_path / "out" / "results.json"), "--csv",

@@ -1,10 +1,10 @@
-"""The grader: grade submission notebooks, each in its own sandboxed process.
+"""The grader: grade submission notebooks, each in its own operating-system sandbox.
 
 For one submission (:func:`grade_notebook`)::
 
     read the notebook, identify the assignment from its metadata (never from its file name)
     static scan (:mod:`.scan`): tampering -> 0 with the findings; forbidden name in a target -> that exercise 0
-    start a submission process (forked from the zygote) and send it the code cells
+    start a submission process in a fresh bubblewrap sandbox (:mod:`.isolation`) and send it the cells
         a cell that kills or hangs the process is skipped on the next start (and reported)
     for each case, in the grader's process:
         inputs = case.make_inputs()                   -> sent as JSON + .npy
@@ -13,8 +13,14 @@ For one submission (:func:`grade_notebook`)::
         hint = scoring.judge(case, got, inputs)       # the reference runs here, never in the child
         passed? run it again on fresh inputs of the same kind (hints.salted(seed)): answers
         memorised for the published inputs, or the installed package's hidden ones, fail there
-        a hang (wall-clock limit), a crash or too much memory costs that case only: the next case
-        gets a fresh process (after ``max_crashes`` in one exercise, its remaining cases are not run)
+        a hang (wall-clock limit), a crash or too much memory costs that case only: the whole sandbox
+        is killed and the next case gets a fresh one (after ``max_crashes`` in one exercise, its
+        remaining cases are not run); ``submission_timeout`` bounds all of one submission
+
+The submission sees none of the grader: not this process, not the exercise modules (hidden
+tests and references), not ``solutions/``, not other submissions or the results folder. Only
+plain data crosses the socket, every comparison runs here, and results are written (by
+:mod:`mha_course.grade`) only after every sandbox of the submission is dead.
 
 :func:`grade_many` grades a list of notebooks with a pool of worker threads (each drives one
 submission process at a time) and a progress bar. Grading never raises for a bad submission:
@@ -25,12 +31,9 @@ returned (``error`` set when the notebook could not be graded at all).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -40,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import hints, notebook, registry, wire
+from . import hints, isolation, notebook, registry, wire
 from .guard import explain
 from .scan import ScanReport, scan
 from .scoring import judge
@@ -54,6 +57,8 @@ class Limits:
     cell_timeout: float = 60.0        # seconds per notebook cell
     notebook_timeout: float = 180.0   # seconds for all cells together
     memory_mb: int = 2048             # extra memory the submission may allocate
+    submission_timeout: float = 600.0  # seconds for everything of one submission (all its sandboxes)
+    batch_timeout: float | None = None  # seconds for a whole grade_many run; later submissions are not graded
     max_crashes: int = 2              # crashes/timeouts in one exercise before its other cases are skipped
 
 
@@ -89,6 +94,7 @@ class SubmissionResult:
     error: str | None = None
     execution_time: float = 0.0
     max_points: float = 0.0
+    isolation: dict = field(default_factory=dict)   # what walls the submission ran behind (Walls.as_dict)
 
     @property
     def score(self) -> float:
@@ -105,54 +111,74 @@ class SubmissionResult:
         return scores
 
 
-# --- the zygote and one submission process -----------------------------------------------------
+# --- the sandboxes and one submission process ---------------------------------------------------
 
-class Zygote:
-    """The fork server (:mod:`.zygote`): started on first use, restarted if it dies; thread-safe."""
+class Isolator:
+    """Starts the sandboxes of one grading run (thread-safe): the walls are chosen once, a view built per assignment.
 
-    def __init__(self) -> None:
-        self._proc: subprocess.Popen | None = None
+    Raises :class:`~.isolation.IsolationError` when bubblewrap cannot run here, unless
+    ``unsafe_no_isolation`` (then submissions run as plain child processes, and every result says so).
+    """
+
+    def __init__(self, unsafe_no_isolation: bool = False) -> None:
+        why = isolation.probe()
+        if why is not None and not unsafe_no_isolation:
+            raise isolation.IsolationError(
+                f"refusing to grade: {why}. Submissions are untrusted code; grade only inside bubblewrap's "
+                "sandbox, or pass --unsafe-no-isolation to run them as plain processes on this machine (only "
+                "for code you trust)")
         self._lock = threading.Lock()
+        self._views: dict[str, Path] = {}
+        self._root = Path(tempfile.mkdtemp(prefix="mhag-views-"))
+        if why is None:
+            cgroup = isolation.cgroup_available()
+            self.use_cgroup = cgroup is not None
+            res = isolation.Resources()
+            processes = f"{res.processes} tasks ({cgroup})" if cgroup else (
+                f"{res.processes} more tasks (RLIMIT_NPROC)" if os.getuid() != 0 else "not limited (no writable cgroup)")
+            self.walls = isolation.Walls("bubblewrap", isolation.bwrap_version(), {
+                "memory": f"--memory-mb + {isolation.RUNTIME_MB} MiB for the runtime ({cgroup or 'RLIMIT_AS and the grader watch'})",
+                "processes": processes, "scratch": f"{res.scratch_mb} MiB tmpfs", "file size": f"{res.file_mb} MiB",
+                "CPU": f"{res.cpu_seconds} s", "network": "none"})
+        else:
+            self.use_cgroup = False
+            self.walls = isolation.Walls("none", why)
 
-    def _start(self) -> None:
-        env = dict(os.environ, MPLBACKEND="Agg", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
-                   PYTHONDONTWRITEBYTECODE="1")
-        self._proc = subprocess.Popen([sys.executable, "-m", "mha_course.grading.zygote"],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                      env=env, start_new_session=True, text=True, bufsize=1)
-        line = self._proc.stdout.readline()
-        if line.strip() != "ready":
-            self.close()
-            raise RuntimeError("the grader's zygote process failed to start (try: python -m mha_course.grading.zygote)")
-
-    def spawn(self, connect: str) -> int:
-        """Fork a submission process that connects to the Unix socket ``connect``; returns its pid."""
+    def view(self, assignment: Any) -> Path | None:
+        if not self.walls.isolated:
+            return None
         with self._lock:
-            for attempt in range(2):
-                if self._proc is None or self._proc.poll() is not None:
-                    self._start()
+            view = self._views.get(assignment.key)
+            if view is None:
+                root = Path(tempfile.mkdtemp(prefix=f"{assignment.key}-", dir=self._root))
                 try:
-                    self._proc.stdin.write(json.dumps({"connect": connect}) + "\n")
-                    self._proc.stdin.flush()
-                    reply = json.loads(self._proc.stdout.readline())
-                    return int(reply["pid"])
-                except (OSError, ValueError, KeyError, TypeError):
-                    self.close()
-                    if attempt:
-                        raise
-        raise RuntimeError("unreachable")
+                    view = isolation.build_view(root, sorted(_call_modules(assignment)), tuple(assignment.provided))
+                except BaseException:
+                    shutil.rmtree(root, ignore_errors=True)
+                    raise
+                self._views[assignment.key] = view
+            return view
+
+    def start(self, assignment: Any, fd: int, limits: Limits) -> isolation.Sandbox:
+        res = isolation.Resources(memory_mb=limits.memory_mb)
+        return isolation.Sandbox(self.view(assignment), fd, res, cgroup=self.use_cgroup)
 
     def close(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        with contextlib.suppress(OSError):
-            proc.stdin.close()
-        try:
-            proc.wait(timeout=15)  # it kills what is left of the submissions first (zygote._kill_all)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        shutil.rmtree(self._root, ignore_errors=True)
+
+
+def _call_name(case: Any) -> str:
+    """``"module:function"`` of a case's call function, checked to resolve back to the same object."""
+    call = case.call
+    name = f"{call.__module__}:{call.__name__}"
+    module = sys.modules.get(call.__module__)
+    if getattr(module, call.__name__, None) is not call:
+        raise RuntimeError(f"the call function of case {case.name!r} ({name}) is not a module-level function")
+    return name
+
+
+def _call_modules(assignment: Any) -> set[str]:
+    return {c.call.__module__ for e in assignment.exercises for c in e.cases}
 
 
 class _Died(Exception):
@@ -163,58 +189,44 @@ class _Died(Exception):
         self.reason, self.kind = reason, kind
 
 
-class _Session:
-    """One submission process: start, talk, watch (time and memory), kill."""
+RUNTIME_ALLOWANCE_MB = 1024  # torch, numpy and the interpreter itself, before the learner allocates anything
 
-    def __init__(self, zygote: Zygote, limits: Limits, workdir: str) -> None:
+
+class _Session:
+    """One submission process in its own sandbox: start, talk, watch (time and memory), kill it whole."""
+
+    def __init__(self, isolator: Isolator, assignment: Any, limits: Limits) -> None:
         self.limits = limits
-        self.workdir = workdir
-        self.pid: int | None = None
-        self.sock: socket.socket | None = None
+        self.sandbox: isolation.Sandbox | None = None
         self.deadline = float("inf")
         self.limit_text = ""
         self.killed_for: tuple[str, str] | None = None
         self._stop = threading.Event()
-        path = os.path.join(workdir, "grader.sock")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock, child = socket.socketpair()
         try:
-            listener.bind(path)
-            listener.listen(1)
-            listener.settimeout(60)
-            self.pid = zygote.spawn(path)
-            self.sock, _ = listener.accept()
+            self.sandbox = isolator.start(assignment, child.fileno(), limits)
+        except BaseException:
+            self.sock.close()
+            raise
         finally:
-            listener.close()
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-        self.sock.settimeout(None)
+            child.close()
         self._watch = threading.Thread(target=self._watchdog, daemon=True)
         self._watch.start()
 
     def _watchdog(self) -> None:
         import psutil
 
-        try:
-            proc = psutil.Process(self.pid)
-        except psutil.Error:
-            proc = None
-        limit = self.limits.memory_mb * 2**20
-        baseline = None
+        limit = (self.limits.memory_mb + RUNTIME_ALLOWANCE_MB) * 2**20
         while not self._stop.wait(0.1):
-            if time.monotonic() > self.deadline:  # checked even when the process is gone: a
-                self.killed_for = (f"timed out after {self.limit_text}", "timeout")  # descendant may
-                self.kill()                                                          # hold the socket
+            if time.monotonic() > self.deadline:
+                self.killed_for = (f"timed out after {self.limit_text}", "timeout")
+                self.kill()
                 return
-            try:
-                rss = proc.memory_info().rss if proc is not None else None
-            except psutil.Error:
-                rss = proc = None
-            if rss is None:
-                continue
-            baseline = rss if baseline is None else min(baseline, rss)
-            if limit > 0 and rss - baseline > limit:
+            rss = 0
+            for pid in self.sandbox.tasks():
+                with contextlib.suppress(psutil.Error):
+                    rss += psutil.Process(pid).memory_info().rss
+            if self.limits.memory_mb > 0 and rss > limit:
                 self.killed_for = (f"used more than {self.limits.memory_mb} MiB of memory", "memory")
                 self.kill()
                 return
@@ -242,55 +254,60 @@ class _Session:
             return _Died(f"sent back something that is not plain data ({exc})", "crashed")
         return _Died("crashed: the process ended (os._exit, a fatal error, or it was killed)", "crashed")
 
+    def startup_error(self) -> str:
+        return self.sandbox.startup_error() if self.sandbox is not None else ""
+
     def kill(self) -> None:
-        if self.pid is not None:
-            for kill in (os.killpg, os.kill):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    kill(self.pid, signal.SIGKILL)
-        if self.sock is not None:
-            with contextlib.suppress(OSError):
-                self.sock.shutdown(socket.SHUT_RDWR)  # wakes a recv blocked in another thread
-            with contextlib.suppress(OSError):
-                self.sock.close()
+        if self.sandbox is not None:
+            self.sandbox.kill()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes a recv blocked in another thread
 
     def close(self) -> None:
+        """Kill the whole sandbox and wait until nothing of it is left."""
         self._stop.set()
         self.kill()
+        if self.sandbox is not None:
+            self.sandbox.close()
+        with contextlib.suppress(OSError):
+            self.sock.close()
 
 
 # --- grading one notebook --------------------------------------------------------------------------
 
-def _sys_path() -> list[str]:
-    return [p for p in sys.path if p and os.path.isdir(p)]
-
-
 class _Grading:
     """The state of grading one submission (cells to skip, crashes so far, results)."""
 
-    def __init__(self, path: Path, nb: Any, assignment: Any, limits: Limits, zygote: Zygote,
+    def __init__(self, path: Path, nb: Any, assignment: Any, limits: Limits, isolator: Isolator,
                  seed: int | None = None) -> None:
-        self.path, self.nb, self.assignment, self.limits, self.zygote = path, nb, assignment, limits, zygote
+        self.path, self.nb, self.assignment, self.limits, self.isolator = path, nb, assignment, limits, isolator
         self.seed = seed
         self.cells = notebook.code_cells(nb)
         self.skip: set[int] = set()
         self.crashes: dict[str, int] = {}   # exercise key -> crashes and timeouts so far
         self.notes: list[str] = []
         self.cell_errors: dict[int, str] = {}
+        self.deadline = time.monotonic() + limits.submission_timeout
 
-    def start(self, workdir: str) -> _Session | None:
+    def start(self) -> _Session | None:
         """A session whose notebook has run ("ready"), skipping cells that kill or hang it."""
-        deadline = time.monotonic() + self.limits.notebook_timeout
+        deadline = min(time.monotonic() + self.limits.notebook_timeout, self.deadline)
+        assignment = self.assignment
         while True:
-            session = _Session(self.zygote, self.limits, workdir)
-            config = {"module": registry.module_name(self.assignment.key), "sys_path": _sys_path(),
-                      "cells": self.cells, "skip": sorted(self.skip), "memory_mb": self.limits.memory_mb,
-                      "workdir": workdir}
+            session = _Session(self.isolator, assignment, self.limits)
+            config = {"cells": self.cells, "skip": sorted(self.skip), "memory_mb": self.limits.memory_mb,
+                      "provided": list(assignment.provided),
+                      "extra_modules": sorted(m for m in _call_modules(assignment)
+                                              if not m.startswith("mha_course.grading.calls.")),
+                      "forbidden": sorted({n for e in assignment.exercises for n in e.forbidden})}
             current = None
+            started = False
             try:
                 session.set_deadline(max(1.0, deadline - time.monotonic()), "the notebook time limit")
                 session.send(config)
                 while True:
                     message, _ = session.recv()
+                    started = True
                     event = message.get("event")
                     if event == "cell":
                         current = int(message["index"])
@@ -306,7 +323,12 @@ class _Grading:
                     else:
                         raise _Died("sent an unexpected message", "crashed")
             except _Died as died:
+                startup = session.startup_error() if not started else ""
                 session.close()
+                if not started and died.kind == "crashed":
+                    self.notes.append("the grader could not start the sandbox for this notebook"
+                                      + (f" ({startup})" if startup else ""))
+                    return None
                 if current is None or current in self.skip or time.monotonic() > deadline:
                     self.notes.append(f"your notebook could not be run to the end ({died.reason}); "
                                       "the remaining tests were not run")
@@ -321,38 +343,39 @@ class _Grading:
         for exercise, i, case in jobs:
             if exercise.key in blocked:
                 results[(exercise.key, i)] = _row(exercise, case, 0, "forbidden", blocked[exercise.key])
-        workdir = tempfile.mkdtemp(prefix="mhag-")
-        try:
-            while pending:
-                for job in [j for j in pending if self.crashes.get(j[0].key, 0) >= self.limits.max_crashes]:
-                    pending.remove(job)
-                    results[(job[0].key, job[1])] = _row(job[0], job[2], 0, "not run", (
-                        f"not run: {job[0].target} crashed or timed out in {self.crashes[job[0].key]} earlier cases"))
-                if not pending:
-                    break
-                session = self.start(workdir)
-                if session is None:
-                    for exercise, i, case in pending:
-                        results[(exercise.key, i)] = _row(exercise, case, 0, "not run",
-                                                          "not run: the notebook could not be run")
-                    break
-                try:
-                    while pending:
-                        exercise, i, case = pending.pop(0)
-                        if self.crashes.get(exercise.key, 0) >= self.limits.max_crashes:
-                            results[(exercise.key, i)] = _row(exercise, case, 0, "not run", (
-                                f"not run: {exercise.target} crashed or timed out in "
-                                f"{self.crashes[exercise.key]} earlier cases"))
-                            continue
-                        row = self._case(session, exercise, i, case)
-                        results[(exercise.key, i)] = row
-                        if row.status in ("timeout", "crashed", "memory"):
-                            self.crashes[exercise.key] = self.crashes.get(exercise.key, 0) + 1
-                            break  # a fresh process for the next case
-                finally:
-                    session.close()
-        finally:
-            shutil.rmtree(workdir, ignore_errors=True)
+        while pending:
+            for job in [j for j in pending if self.crashes.get(j[0].key, 0) >= self.limits.max_crashes]:
+                pending.remove(job)
+                results[(job[0].key, job[1])] = _row(job[0], job[2], 0, "not run", (
+                    f"not run: {job[0].target} crashed or timed out in {self.crashes[job[0].key]} earlier cases"))
+            if not pending:
+                break
+            if time.monotonic() > self.deadline:
+                for exercise, i, case in pending:
+                    results[(exercise.key, i)] = _row(exercise, case, 0, "not run", (
+                        f"not run: the submission used up its {self.limits.submission_timeout:g} s"))
+                break
+            session = self.start()
+            if session is None:
+                for exercise, i, case in pending:
+                    results[(exercise.key, i)] = _row(exercise, case, 0, "not run",
+                                                      "not run: the notebook could not be run")
+                break
+            try:
+                while pending:
+                    exercise, i, case = pending.pop(0)
+                    if self.crashes.get(exercise.key, 0) >= self.limits.max_crashes:
+                        results[(exercise.key, i)] = _row(exercise, case, 0, "not run", (
+                            f"not run: {exercise.target} crashed or timed out in "
+                            f"{self.crashes[exercise.key]} earlier cases"))
+                        continue
+                    row = self._case(session, exercise, i, case)
+                    results[(exercise.key, i)] = row
+                    if row.status in ("timeout", "crashed", "memory"):
+                        self.crashes[exercise.key] = self.crashes.get(exercise.key, 0) + 1
+                        break  # a fresh process for the next case
+            finally:
+                session.close()
         return [results[(e.key, i)] for e, i, _ in jobs]
 
     def _case(self, session: _Session, exercise: Any, index: int, case: Any) -> TestResult:
@@ -387,7 +410,8 @@ class _Grading:
         timeout = case.timeout_s or self.limits.case_timeout
         try:
             session.set_deadline(timeout, f"{timeout:g} s")
-            session.send({"event": "case", "exercise": exercise.key, "case": index, "inputs": structure}, blob)
+            session.send({"event": "case", "call": _call_name(case), "target": exercise.target,
+                          "forbidden": list(exercise.forbidden), "inputs": structure}, blob)
             reply, out = session.recv()
             session.set_deadline(float("inf"), "")
         except _Died as died:
@@ -443,38 +467,51 @@ def new_seed() -> int:
     return secrets.randbits(31)
 
 
-def grade_notebook(path: str | Path, limits: Limits | None = None, zygote: Zygote | None = None,
-                   seed: int | None = -1) -> SubmissionResult:
+def grade_notebook(path: str | Path, limits: Limits | None = None, isolator: Isolator | None = None,
+                   seed: int | None = -1, unsafe_no_isolation: bool = False) -> SubmissionResult:
     """Grade one submission notebook; never raises for a bad submission.
 
     Args:
         path: the .ipynb file (any name: the assignment comes from its metadata).
         limits: time and memory limits (defaults: :class:`Limits`).
-        zygote: a shared :class:`Zygote` (one is started and stopped here if omitted).
+        isolator: a shared :class:`Isolator` (one is made and closed here if omitted).
         seed: the salt of the fresh inputs every passing case is run on again; -1 (default) draws
             one (:func:`new_seed`), None skips the second run.
+        unsafe_no_isolation: with no ``isolator``, run submissions without bubblewrap's sandbox.
+
+    Raises:
+        isolation.IsolationError: bubblewrap cannot run here and ``unsafe_no_isolation`` is False.
     """
     limits = limits or Limits()
-    own_zygote = zygote is None
-    zygote = zygote or Zygote()
+    own = isolator is None
+    isolator = isolator or Isolator(unsafe_no_isolation)
     start = time.monotonic()
-    result = SubmissionResult(path=str(path), seed=new_seed() if seed == -1 else seed)
+    result = SubmissionResult(path=str(path), seed=new_seed() if seed == -1 else seed,
+                              isolation=isolator.walls.as_dict())
     try:
-        _grade_into(result, Path(path), limits, zygote)
+        _grade_into(result, Path(path), limits, isolator)
     except Exception as exc:  # the grader's own failure: report it, never crash the batch
         result.error = f"the grader failed on this notebook ({type(exc).__name__}: {exc})"
     finally:
-        if own_zygote:
-            zygote.close()
+        if own:
+            isolator.close()
     result.execution_time = time.monotonic() - start
     return result
 
 
-def _grade_into(result: SubmissionResult, path: Path, limits: Limits, zygote: Zygote) -> None:
+MAX_NOTEBOOK_BYTES = 16 * 2**20   # a notebook file larger than this is not read at all
+MAX_CODE_BYTES = 512 * 2**10      # all code cells together (course notebooks hold about 20 KiB): bounds the scan
+
+
+def _grade_into(result: SubmissionResult, path: Path, limits: Limits, isolator: Isolator) -> None:
     try:
+        size = path.stat().st_size
+        if size > MAX_NOTEBOOK_BYTES:
+            raise ValueError(f"{path.name} is {size / 2**20:.1f} MiB; the grader reads notebooks of at most "
+                             f"{MAX_NOTEBOOK_BYTES // 2**20} MiB (clear the outputs and resubmit)")
         nb = notebook.load(path)
         assignment = registry.identify(nb)
-    except (ValueError, LookupError) as exc:
+    except (ValueError, LookupError, OSError) as exc:
         result.error = str(exc)
         return
     meta = notebook.metadata(nb)
@@ -483,8 +520,15 @@ def _grade_into(result: SubmissionResult, path: Path, limits: Limits, zygote: Zy
     if meta.version != assignment.version:
         result.notes.append(f"this notebook is version {meta.version} of {assignment.key}; the grader has version "
                             f"{assignment.version} (graded with the grader's tests)")
-    grading = _Grading(path, nb, assignment, limits, zygote, result.seed)
+    grading = _Grading(path, nb, assignment, limits, isolator, result.seed)
     jobs = [(e, i, c) for e in assignment.exercises for i, c in enumerate(e.cases)]
+    code_bytes = sum(len(source.encode("utf-8", "replace")) for _, source in grading.cells)
+    if code_bytes > MAX_CODE_BYTES:
+        too_big = (f"0 points: the notebook's code is {code_bytes / 2**10:.0f} KiB; the grader accepts at most "
+                   f"{MAX_CODE_BYTES // 2**10} KiB of code (the exercises need a few KiB)")
+        result.tests = [_row(e, c, 0, "not run", too_big) for e, _, c in jobs]
+        result.notes.append(too_big)
+        return
     tamper, blocked, notes = _static_verdicts(scan(grading.cells, assignment), assignment)
     result.notes.extend(notes)
     if tamper:
@@ -498,26 +542,37 @@ def _grade_into(result: SubmissionResult, path: Path, limits: Limits, zygote: Zy
 
 
 def grade_many(paths: Iterable[str | Path], limits: Limits | None = None, workers: int = 2,
-               progress: bool = True, seed: int | None = -1) -> list[SubmissionResult]:
-    """Grade many notebooks with ``workers`` threads (each drives one submission process) and a progress bar.
+               progress: bool = True, seed: int | None = -1, unsafe_no_isolation: bool = False,
+               isolator: Isolator | None = None) -> list[SubmissionResult]:
+    """Grade many notebooks with ``workers`` threads (each drives one sandbox at a time) and a progress bar.
 
-    ``seed`` as in :func:`grade_notebook`; one seed is drawn for the whole batch.
+    ``seed`` as in :func:`grade_notebook`; one seed is drawn for the whole batch. Raises
+    :class:`~.isolation.IsolationError` before grading anything when bubblewrap cannot run here and
+    ``unsafe_no_isolation`` is False.
     """
     from concurrent.futures import ThreadPoolExecutor
 
     from tqdm import tqdm
 
     paths = list(paths)
+    limits = limits or Limits()
     seed = new_seed() if seed == -1 else seed
-    zygote = Zygote()
+    deadline = time.monotonic() + limits.batch_timeout if limits.batch_timeout else float("inf")
+    own = isolator is None
+    isolator = isolator or Isolator(unsafe_no_isolation)
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool, \
                 tqdm(total=len(paths), desc="grading", unit="nb", disable=not progress) as bar:
             def one(p):
-                r = grade_notebook(p, limits, zygote, seed)
+                if time.monotonic() > deadline:
+                    r = SubmissionResult(path=str(p), seed=seed, isolation=isolator.walls.as_dict(), error=(
+                        f"not graded: the batch's time limit ({limits.batch_timeout:g} s) ran out first"))
+                else:
+                    r = grade_notebook(p, limits, isolator, seed)
                 bar.update(1)
                 return r
 
             return list(pool.map(one, paths))
     finally:
-        zygote.close()
+        if own:
+            isolator.close()

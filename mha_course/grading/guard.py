@@ -25,7 +25,8 @@
   case runs trips the wire, whichever API made it (``requires_grad_``, ``torch.func.jacrev``,
   ``nn.Parameter``, the autograd engine called directly).
 
-  ``mha_course`` names need no wrapper: the submission process cannot import them at all.
+  ``mha_course`` names are wrapped only where the assignment provides their module; the sandbox
+  cannot import the others at all.
 
 Both run in the learner's kernel (the self-check) and in the grader's submission process, so they
 give the same verdict. Neither imports torch unless the process already has it.
@@ -133,7 +134,8 @@ def explain(names: list[str], ops: list[str] = ()) -> str:
         return ("this exercise asks you to derive the gradients by hand; your code used autograd ("
                 + (f"{', '.join(others)}; " if others else "") + "a tensor with requires_grad, torch.autograd or "
                 "torch.func), which is not allowed here (0 points for this case)")
-    listed = ", ".join(sorted(set(names))) if names else f"torch's fused kernel {', '.join(ops)}"
+    listed = ", ".join(sorted(set(names))) if names else (
+        f"torch's fused kernel {', '.join(ops)} (it computes what you are asked to write inside it)")
     return (f"this exercise asks you to write it yourself; your code called {listed}, which is not allowed "
             "here (0 points for this case)")
 
@@ -162,6 +164,23 @@ def same_family(op: str, forbidden: str) -> bool:
     return len(words) >= 3 and "_".join(words[:3]) in op
 
 
+# torch kernels that compute a forbidden function inside them, under another name
+_FUSED_WITH = {
+    "softmax": ("scaled_dot_product", "multi_head_attention", "flash_attention", "efficient_attention",
+                "cudnn_attention"),
+}
+
+
+def fused_with(op: str, forbidden: str) -> bool:
+    """True if the torch op named ``op`` is a fused kernel that computes ``forbidden`` inside it.
+
+    ``scaled_dot_product_attention`` (and its flash/math/efficient variants) contains a softmax, so it
+    is a softmax shortcut too, whatever it is called.
+    """
+    base = forbidden.rsplit(".", 1)[-1].strip("_").lower()
+    return bool(op) and any(part in op for part in _FUSED_WITH.get(base, ()))
+
+
 def _requires_grad(value: Any, torch: Any, depth: int = 0) -> bool:
     if isinstance(value, torch.Tensor):
         return bool(value.requires_grad)
@@ -176,7 +195,7 @@ class Tripwire:
     def __init__(self) -> None:
         self._armed: frozenset[str] = frozenset()
         self.hits: list[str] = []      # forbidden names called (torch API, wrappers)
-        self.ops: list[str] = []       # reserved: fused operators seen by name (not used)
+        self.ops: list[str] = []       # fused operators that compute a forbidden function inside
         self._by_id: dict[int, str] = {}
         self._installed: list[tuple[Any, str, Any]] = []
 
@@ -207,10 +226,9 @@ class Tripwire:
             self.__dict__[method] = types.MethodType(getattr(type(self), method), self)
         self.__dict__["_helpers"] = (op_name, same_family, _requires_grad, explain)
         self._index(names, import_missing=True)
+        self._follow_threads()
         for name in sorted(names):
-            if name.startswith("mha_course"):
-                continue  # not importable in the submission process at all
-            found = _resolve(name, import_missing=True)
+            found = _resolve(name, import_missing=True)  # mha_course modules: only the provided ones import
             if found is None:
                 continue
             owner, attr, value = found
@@ -226,6 +244,27 @@ class Tripwire:
                     self._installed.append((owner, attr, value))
                 except (AttributeError, TypeError):
                     pass  # a read-only attribute; the torch modes still see it
+
+    def _follow_threads(self) -> None:
+        """Threads started while armed run under the same torch modes (torch's modes are per thread)."""
+        import _thread
+        import threading
+
+        tripwire, start = self, _thread.start_new_thread
+
+        def start_new_thread(function, args, kwargs=None):
+            names = tuple(tripwire._armed)
+            if not names or "torch" not in sys.modules:
+                return start(function, args, kwargs or {})
+
+            def watched(*a, **k):
+                with tripwire._torch_modes(names):
+                    return function(*a, **k)
+
+            return start(watched, args, kwargs or {})
+
+        _thread.start_new_thread = start_new_thread
+        threading._start_new_thread = start_new_thread
 
     def _wrap(self, original: Any, name: str) -> Any:
         tripwire = self
@@ -272,6 +311,7 @@ class Tripwire:
         tripwire = self
         op_name, same_family, _requires_grad, _ = getattr(self, "_helpers", None) or (
             globals()["op_name"], globals()["same_family"], globals()["_requires_grad"], None)
+        fused = [n for n in names if n.startswith("torch.") and n.rsplit(".", 1)[-1].strip("_").lower() in _FUSED_WITH]
         by_name = [n for n in names if n.startswith("torch.") and n not in AUTOGRAD]
         no_autograd = [n for n in names if n in AUTOGRAD]
         families: dict[str, str | None] = {}  # op name -> forbidden name (or None), cached
@@ -284,6 +324,8 @@ class Tripwire:
                     if op not in families:
                         families[op] = next((n for n in by_name if same_family(op, n)), None)
                     name = families[op]
+                    if name is None and fused and op not in tripwire.ops and any(fused_with(op, n) for n in fused):
+                        tripwire.ops.append(op)  # e.g. SDPA where a softmax is forbidden
                 if name is not None:
                     tripwire.hit(name)
                 result = func(*args, **(kwargs or {}))

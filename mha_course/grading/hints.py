@@ -10,22 +10,25 @@ The helpers here are the building blocks; :func:`compare` is the usual pipeline:
 mask ignored, ...) made by the grader; when the learner's answer matches one of them the hint
 names that mistake instead of printing numbers.
 
-Only NumPy is imported here: the submission process imports the exercise modules (and so this
-one) to find ``call``, and must not get the reference implementations with it. The ``to_numpy``,
-``load_linear`` and ``build_module`` helpers used by ``call`` duck-type torch objects or import torch
-inside, for the same reason; the ``visualize`` hooks import :mod:`mha_course.viz` (matplotlib) only
-when the self-check draws, in the learner's own kernel.
+Everything here runs in the grader (and in the learner's own kernel for the self-check), never in
+the submission process: its sandbox holds the call functions (:mod:`mha_course.grading.calls`)
+and the conversions they use (:mod:`mha_course.grading.convert`), not this module.
+``to_numpy``, ``tensor_to_numpy``, ``to_numpy_pair``, ``load_linear`` and ``build_module`` now
+live in :mod:`.convert` and are re-exported here for older code. Only NumPy is imported at module top; the ``visualize`` hooks import
+:mod:`mha_course.viz` (matplotlib) only when the self-check draws, in the learner's own kernel.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+
+# Re-exported for code written against the old home of these submission-side helpers.
+from .convert import build_module, load_linear, tensor_to_numpy, to_numpy, to_numpy_pair  # noqa: F401
 
 # (atol, rtol) per dtype name, the same table as mha_course.testing.TOLERANCES.
 _TOLERANCES = {
@@ -66,95 +69,43 @@ def salted(salt: int | None) -> Iterator[None]:
         _SALT.reset(token)
 
 
-# --- helpers for ``call`` (run in the submission process) -----------------------------------------
+# --- "inputs unchanged" cases (judged in the grader) -----------------------------------------------
 
-def to_numpy(x: Any, what: str = "the result") -> np.ndarray:
-    """A torch tensor or NumPy array (or number) -> NumPy array; anything else raises TypeError."""
-    if hasattr(x, "detach") and hasattr(x, "cpu") and hasattr(x, "numpy"):
-        return np.array(x.detach().cpu().numpy())  # a copy: the caller may keep mutating its tensor
-    if isinstance(x, np.ndarray):
-        return np.array(x)
-    if isinstance(x, (bool, int, float, np.number, np.bool_)):
-        return np.asarray(x)
-    raise TypeError(f"{what} should be an array/tensor, got {type(x).__name__}")
-
-
-def tensor_to_numpy(x: Any, what: str = "the result") -> np.ndarray:
-    """:func:`to_numpy` for exercises whose answer must be a torch tensor (a NumPy array raises TypeError)."""
-    torch = sys.modules.get("torch")
-    if torch is None or not isinstance(x, torch.Tensor):
-        raise TypeError(f"{what} should be a torch tensor, got {type(x).__module__}.{type(x).__qualname__}")
-    return to_numpy(x, what)
-
-
-def to_numpy_pair(result: Any, names: tuple[str, str] = ("out", "weights")) -> tuple[np.ndarray, np.ndarray]:
-    """A returned ``(a, b)`` tuple -> two NumPy arrays; raise TypeError naming what was expected."""
-    if not isinstance(result, (tuple, list)) or len(result) != 2:
-        kind = type(result).__name__ + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else "")
-        raise TypeError(f"expected a tuple ({names[0]}, {names[1]}), got {kind}")
-    return to_numpy(result[0], names[0]), to_numpy(result[1], names[1])
-
-
-def load_linear(module: Any, name: str, weight: np.ndarray, bias: np.ndarray) -> None:
-    """Copy a grader-supplied weight (out, in) and bias (out,) into ``module.<name>`` (an nn.Linear).
-
-    Raises AttributeError / ValueError in the learner's terms when the layer is missing, has no
-    bias, or has the wrong shape.
-    """
-    import torch  # the submission process has torch; importing here keeps this module NumPy-only
-
-    layer = getattr(module, name, None)
-    if layer is None or not hasattr(layer, "weight"):
-        raise AttributeError(f"the module needs a linear layer named {name!r} (an nn.Linear), found {type(layer).__name__}")
-    if getattr(layer, "bias", None) is None:
-        raise ValueError(f"{name} has no bias: create it as nn.Linear(..., bias=True)")
-    for param, value, what in ((layer.weight, weight, "weight"), (layer.bias, bias, "bias")):
-        if tuple(param.shape) != tuple(value.shape):
-            raise ValueError(f"{name}.{what} must have shape {tuple(value.shape)}, got {tuple(param.shape)}")
-        with torch.no_grad():
-            param.copy_(torch.as_tensor(value, dtype=param.dtype))
-
-
-def build_module(target: Any, inputs: dict, layers: Sequence[str], sample: str) -> Any:
-    """The learner's module ``target(E, H)`` in eval mode with the grader's weights in ``layers``.
-
-    Runs in either process (the grader builds its reference modules with it too). The module is cast to float64 when ``inputs[sample]`` is
-    float64, else float32; ``inputs`` holds ``"E"``, ``"H"`` and ``"<layer>.weight"`` (out, in) /
-    ``"<layer>.bias"`` (out,) for every layer (see :func:`load_linear` for what it raises).
-    """
-    import torch  # the submission process has torch; importing here keeps this module NumPy-only
-
-    module = target(inputs["E"], inputs["H"])
-    module = module.to(torch.float64 if inputs[sample].dtype == np.float64 else torch.float32)
-    for name in layers:
-        load_linear(module, name, inputs[name + ".weight"], inputs[name + ".bias"])
-    return module.eval()
-
-
-def with_unchanged(result: Any, before: Sequence[Any], after: Sequence[Any]) -> tuple[Any, np.ndarray]:
-    """``call`` side of an "inputs unchanged" case: (the result, whether every input is as it was).
-
-    ``before``/``after`` are the inputs' copies taken before the call and the objects passed in
-    (arrays or tensors). The case is judged by :func:`unchanged_case`, so it also needs a right result.
-    """
-    same = all(np.array_equal(to_numpy(a), to_numpy(b)) for a, b in zip(before, after, strict=True))
-    return result, np.asarray(bool(same))
+def same_bits(got: Any, expected: Any) -> bool:
+    """``got`` is ``expected`` bit for bit: both arrays, same shape, same dtype, same bytes (NaN matches NaN)."""
+    if not isinstance(got, np.ndarray):
+        return False
+    expected = np.asarray(expected)
+    return got.shape == expected.shape and got.dtype == expected.dtype and got.tobytes() == expected.tobytes()
 
 
 def unchanged_case(reference: Callable[[Any], Any], diagnose: Callable[[Any, Any, Any], str | None],
-                   message: str) -> tuple[Callable[[Any], Any], Callable[[Any, Any, Any], str | None]]:
-    """(reference, diagnose) for a case whose ``call`` returns :func:`with_unchanged`'s pair.
+                   message: str, names: Sequence[str] | Callable[[Any], Sequence[np.ndarray]]
+                   ) -> tuple[Callable[[Any], Any], Callable[[Any, Any, Any], str | None]]:
+    """(reference, diagnose) for a case whose ``call`` returns :func:`~.convert.with_inputs_after`'s pair.
 
-    It passes only if the inputs were left alone (else ``message``) *and* the result is right, so a
-    function that returns nothing useful earns nothing here.
+    The call sends back (result, the objects it passed to the target, read after the call); whether
+    they changed is decided here, in the grader, by comparing them bit for bit with what was sent:
+    ``inputs[name]`` for each of ``names``, or the arrays ``names(inputs)`` returns when the watched
+    objects are not plain inputs (e.g. the weights of a module built from them). The case passes
+    only if nothing changed (else ``message``) *and* the result is right, so a function that returns
+    nothing useful earns nothing here.
     """
-    def ref(inputs: Any) -> tuple[Any, np.ndarray]:
-        return reference(inputs), np.asarray(True)
+    def before(inputs: Any) -> tuple[np.ndarray, ...]:
+        if callable(names):
+            return tuple(np.asarray(a) for a in names(inputs))
+        return tuple(np.asarray(inputs[n]) for n in names)
+
+    def ref(inputs: Any) -> tuple[Any, tuple[np.ndarray, ...]]:
+        return reference(inputs), before(inputs)
 
     def judge(got: Any, expected: Any, inputs: Any) -> str | None:
         if not isinstance(got, (tuple, list)) or len(got) != 2:
-            return f"expected (result, unchanged), got {type(got).__name__}"
-        if not bool(np.asarray(got[1])):
+            return f"expected (result, inputs after the call), got {type(got).__name__}"
+        after, sent = got[1], expected[1]
+        if not isinstance(after, (tuple, list)) or len(after) != len(sent):
+            return message
+        if not all(same_bits(a, b) for a, b in zip(after, sent, strict=True)):
             return message
         hint = diagnose(got[0], expected[0], inputs)
         return f"the inputs are left unchanged, but the result is wrong: {hint}" if hint else None

@@ -42,8 +42,11 @@ def gradescope(result: SubmissionResult) -> dict:
         lines.append(f"{result.title} ({result.assignment}, version {result.version}): "
                      f"{result.score:g} / {result.max_score:g} points")
     lines += [f"- {note}" for note in result.notes]
+    if result.isolation and not result.isolation.get("kind") == "bubblewrap":
+        lines.append(f"- {result.isolation.get('summary', 'graded without isolation')}")
     return {"score": result.score, "max_score": result.max_score, "execution_time": round(result.execution_time, 3),
-            "output": "\n".join(lines), "visibility": "visible", "stdout_visibility": "hidden", "tests": tests}
+            "output": "\n".join(lines), "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
+            "extra_data": {"isolation": result.isolation, "seed": result.seed}}
 
 
 def merged_gradescope(results: list[SubmissionResult]) -> dict:
@@ -56,7 +59,8 @@ def merged_gradescope(results: list[SubmissionResult]) -> dict:
     return {"score": sum(p["score"] for p in parts), "max_score": sum(p["max_score"] for p in parts),
             "execution_time": round(sum(p["execution_time"] for p in parts), 3),
             "output": "\n\n".join(p["output"] for p in parts), "visibility": "visible",
-            "stdout_visibility": "hidden", "tests": tests}
+            "stdout_visibility": "hidden", "tests": tests,
+            "extra_data": {"isolation": results[0].isolation, "seed": results[0].seed}}
 
 
 def write_atomic(path: str | Path, text: str) -> None:

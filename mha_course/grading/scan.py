@@ -134,7 +134,10 @@ def _imported_names(node: ast.AST) -> list[str]:
     if isinstance(node, ast.Import):
         return [a.name for a in node.names]
     if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-        return [f"{node.module}.{a.name}" for a in node.names] + [node.module]
+        names = [f"{node.module}.{a.name}" for a in node.names]
+        if all(_matches(n, _ALLOWED_GRADING) for n in names):
+            return names  # from mha_course.grading.selfcheck import check: the module itself is not used
+        return names + [node.module]
     return []
 
 

@@ -12,13 +12,15 @@ processes:
 
 ``make_inputs`` returns only plain data: a dict of NumPy arrays and Python scalars/str/None.
 ``call`` converts inputs to what the target expects (tensors, modules with given weights) and
-returns an array, a scalar, or a tuple/list of arrays. ``reference`` and ``diagnose`` run only in
-the grader. Exercise modules must import ``mha_course``'s reference implementations *inside*
-``reference``/``diagnose`` functions, never at module top, so that the submission process (which
-imports the exercise module to find ``call``) never has the answers loaded.
+returns an array, a scalar, or a tuple/list of arrays. ``call`` is a module-level function of a
+module in :mod:`mha_course.grading.calls` (one per exercise module, same name): the submission
+process imports only that module (and :mod:`mha_course.grading.convert`), never the exercise
+module, ``hints`` or this one, so its sandbox holds no reference implementation. ``reference``
+and ``diagnose`` run only in the grader; exercise modules still import ``mha_course``'s reference
+implementations inside those functions, not at module top.
 
 ``call`` runs with the exercise's ``forbidden`` tripwire armed, so it must not itself use a
-forbidden callable (convert with NumPy / ``hints.to_numpy``).
+forbidden callable (convert with NumPy / ``convert.to_numpy``).
 
 Each module in ``mha_course.grading.exercises`` defines ``ASSIGNMENT`` (an :class:`Assignment`);
 the registry discovers them, so adding an assignment touches no shared file.
@@ -40,7 +42,9 @@ class Case:
     name: str                                   # shown in the results table, e.g. "rows sum to 1"
     points: float
     make_inputs: Callable[[], Inputs]           # deterministic (seeded); plain data only
-    call: Callable[[Any, Inputs], Any]          # runs in the submission process
+    # Runs in the submission process: a function of a mha_course.grading.calls module, the only
+    # course module (with mha_course.grading.convert) that process imports; never an exercise module's.
+    call: Callable[[Any, Inputs], Any]
     reference: Callable[[Inputs], Any]          # runs in the grader: the expected output
     diagnose: Callable[[Any, Any, Inputs], str | None]  # grader: None = passed, else a hint for the learner
     hidden: bool = False                        # hidden cases run only in the grader, never in check()

@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from .. import hints
+from ..calls import a01_dot_products as calls
 from ..spec import Assignment, Case, Exercise
 
 # --- dot_product_np -------------------------------------------------------------------------------
@@ -27,11 +28,6 @@ def _vectors(D: int, seed: int, orthogonal: bool = False):
         return {"a": a, "b": b}
 
     return make
-
-
-def _call_dot(target, inputs):
-    result = hints.to_numpy(target(inputs["a"].copy(), inputs["b"].copy()))
-    return result.item() if result.ndim == 0 else result  # a number travels as a Python scalar
 
 
 def _ref_dot(inputs):
@@ -57,9 +53,9 @@ DOT_PRODUCT = Exercise(
     target="dot_product_np",
     title="Dot product of two vectors",
     cases=(
-        Case("a . b for two vectors of length 6", 2, _vectors(6, 0), _call_dot, _ref_dot, _diagnose_dot),
-        Case("orthogonal vectors give 0", 1, _vectors(5, 1, orthogonal=True), _call_dot, _ref_dot, _diagnose_dot),
-        Case("long vectors (D = 128)", 1, _vectors(128, 2), _call_dot, _ref_dot, _diagnose_dot, hidden=True),
+        Case("a . b for two vectors of length 6", 2, _vectors(6, 0), calls.dot_product_np, _ref_dot, _diagnose_dot),
+        Case("orthogonal vectors give 0", 1, _vectors(5, 1, orthogonal=True), calls.dot_product_np, _ref_dot, _diagnose_dot),
+        Case("long vectors (D = 128)", 1, _vectors(128, 2), calls.dot_product_np, _ref_dot, _diagnose_dot, hidden=True),
     ),
 )
 
@@ -74,10 +70,6 @@ def _qk(lead: tuple[int, ...], T: int, S: int, D: int, seed: int, dtype=np.float
         return {"q": q, "k": k}
 
     return make
-
-
-def _call_qk(target, inputs):
-    return hints.to_numpy(target(inputs["q"].copy(), inputs["k"].copy()))
 
 
 def _ref_scores(inputs):
@@ -129,15 +121,15 @@ DOT_SCORES = Exercise(
     target="dot_scores_np",
     title="All query-key dot products at once",
     cases=(
-        Case("q (T=3, D=4), k (S=5, D=4) -> scores (3, 5)", 2, _qk((), 3, 5, 4, 10), _call_qk, _ref_scores,
+        Case("q (T=3, D=4), k (S=5, D=4) -> scores (3, 5)", 2, _qk((), 3, 5, 4, 10), calls.scores_np, _ref_scores,
              _diagnose_scores, visualize=_heat),
-        Case("scores[i, j] = q_i . k_j (T = S = 4)", 1, _qk((), 4, 4, 3, 11), _call_qk, _ref_scores,
+        Case("scores[i, j] = q_i . k_j (T = S = 4)", 1, _qk((), 4, 4, 3, 11), calls.scores_np, _ref_scores,
              _diagnose_scores, visualize=_heat),
-        Case("leading batch dim: (B, T, D) x (B, S, D) -> (B, T, S)", 2, _qk((2,), 3, 5, 4, 12), _call_qk,
+        Case("leading batch dim: (B, T, D) x (B, S, D) -> (B, T, S)", 2, _qk((2,), 3, 5, 4, 12), calls.scores_np,
              _ref_scores, _diagnose_scores),
-        Case("two leading dims (B, H, T, D)", 1, _qk((2, 3), 4, 6, 5, 13), _call_qk, _ref_scores,
+        Case("two leading dims (B, H, T, D)", 1, _qk((2, 3), 4, 6, 5, 13), calls.scores_np, _ref_scores,
              _diagnose_scores, hidden=True),
-        Case("a single query (T = 1)", 1, _qk((), 1, 7, 8, 14), _call_qk, _ref_scores, _diagnose_scores,
+        Case("a single query (T = 1)", 1, _qk((), 1, 7, 8, 14), calls.scores_np, _ref_scores, _diagnose_scores,
              hidden=True),
     ),
 )
@@ -147,14 +139,14 @@ SCALED_SCORES = Exercise(
     target="scaled_dot_scores_np",
     title="Scaled scores: q k^T / sqrt(D)",
     cases=(
-        Case("scaled by 1/sqrt(D) (T=3, S=5, D=16)", 2, _qk((), 3, 5, 16, 20), _call_qk, _ref_scaled,
+        Case("scaled by 1/sqrt(D) (T=3, S=5, D=16)", 2, _qk((), 3, 5, 16, 20), calls.scores_np, _ref_scaled,
              _diagnose_scaled, visualize=_heat),
-        Case("leading batch dim (B, T, D)", 1, _qk((2,), 4, 6, 9, 21), _call_qk, _ref_scaled, _diagnose_scaled),
-        Case("float32 in, float32 out", 1, _qk((), 3, 5, 16, 22, np.float32), _call_qk, _ref_scaled,
+        Case("leading batch dim (B, T, D)", 1, _qk((2,), 4, 6, 9, 21), calls.scores_np, _ref_scaled, _diagnose_scaled),
+        Case("float32 in, float32 out", 1, _qk((), 3, 5, 16, 22, np.float32), calls.scores_np, _ref_scaled,
              _diagnose_scaled_dtype),
-        Case("another D (D = 9, T = S = 7)", 1, _qk((), 7, 7, 9, 23), _call_qk, _ref_scaled, _diagnose_scaled,
+        Case("another D (D = 9, T = S = 7)", 1, _qk((), 7, 7, 9, 23), calls.scores_np, _ref_scaled, _diagnose_scaled,
              hidden=True),
-        Case("(B, H, T, D) with D = 25", 1, _qk((2, 2), 3, 4, 25, 24), _call_qk, _ref_scaled,
+        Case("(B, H, T, D) with D = 25", 1, _qk((2, 2), 3, 4, 25, 24), calls.scores_np, _ref_scaled,
              _diagnose_scaled, hidden=True),
     ),
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import hints
+from ..calls import a02_softmax as calls
 from ..spec import Assignment, Case, Exercise
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -49,39 +50,6 @@ def _with_neg_inf(shape, seed, fully_masked_row: int | None, dtype=np.float64):
         return {"x": x, "axis": -1}
 
     return make
-
-
-# --- call (submission process) --------------------------------------------------------------------
-
-
-def _call_np(target, inputs):
-    x = inputs["x"].copy()
-    if inputs["axis"] == -1:
-        return hints.to_numpy(target(x))  # the default axis must be the last one
-    return hints.to_numpy(target(x, axis=inputs["axis"]))
-
-
-def _call_np_unchanged(target, inputs):
-    x = inputs["x"].copy()
-    return hints.with_unchanged(hints.to_numpy(target(x)), [inputs["x"]], [x])
-
-
-def _to_tensor(x):
-    import torch
-
-    return torch.from_numpy(x.copy())
-
-
-def _call_torch(target, inputs):
-    x = _to_tensor(inputs["x"])
-    if inputs["axis"] == -1:
-        return hints.to_numpy(target(x))
-    return hints.to_numpy(target(x, dim=inputs["axis"]))
-
-
-def _call_torch_unchanged(target, inputs):
-    x = _to_tensor(inputs["x"])
-    return hints.with_unchanged(hints.to_numpy(target(x)), [inputs["x"]], [x])
 
 
 # --- reference and diagnose (grader) ---------------------------------------------------------------
@@ -151,7 +119,7 @@ def _diagnose_dtype(got, expected, inputs):
 
 
 _UNCHANGED = hints.unchanged_case(_reference, _diagnose, "your function changed its input x (an in-place operation "
-                                   "such as x -= ... or x.sub_()): work on a new array")
+                                   "such as x -= ... or x.sub_()): work on a new array", ("x",))
 
 
 # --- cases ----------------------------------------------------------------------------------------
@@ -201,7 +169,7 @@ SOFTMAX_NP = Exercise(
     key="softmax_np",
     target="softmax_np",
     title="Stable softmax in NumPy",
-    cases=_cases(_call_np, _call_np_unchanged, torch_version=False),
+    cases=_cases(calls.softmax_np, calls.softmax_np_unchanged, torch_version=False),
     forbidden=("scipy.special.softmax", "scipy.special.log_softmax", "scipy.special.logsumexp",
                "mha_course.softmax_np", "mha_course.softmax.softmax_np", *_TORCH_SHORTCUTS),
 )
@@ -210,7 +178,7 @@ SOFTMAX = Exercise(
     key="softmax",
     target="softmax",
     title="Stable softmax in torch",
-    cases=_cases(_call_torch, _call_torch_unchanged, torch_version=True),
+    cases=_cases(calls.softmax, calls.softmax_unchanged, torch_version=True),
     forbidden=(*_TORCH_SHORTCUTS, "mha_course.softmax.softmax"),
 )
 

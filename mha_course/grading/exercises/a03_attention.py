@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from .. import hints
+from ..calls import a03_attention as calls
 from ..spec import Assignment, Case, Exercise
 
 _OUT, _W = "[..., T, Dv]", "[..., T, S]"
@@ -31,36 +32,6 @@ def _qkv(lead, T, S, D, Dv, seed, dtype=np.float64, scale=None, magnitude=1.0):
         return {"q": q, "k": k, "v": v, "scale": scale}
 
     return make
-
-
-# --- call (submission process) --------------------------------------------------------------------
-
-
-def _call_np(target, inputs):
-    return hints.to_numpy_pair(target(inputs["q"].copy(), inputs["k"].copy(), inputs["v"].copy()))
-
-
-def _call_np_unchanged(target, inputs):
-    q, k, v = (inputs[n].copy() for n in "qkv")
-    return hints.with_unchanged(hints.to_numpy_pair(target(q, k, v)), [inputs[n] for n in "qkv"], [q, k, v])
-
-
-def _tensors(inputs):
-    import torch
-
-    return [torch.from_numpy(inputs[n].copy()) for n in "qkv"]
-
-
-def _call_torch(target, inputs):
-    q, k, v = _tensors(inputs)
-    if inputs["scale"] is None:
-        return hints.to_numpy_pair(target(q, k, v))
-    return hints.to_numpy_pair(target(q, k, v, scale=inputs["scale"]))
-
-
-def _call_torch_unchanged(target, inputs):
-    tensors = _tensors(inputs)
-    return hints.with_unchanged(hints.to_numpy_pair(target(*tensors)), [inputs[n] for n in "qkv"], tensors)
 
 
 # --- reference and diagnose (grader) ---------------------------------------------------------------
@@ -184,7 +155,7 @@ def _cases(call, call_unchanged, reference, torch_version):
         Case("out = weights @ v (Dv = D, k != v)", 2, _qkv((), 4, 5, 8, 8, 2), call, reference, _diagnose),
         Case("leading batch dim (B, T, D)", 1, _qkv((2,), 3, 5, 4, 6, 3), call, reference, _diagnose),
         Case("does not change q, k, v", 1, _qkv((2,), 3, 5, 4, 6, 4), call_unchanged,
-             *hints.unchanged_case(reference, _diagnose, _CHANGED)),
+             *hints.unchanged_case(reference, _diagnose, _CHANGED, ("q", "k", "v"))),
     ]
     if torch_version:
         c += [
@@ -219,7 +190,7 @@ ATTENTION_NP = Exercise(
     key="attention_np",
     target="attention_np",
     title="Scaled dot-product attention in NumPy",
-    cases=_cases(_call_np, _call_np_unchanged, _ref_np, torch_version=False),
+    cases=_cases(calls.attention_np, calls.attention_np_unchanged, _ref_np, torch_version=False),
     forbidden=("mha_course.scaled_dot_product_attention_np", "mha_course.attention.scaled_dot_product_attention_np",
                "mha_course.scaled_dot_product_attention", "mha_course.attention.scaled_dot_product_attention"),
 )
@@ -228,7 +199,7 @@ SDPA = Exercise(
     key="sdpa",
     target="scaled_dot_product_attention",
     title="Scaled dot-product attention in torch",
-    cases=_cases(_call_torch, _call_torch_unchanged, _ref_torch, torch_version=True),
+    cases=_cases(calls.sdpa, calls.sdpa_unchanged, _ref_torch, torch_version=True),
     forbidden=("torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.multi_head_attention_forward",
                "mha_course.scaled_dot_product_attention", "mha_course.attention.scaled_dot_product_attention"),
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import hints
+from ..calls import a04_masks as calls
 from ..spec import Assignment, Case, Exercise
 
 # --- causal_mask ----------------------------------------------------------------------------------
@@ -23,12 +24,6 @@ def _sizes(T, S=None):
         return {"T": T, "S": S}
 
     return make
-
-
-def _call_causal(target, inputs):
-    if inputs["S"] is None:
-        return hints.tensor_to_numpy(target(inputs["T"]), "the mask")
-    return hints.tensor_to_numpy(target(inputs["T"], inputs["S"]), "the mask")
 
 
 def _ref_causal(inputs):
@@ -58,13 +53,13 @@ CAUSAL = Exercise(
     target="causal_mask",
     title="Causal mask",
     cases=(
-        Case("T = 5: lower triangle with the diagonal, bool", 2, _sizes(5), _call_causal, _ref_causal,
+        Case("T = 5: lower triangle with the diagonal, bool", 2, _sizes(5), calls.causal_mask, _ref_causal,
              _diagnose_causal, visualize=_mask_heat),
-        Case("T = 3 queries, S = 5 keys (top-left aligned)", 1, _sizes(3, 5), _call_causal, _ref_causal,
+        Case("T = 3 queries, S = 5 keys (top-left aligned)", 1, _sizes(3, 5), calls.causal_mask, _ref_causal,
              _diagnose_causal, visualize=_mask_heat),
-        Case("S defaults to T", 1, _sizes(4), _call_causal, _ref_causal, _diagnose_causal),
-        Case("T = 1", 1, _sizes(1), _call_causal, _ref_causal, _diagnose_causal, hidden=True),
-        Case("T = 6, S = 4", 1, _sizes(6, 4), _call_causal, _ref_causal, _diagnose_causal, hidden=True),
+        Case("S defaults to T", 1, _sizes(4), calls.causal_mask, _ref_causal, _diagnose_causal),
+        Case("T = 1", 1, _sizes(1), calls.causal_mask, _ref_causal, _diagnose_causal, hidden=True),
+        Case("T = 6, S = 4", 1, _sizes(6, 4), calls.causal_mask, _ref_causal, _diagnose_causal, hidden=True),
     ),
 )
 
@@ -81,13 +76,6 @@ def _lengths(lengths, S, as_list=False):
         return {"lengths": lengths_, "S": S_, "as_list": as_list}
 
     return make
-
-
-def _call_padding(target, inputs):
-    import torch
-
-    lengths = inputs["lengths"].tolist() if inputs["as_list"] else torch.from_numpy(inputs["lengths"].copy())
-    return hints.tensor_to_numpy(target(lengths, inputs["S"]), "the mask")
 
 
 def _ref_padding(inputs):
@@ -119,13 +107,13 @@ PADDING = Exercise(
     target="padding_mask",
     title="Padding mask",
     cases=(
-        Case("lengths [3, 5, 1], S = 5 -> (3, 1, 1, 5) bool", 2, _lengths([3, 5, 1], 5), _call_padding, _ref_padding,
+        Case("lengths [3, 5, 1], S = 5 -> (3, 1, 1, 5) bool", 2, _lengths([3, 5, 1], 5), calls.padding_mask, _ref_padding,
              _diagnose_padding),
-        Case("length 0 and full length", 1, _lengths([0, 6], 6), _call_padding, _ref_padding, _diagnose_padding),
-        Case("lengths given as a Python list", 1, _lengths([2, 4], 4, as_list=True), _call_padding, _ref_padding,
+        Case("length 0 and full length", 1, _lengths([0, 6], 6), calls.padding_mask, _ref_padding, _diagnose_padding),
+        Case("lengths given as a Python list", 1, _lengths([2, 4], 4, as_list=True), calls.padding_mask, _ref_padding,
              _diagnose_padding),
-        Case("B = 1, S = 7", 1, _lengths([4], 7), _call_padding, _ref_padding, _diagnose_padding, hidden=True),
-        Case("four sequences, S = 3", 1, _lengths([3, 1, 2, 3], 3), _call_padding, _ref_padding, _diagnose_padding,
+        Case("B = 1, S = 7", 1, _lengths([4], 7), calls.padding_mask, _ref_padding, _diagnose_padding, hidden=True),
+        Case("four sequences, S = 3", 1, _lengths([3, 1, 2, 3], 3), calls.padding_mask, _ref_padding, _diagnose_padding,
              hidden=True),
     ),
 )
@@ -169,24 +157,6 @@ def _masked(lead, T, S, D, Dv, seed, mask_kind, dtype=np.float64, magnitude=1.0,
         return {"q": q, "k": k, "v": v, "mask": mask, "scale": scale}
 
     return make
-
-
-def _call_masked(target, inputs):
-    import torch
-
-    q, k, v = (torch.from_numpy(inputs[n].copy()) for n in "qkv")
-    mask = None if inputs["mask"] is None else torch.from_numpy(inputs["mask"].copy())
-    if inputs.get("scale") is not None:
-        return hints.to_numpy_pair(target(q, k, v, mask=mask, scale=inputs["scale"]))
-    return hints.to_numpy_pair(target(q, k, v, mask=mask))
-
-
-def _call_masked_unchanged(target, inputs):
-    import torch
-
-    tensors = [torch.from_numpy(inputs[n].copy()) for n in "qkv"] + [torch.from_numpy(inputs["mask"].copy())]
-    result = hints.to_numpy_pair(target(*tensors[:3], mask=tensors[3]))
-    return hints.with_unchanged(result, [inputs[n] for n in ("q", "k", "v", "mask")], tensors)
 
 
 def _ref_masked(inputs):
@@ -236,7 +206,8 @@ def _diagnose_masked_dtype(got, expected, inputs):
 
 
 _UNCHANGED = hints.unchanged_case(_ref_masked, _diagnose_masked, "your function changed q, k, v or the mask in place "
-                                   "(masked_fill_, ~=, *=, ...): work on new tensors")
+                                   "(masked_fill_, ~=, *=, ...): work on new tensors",
+                                   ("q", "k", "v", "mask"))
 
 
 _heat = hints.pair_heatmaps(1)
@@ -247,31 +218,31 @@ MASKED_SDPA = Exercise(
     target="scaled_dot_product_attention",
     title="Attention with a mask",
     cases=(
-        Case("no mask: plain attention", 1, _m((2,), 3, 5, 4, 6, 0, None), _call_masked, _ref_masked,
+        Case("no mask: plain attention", 1, _m((2,), 3, 5, 4, 6, 0, None), calls.masked_sdpa, _ref_masked,
              _diagnose_masked),
-        Case("causal bool mask (T, T)", 2, _m((2,), 5, 5, 4, 6, 1, "causal"), _call_masked, _ref_masked,
+        Case("causal bool mask (T, T)", 2, _m((2,), 5, 5, 4, 6, 1, "causal"), calls.masked_sdpa, _ref_masked,
              _diagnose_masked, visualize=_heat),
-        Case("padding mask (B, 1, 1, S) on (B, H, T, D)", 2, _m((2, 3), 4, 6, 4, 5, 2, "padding"), _call_masked,
+        Case("padding mask (B, 1, 1, S) on (B, H, T, D)", 2, _m((2, 3), 4, 6, 4, 5, 2, "padding"), calls.masked_sdpa,
              _ref_masked, _diagnose_masked, visualize=_heat),
-        Case("float mask is added to the scores", 1, _m((2,), 4, 6, 8, 3, 3, "float"), _call_masked, _ref_masked,
+        Case("float mask is added to the scores", 1, _m((2,), 4, 6, 8, 3, 3, "float"), calls.masked_sdpa, _ref_masked,
              _diagnose_masked, visualize=_heat),
         Case("fully masked query: zero weights and zero output, no NaN", 1, _m((3, 2), 3, 4, 4, 5, 4, "padding"),
-             _call_masked, _ref_masked, _diagnose_masked, visualize=_heat),
+             calls.masked_sdpa, _ref_masked, _diagnose_masked, visualize=_heat),
         Case("float16 q, k, v with a causal mask (no -1e9 overflow)", 1,
-             _m((2,), 4, 4, 8, 4, 5, "causal", dtype=np.float16), _call_masked, _ref_masked,
+             _m((2,), 4, 4, 8, 4, 5, "causal", dtype=np.float16), calls.masked_sdpa, _ref_masked,
              _diagnose_masked_dtype),
-        Case("does not change q, k, v or the mask", 1, _m((2,), 5, 5, 4, 6, 6, "causal"), _call_masked_unchanged,
+        Case("does not change q, k, v or the mask", 1, _m((2,), 5, 5, 4, 6, 6, "causal"), calls.masked_sdpa_unchanged,
              *_UNCHANGED),
         Case("causal mask with more keys than queries (T = 3, S = 6)", 1, _m((2,), 3, 6, 4, 5, 7, "causal"),
-             _call_masked, _ref_masked, _diagnose_masked, hidden=True),
-        Case("per-example (B, 1, T, S) bool mask", 1, _m((3, 2), 4, 5, 6, 3, 8, "random"), _call_masked,
+             calls.masked_sdpa, _ref_masked, _diagnose_masked, hidden=True),
+        Case("per-example (B, 1, T, S) bool mask", 1, _m((3, 2), 4, 5, 6, 3, 8, "random"), calls.masked_sdpa,
              _ref_masked, _diagnose_masked, hidden=True),
-        Case("all-True mask equals no mask", 1, _m((2,), 4, 5, 4, 4, 9, "all_true"), _call_masked, _ref_masked,
+        Case("all-True mask equals no mask", 1, _m((2,), 4, 5, 4, 4, 9, "all_true"), calls.masked_sdpa, _ref_masked,
              _diagnose_masked, hidden=True),
-        Case("large scores with a causal mask", 1, _m((2,), 5, 5, 4, 6, 10, "causal", magnitude=20.0), _call_masked,
+        Case("large scores with a causal mask", 1, _m((2,), 5, 5, 4, 6, 10, "causal", magnitude=20.0), calls.masked_sdpa,
              _ref_masked, _diagnose_masked, hidden=True),
         Case("an explicit scale (0.8) with a padding mask", 1, _m((3,), 4, 5, 4, 3, 11, "padding", scale=0.8),
-             _call_masked, _ref_masked, _diagnose_masked, hidden=True),
+             calls.masked_sdpa, _ref_masked, _diagnose_masked, hidden=True),
     ),
     forbidden=("torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.multi_head_attention_forward",
                "mha_course.scaled_dot_product_attention", "mha_course.attention.scaled_dot_product_attention"),

@@ -1,6 +1,6 @@
-"""Assignment 05b (chapter 05): debug the seed's PyTorch MultiHeadAttention, graded by behaviour.
+"""Assignment 05b (chapter 05): debug a published PyTorch MultiHeadAttention, graded by behaviour.
 
-The repaired class keeps the seed's interface and its "E*H" layout, which is a design choice,
+The repaired class keeps the published interface and its "E*H" layout, which is a design choice,
 not a bug: every head works in the full model dimension D = E.
 
     query, key, value = nn.Linear(E, E*H)   (weights (H*E, E)); combine = nn.Linear(E*H, E)
@@ -23,9 +23,10 @@ import math
 import numpy as np
 
 from .. import hints
+from ..calls import a05_debug_mha as calls
 from ..spec import Assignment, Case, Exercise
 
-_LAYERS = ("query", "key", "value", "combine")
+_LAYERS = calls.LAYERS  # one home: the call module
 
 
 def _inputs(B, T, S, E, H, seed, mask_kind=None, dtype=np.float32, same_kv=False):
@@ -55,43 +56,6 @@ def _inputs(B, T, S, E, H, seed, mask_kind=None, dtype=np.float32, same_kv=False
     return make
 
 
-def _call(target, inputs):
-    import torch
-
-    module = hints.build_module(target, inputs, _LAYERS, sample="queries")
-    args = [torch.from_numpy(inputs[n].copy()) for n in ("queries", "keys", "values")]
-    with torch.no_grad():
-        if inputs["mask"] is None:
-            out = module(*args)
-        else:
-            out = module(*args, mask=torch.from_numpy(inputs["mask"].copy()))
-    return hints.to_numpy(out, "forward's output")
-
-
-def _call_layout(target, inputs):
-    import torch
-
-    module = target(inputs["E"], inputs["H"])
-    rows = []
-    for name in _LAYERS:
-        layer = getattr(module, name, None)
-        if layer is None or not hasattr(layer, "weight"):
-            raise AttributeError(f"keep the seed's layer {name!r} (an nn.Linear)")
-        rows.append(list(layer.weight.shape))
-    # The constructor comes with the exercise, so the layers alone earn nothing: the point is for
-    # keeping them *while* repairing forward. An unedited forward raises NotImplementedError here
-    # ("not attempted"); forward's other errors are graded by the other cases, not this one.
-    x = torch.zeros(1, 1, inputs["E"])  # (B, T, E)
-    try:
-        with torch.no_grad():
-            module(x, x, x)
-    except NotImplementedError:
-        raise
-    except Exception:  # noqa: BLE001 - see above
-        pass
-    return np.asarray(rows, dtype=np.int64)
-
-
 def _ref_layout(inputs):
     E, H = inputs["E"], inputs["H"]
     return np.asarray([[E * H, E], [E * H, E], [E * H, E], [E, E * H]], dtype=np.int64)
@@ -100,7 +64,7 @@ def _ref_layout(inputs):
 def _diagnose_layout(got, expected, inputs):
     return hints.compare(got, expected, "layer weight shapes [query, key, value, combine]", alternatives=[
         (lambda: np.asarray([[inputs["E"], inputs["E"]]] * 4), "you changed the layers to nn.Linear(E, E): keep the "
-         "seed's E*H layout (query/key/value: nn.Linear(E, E*H), combine: nn.Linear(E*H, E)) and fix forward"),
+         "printed E*H layout (query/key/value: nn.Linear(E, E*H), combine: nn.Linear(E*H, E)) and fix forward"),
     ])
 
 
@@ -117,7 +81,7 @@ def expected_output(inputs, scale=None, split="ok", merge="ok", transpose_kv=Tru
     def heads(x, transpose=True):
         B, L, _ = x.shape
         if split == "no_transpose" or not transpose:
-            return x.reshape(B, H, L, E)  # the seed's mistake for keys/values
+            return x.reshape(B, H, L, E)  # the published mistake for keys/values
         return x.reshape(B, L, H, E).transpose(0, 2, 1, 3)  # (B, H, L, E)
 
     q = heads(lin("query", inputs["queries"]))
@@ -187,23 +151,23 @@ def _diagnose_dtype(got, expected, inputs):
 FIXED_MHA = Exercise(
     key="debug_mha",
     target="MultiHeadAttention",
-    title="The seed's MultiHeadAttention, repaired",
+    title="The published MultiHeadAttention, repaired",
     cases=(
-        Case("keeps the seed's layers: query/key/value (E*H, E), combine (E, E*H)", 1, _inputs(2, 4, 4, 8, 2, 0),
-             _call_layout, _ref_layout, _diagnose_layout),
+        Case("keeps the published layers: query/key/value (E*H, E), combine (E, E*H)", 1, _inputs(2, 4, 4, 8, 2, 0),
+             calls.mha_layout, _ref_layout, _diagnose_layout),
         Case("self-attention (queries = keys = values): output (B, T, E)", 3,
-             _inputs(2, 5, 5, 8, 2, 1, same_kv=True), _call, _reference, _diagnose),
-        Case("cross-attention: T=3 queries, S=6 keys, keys != values", 2, _inputs(2, 3, 6, 8, 2, 2), _call,
+             _inputs(2, 5, 5, 8, 2, 1, same_kv=True), calls.mha_forward, _reference, _diagnose),
+        Case("cross-attention: T=3 queries, S=6 keys, keys != values", 2, _inputs(2, 3, 6, 8, 2, 2), calls.mha_forward,
              _reference, _diagnose),
-        Case("causal mask (T, T)", 1, _inputs(2, 5, 5, 8, 2, 3, "causal"), _call, _reference, _diagnose),
-        Case("padding mask (B, 1, 1, S)", 1, _inputs(3, 4, 6, 8, 2, 4, "padding"), _call, _reference, _diagnose),
-        Case("three heads, E = 6, float64", 1, _inputs(2, 4, 5, 6, 3, 5, dtype=np.float64), _call, _reference,
+        Case("causal mask (T, T)", 1, _inputs(2, 5, 5, 8, 2, 3, "causal"), calls.mha_forward, _reference, _diagnose),
+        Case("padding mask (B, 1, 1, S)", 1, _inputs(3, 4, 6, 8, 2, 4, "padding"), calls.mha_forward, _reference, _diagnose),
+        Case("three heads, E = 6, float64", 1, _inputs(2, 4, 5, 6, 3, 5, dtype=np.float64), calls.mha_forward, _reference,
              _diagnose_dtype, hidden=True),
-        Case("a single example and a single query (B = 1, T = 1)", 1, _inputs(1, 1, 5, 8, 2, 6), _call, _reference,
-             _diagnose, hidden=True),
-        Case("all-True mask equals no mask; four heads", 1, _inputs(2, 4, 4, 4, 4, 7, "all_true"), _call,
+        Case("a single example and a single query (B = 1, T = 1)", 1, _inputs(1, 1, 5, 8, 2, 6), calls.mha_forward,
              _reference, _diagnose, hidden=True),
-        Case("one head (H = 1)", 1, _inputs(2, 3, 4, 8, 1, 8), _call, _reference, _diagnose, hidden=True),
+        Case("all-True mask equals no mask; four heads", 1, _inputs(2, 4, 4, 4, 4, 7, "all_true"), calls.mha_forward,
+             _reference, _diagnose, hidden=True),
+        Case("one head (H = 1)", 1, _inputs(2, 3, 4, 8, 1, 8), calls.mha_forward, _reference, _diagnose, hidden=True),
     ),
     forbidden=("torch.nn.MultiheadAttention", "torch.nn.functional.multi_head_attention_forward",
                "mha_course.MultiHeadAttention", "mha_course.mha.MultiHeadAttention"),

@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from .. import hints
+from ..calls import a05_multi_head as calls
 from ..spec import Assignment, Case, Exercise
 
 # --- split_heads / merge_heads --------------------------------------------------------------------
@@ -35,18 +36,6 @@ def _heads(B, H, T, D, seed):
         return {"x": hints.rng(seed).standard_normal((B, H, T, D)).astype(np.float32)}
 
     return make
-
-
-def _call_split(target, inputs):
-    import torch
-
-    return hints.to_numpy(target(torch.from_numpy(inputs["x"].copy()), inputs["num_heads"]))
-
-
-def _call_merge(target, inputs):
-    import torch
-
-    return hints.to_numpy(target(torch.from_numpy(inputs["x"].copy())))
 
 
 def _ref_split(inputs):
@@ -100,13 +89,13 @@ SPLIT = Exercise(
     target="split_heads",
     title="Split the model dimension into heads",
     cases=(
-        Case("(B=2, T=5, E=12), H=3 -> (2, 3, 5, 4)", 2, _tokens(2, 5, 12, 3, 0), _call_split, _ref_split,
+        Case("(B=2, T=5, E=12), H=3 -> (2, 3, 5, 4)", 2, _tokens(2, 5, 12, 3, 0), calls.split_heads, _ref_split,
              _diagnose_split),
-        Case("head h holds features h*D .. (h+1)*D - 1 of every token", 2, _tokens(1, 4, 8, 2, 1), _call_split,
+        Case("head h holds features h*D .. (h+1)*D - 1 of every token", 2, _tokens(1, 4, 8, 2, 1), calls.split_heads,
              _ref_split, _diagnose_split),
-        Case("H = 1 (one head, D = E)", 1, _tokens(2, 3, 6, 1, 2), _call_split, _ref_split, _diagnose_split,
+        Case("H = 1 (one head, D = E)", 1, _tokens(2, 3, 6, 1, 2), calls.split_heads, _ref_split, _diagnose_split,
              hidden=True),
-        Case("other sizes (B=3, T=7, E=10, H=5)", 1, _tokens(3, 7, 10, 5, 3), _call_split, _ref_split,
+        Case("other sizes (B=3, T=7, E=10, H=5)", 1, _tokens(3, 7, 10, 5, 3), calls.split_heads, _ref_split,
              _diagnose_split, hidden=True),
     ),
     forbidden=("mha_course.split_heads", "mha_course.heads.split_heads"),
@@ -117,11 +106,11 @@ MERGE = Exercise(
     target="merge_heads",
     title="Merge heads back",
     cases=(
-        Case("(B=2, H=3, T=5, D=4) -> (2, 5, 12)", 2, _heads(2, 3, 5, 4, 10), _call_merge, _ref_merge,
+        Case("(B=2, H=3, T=5, D=4) -> (2, 5, 12)", 2, _heads(2, 3, 5, 4, 10), calls.merge_heads, _ref_merge,
              _diagnose_merge),
-        Case("the inverse of split_heads (T = D = 4)", 2, _heads(2, 2, 4, 4, 11), _call_merge, _ref_merge,
+        Case("the inverse of split_heads (T = D = 4)", 2, _heads(2, 2, 4, 4, 11), calls.merge_heads, _ref_merge,
              _diagnose_merge),
-        Case("other sizes (B=1, H=4, T=6, D=2)", 1, _heads(1, 4, 6, 2, 12), _call_merge, _ref_merge,
+        Case("other sizes (B=1, H=4, T=6, D=2)", 1, _heads(1, 4, 6, 2, 12), calls.merge_heads, _ref_merge,
              _diagnose_merge, hidden=True),
     ),
     forbidden=("mha_course.merge_heads", "mha_course.heads.merge_heads"),
@@ -129,7 +118,7 @@ MERGE = Exercise(
 
 # --- MultiHeadAttention ---------------------------------------------------------------------------
 
-_PROJ = ("q_proj", "k_proj", "v_proj", "out_proj")
+_PROJ = calls.PROJ  # one home: the call module
 
 
 def _mha_inputs(B, T, S, E, H, seed, mask_kind=None, self_attention=False, dtype=np.float32):
@@ -154,34 +143,6 @@ def _mha_inputs(B, T, S, E, H, seed, mask_kind=None, self_attention=False, dtype
         return inputs
 
     return make
-
-
-def _call_mha(target, inputs):
-    import torch
-
-    module = hints.build_module(target, inputs, _PROJ, sample="query")
-    query = torch.from_numpy(inputs["query"].copy())
-    mask = None if inputs["mask"] is None else torch.from_numpy(inputs["mask"].copy())
-    with torch.no_grad():
-        if inputs["self_attention"]:
-            result = module(query, mask=mask) if mask is not None else module(query)
-        else:
-            key, value = torch.from_numpy(inputs["key"].copy()), torch.from_numpy(inputs["value"].copy())
-            result = module(query, key, value, mask=mask) if mask is not None else module(query, key, value)
-    return hints.to_numpy_pair(result)
-
-
-def _call_layout(target, inputs):
-    module = target(inputs["E"], inputs["H"])
-    rows = []
-    for name in _PROJ:
-        layer = getattr(module, name, None)
-        if layer is None or not hasattr(layer, "weight"):
-            raise AttributeError(f"the module needs an nn.Linear named {name!r}")
-        bias = getattr(layer, "bias", None)
-        rows.append([*layer.weight.shape, 0 if bias is None else bias.numel()])
-    n_params = sum(p.numel() for p in module.parameters())
-    return np.asarray(rows, dtype=np.int64), np.asarray(n_params, dtype=np.int64)
 
 
 def _ref_layout(inputs):
@@ -301,20 +262,20 @@ MHA = Exercise(
     title="MultiHeadAttention module",
     cases=(
         Case("q_proj, k_proj, v_proj, out_proj are nn.Linear(E, E); 4E^2 + 4E parameters", 1,
-             _mha_inputs(2, 5, 5, 12, 3, 0), _call_layout, _ref_layout, _diagnose_layout),
+             _mha_inputs(2, 5, 5, 12, 3, 0), calls.mha_layout, _ref_layout, _diagnose_layout),
         Case("self-attention: forward(x) with E=12, H=3", 3, _mha_inputs(2, 5, 5, 12, 3, 1, self_attention=True),
-             _call_mha, _ref_mha, _diagnose_mha, visualize=_heat),
-        Case("cross-attention: T=4 queries, S=6 keys, key != value", 2, _mha_inputs(2, 4, 6, 12, 3, 2), _call_mha,
+             calls.mha_forward, _ref_mha, _diagnose_mha, visualize=_heat),
+        Case("cross-attention: T=4 queries, S=6 keys, key != value", 2, _mha_inputs(2, 4, 6, 12, 3, 2), calls.mha_forward,
              _ref_mha, _diagnose_mha, visualize=_heat),
-        Case("causal mask (T, T)", 1, _mha_inputs(2, 5, 5, 12, 3, 3, "causal", self_attention=True), _call_mha,
+        Case("causal mask (T, T)", 1, _mha_inputs(2, 5, 5, 12, 3, 3, "causal", self_attention=True), calls.mha_forward,
              _ref_mha, _diagnose_mha, visualize=_heat),
-        Case("padding mask (B, 1, 1, S)", 1, _mha_inputs(3, 4, 6, 12, 3, 4, "padding"), _call_mha, _ref_mha,
+        Case("padding mask (B, 1, 1, S)", 1, _mha_inputs(3, 4, 6, 12, 3, 4, "padding"), calls.mha_forward, _ref_mha,
              _diagnose_mha, visualize=_heat),
-        Case("one head (H = 1)", 1, _mha_inputs(2, 3, 5, 8, 1, 5), _call_mha, _ref_mha, _diagnose_mha, hidden=True),
-        Case("E = 8, H = 4 (D = 2) in float64", 1, _mha_inputs(2, 6, 3, 8, 4, 6, dtype=np.float64), _call_mha,
+        Case("one head (H = 1)", 1, _mha_inputs(2, 3, 5, 8, 1, 5), calls.mha_forward, _ref_mha, _diagnose_mha, hidden=True),
+        Case("E = 8, H = 4 (D = 2) in float64", 1, _mha_inputs(2, 6, 3, 8, 4, 6, dtype=np.float64), calls.mha_forward,
              _ref_mha, _diagnose_mha_dtype, hidden=True),
-        Case("B = 1, T = 1", 1, _mha_inputs(1, 1, 4, 12, 2, 7), _call_mha, _ref_mha, _diagnose_mha, hidden=True),
-        Case("E = 16, H = 8 with a padding mask", 1, _mha_inputs(2, 3, 5, 16, 8, 8, "padding"), _call_mha,
+        Case("B = 1, T = 1", 1, _mha_inputs(1, 1, 4, 12, 2, 7), calls.mha_forward, _ref_mha, _diagnose_mha, hidden=True),
+        Case("E = 16, H = 8 with a padding mask", 1, _mha_inputs(2, 3, 5, 16, 8, 8, "padding"), calls.mha_forward,
              _ref_mha, _diagnose_mha, hidden=True),
     ),
     forbidden=("torch.nn.MultiheadAttention", "torch.nn.functional.multi_head_attention_forward",

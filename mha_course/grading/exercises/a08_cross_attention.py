@@ -17,16 +17,15 @@ in the submission process), and its forward is not a torch function.
 
 from __future__ import annotations
 
-import contextlib
 import math
-import sys
 
 import numpy as np
 
 from .. import hints
+from ..calls import a08_cross_attention as calls
 from ..spec import Assignment, Case, Exercise
 
-_PROJ = ("q_proj", "k_proj", "v_proj", "out_proj")
+_PROJ = calls.PROJ  # one home: the call module
 
 # --- cross_attention_mask ---------------------------------------------------------------------------
 
@@ -44,13 +43,6 @@ def _mask_inputs(lengths, T, S, as_list=False):
         return {"lengths": lengths_, "T": T_, "S": S_, "as_list": as_list}
 
     return make
-
-
-def _call_mask(target, inputs):
-    import torch
-
-    lengths = inputs["lengths"].tolist() if inputs["as_list"] else torch.from_numpy(inputs["lengths"].copy())
-    return hints.tensor_to_numpy(target(lengths, int(inputs["T"]), int(inputs["S"])), "the mask")
 
 
 def _ref_mask(inputs):
@@ -118,17 +110,18 @@ MASK = Exercise(
     title="Cross-attention mask",
     cases=(
         Case("lengths [3, 5, 2], T = 4 targets, S = 5 sources -> (3, 1, 4, 5) bool", 2,
-             _mask_inputs([3, 5, 2], 4, 5), _call_mask, _ref_mask, _diagnose_mask, visualize=_mask_picture),
-        Case("more targets than sources (T = 6, S = 3)", 1, _mask_inputs([3, 1], 6, 3), _call_mask, _ref_mask,
-             _diagnose_mask, visualize=_mask_picture),
+             _mask_inputs([3, 5, 2], 4, 5), calls.cross_attention_mask, _ref_mask, _diagnose_mask,
+             visualize=_mask_picture),
+        Case("more targets than sources (T = 6, S = 3)", 1, _mask_inputs([3, 1], 6, 3), calls.cross_attention_mask,
+             _ref_mask, _diagnose_mask, visualize=_mask_picture),
         Case("T = S = 4, lengths as a Python list: square but not causal", 1, _mask_inputs([2, 4], 4, 4, True),
-             _call_mask, _ref_mask, _diagnose_mask, visualize=_mask_picture),
-        Case("one decoding step (T = 1)", 1, _mask_inputs([4, 2, 5], 1, 5), _call_mask, _ref_mask, _diagnose_mask,
-             hidden=True),
-        Case("every source at full length", 1, _mask_inputs([5, 5], 2, 5), _call_mask, _ref_mask, _diagnose_mask,
-             hidden=True),
-        Case("B = 4, T = 3, S = 8", 1, _mask_inputs([8, 1, 5, 3], 3, 8), _call_mask, _ref_mask, _diagnose_mask,
-             hidden=True),
+             calls.cross_attention_mask, _ref_mask, _diagnose_mask, visualize=_mask_picture),
+        Case("one decoding step (T = 1)", 1, _mask_inputs([4, 2, 5], 1, 5), calls.cross_attention_mask, _ref_mask,
+             _diagnose_mask, hidden=True),
+        Case("every source at full length", 1, _mask_inputs([5, 5], 2, 5), calls.cross_attention_mask, _ref_mask,
+             _diagnose_mask, hidden=True),
+        Case("B = 4, T = 3, S = 8", 1, _mask_inputs([8, 1, 5, 3], 3, 8), calls.cross_attention_mask, _ref_mask,
+             _diagnose_mask, hidden=True),
     ),
     forbidden=("mha_course.masks.padding_mask", "mha_course.padding_mask"),
 )
@@ -164,34 +157,7 @@ def _module_inputs(B, T, S, E, H, seed, head=0, self_attention=False, memory=Fal
     return make
 
 
-def _library_module(inputs):
-    """mha_course's MultiHeadAttention holding the case's weights, in eval mode (either process)."""
-    from mha_course.mha import MultiHeadAttention
-
-    return hints.build_module(MultiHeadAttention, inputs, _PROJ, sample="query")
-
-
-def _given_module(inputs):
-    """Submission side: the provided MultiHeadAttention with the case's weights, and query, key, value.
-
-    mha_course.mha is provided by this assignment, so it is importable in the submission process too.
-    """
-    import torch
-
-    tensors = [torch.from_numpy(inputs[n].copy()) for n in ("query", "key", "value")]
-    return _library_module(inputs), tensors
-
-
 # --- cross_attention --------------------------------------------------------------------------------
-
-
-def _call_cross(target, inputs):
-    import torch
-
-    module, (decoder_states, memory, _) = _given_module(inputs)
-    lengths = torch.from_numpy(inputs["lengths"].copy())
-    with torch.no_grad():
-        return hints.to_numpy_pair(target(decoder_states, memory, lengths, module))
 
 
 def _ref_cross(inputs):
@@ -199,7 +165,7 @@ def _ref_cross(inputs):
 
     from mha_course.masks import padding_mask
 
-    module = _library_module(inputs)
+    module = calls.library_module(inputs)
     mask = padding_mask(inputs["lengths"].tolist(), inputs["key"].shape[1])  # (B, 1, 1, S)
     with torch.no_grad():
         out, weights = module(torch.from_numpy(inputs["query"]), torch.from_numpy(inputs["key"]),
@@ -249,80 +215,27 @@ CROSS = Exercise(
     title="Cross-attention with a MultiHeadAttention",
     cases=(
         Case("T = 4 target positions read S = 6 source positions (E = 12, H = 3)", 2, _module_inputs(2, 4, 6, 12, 3, 0, memory=True),
-             _call_cross, _ref_cross, _diagnose_cross, visualize=hints.pair_heatmaps(1, "cross-attention weights")),
+             calls.cross_attention, _ref_cross, _diagnose_cross,
+             visualize=hints.pair_heatmaps(1, "cross-attention weights")),
         Case("more target positions than source positions (T = 7, S = 3)", 1, _module_inputs(3, 7, 3, 12, 3, 1, memory=True),
-             _call_cross, _ref_cross, _diagnose_cross, visualize=hints.pair_heatmaps(1, "cross-attention weights")),
-        Case("one decoding step (T = 1)", 1, _module_inputs(3, 1, 5, 12, 2, 2, memory=True), _call_cross, _ref_cross,
+             calls.cross_attention, _ref_cross, _diagnose_cross,
+             visualize=hints.pair_heatmaps(1, "cross-attention weights")),
+        Case("one decoding step (T = 1)", 1, _module_inputs(3, 1, 5, 12, 2, 2, memory=True), calls.cross_attention, _ref_cross,
              _diagnose_cross, hidden=True),
-        Case("E = 16, H = 4, B = 3 in float64", 1, _module_inputs(3, 5, 8, 16, 4, 3, memory=True, dtype=np.float64), _call_cross,
-             _ref_cross, _diagnose_cross_dtype, hidden=True),
+        Case("E = 16, H = 4, B = 3 in float64", 1, _module_inputs(3, 5, 8, 16, 4, 3, memory=True, dtype=np.float64),
+             calls.cross_attention, _ref_cross, _diagnose_cross_dtype, hidden=True),
     ),
     forbidden=("mha_course.masks.padding_mask", "mha_course.padding_mask"),
 )
 
 # --- without_head ---------------------------------------------------------------------------------
 
-_REFUSED = ("without_head must compute the output from mha's q_proj, k_proj, v_proj and out_proj itself: "
-            "calling a MultiHeadAttention (mha(...), its forward, or head_gate with it) is not allowed in this "
-            "exercise (0 points for this case)")
-
-
-@contextlib.contextmanager
-def _forward_refused():
-    """While a without_head case runs, calling any mha_course MultiHeadAttention raises (see the docstring)."""
-    library = sys.modules.get("mha_course.mha")
-    cls = getattr(library, "MultiHeadAttention", None)
-    original = None if cls is None else cls.__dict__.get("forward")
-    if original is None:
-        yield
-        return
-
-    def refused(self, *args, **kwargs):
-        raise RuntimeError(_REFUSED)
-
-    cls.forward = refused
-    try:
-        yield
-    finally:
-        cls.forward = original
-
-
-def _call_without(target, inputs):
-    import torch
-
-    module, (query, key, value) = _given_module(inputs)
-    with torch.no_grad(), _forward_refused():
-        return hints.to_numpy(target(module, query, key, value, int(inputs["head"])), "the output")
-
-
-def _call_every_head(target, inputs):
-    import torch
-
-    module, (query, key, value) = _given_module(inputs)
-    with torch.no_grad(), _forward_refused():
-        outs = [hints.to_numpy(target(module, query, key, value, h), "the output") for h in range(inputs["H"])]
-    shapes = {o.shape for o in outs}
-    if len(shapes) != 1:
-        raise ValueError(f"the outputs for different heads have different shapes: {sorted(shapes)}")
-    return np.stack(outs)  # (H, B, T, E)
-
-
-def _call_without_unchanged(target, inputs):
-    import torch
-
-    module, tensors = _given_module(inputs)
-    watched = [*module.parameters(), module.head_gate, *tensors]
-    before = [hints.to_numpy(t) for t in watched]
-    with torch.no_grad(), _forward_refused():
-        result = hints.to_numpy(target(module, *tensors, int(inputs["head"])), "the output")
-    return hints.with_unchanged(result, before, watched)
-
 
 def _ablated(inputs, heads):
     """Grader side: the library's own ablation, head_gate[h] = 0, for each h in ``heads``: (len(heads), B, T, E)."""
     import torch
 
-    module = _library_module(inputs)
+    module = calls.library_module(inputs)
     outs = []
     with torch.no_grad():
         for h in heads:
@@ -446,9 +359,15 @@ def _diagnose_every_head(got, expected, inputs):
     return None if hint is None else hint + " (the outputs of without_head for h = 0 .. H-1, stacked)"
 
 
+def _without_before(inputs):
+    """What without_head_unchanged sends back, as it was before the call: calls.WATCHED, head_gate, query, key, value."""
+    gate = np.ones(inputs["H"], dtype=inputs["query"].dtype)  # the module's head_gate, cast like its weights
+    return (*(inputs[name] for name in calls.WATCHED), gate, inputs["query"], inputs["key"], inputs["value"])
+
+
 _UNCHANGED = hints.unchanged_case(_ref_without, _diagnose_without, "your function changed mha (its weights or "
                                   "head_gate) or query, key, value in place: switch the head off in the heads you "
-                                  "computed, never in mha itself")
+                                  "computed, never in mha itself", _without_before)
 _out_heat = hints.single_heatmaps("output with the head switched off")
 
 WITHOUT = Exercise(
@@ -458,21 +377,23 @@ WITHOUT = Exercise(
     cases=(
         Case("self-attention (E = 12, H = 3), head 1 off", 2, _module_inputs(2, 5, 5, 12, 3, 10, head=1,
                                                                               self_attention=True),
-             _call_without, _ref_without, _diagnose_without, visualize=_out_heat),
+             calls.without_head, _ref_without, _diagnose_without, visualize=_out_heat),
         Case("cross-attention: T = 4 queries, S = 6 keys, key != value, head 0 off", 2,
-             _module_inputs(2, 4, 6, 12, 3, 11, head=0), _call_without, _ref_without, _diagnose_without,
+             _module_inputs(2, 4, 6, 12, 3, 11, head=0), calls.without_head, _ref_without, _diagnose_without,
              visualize=_out_heat),
-        Case("every head in turn (E = 16, H = 4)", 2, _module_inputs(2, 3, 5, 16, 4, 12), _call_every_head,
+        Case("every head in turn (E = 16, H = 4)", 2, _module_inputs(2, 3, 5, 16, 4, 12), calls.without_every_head,
              _ref_every_head, _diagnose_every_head),
         Case("leaves the module and its inputs unchanged", 1, _module_inputs(2, 4, 4, 12, 3, 13, head=2),
-             _call_without_unchanged, *_UNCHANGED),
-        Case("one head (H = 1): only the bias b_O is left", 1, _module_inputs(2, 3, 4, 8, 1, 14), _call_without,
+             calls.without_head_unchanged, *_UNCHANGED),
+        Case("one head (H = 1): only the bias b_O is left", 1, _module_inputs(2, 3, 4, 8, 1, 14), calls.without_head,
              _ref_without, _diagnose_without, hidden=True),
         Case("float64, E = 8, H = 4, the last head", 1, _module_inputs(2, 4, 6, 8, 4, 15, head=3, dtype=np.float64),
-             _call_without, _ref_without, _diagnose_without_dtype, hidden=True),
-        Case("B = 1, T = 1, E = 16, H = 8, head 5", 1, _module_inputs(1, 1, 4, 16, 8, 16, head=5), _call_without,
+             calls.without_head, _ref_without, _diagnose_without_dtype, hidden=True),
+        Case("B = 1, T = 1, E = 16, H = 8, head 5", 1, _module_inputs(1, 1, 4, 16, 8, 16, head=5), calls.without_head,
              _ref_without, _diagnose_without, hidden=True),
     ),
+    # calling the module's own forward (also through a reference saved before the case) is the shortcut
+    forbidden=("mha_course.mha.MultiHeadAttention.forward",),
 )
 
 ASSIGNMENT = Assignment(

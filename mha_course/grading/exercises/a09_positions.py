@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import hints
+from ..calls import a09_positions as calls
 from ..spec import Assignment, Case, Exercise
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -34,36 +35,6 @@ def _vectors(shape, seed, dtype=np.float64):
         return {"x": rng.standard_normal(shape).astype(dtype)}
 
     return make
-
-
-# --- call (submission process) --------------------------------------------------------------------
-
-
-def _call_sinusoidal(target, inputs):
-    return hints.tensor_to_numpy(target(int(inputs["T"]), int(inputs["E"])), "the table")
-
-
-def _call_rotary(target, inputs):
-    import torch
-
-    return hints.tensor_to_numpy(target(torch.from_numpy(inputs["x"].copy())), "the rotated tensor")
-
-
-def _call_rotary_unchanged(target, inputs):
-    import torch
-
-    x = torch.from_numpy(inputs["x"].copy())
-    return hints.with_unchanged(hints.tensor_to_numpy(target(x), "the rotated tensor"), [inputs["x"]], [x])
-
-
-def _call_rotary_offsets(target, inputs):
-    """Scores of one rotated query against rotated keys: row m is query position m."""
-    import torch
-
-    x = torch.from_numpy(inputs["x"].copy())  # (T, D): the same vector q at every position
-    rotated = target(x)
-    rotated_keys = target(torch.from_numpy(inputs["x"][::-1].copy()))
-    return hints.to_numpy(rotated @ rotated_keys.transpose(-2, -1))
 
 
 # --- reference and diagnose (grader) ---------------------------------------------------------------
@@ -158,7 +129,8 @@ def _diagnose_rotary_dtype(got, expected, inputs):
 
 
 _ROTARY_UNCHANGED = hints.unchanged_case(_reference_rotary, _diagnose_rotary, "your function changed its input x in "
-                                         "place (x[..., 0::2] = ...): build the rotated tensor as a new one")
+                                         "place (x[..., 0::2] = ...): build the rotated tensor as a new one",
+                                         ("x",))
 
 
 def _diagnose_offsets(got, expected, inputs):
@@ -175,17 +147,17 @@ SINUSOIDAL = Exercise(
     target="sinusoidal_positions",
     title="Sinusoidal positions",
     cases=(
-        Case("a (6, 8) table matches the formula", 2, _sizes(6, 8), _call_sinusoidal, _reference_sinusoidal,
+        Case("a (6, 8) table matches the formula", 2, _sizes(6, 8), calls.sinusoidal_positions, _reference_sinusoidal,
              _diagnose_sinusoidal, visualize=hints.single_heatmaps("sinusoidal positions")),
-        Case("a single position (1, 4)", 1, _sizes(1, 4), _call_sinusoidal, _reference_sinusoidal,
+        Case("a single position (1, 4)", 1, _sizes(1, 4), calls.sinusoidal_positions, _reference_sinusoidal,
              _diagnose_sinusoidal),
-        Case("long and wide (64, 32)", 2, _sizes(64, 32), _call_sinusoidal, _reference_sinusoidal,
+        Case("long and wide (64, 32)", 2, _sizes(64, 32), calls.sinusoidal_positions, _reference_sinusoidal,
              _diagnose_sinusoidal),
-        Case("a float32 tensor (torch's default float)", 1, _sizes(5, 6), _call_sinusoidal, _reference_sinusoidal,
+        Case("a float32 tensor (torch's default float)", 1, _sizes(5, 6), calls.sinusoidal_positions, _reference_sinusoidal,
              _diagnose_sinusoidal_dtype),
-        Case("(7, 12), hidden", 1, _sizes(7, 12), _call_sinusoidal, _reference_sinusoidal, _diagnose_sinusoidal,
+        Case("(7, 12), hidden", 1, _sizes(7, 12), calls.sinusoidal_positions, _reference_sinusoidal, _diagnose_sinusoidal,
              hidden=True),
-        Case("(100, 2), hidden", 1, _sizes(100, 2), _call_sinusoidal, _reference_sinusoidal, _diagnose_sinusoidal,
+        Case("(100, 2), hidden", 1, _sizes(100, 2), calls.sinusoidal_positions, _reference_sinusoidal, _diagnose_sinusoidal,
              hidden=True),
     ),
     forbidden=("mha_course.positions.sinusoidal_positions",),
@@ -196,18 +168,18 @@ ROTARY = Exercise(
     target="apply_rotary",
     title="Rotary positions (RoPE)",
     cases=(
-        Case("(T, D) = (5, 4) matches the formula", 2, _vectors((5, 4), 0), _call_rotary, _reference_rotary,
+        Case("(T, D) = (5, 4) matches the formula", 2, _vectors((5, 4), 0), calls.apply_rotary, _reference_rotary,
              _diagnose_rotary),
-        Case("leading batch and head dims (2, 3, 6, 8)", 2, _vectors((2, 3, 6, 8), 1), _call_rotary,
+        Case("leading batch and head dims (2, 3, 6, 8)", 2, _vectors((2, 3, 6, 8), 1), calls.apply_rotary,
              _reference_rotary, _diagnose_rotary),
-        Case("rotated scores match (query vs reversed keys)", 1, _vectors((6, 8), 2), _call_rotary_offsets,
+        Case("rotated scores match (query vs reversed keys)", 1, _vectors((6, 8), 2), calls.rotary_scores,
              _reference_offsets, _diagnose_offsets),
-        Case("float32 in, float32 out", 1, _vectors((2, 5, 6), 5, np.float32), _call_rotary, _reference_rotary,
+        Case("float32 in, float32 out", 1, _vectors((2, 5, 6), 5, np.float32), calls.apply_rotary, _reference_rotary,
              _diagnose_rotary_dtype),
-        Case("does not change its input", 1, _vectors((3, 4), 6), _call_rotary_unchanged, *_ROTARY_UNCHANGED),
-        Case("long sequence (40, 16), hidden", 1, _vectors((40, 16), 3), _call_rotary, _reference_rotary,
+        Case("does not change its input", 1, _vectors((3, 4), 6), calls.apply_rotary_unchanged, *_ROTARY_UNCHANGED),
+        Case("long sequence (40, 16), hidden", 1, _vectors((40, 16), 3), calls.apply_rotary, _reference_rotary,
              _diagnose_rotary, hidden=True),
-        Case("(1, 2, 3, 2), hidden", 1, _vectors((1, 2, 3, 2), 4), _call_rotary, _reference_rotary,
+        Case("(1, 2, 3, 2), hidden", 1, _vectors((1, 2, 3, 2), 4), calls.apply_rotary, _reference_rotary,
              _diagnose_rotary, hidden=True),
     ),
     forbidden=("mha_course.positions.apply_rotary",),

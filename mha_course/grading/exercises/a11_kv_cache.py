@@ -21,9 +21,10 @@ import math
 import numpy as np
 
 from .. import hints
+from ..calls import a11_kv_cache as calls
 from ..spec import Assignment, Case, Exercise
 
-_NAMES = ("out", "k_cache", "v_cache")
+_NAMES = calls.NAMES  # one home: the call module
 _LEGENDS = ("[B, H, 1, D]", "[B, G, S + 1, D]", "[B, G, S + 1, D]")
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -55,42 +56,6 @@ def _sequence_inputs(B, H, N, D, seed, G=None, dtype=np.float64):
                 "v": rng.standard_normal((B, G, N, D)).astype(dtype)}
 
     return make
-
-
-# --- call (submission process) --------------------------------------------------------------------
-
-
-def _unpack_step(result):
-    if not isinstance(result, (tuple, list)) or len(result) != 3:
-        kind = type(result).__name__ + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else "")
-        raise TypeError(f"kv_decode_step must return a tuple (out, k_cache, v_cache), got {kind}")
-    return result
-
-
-def _call_step(target, inputs):
-    import torch
-
-    args = [torch.from_numpy(inputs[n].copy()) for n in ("q", "k_new", "v_new", "k_cache", "v_cache")]
-    out, k_cache, v_cache = _unpack_step(target(*args))
-    return tuple(hints.to_numpy(x, name) for x, name in zip((out, k_cache, v_cache), _NAMES, strict=True))
-
-
-def _call_sequence(target, inputs):
-    """Decode all N positions one at a time; return (outputs (B, H, N, D), final k_cache, v_cache)."""
-    import torch
-
-    q, k, v = (torch.from_numpy(inputs[n].copy()) for n in "qkv")
-    B, G, N, D = k.shape
-    k_cache, v_cache = k[:, :, :0].clone(), v[:, :, :0].clone()  # (B, G, 0, D): empty
-    outs = []
-    for t in range(N):
-        out, k_cache, v_cache = _unpack_step(target(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1],
-                                                    k_cache, v_cache))
-        outs.append(hints.to_numpy(out, f"out of step {t}"))
-    shapes = {o.shape for o in outs}
-    if len(shapes) != 1:
-        raise ValueError(f"out changed shape between steps: {sorted(shapes)}")
-    return np.concatenate(outs, axis=2), hints.to_numpy(k_cache, "k_cache"), hints.to_numpy(v_cache, "v_cache")
 
 
 # --- reference and diagnose (grader) ---------------------------------------------------------------
@@ -204,7 +169,7 @@ def _diagnose_sequence(got, expected, inputs):
 
 
 def _cases():
-    step, seq = _call_step, _call_sequence
+    step, seq = calls.kv_decode_step, calls.kv_decode_sequence
     return (
         Case("one step: out (B, H, 1, D), caches grown to S + 1", 2, _step_inputs(1, 2, 5, 4, 0), step,
              _ref_step, _diagnose_step),

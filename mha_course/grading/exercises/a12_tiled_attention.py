@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from .. import hints
+from ..calls import a12_tiled_attention as calls
 from ..spec import Assignment, Case, Exercise
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -41,31 +42,6 @@ def _qkv(lead, T, S, D, Dv, block, causal, seed, dtype=np.float64, magnitude=1.0
                 "v": rng.standard_normal((*lead, S, Dv)).astype(dtype), "block": block, "causal": causal}
 
     return make
-
-
-# --- call (submission process) --------------------------------------------------------------------
-
-
-def _call_update(target, inputs):
-    """Stream the rows through the learner's update block by block; return the final (m, l)."""
-    import torch
-
-    x = torch.from_numpy(inputs["x"].copy())
-    m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
-    l = torch.zeros(x.shape[:-1], dtype=x.dtype)
-    for j0 in range(0, x.shape[-1], inputs["block"]):
-        result = target(m, l, x[..., j0:j0 + inputs["block"]])
-        if not isinstance(result, (tuple, list)) or len(result) < 2:
-            raise TypeError(f"online_softmax_update must return (m_new, l_new), got {type(result).__name__}")
-        m, l = result[0], result[1]
-    return hints.to_numpy(m, "m"), hints.to_numpy(l, "l")
-
-
-def _call_tiled(target, inputs):
-    import torch
-
-    q, k, v = (torch.from_numpy(inputs[n].copy()) for n in "qkv")
-    return hints.to_numpy(target(q, k, v, inputs["block"], causal=inputs["causal"]), "out")
 
 
 # --- reference and diagnose (grader) ---------------------------------------------------------------
@@ -169,20 +145,20 @@ def _diagnose_tiled(got, expected, inputs):
 
 def _update_cases():
     return (
-        Case("one block: m = max, l = sum exp(x - m)", 1, _rows(3, 8, 8, 0), _call_update, _ref_update,
+        Case("one block: m = max, l = sum exp(x - m)", 1, _rows(3, 8, 8, 0), calls.online_softmax_update, _ref_update,
              _diagnose_update),
-        Case("several blocks (S = 20, block 6)", 2, _rows(4, 20, 6, 1, magnitude=3.0), _call_update, _ref_update,
+        Case("several blocks (S = 20, block 6)", 2, _rows(4, 20, 6, 1, magnitude=3.0), calls.online_softmax_update,
+             _ref_update, _diagnose_update),
+        Case("block size 1", 1, _rows(2, 9, 1, 2), calls.online_softmax_update, _ref_update, _diagnose_update),
+        Case("a row that starts masked (-inf)", 1, _rows(3, 12, 4, 3, masked=True), calls.online_softmax_update, _ref_update,
              _diagnose_update),
-        Case("block size 1", 1, _rows(2, 9, 1, 2), _call_update, _ref_update, _diagnose_update),
-        Case("a row that starts masked (-inf)", 1, _rows(3, 12, 4, 3, masked=True), _call_update, _ref_update,
-             _diagnose_update),
-        Case("large scores (|x| ~ 500): no overflow", 1, _rows(2, 16, 5, 4, magnitude=300.0), _call_update,
+        Case("large scores (|x| ~ 500): no overflow", 1, _rows(2, 16, 5, 4, magnitude=300.0), calls.online_softmax_update,
              _ref_update, _diagnose_update, hidden=True),
     )
 
 
 def _tiled_cases():
-    c, r, d = _call_tiled, _ref_tiled, _diagnose_tiled
+    c, r, d = calls.tiled_attention, _ref_tiled, _diagnose_tiled
     return (
         Case("T = S = 8, block 4 (T a multiple of the block)", 2, _qkv((), 8, 8, 4, 4, 4, False, 0), c, r, d),
         Case("T = 10 not a multiple of block 4, S = 13, Dv != D", 2, _qkv((), 10, 13, 4, 3, 4, False, 1), c, r, d),

@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from .. import hints
+from ..calls import a13_triton_kernel as calls
 from ..spec import Assignment, Case, Exercise
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -47,57 +48,6 @@ def _qkv(T, S, D, seed, magnitude=1.0):
         return {"q": q, "k": k, "v": v}
 
     return make
-
-
-# --- call (submission process) --------------------------------------------------------------------
-
-
-def _kernel(target, name):
-    """The learner's ``@triton.jit`` kernel ``name``, from the namespace ``target`` was defined in."""
-    import inspect
-
-    function = inspect.unwrap(target)
-    kernel = getattr(function, "__globals__", {}).get(name)
-    if kernel is None or not type(kernel).__module__.startswith("triton"):
-        raise NameError(f"no @triton.jit kernel named {name!r} next to {getattr(function, '__name__', target)!r}: "
-                        f"keep the notebook's kernel name and its @triton.jit decorator")
-    return kernel
-
-
-def _device():
-    import os
-
-    import torch
-
-    return "cuda" if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1" else "cpu"
-
-
-def _call_softmax(target, inputs):
-    """Launch the learner's softmax_kernel exactly as the notebook's triton_softmax does."""
-    import torch
-    import triton
-
-    kernel = _kernel(target, "softmax_kernel")
-    x = torch.from_numpy(inputs["x"].copy()).to(_device())
-    y = torch.empty_like(x)
-    block = max(16, triton.next_power_of_2(x.shape[1]))
-    kernel[(x.shape[0],)](x, y, x.shape[1], x.stride(0), y.stride(0), BLOCK=block)
-    return hints.to_numpy(y)
-
-
-def _call_attention(target, inputs):
-    """Launch the learner's attention_kernel exactly as the notebook's triton_single_head_attention does."""
-    import torch
-    import triton
-
-    kernel = _kernel(target, "attention_kernel")
-    q, k, v = (torch.from_numpy(inputs[n].copy()).to(_device()) for n in "qkv")
-    T, D = q.shape
-    out = torch.empty_like(q)
-    block_m = block_n = 16
-    kernel[(triton.cdiv(T, block_m),)](q, k, v, out, T, k.shape[0], math.log2(math.e) / math.sqrt(D),
-                                       D=D, BLOCK_M=block_m, BLOCK_N=block_n)
-    return hints.to_numpy(out)
 
 
 # --- reference and diagnose (grader) ---------------------------------------------------------------
@@ -171,15 +121,15 @@ SOFTMAX = Exercise(
     target="triton_softmax",
     title="a row-softmax kernel",
     cases=(
-        Case("rows of a (4, 10) matrix", 2, _rows(4, 10, 0), _call_softmax, _softmax_reference, _diagnose_softmax,
+        Case("rows of a (4, 10) matrix", 2, _rows(4, 10, 0), calls.softmax_kernel, _softmax_reference, _diagnose_softmax,
              visualize=hints.single_heatmaps("softmax")),
-        Case("a width that is not a power of two (3, 33)", 2, _rows(3, 33, 1), _call_softmax, _softmax_reference,
+        Case("a width that is not a power of two (3, 33)", 2, _rows(3, 33, 1), calls.softmax_kernel, _softmax_reference,
              _diagnose_softmax),
-        Case("large logits (about 1000) give no NaN", 2, _rows(2, 16, 2, magnitude=1000.0), _call_softmax,
+        Case("large logits (about 1000) give no NaN", 2, _rows(2, 16, 2, magnitude=1000.0), calls.softmax_kernel,
              _softmax_reference, _diagnose_softmax),
-        Case("-inf entries get zero weight", 1, _rows(5, 12, 3, neg_inf_fraction=0.4), _call_softmax,
+        Case("-inf entries get zero weight", 1, _rows(5, 12, 3, neg_inf_fraction=0.4), calls.softmax_kernel,
              _softmax_reference, _diagnose_softmax, hidden=True),
-        Case("a single wide row (1, 100)", 1, _rows(1, 100, 4, magnitude=5.0), _call_softmax, _softmax_reference,
+        Case("a single wide row (1, 100)", 1, _rows(1, 100, 4, magnitude=5.0), calls.softmax_kernel, _softmax_reference,
              _diagnose_softmax, hidden=True),
     ),
     forbidden=_SHORTCUTS,
@@ -190,17 +140,17 @@ ATTENTION = Exercise(
     target="triton_single_head_attention",
     title="the online-softmax loop of a FlashAttention kernel",
     cases=(
-        Case("T = S = 16, D = 16 (one block)", 2, _qkv(16, 16, 16, 10), _call_attention, _attention_reference,
+        Case("T = S = 16, D = 16 (one block)", 2, _qkv(16, 16, 16, 10), calls.attention_kernel, _attention_reference,
              _diagnose_attention),
-        Case("several key blocks: T = 20, S = 50, D = 32", 3, _qkv(20, 50, 32, 11), _call_attention,
+        Case("several key blocks: T = 20, S = 50, D = 32", 3, _qkv(20, 50, 32, 11), calls.attention_kernel,
              _attention_reference, _diagnose_attention),
-        Case("a single query (T = 1, S = 33)", 1, _qkv(1, 33, 16, 12), _call_attention, _attention_reference,
+        Case("a single query (T = 1, S = 33)", 1, _qkv(1, 33, 16, 12), calls.attention_kernel, _attention_reference,
              _diagnose_attention),
-        Case("large scores: the running max must be tracked", 2, _qkv(16, 48, 16, 13, magnitude=6.0), _call_attention,
+        Case("large scores: the running max must be tracked", 2, _qkv(16, 48, 16, 13, magnitude=6.0), calls.attention_kernel,
              _attention_reference, _diagnose_attention),
-        Case("T = 40, S = 70, D = 64", 2, _qkv(40, 70, 64, 14), _call_attention, _attention_reference,
+        Case("T = 40, S = 70, D = 64", 2, _qkv(40, 70, 64, 14), calls.attention_kernel, _attention_reference,
              _diagnose_attention, hidden=True),
-        Case("large scores, many key blocks", 2, _qkv(17, 90, 32, 15, magnitude=5.0), _call_attention,
+        Case("large scores, many key blocks", 2, _qkv(17, 90, 32, 15, magnitude=5.0), calls.attention_kernel,
              _attention_reference, _diagnose_attention, hidden=True),
     ),
     forbidden=_SHORTCUTS,

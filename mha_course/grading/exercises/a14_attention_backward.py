@@ -19,9 +19,10 @@ import math
 import numpy as np
 
 from .. import hints
+from ..calls import a14_attention_backward as calls
 from ..spec import Assignment, Case, Exercise
 
-_NAMES = ("dq", "dk", "dv")
+_NAMES = calls.NAMES  # one home: the call module
 _LEGENDS = ("[..., T, D]", "[..., S, D]", "[..., S, Dv]")
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -46,25 +47,6 @@ def _qkv(lead, T, S, D, Dv, seed, dtype=np.float64):
                 "grad_out": rng.standard_normal((*lead, T, Dv)).astype(dtype)}
 
     return make
-
-
-# --- call (submission process) --------------------------------------------------------------------
-
-
-def _call_jacobian(target, inputs):
-    import torch
-
-    return hints.to_numpy(target(torch.from_numpy(inputs["p"].copy())), "J")
-
-
-def _call_backward(target, inputs):
-    import torch
-
-    args = [torch.from_numpy(inputs[n].copy()) for n in ("q", "k", "v", "grad_out")]
-    result = target(*args)
-    if not isinstance(result, (tuple, list)) or len(result) != 3:
-        raise TypeError(f"attention_backward must return (dq, dk, dv), got {type(result).__name__}")
-    return tuple(hints.to_numpy(x, n) for x, n in zip(result, _NAMES, strict=True))
 
 
 # --- reference and diagnose (grader) ---------------------------------------------------------------
@@ -143,16 +125,16 @@ def _diagnose_backward(got, expected, inputs):
 
 def _jacobian_cases():
     return (
-        Case("J = diag(p) - p p^T for one row (S = 5)", 2, _probs((), 5, 0), _call_jacobian, _ref_jacobian,
+        Case("J = diag(p) - p p^T for one row (S = 5)", 2, _probs((), 5, 0), calls.softmax_jacobian, _ref_jacobian,
              _diagnose_jacobian),
-        Case("a batch of rows (3, S = 4)", 1, _probs((3,), 4, 1), _call_jacobian, _ref_jacobian,
+        Case("a batch of rows (3, S = 4)", 1, _probs((3,), 4, 1), calls.softmax_jacobian, _ref_jacobian,
              _diagnose_jacobian),
-        Case("S = 1", 1, _probs((2,), 1, 2), _call_jacobian, _ref_jacobian, _diagnose_jacobian, hidden=True),
+        Case("S = 1", 1, _probs((2,), 1, 2), calls.softmax_jacobian, _ref_jacobian, _diagnose_jacobian, hidden=True),
     )
 
 
 def _backward_cases():
-    c, r, d = _call_backward, _ref_backward, _diagnose_backward
+    c, r, d = calls.attention_backward, _ref_backward, _diagnose_backward
     return (
         Case("shapes: dq (T, D), dk (S, D), dv (S, Dv) with T, S, D, Dv all different", 2,
              _qkv((), 3, 5, 4, 2, 0), c, r, d),
