@@ -331,7 +331,8 @@ HONEST_IDIOMS = (
 
 def test_honest_idioms_get_full_marks_with_every_defence_on(tmp_path):
     require_sandbox()
-    nb = _inject(A03, define={"scaled_dot_product_attention": HONEST_IDIOMS})
+    nb = _inject(A03, define={"scaled_dot_product_attention": HONEST_IDIOMS}, replace=(  # the package-level names
+        "from mha_course.softmax import softmax, softmax_np", "from mha_course import softmax, softmax_np"))
     path = tmp_path / "idioms.ipynb"
     path.write_text(json.dumps(nb))
     out = tmp_path / "r.json"

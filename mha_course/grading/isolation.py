@@ -123,7 +123,14 @@ def _namespace_args() -> list[str]:
 
 _PACKAGE_INIT = '''"""mha_course as a submission sees it while being graded: `check` and the provided building blocks."""
 
+import importlib
+
 PROVIDED = {provided!r}
+EXPORTS = {exports!r}  # public names of the provided modules, as the real package exports them
+
+
+for _name, _module in EXPORTS.items():  # bound now, as the real package does (after the submodule's import)
+    globals()[_name] = getattr(importlib.import_module("mha_course." + _module), _name)
 
 
 def __getattr__(name):
@@ -206,7 +213,11 @@ def build_view(root: Path, call_modules: list[str], provided: tuple[str, ...]) -
     package = root / "mha_course"
     (package / "grading").mkdir(parents=True, exist_ok=True)
     (root / "extra").mkdir(exist_ok=True)
-    (package / "__init__.py").write_text(_PACKAGE_INIT.format(provided=tuple(provided)))
+    import mha_course
+
+    exports = {name: module for name, module in getattr(mha_course, "_EXPORTS", {}).items()
+               if f"mha_course.{module}" in inside and module != "grading.selfcheck"}
+    (package / "__init__.py").write_text(_PACKAGE_INIT.format(provided=tuple(provided), exports=exports))
     (package / "grading" / "__init__.py").write_text('"""The grader\'s submission runtime."""\n')
     (package / "grading" / "selfcheck.py").write_text(_SELFCHECK)
     for runtime in RUNTIME_FILES:

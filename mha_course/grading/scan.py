@@ -141,6 +141,18 @@ def _imported_names(node: ast.AST) -> list[str]:
     return []
 
 
+def _defining_module(name: str) -> str:
+    """``mha_course.softmax_np`` (a package-level name) -> ``mha_course.softmax.softmax_np``; others unchanged."""
+    parts = name.split(".")
+    if len(parts) == 2 and parts[0] == "mha_course":
+        import mha_course
+
+        module = getattr(mha_course, "_EXPORTS", {}).get(parts[1])
+        if module:
+            return f"mha_course.{module}.{parts[1]}"
+    return name
+
+
 def _matches(name: str, prefixes: tuple[str, ...] | list[str]) -> str | None:
     for prefix in prefixes:
         if name == prefix or name.startswith(prefix + "."):
@@ -218,7 +230,7 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
                 if _tampering(imported):
                     add(report.tampering, index, node, imported)
                 elif (imported.startswith("mha_course.") and imported not in _ALLOWED_GRADING
-                      and not _matches(imported, provided) and not (
+                      and not _matches(_defining_module(imported), provided) and not (
                           isinstance(node, ast.ImportFrom) and imported == node.module and node.module == "mha_course")):
                     add(report.imports, index, node, imported)
             if isinstance(node, ast.Name) and node.id in TAMPERING_BUILTINS:
