@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 LAB_ARGS ?=
 
-.PHONY: lab test sandbox clean-venv
+.PHONY: lab test sandbox gpu-check clean-venv
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ sandbox:
 
 test: $(STAMP) sandbox
 	$(PY) -m pytest -n 2 --dist loadfile --nbval-lax --nbval-current-env --nbval-cell-timeout=300 --timeout=900 --durations=15
+
+# On a machine with an NVIDIA GPU: CUDA tests, GPU benchmark, compile report, recorded in benchmarks/RESULTS.md.
+gpu-check: $(STAMP)
+	$(PY) benchmarks/gpu_check.py
 
 clean-venv:
 	rm -rf $(VENV)

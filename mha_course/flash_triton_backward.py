@@ -42,6 +42,24 @@ def _store_tile(base, rows, stride_row, n_rows, cols, stride_col, n_cols, tile):
 
 
 
+def _probabilities_t(q_base, do_base, LSE, batch_head, k, keys, key_ok, start_m, offs_m, dims, dims_v,
+                     stride_qt, stride_qd, stride_ot, stride_od, T, qk_scale_log2,
+                     D: tl.constexpr, DV: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """One query block seen from a key block: (rows, q, dO, P^T tile), P rebuilt from the saved lse."""
+    rows = start_m + offs_m  # (BLOCK_M,)
+    row_ok = rows < T
+    q = _load_tile(q_base, rows, stride_qt, T, dims, stride_qd, D)  # (BLOCK_M, BLOCK_D)
+    do = _load_tile(do_base, rows, stride_ot, T, dims_v, stride_od, DV)  # (BLOCK_M, BLOCK_DV)
+    # Padding rows get lse = +inf, so their probabilities come out as exactly 0.
+    lse = tl.load(LSE + batch_head * T + rows, mask=row_ok, other=float("inf"))  # (BLOCK_M,)
+    s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M) = S^T tile
+    p_t = tl.math.exp2(s_t * qk_scale_log2 - lse[None, :] * 1.4426950408889634)  # P^T tile
+    visible = key_ok[:, None] & row_ok[None, :]
+    if CAUSAL:
+        visible = visible & (keys[:, None] <= rows[None, :])
+    return rows, q, do, tl.where(visible, p_t, 0.0)
+
+
 def _dkdv_kernel(
     Q, K, V, DO, LSE, DELTA, DK_OUT, DV_OUT,
     stride_qb, stride_qh, stride_qt, stride_qd,
@@ -51,8 +69,15 @@ def _dkdv_kernel(
     num_heads, T, S, scale, qk_scale_log2,
     D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+    TWO_PASS: tl.constexpr = False,
 ):
-    """One program: dK and dV for BLOCK_N keys of one (batch, head), summed over every query block."""
+    """One program: dK and dV for BLOCK_N keys of one (batch, head), summed over every query block.
+
+    ``TWO_PASS`` walks the query blocks twice, dV first (stored), then dK, so that only one
+    (BLOCK_N, D) float32 accumulator is alive at a time: one more matmul per tile (P is rebuilt
+    twice) for about a third fewer live registers, which keeps Ampere's mma.sync version from
+    spilling at D = 128 (see ``python -m mha_course.gpu_report``).
+    """
     block_n = tl.program_id(0)
     batch_head = tl.program_id(1)
     b = batch_head // num_heads
@@ -67,38 +92,38 @@ def _dkdv_kernel(
     k_base = K + b * stride_kb + h * stride_kh
     v_base = V + b * stride_vb + h * stride_vh
     do_base = DO + b * stride_ob + h * stride_oh
+    dk_base = DK_OUT + b * stride_kb + h * stride_kh  # dK, dV have the layout (and strides) of K, V
+    dv_base = DV_OUT + b * stride_vb + h * stride_vh
 
     k = _load_tile(k_base, keys, stride_ks, S, dims, stride_kd, D)  # (BLOCK_N, BLOCK_D)
+    # In causal mode query i sees key j iff j <= i: query blocks before this key block see none of it.
+    first = (block_n * BLOCK_N // BLOCK_M) * BLOCK_M if CAUSAL else 0
+    if TWO_PASS:
+        dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
+        for start_m in range(first, T, BLOCK_M):
+            rows, q, do, p_t = _probabilities_t(q_base, do_base, LSE, batch_head, k, keys, key_ok, start_m, offs_m,
+                                                dims, dims_v, stride_qt, stride_qd, stride_ot, stride_od, T,
+                                                qk_scale_log2, D, DV, CAUSAL, PRECISION)
+            dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)  # (BLOCK_N, BLOCK_DV)
+        _store_tile(dv_base, keys, stride_vs, S, dims_v, stride_vd, DV, dv)
     v = _load_tile(v_base, keys, stride_vs, S, dims_v, stride_vd, DV)  # (BLOCK_N, BLOCK_DV)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
-    # In causal mode query i sees key j iff j <= i: query blocks before this key block see none of it.
-    first = (block_n * BLOCK_N // BLOCK_M) * BLOCK_M if CAUSAL else 0
     for start_m in range(first, T, BLOCK_M):
-        rows = start_m + offs_m  # (BLOCK_M,)
-        row_ok = rows < T
-        q = _load_tile(q_base, rows, stride_qt, T, dims, stride_qd, D)  # (BLOCK_M, BLOCK_D)
-        do = _load_tile(do_base, rows, stride_ot, T, dims_v, stride_od, DV)  # (BLOCK_M, BLOCK_DV)
-        # Padding rows get lse = +inf, so their probabilities come out as exactly 0.
-        lse = tl.load(LSE + batch_head * T + rows, mask=row_ok, other=float("inf"))  # (BLOCK_M,)
-        delta = tl.load(DELTA + batch_head * T + rows, mask=row_ok, other=0.0)  # (BLOCK_M,)
-
-        s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M) = S^T tile
-        p_t = tl.math.exp2(s_t * qk_scale_log2 - lse[None, :] * 1.4426950408889634)  # P^T tile
-        visible = key_ok[:, None] & row_ok[None, :]
-        if CAUSAL:
-            visible = visible & (keys[:, None] <= rows[None, :])
-        p_t = tl.where(visible, p_t, 0.0)
-
-        dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)  # (BLOCK_N, BLOCK_DV)
+        rows, q, do, p_t = _probabilities_t(q_base, do_base, LSE, batch_head, k, keys, key_ok, start_m, offs_m,
+                                            dims, dims_v, stride_qt, stride_qd, stride_ot, stride_od, T,
+                                            qk_scale_log2, D, DV, CAUSAL, PRECISION)
+        if not TWO_PASS:
+            dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)  # (BLOCK_N, BLOCK_DV)
+        delta = tl.load(DELTA + batch_head * T + rows, mask=rows < T, other=0.0)  # (BLOCK_M,)
         dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M) = dP^T tile
         ds_t = p_t * (dp_t - delta[None, :])  # (BLOCK_N, BLOCK_M)
         dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)  # (BLOCK_N, BLOCK_D)
 
     dk = dk * scale  # S = Q K^T * scale, so the scale reaches dK once, at the end
-    # dK, dV have the layout (and strides) of K, V
-    _store_tile(DK_OUT + b * stride_kb + h * stride_kh, keys, stride_ks, S, dims, stride_kd, D, dk)
-    _store_tile(DV_OUT + b * stride_vb + h * stride_vh, keys, stride_vs, S, dims_v, stride_vd, DV, dv)
+    _store_tile(dk_base, keys, stride_ks, S, dims, stride_kd, D, dk)
+    if not TWO_PASS:
+        _store_tile(dv_base, keys, stride_vs, S, dims_v, stride_vd, DV, dv)
 
 
 def _dq_kernel(
@@ -154,31 +179,44 @@ def _dq_kernel(
     _store_tile(DQ_OUT + b * stride_qb + h * stride_qh, rows, stride_qt, T, dims, stride_qd, D, dq)
 
 
-def _gpu_configs():
-    """Autotuning space for the backward kernels (CUDA only). Outputs are overwritten, never
-    accumulated across launches, so autotuning's repeated launches are harmless."""
+def _dkdv_configs():
+    """Autotuning space of the dK/dV kernel (CUDA only): every config is TWO_PASS, which compiles
+    without spills for D = 64 and 128, fp16 and bf16, on sm_80 and sm_90; the one-pass kernel
+    spills 48 B or more on sm_80 at D = 128 in every tile shape (``python -m mha_course.gpu_report``).
+    Outputs are overwritten, never accumulated across launches, so autotuning's repeated launches are harmless."""
+    return [
+        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "TWO_PASS": True}, num_warps=w, num_stages=s)
+        for bm, bn, w, s in [(16, 64, 8, 2), (32, 64, 8, 2), (64, 64, 8, 2), (16, 64, 8, 3), (32, 64, 8, 3),
+                             (16, 64, 4, 2)]
+    ]
+
+
+def _dq_configs():
+    """Autotuning space of the dQ kernel (CUDA only): 64 query rows and 8 warps keep the (BLOCK_M, D)
+    accumulator, q and dO in registers without spills (BLOCK_M = 128, or 4 warps, spill at D = 128)."""
     return [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bm, bn, w, s in [(32, 64, 4, 3), (64, 64, 4, 3), (32, 128, 8, 3), (64, 128, 8, 2),
-                             (64, 32, 4, 3), (128, 64, 8, 2), (16, 64, 4, 4)]
+        for bm, bn, w, s in [(64, 16, 8, 2), (64, 32, 8, 2), (64, 64, 8, 2), (64, 16, 8, 3), (64, 32, 8, 3),
+                             (64, 64, 8, 3)]
     ]
 
 
 if triton is not None:
     _load_tile = triton.jit(_load_tile)  # the kernels call them by these global names
     _store_tile = triton.jit(_store_tile)
+    _probabilities_t = triton.jit(_probabilities_t)
     _dkdv_jitted = triton.jit(_dkdv_kernel)
     _dq_jitted = triton.jit(_dq_kernel)
     _tuning_key = ["T", "S", "D", "DV", "CAUSAL"]
-    _dkdv_autotuned = (triton.autotune(configs=_gpu_configs(), key=_tuning_key)(_dkdv_jitted)
+    _dkdv_autotuned = (triton.autotune(configs=_dkdv_configs(), key=_tuning_key)(_dkdv_jitted)
                        if ON_GPU and not INTERPRETED else None)
-    _dq_autotuned = (triton.autotune(configs=_gpu_configs(), key=_tuning_key)(_dq_jitted)
+    _dq_autotuned = (triton.autotune(configs=_dq_configs(), key=_tuning_key)(_dq_jitted)
                      if ON_GPU and not INTERPRETED else None)
 
 
 def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
                    lse: torch.Tensor, grad_out: torch.Tensor, causal: bool, scale: float,
-                   block_m: int | None = None, block_n: int | None = None):
+                   block_m: int | None = None, block_n: int | None = None, two_pass: bool = False):
     """Launch the two backward kernels. Inputs are already checked (by ``triton_attention``).
 
     Args:
@@ -187,6 +225,8 @@ def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch
         grad_out: (B, H, T, Dv), dLoss/dout.
         causal, scale: as in the forward call.
         block_m, block_n: tile sizes (powers of two >= 16); autotuned on a GPU when omitted.
+        two_pass: with given block sizes, the dK/dV kernel's two-pass variant (``TWO_PASS``; autotuned
+            configs set it themselves).
 
     Returns:
         (dq, dk, dv) with the shapes and dtype of (q, k, v).
@@ -214,7 +254,8 @@ def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch
     else:
         block_m = block_m or (64 if ON_GPU else 32)
         block_n = block_n or (64 if ON_GPU else 32)
-        _dkdv_jitted[(triton.cdiv(S, block_n), B * H)](*dkdv_args, **meta, BLOCK_M=block_m, BLOCK_N=block_n)
+        _dkdv_jitted[(triton.cdiv(S, block_n), B * H)](*dkdv_args, **meta, BLOCK_M=block_m, BLOCK_N=block_n,
+                                                       TWO_PASS=two_pass)
         _dq_jitted[(triton.cdiv(T, block_m), B * H)](*dq_args, **meta, BLOCK_M=block_m, BLOCK_N=block_n)
     return dq, dk, dv
 

@@ -126,6 +126,7 @@ def test_lazy_export_is_the_function():
     assert mha_course.triton_attention is flash.triton_attention
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_gpu_large_matches_flash_backend(dtype):
@@ -196,6 +197,23 @@ def test_backward_block_sizes_do_not_change_the_gradients(block_m, block_n, caus
         assert_close(g, e, what=f"d{name} blocks ({block_m}, {block_n})")
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_two_pass_dkdv_gives_the_gradients_of_float64_autograd(causal, dtype):
+    """The dK/dV kernel's TWO_PASS variant (dV first, then dK; chosen by Ampere's autotune list)."""
+    from mha_course.flash_triton_backward import flash_backward
+
+    q, k, v = make_qkv(2, 2, 45, 37, 24, 40, dtype, seed=12)
+    grad_out = torch.randn(2, 2, 45, 40, generator=torch.Generator().manual_seed(13)).to(dtype)
+    scale = 24 ** -0.5
+    out, lse = flash.triton_attention(q, k, v, causal=causal, return_lse=True)
+    got = flash_backward(q, k, v, out, lse, grad_out, causal, scale, block_m=16, block_n=16, two_pass=True)
+    expected = grads_of(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                        q.double(), k.double(), v.double(), grad_out.double())
+    for name, g, e in zip("qkv", got, expected, strict=True):
+        assert_close(g, e.to(dtype), dtype=dtype, what=f"d{name} two-pass causal={causal}")
+
+
 def test_backward_with_a_broadcast_gradient_and_fewer_leading_dims():
     q, k, v = make_qkv(1, 3, 20, 20, 16, 16, torch.float32, seed=12)
     leaves = [x[0].clone().requires_grad_() for x in (q, k, v)]  # (H, T, D)
@@ -217,6 +235,7 @@ def test_only_inputs_that_need_gradients_build_a_graph():
     assert q.grad is not None and k.grad is None and v.grad is None
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_gpu_backward_matches_flash_backend(dtype):
