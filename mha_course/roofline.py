@@ -1,0 +1,118 @@
+"""A roofline model of attention on GPUs the learner may not have. A *model*: it predicts, it measures nothing.
+
+A kernel is bound by whichever runs out first: arithmetic (FLOPs / peak FLOP/s) or memory traffic
+(bytes / peak bandwidth). Its *arithmetic intensity* I = FLOPs / byte decides which; the GPU's
+*ridge point* peak_flops / peak_bandwidth is where the two meet::
+
+    time >= max(FLOPs / peak_flops, bytes / peak_bandwidth)
+    compute-bound when I > ridge, memory-bound when I < ridge
+
+For fused (FlashAttention-style) attention the bytes are the inputs and the output only; the
+(T, S) matrix never reaches memory:
+
+    prefill (T queries, S keys):  FLOPs = 4 B H T S D (halved when causal)
+                                  bytes = (B H T D + 2 B H_kv S D + B H T D) * element size
+    one decoding step (T = 1):    FLOPs = 4 B H S D,  bytes ~ 2 B H_kv S D * element size (the KV cache)
+
+so a decoding step does about 1 FLOP per byte of cache in MHA (H_kv = H, 2-byte elements): far below any GPU's
+ridge (hundreds of FLOPs per byte), which is why decoding is memory-bound and why multi-query and
+grouped-query attention (fewer K/V heads, H_kv < H) make it faster in proportion.
+
+Peak figures are the vendors' datasheet numbers for dense (not sparse) bf16 tensor-core math and
+memory bandwidth; real kernels reach a fraction of either.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .cost import attention_flops
+
+
+@dataclass(frozen=True)
+class GPU:
+    """Datasheet peaks of one GPU (dense bf16 tensor-core FLOP/s, memory bandwidth in bytes/s)."""
+
+    name: str
+    bf16_flops: float
+    bandwidth: float
+    source: str
+
+    @property
+    def ridge(self) -> float:
+        """FLOPs per byte above which a kernel is compute-bound on this GPU."""
+        return self.bf16_flops / self.bandwidth
+
+
+GPUS = {
+    "H100 SXM": GPU("H100 SXM", 989.4e12, 3.35e12, "NVIDIA H100 Tensor Core GPU datasheet: 989 TFLOP/s bf16 "
+                    "dense (1979 with sparsity), 3.35 TB/s HBM3"),
+    "A100 SXM 80GB": GPU("A100 SXM 80GB", 312e12, 2.039e12, "NVIDIA A100 Tensor Core GPU datasheet: 312 TFLOP/s "
+                         "bf16 dense (624 with sparsity), 2039 GB/s HBM2e"),
+    "L4": GPU("L4", 121e12, 300e9, "NVIDIA L4 Tensor Core GPU datasheet: 242 TFLOP/s bf16 with sparsity (121 "
+              "dense), 300 GB/s GDDR6"),
+}
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the roofline says about one attention call on one GPU."""
+
+    gpu: str
+    phase: str            # "prefill" | "decode"
+    flops: float
+    bytes: float
+    intensity: float      # FLOPs per byte
+    ridge: float
+    bound: str            # "compute" | "memory"
+    time_ms: float        # the roofline's lower bound on the time
+
+    @property
+    def compute_ms(self) -> float:
+        return self.flops / GPUS[self.gpu].bf16_flops * 1e3
+
+    @property
+    def memory_ms(self) -> float:
+        return self.bytes / GPUS[self.gpu].bandwidth * 1e3
+
+
+def _predict(gpu: str, phase: str, flops: float, nbytes: float) -> Prediction:
+    if gpu not in GPUS:
+        raise ValueError(f"unknown GPU {gpu!r}; known: {', '.join(GPUS)}")
+    device = GPUS[gpu]
+    intensity = flops / nbytes
+    time_s = max(flops / device.bf16_flops, nbytes / device.bandwidth)
+    return Prediction(gpu, phase, flops, nbytes, intensity, device.ridge,
+                      "compute" if intensity > device.ridge else "memory", time_s * 1e3)
+
+
+def _require_positive(**sizes: int) -> None:
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        if value <= 0:
+            raise ValueError(f"{name} must be positive, got {value}")
+
+
+def prefill(gpu: str, B: int, H: int, T: int, D: int, S: int | None = None, kv_heads: int | None = None,
+            causal: bool = False, element_bytes: int = 2) -> Prediction:
+    """Fused attention over T queries and S keys (S = T by default), H query heads, ``kv_heads`` K/V heads.
+
+    Bytes: Q and O (B, H, T, D) once each, K and V (B, kv_heads, S, D) once each.
+    """
+    S = T if S is None else S
+    kv_heads = H if kv_heads is None else kv_heads
+    _require_positive(B=B, H=H, T=T, D=D, S=S, kv_heads=kv_heads, element_bytes=element_bytes)
+    flops = attention_flops(B, H, T, D, S=S, causal=causal)
+    nbytes = (2 * B * H * T * D + 2 * B * kv_heads * S * D) * element_bytes
+    return _predict(gpu, "prefill", flops, nbytes)
+
+
+def decode_step(gpu: str, B: int, H: int, S: int, D: int, kv_heads: int | None = None,
+                element_bytes: int = 2) -> Prediction:
+    """One new token per sequence attending to a KV cache of S positions (the cache is read once)."""
+    kv_heads = H if kv_heads is None else kv_heads
+    _require_positive(B=B, H=H, S=S, D=D, kv_heads=kv_heads, element_bytes=element_bytes)
+    flops = attention_flops(B, H, 1, D, S=S)
+    nbytes = (2 * B * H * D + 2 * B * kv_heads * S * D) * element_bytes
+    return _predict(gpu, "decode", flops, nbytes)

@@ -1,0 +1,41 @@
+"""The roofline model: ridge points, which phase is bound by what, and what fewer K/V heads buy."""
+
+from __future__ import annotations
+
+import pytest
+
+from mha_course import roofline
+
+
+def test_ridge_points_follow_the_datasheets():
+    h100 = roofline.GPUS["H100 SXM"]
+    assert h100.ridge == pytest.approx(989.4e12 / 3.35e12)
+    assert 250 < h100.ridge < 350 and 100 < roofline.GPUS["A100 SXM 80GB"].ridge < 200
+
+
+def test_long_prefill_is_compute_bound_and_its_time_is_flops_over_peak():
+    p = roofline.prefill("H100 SXM", B=1, H=32, T=8192, D=128)
+    assert p.bound == "compute" and p.intensity > p.ridge
+    assert p.time_ms == pytest.approx(4 * 32 * 8192 * 8192 * 128 / 989.4e12 * 1e3)
+    assert roofline.prefill("H100 SXM", B=1, H=32, T=8192, D=128, causal=True).time_ms == pytest.approx(p.time_ms / 2)
+
+
+def test_a_decoding_step_is_memory_bound_at_about_one_flop_per_byte():
+    d = roofline.decode_step("H100 SXM", B=8, H=32, S=4096, D=128)
+    assert d.bound == "memory" and 0.9 < d.intensity < 1.01
+    assert d.time_ms == pytest.approx(d.memory_ms) and d.memory_ms > 100 * d.compute_ms
+
+
+def test_grouped_and_multi_query_attention_cut_decoding_time_by_the_kv_head_ratio():
+    mha = roofline.decode_step("A100 SXM 80GB", B=8, H=32, S=8192, D=128)
+    gqa = roofline.decode_step("A100 SXM 80GB", B=8, H=32, S=8192, D=128, kv_heads=8)
+    mqa = roofline.decode_step("A100 SXM 80GB", B=8, H=32, S=8192, D=128, kv_heads=1)
+    assert mha.time_ms / gqa.time_ms == pytest.approx(4, rel=0.01)
+    assert mha.time_ms / mqa.time_ms == pytest.approx(32, rel=0.05)
+
+
+@pytest.mark.parametrize("bad,error", [(dict(T=0), ValueError), (dict(T=2.0), TypeError), (dict(gpu="TPU"), ValueError)])
+def test_bad_input_is_refused(bad, error):
+    args = dict(gpu="L4", B=1, H=2, T=16, D=8) | bad
+    with pytest.raises(error):
+        roofline.prefill(**args)
