@@ -63,7 +63,7 @@ def _attacks(paths: dict[str, str]) -> dict[str, tuple[list[str], float]]:
         # the attacks' shell works inside the sandbox (else every attack below would prove nothing)
         "shell_works": ([SHELL + "sh('echo 1 > /scratch/canary; echo 1 > /tmp/canary2')",
                          "def add_arrays(a, b):\n    return a + b * int(open('/scratch/canary').read())"
-                         " * int(open('/scratch/canary2').read())\n", GOOD_DOUBLE], 6),
+                         " * int(open('/tmp/canary2').read())\n", GOOD_DOUBLE], 6),
         # escape: change the library, a classmate's notebook, the results; the grader's process
         "rewrite_library": ([SHELL + f"sh('echo \"def add_arrays(a, b): return a + b\" >> {repo}/mha_course/attention.py')",
                              WRONG_ADD, GOOD_DOUBLE], 2),

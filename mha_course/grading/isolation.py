@@ -11,7 +11,7 @@ security boundary of the grader is the kernel. Every submission process starts i
                  runtime, the assignment's call functions and its provided building blocks only.
                  solutions/, the exercise modules (hidden tests), the references, the grader,
                  other submissions and the results folder are not mounted at all.
-                 writable: a private tmpfs (/scratch, size-limited), gone with the sandbox.
+                 writable: two private size-limited tmpfs (/scratch, /tmp), gone with the sandbox.
     network      none (an empty network namespace: not even loopback is shared with the host)
     limits       memory, processes and CPU time through a cgroup where one is writable (root),
                  else rlimits; file size, open files, core dumps through rlimits; wall time by
@@ -467,7 +467,10 @@ class Sandbox:
 
 def _mounts(view: Path, res: Resources) -> list[str]:
     """bwrap arguments: the read-only system and Python, the view over mha_course, /scratch, /proc, /dev."""
-    args: list[str] = []
+    # The writable places first: a bind below them (a checkout under /tmp) then lands inside the tmpfs.
+    size = str(res.scratch_mb * 2**20)
+    args: list[str] = ["--perms", "1777", "--size", size, "--tmpfs", "/tmp",
+                       "--perms", "1777", "--size", size, "--tmpfs", SCRATCH]
     seen: set[str] = set()
 
     def ro(path: str | Path) -> None:
@@ -493,8 +496,7 @@ def _mounts(view: Path, res: Resources) -> list[str]:
     cache = _matplotlib_cache()
     if cache:
         args.extend(["--ro-bind", cache, f"{VIEW_EXTRA}-mplcache"])
-    args.extend(["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(res.scratch_mb * 2**20),
-                 "--tmpfs", SCRATCH, "--symlink", SCRATCH, "/tmp"])  # one writable place, one size limit
+    args.extend(["--proc", "/proc", "--dev", "/dev"])
     return args
 
 
