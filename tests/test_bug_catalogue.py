@@ -198,6 +198,9 @@ def _read_grades(path: Path) -> dict[str, tuple[float, float]]:
 
 
 def test_grader_catches_bugs_and_scores_solutions_and_exercises(tmp_path):
+    from grading_fake import require_sandbox
+
+    require_sandbox()
     submissions = tmp_path / "submissions"
     submissions.mkdir()
     expected_full, expected_zero, expected_loss = [], [], []
