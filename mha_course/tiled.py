@@ -15,11 +15,16 @@ as fast as torch's fused CPU kernel, whose time is mostly its two matrix product
    subtracted; the running maximum of the textbook online softmax exists only so that exp never
    overflows. The first attempt uses c = 0: no subtraction and no rescaling of acc, so a tile costs
    one matmul, ``exp2_`` in place, a row sum and a second matmul accumulating into acc in place.
-   l only grows, so if it ends inside [2^-60, 2^60] no term overflowed, and terms that underflowed
-   (below 2^-126) are negligible against l: the result is as accurate as with the maximum as shift.
-   Otherwise (scores beyond about +-40, or NaN) the block is redone in two passes, first its exact
-   row maxima m, then the same loop with c = m, where every row's largest term is 1 and l lies in
-   [1, S]. Typical inputs never need it, and the check costs one sync per query block, not per tile.
+   l only grows, so if it ends inside [2^-60, 2^60] no exponential overflowed, and terms that
+   underflowed (below 2^-126) are below 2^-66 of l, far under float32's precision; floating point
+   keeps the same *relative* precision at any magnitude, so the sums are as accurate as with the
+   maximum as shift. That alone does not cover acc: with scores of 40 (terms of e^40, about 2^58)
+   and values of 1e22, acc overflows float32 (1e22 * e^40 > 3.4e38) although l is fine, so acc must
+   also be finite. Otherwise (scores beyond about +-40, a huge value, or NaN) the block is redone in
+   two passes, first its exact row maxima m, then the same loop with c = m, where every row's largest
+   term is 1 and l lies in [1, S]. Typical inputs never need it, and the check costs one sync per
+   query block, not per tile. This fixed shift is an engineering shortcut on top of the online
+   softmax, not a different method: both compute exactly softmax(s) v.
 3. **Causal tiles in three kinds.** Keys before the block's first query i0 are in every query's past
    (no mask); keys from its end i1 on are in every query's future (skipped); the diagonal band
    [i0, i1) is masked. The band is cut into :data:`DIAGONAL_SPLIT` narrower tiles, each computed
@@ -128,7 +133,9 @@ def _tiled_forward(q, k, v, block_q: int, block_k: int, causal: bool, scale: flo
             _sweep(q_blk, k3, v3, tiles, i0, scratch, a, l, shift=None)  # c = 0 (trick 2)
             low, high = torch.aminmax(l)
             shift = None
-            if not (low.item() >= _LOW and high.item() <= _HIGH):  # NaN fails too
+            # l in range: no exponential overflowed; acc finite: no product with a huge value did (one sync)
+            exact = (low >= _LOW) & (high <= _HIGH) & torch.isfinite(a).all()  # NaN fails too
+            if not exact.item():
                 shift = _row_max(q_blk, k3, tiles, i0, scratch)  # (N, nq): redo with c = m
                 _sweep(q_blk, k3, v3, tiles, i0, scratch, a, l, shift)
             out[:, i0:i1] = a / l.unsqueeze(-1)

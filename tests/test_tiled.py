@@ -166,6 +166,18 @@ def test_half_precision_with_huge_scores_is_still_exact(dtype):
                      dtype=dtype, what=f"{dtype} causal={causal}")
 
 
+def test_huge_values_with_moderate_scores_take_the_exact_pass():
+    # Scores of 40 keep l = sum 2^(s log2 e) within range, but e^40 * 1e22 overflows float32's acc:
+    # the unshifted pass must not be trusted then (it used to return inf where SDPA gives 1e22).
+    q = torch.full((1, 1, 4, 1), 40.0)
+    k = torch.zeros(1, 1, 6, 1)
+    k[..., 0, 0] = 1.0  # one key scores 40, the others 0: l ~ e^40 ~ 2^58, inside the trusted range
+    v = torch.full((1, 1, 6, 2), 1e22)
+    out = tiled_attention(q, k, v, (2, 3), scale=1.0)
+    assert torch.isfinite(out).all()
+    assert_close(out, F.scaled_dot_product_attention(q, k, v, scale=1.0), what="out with |v| = 1e22")
+
+
 @given(T=st.integers(1, 30), S=st.integers(1, 30), bq=st.integers(1, 12), bk=st.integers(1, 12),
        causal=st.booleans(), log_q_scale=st.floats(-3.0, 2.5), seed=st.integers(0, 10**6))
 @FAST
