@@ -6,6 +6,8 @@ and then a test can never fail.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -56,3 +58,16 @@ def assert_close(actual, expected, *, dtype=None, what: str = "values") -> None:
         raise AssertionError(f"{what}: mismatch at {tuple(int(i) for i in worst)}: got {float(a64[worst]):.6g}, "
                              f"expected {float(e64[worst]):.6g} (atol={atol}, rtol={rtol}); "
                              f"max abs diff {float((a64 - e64)[finite].abs().max()):.3g}")
+
+
+def prediction(value: Any, course_answer: Any, name: str = "your prediction") -> Any:
+    """A learner's prediction in a "Check yourself" cell, or the course's answer while it is still ``...``.
+
+    The notebooks ship with ``...`` in place of each prediction, so that a learner predicts before
+    seeing an answer, while the notebook still runs top to bottom (the course's answers sit in a
+    collapsed cell above the check). Returns ``value`` unless it is ``...``.
+    """
+    if value is ...:
+        print(f"{name}: no prediction yet (still ...): checking the course's answer instead; write yours and rerun")
+        return course_answer
+    return value
