@@ -280,3 +280,18 @@ def test_cli_writes_json_csv_summary_and_exits_zero(fake, tmp_path):
     assert "failed" in (tmp_path / "summary.txt").read_text()
     assert main([str(tmp_path / "nothing-here"), "--json", str(tmp_path / "r2.json")]) == 2
     assert json.loads((tmp_path / "r2.json").read_text())["score"] == 0
+
+
+def test_class_summary_never_averages_across_assignments():
+    from mha_course.grading.grader import SubmissionResult, TestResult
+
+    def result(assignment, score, points):
+        test = TestResult("ex", "Ex", "case", points, score, "passed" if score == points else "failed",
+                          "passed" if score == points else "mask inverted", False)
+        return SubmissionResult(path=f"{assignment}-{score}.ipynb", assignment=assignment, tests=[test],
+                                max_points=points)
+
+    summary = class_summary([result("a01", 10, 10), result("a01", 4, 10), result("a04", 1, 2)])
+    assert "a01: 2 graded, mean 7.0 / 10, median 7" in summary
+    assert "a04: 1 graded, mean 1.0 / 2, median 1" in summary
+    assert "mean score" not in summary and "1x mask inverted" in summary

@@ -120,28 +120,40 @@ def write_csv(path: str | Path, results: list[SubmissionResult]) -> None:
     write_atomic(path, buf.getvalue())
 
 
-def class_summary(results: list[SubmissionResult], top: int = 2) -> str:
-    """What the class gets wrong: per test, how many submissions lost it and the commonest hints."""
+def class_summary(results: list[SubmissionResult], top: int = 2, limit: int = 15) -> str:
+    """What the class gets wrong, one block per assignment (never averaged across assignments).
+
+    Per assignment: how many were graded, the mean and median score out of its maximum, then its
+    ``limit`` most-failed tests with their ``top`` commonest hints.
+    """
     graded = [r for r in results if not r.error]
     lines = [f"{len(results)} submission(s), {len(graded)} graded, {len(results) - len(graded)} could not be graded"]
-    if graded:
-        mean = sum(r.score for r in graded) / len(graded)
-        lines.append(f"mean score {mean:.1f} / {max(r.max_score for r in graded):g}")
-    failures: dict[str, Counter] = {}
-    totals: Counter = Counter()
+    by_assignment: dict[str, list[SubmissionResult]] = {}
     for r in graded:
-        for t in r.tests:
-            totals[t.name] += 1
-            if t.status != "passed":
-                failures.setdefault(t.name, Counter())[t.output] += 1
-    if not failures:
-        lines.append("every graded test passed in every submission")
-        return "\n".join(lines)
-    lines.append("tests most often failed (failed / graded, then the commonest messages):")
-    for name, hints in sorted(failures.items(), key=lambda item: (-sum(item[1].values()), item[0])):
-        lines.append(f"  {sum(hints.values())}/{totals[name]}  {name}")
-        for hint, count in hints.most_common(top):
-            lines.append(f"        {count}x {hint[:160]}")
+        by_assignment.setdefault(r.assignment or "?", []).append(r)
+    for key, group in sorted(by_assignment.items()):
+        scores = sorted(r.score for r in group)
+        median = scores[len(scores) // 2] if len(scores) % 2 else (scores[len(scores) // 2 - 1] + scores[len(scores) // 2]) / 2
+        lines.append(f"{key}: {len(group)} graded, mean {sum(scores) / len(scores):.1f} / "
+                     f"{max(r.max_score for r in group):g}, median {median:g}")
+        failures: dict[str, Counter] = {}
+        totals: Counter = Counter()
+        for r in group:
+            for t in r.tests:
+                totals[t.name] += 1
+                if t.status != "passed":
+                    failures.setdefault(t.name, Counter())[t.output] += 1
+        if not failures:
+            lines.append("  every graded test passed in every submission")
+            continue
+        ranked = sorted(failures.items(), key=lambda item: (-sum(item[1].values()), item[0]))
+        lines.append("  tests most often failed (failed / graded, then the commonest messages):")
+        for name, hints in ranked[:limit]:
+            lines.append(f"  {sum(hints.values())}/{totals[name]}  {name}")
+            for hint, count in hints.most_common(top):
+                lines.append(f"        {count}x {hint[:160]}")
+        if len(ranked) > limit:
+            lines.append(f"  ... and {len(ranked) - limit} more failing tests")
     return "\n".join(lines)
 
 
