@@ -43,6 +43,16 @@ def mha_forward(target, inputs):
     return to_numpy_pair(result)
 
 
+def mha_forward_key_only(target, inputs):
+    """``module(query, key)`` with ``value`` left out: it must default to ``key`` -> (out, weights)."""
+    import torch
+
+    module = build_module(target, inputs, PROJ, sample="query")
+    with torch.no_grad():
+        result = module(torch.from_numpy(inputs["query"].copy()), torch.from_numpy(inputs["key"].copy()))
+    return to_numpy_pair(result)
+
+
 def mha_layout(target, inputs):
     """(the four projections' [out, in, bias size] rows, the module's parameter count) of ``MultiHeadAttention(E, H)``."""
     module = target(inputs["E"], inputs["H"])

@@ -147,7 +147,7 @@ def _cases(call, call_unchanged, torch_version: bool):
         Case("3-D input along axis 1", 1, _random((2, 3, 4), 5, axis=1), call, _reference, _diagnose, hidden=True),
         Case("square matrix (4, 4)", 1, _random((4, 4), 6, scale=3.0), call, _reference, _diagnose, hidden=True),
         Case("rows of very different magnitude", 1, _fixed([[1000.0, 1001.0, 1003.0], [0.0, 1.0, 2.0]]), call,
-             _reference, _diagnose, hidden=True),
+             _reference, _diagnose),
         Case("-inf entries get zero weight", 1, _with_neg_inf((4, 6), 7, fully_masked_row=None), call, _reference,
              _diagnose, hidden=True),
         Case("a single vector (5,)", 1, _random((5,), 8, scale=2.0), call, _reference, _diagnose, hidden=True),

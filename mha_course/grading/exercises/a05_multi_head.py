@@ -121,7 +121,7 @@ MERGE = Exercise(
 _PROJ = calls.PROJ  # one home: the call module
 
 
-def _mha_inputs(B, T, S, E, H, seed, mask_kind=None, self_attention=False, dtype=np.float32):
+def _mha_inputs(B, T, S, E, H, seed, mask_kind=None, self_attention=False, dtype=np.float32, value_is_key=False):
     def make():
         rng = hints.rng(seed)
         inputs = {"E": E, "H": H, "self_attention": self_attention}
@@ -131,6 +131,8 @@ def _mha_inputs(B, T, S, E, H, seed, mask_kind=None, self_attention=False, dtype
         inputs["query"] = rng.standard_normal((B, T, E)).astype(dtype)
         inputs["key"] = inputs["query"] if self_attention else rng.standard_normal((B, S, E)).astype(dtype)
         inputs["value"] = inputs["query"] if self_attention else rng.standard_normal((B, S, E)).astype(dtype)
+        if value_is_key:  # forward(query, key): the value defaults to the key
+            inputs["value"] = inputs["key"]
         S_ = T if self_attention else S
         if mask_kind is None:
             inputs["mask"] = None
@@ -267,6 +269,8 @@ MHA = Exercise(
              calls.mha_forward, _ref_mha, _diagnose_mha, visualize=_heat),
         Case("cross-attention: T=4 queries, S=6 keys, key != value", 2, _mha_inputs(2, 4, 6, 12, 3, 2), calls.mha_forward,
              _ref_mha, _diagnose_mha, visualize=_heat),
+        Case("forward(query, key): value left out defaults to key", 1, _mha_inputs(2, 4, 6, 12, 3, 9, value_is_key=True),
+             calls.mha_forward_key_only, _ref_mha, _diagnose_mha),
         Case("causal mask (T, T)", 1, _mha_inputs(2, 5, 5, 12, 3, 3, "causal", self_attention=True), calls.mha_forward,
              _ref_mha, _diagnose_mha, visualize=_heat),
         Case("padding mask (B, 1, 1, S)", 1, _mha_inputs(3, 4, 6, 12, 3, 4, "padding"), calls.mha_forward, _ref_mha,
