@@ -295,3 +295,29 @@ def test_class_summary_never_averages_across_assignments():
     assert "a01: 2 graded, mean 7.0 / 10, median 7" in summary
     assert "a04: 1 graded, mean 1.0 / 2, median 1" in summary
     assert "mean score" not in summary and "1x mask inverted" in summary
+
+
+def test_common_exceptions_become_hints():
+    import torch
+
+    from mha_course.grading.hints import exception_hint, with_exception_hint
+    from mha_course.grading.scoring import exception_line
+
+    def line(fn):
+        try:
+            fn()
+        except Exception as exc:
+            return exception_line(exc)
+        raise AssertionError("no error")
+
+    inputs = {"q": np.zeros((2, 3, 4)), "k": np.zeros((2, 5, 4))}
+    no_transpose = line(lambda: torch.randn(3, 5) @ torch.randn(3, 4))  # dK = dS @ Q with dS (S, T)... untransposed
+    assert "transpose" in exception_hint(no_transpose, inputs)
+    batched_T = line(lambda: torch.randn(2, 3, 4) @ torch.randn(2, 5, 4).permute(2, 1, 0))  # what k.T does
+    assert ".transpose(-2, -1)" in exception_hint(batched_T, inputs)
+    t_for_s = line(lambda: torch.randn(2, 3, 5) * torch.randn(2, 5, 5))
+    assert "T = 3 queries and S = 5 keys" in exception_hint(t_for_s, inputs)
+    no_keepdims = line(lambda: np.ones((3, 5)) - np.ones(3))
+    assert "keepdims" in exception_hint(no_keepdims)
+    assert exception_hint("ValueError: something else") is None
+    assert with_exception_hint("ValueError: something else") == "ValueError: something else"

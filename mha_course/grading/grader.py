@@ -424,7 +424,8 @@ class _Grading:
             kind = reply.get("kind")
             if kind == "not_implemented":
                 return _row(exercise, case, 0, "not attempted", "not attempted yet (NotImplementedError)")
-            return _row(exercise, case, 0, "failed", str(reply.get("error", "failed"))[:500])
+            return _row(exercise, case, 0, "failed", hints.with_exception_hint(str(reply.get("error", "failed"))[:500],
+                                                                               inputs)[:900])
         try:
             got = wire.unpack(reply["structure"], out)
         except (ValueError, KeyError, TypeError) as exc:

@@ -127,7 +127,10 @@ def run_case(case: Any, obj: Any, forbidden: tuple[str, ...] = ()) -> tuple[Row,
     except Exception as exc:
         if tripwire.tripped:
             return Row(case.name, case.points, 0, "failed", tripwire.explanation(), case.hidden), None, inputs
-        return Row(case.name, case.points, 0, "failed", exception_line(exc), case.hidden), None, inputs
+        from .hints import with_exception_hint
+
+        return Row(case.name, case.points, 0, "failed", with_exception_hint(exception_line(exc), inputs),
+                   case.hidden), None, inputs
     hint = judge(case, got, inputs)
     if hint is None:
         return Row(case.name, case.points, case.points, "passed", "", case.hidden), got, inputs
