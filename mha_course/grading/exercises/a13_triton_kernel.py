@@ -91,21 +91,27 @@ def _diagnose_attention(got, expected, inputs):
          "the scores are scaled by log2(e)/sqrt(D) but exponentiated with exp: use tl.math.exp2 (or drop log2(e))"),
         (lambda: _no_rescale(q, k, v), "the accumulator is not rescaled: when the running max grows, multiply "
          "l_i and acc by exp2(m_old - m_new) before adding the new block"),
+        (lambda: _no_rescale(q, k, v, rescale_l=True), "l_i is rescaled but acc is not: when the running max grows, "
+         "acc must be multiplied by the same alpha = exp2(m_old - m_new) before adding p @ v"),
+        (lambda: _no_rescale(q, k, v, rescale_acc=True), "acc is rescaled but l_i is not: when the running max "
+         "grows, l_i must be multiplied by the same alpha = exp2(m_old - m_new) before adding the new row sums"),
     ]
     return hints.compare(got, expected, "output", "[T, D]", alternatives=alternatives)
 
 
-def _no_rescale(q, k, v, block_n=16):
-    """What the kernel returns when l and acc are never rescaled by exp(m_old - m_new)."""
+def _no_rescale(q, k, v, block_n=16, rescale_l=False, rescale_acc=False):
+    """What the kernel returns when l and/or acc are not rescaled by alpha = exp(m_old - m_new)."""
     scores = q @ k.T / math.sqrt(q.shape[-1])  # (T, S)
     m = np.full(q.shape[0], -np.inf)
     acc, l_sum = np.zeros((q.shape[0], v.shape[1])), np.zeros(q.shape[0])
     for start in range(0, k.shape[0], block_n):
         block = scores[:, start:start + block_n]
-        m = np.maximum(m, block.max(axis=1))
-        p = np.exp(block - m[:, None])
-        l_sum += p.sum(axis=1)
-        acc += p @ v[start:start + block_n]
+        m_new = np.maximum(m, block.max(axis=1))
+        alpha = np.exp(m - m_new)  # (T,): 0 for the first block (m = -inf)
+        p = np.exp(block - m_new[:, None])
+        l_sum = (l_sum * alpha if rescale_l else l_sum) + p.sum(axis=1)
+        acc = (acc * alpha[:, None] if rescale_acc else acc) + p @ v[start:start + block_n]
+        m = m_new
     return (acc / l_sum[:, None]).astype(np.float32)
 
 
