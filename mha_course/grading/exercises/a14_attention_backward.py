@@ -97,7 +97,13 @@ def _diagnose_jacobian(got, expected, inputs):
     alternatives = [(lambda: p[..., :, None] * np.eye(p.shape[-1]), "only diag(p): subtract the outer product p p^T"),
                     (lambda: -p[..., :, None] * p[..., None, :], "only -p p^T: add diag(p)"),
                     (lambda: np.eye(p.shape[-1]) - p[..., :, None] * p[..., None, :],
-                     "diag(1) - p p^T: the diagonal is p_i (1 - p_i), i.e. diag(p), not the identity")]
+                     "diag(1) - p p^T: the diagonal is p_i (1 - p_i), i.e. diag(p), not the identity"),
+                    (lambda: p[..., :, None] * np.eye(p.shape[-1]) + p[..., :, None] * p[..., None, :],
+                     "diag(p) + p p^T: the outer product enters with a minus sign, J = diag(p) - p p^T"),
+                    (lambda: (p * (1 - p))[..., :, None] * np.eye(p.shape[-1]),
+                     "only the diagonal p_i (1 - p_i): the off-diagonal entries are -p_i p_j (J = diag(p) - p p^T)"),
+                    (lambda: np.eye(p.shape[-1]) - np.ones_like(p)[..., :, None] * p[..., None, :],
+                     "I - 1 p^T is the Jacobian of log-softmax; softmax's is diag(p) - p p^T")]
     return hints.compare(got, expected, "J", "[..., S, S]", alternatives=alternatives)
 
 
