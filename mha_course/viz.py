@@ -110,17 +110,17 @@ def _cmap_with_nan(cmap):
 
 
 def _heatmap(ax, matrix, query_labels, key_labels, *, cmap, vmin, vmax, annotate,
-             show_x=True, show_y=True, colorbar=True, colorbar_label=None):
-    """Draw one (T, S) heatmap on ``ax``; returns the image."""
+             show_x=True, show_y=True, colorbar=True, colorbar_label=None, axis_names=("query (T)", "key (S)")):
+    """Draw one (T, S) heatmap on ``ax``; returns the image. ``axis_names``: (rows, columns) labels."""
     T, S = matrix.shape
     image = ax.imshow(np.ma.masked_invalid(matrix), cmap=_cmap_with_nan(cmap), vmin=vmin, vmax=vmax,
                       aspect="auto", interpolation="nearest")
     _ticks(ax, key_labels, S, "x", show_x)
     _ticks(ax, query_labels, T, "y", show_y)
     if show_x:
-        ax.set_xlabel("key (S)")
+        ax.set_xlabel(axis_names[1])
     if show_y:
-        ax.set_ylabel("query (T)")
+        ax.set_ylabel(axis_names[0])
     if annotate is None:
         annotate = T * S <= _ANNOTATE_MAX_CELLS
     if annotate:
@@ -268,7 +268,8 @@ def _worst_slice(yours: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, n
 
 def plot_side_by_side(yours, expected, query_labels: Sequence[str] | None = None,
                       key_labels: Sequence[str] | None = None, title: str | None = None,
-                      names: tuple[str, str] = ("yours", "expected"), annotate: bool | None = None):
+                      names: tuple[str, str] = ("yours", "expected"), annotate: bool | None = None,
+                      value_name: str = "weight", axis_names: tuple[str, str] = ("query (T)", "key (S)")):
     """Three panels: your weights, the expected weights, and their difference (yours - expected).
 
     Used by the self-check when a learner's attention weights are wrong: the difference panel
@@ -284,6 +285,8 @@ def plot_side_by_side(yours, expected, query_labels: Sequence[str] | None = None
         title: figure title (the worst index is appended when there are leading dims).
         names: titles of the first two panels.
         annotate: write numbers into the cells; None = only for small matrices.
+        value_name, axis_names: what the colour and the (row, column) axes mean, for matrices that are
+            not attention weights (an output is (query, feature), a position table (position, coordinate)).
 
     Returns:
         the matplotlib Figure; axes 0-2 are the panels (then their colorbars).
@@ -312,7 +315,7 @@ def plot_side_by_side(yours, expected, query_labels: Sequence[str] | None = None
     vmin, vmax = _value_range(mine, ref)
     for ax, matrix, name in zip(axes[:2], (mine, ref), names, strict=True):
         _heatmap(ax, matrix, query_labels, key_labels, cmap="viridis", vmin=vmin, vmax=vmax,
-                 annotate=annotate, colorbar_label="weight")
+                 annotate=annotate, colorbar_label=value_name, axis_names=axis_names)
         nan_count = int(np.isnan(matrix).sum())
         ax.set_title(name if not nan_count else f"{name} ({nan_count} NaN, magenta)")
     difference = mine - ref
@@ -323,7 +326,7 @@ def plot_side_by_side(yours, expected, query_labels: Sequence[str] | None = None
     floor = _DIFF_COLOR_FLOOR * max(vmax - vmin, abs(vmin), abs(vmax), 1e-12)
     limit = max(largest, floor)
     _heatmap(axes[2], difference, query_labels, key_labels, cmap="RdBu_r", vmin=-limit, vmax=limit,
-             annotate=annotate, colorbar_label="difference")
+             annotate=annotate, colorbar_label="difference", axis_names=axis_names)
     axes[2].set_title(f"{names[0]} - {names[1]} (max |diff| {largest:.2g})")
     suptitle = title or ""
     if index:

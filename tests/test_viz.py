@@ -300,3 +300,12 @@ def test_interactive_rejects_bad_arguments():
         viz.interactive("not a function")
     with pytest.raises(TypeError, match="sequence of keyword-argument dicts"):
         viz.interactive(lambda tau=1.0: None, static={"tau": 1.0})
+
+
+def test_side_by_side_names_what_is_not_attention_weights():
+    import numpy as np
+
+    fig = viz.plot_side_by_side(np.zeros((3, 4)), np.ones((3, 4)), value_name="value",
+                                axis_names=("position", "coordinate"))
+    assert (fig.axes[0].get_ylabel(), fig.axes[0].get_xlabel()) == ("position", "coordinate")
+    assert [a.get_ylabel() for a in fig.axes[3:]] == ["value", "value", "difference"]

@@ -327,7 +327,8 @@ def compare_pair(got: Any, expected: Sequence[np.ndarray], names: tuple[str, str
     return compare(a, ea, names[0], legends[0], alternatives[0], check_dtype, dtype)
 
 
-def _side_by_side(got: Any, expected: Any, title: str) -> Any:
+def _side_by_side(got: Any, expected: Any, title: str, value_name: str = "weight",
+                  axis_names: tuple[str, str] = ("query (T)", "key (S)")) -> Any:
     """viz.plot_side_by_side of the learner's and the expected (..., T, S) arrays, or None.
 
     None when ``got`` is not numeric, has another shape than ``expected`` (the shape hint says
@@ -341,7 +342,7 @@ def _side_by_side(got: Any, expected: Any, title: str) -> Any:
         viz,  # matplotlib is loaded in the learner's kernel only, never in the submission process
     )
 
-    return viz.plot_side_by_side(arr, exp, title=title)
+    return viz.plot_side_by_side(arr, exp, title=title, value_name=value_name, axis_names=axis_names)
 
 
 def pair_heatmaps(index: int, title: str = "attention weights") -> Callable[[Any, Any, Any], Any]:
@@ -355,9 +356,14 @@ def pair_heatmaps(index: int, title: str = "attention weights") -> Callable[[Any
     return visualize
 
 
-def single_heatmaps(title: str) -> Callable[[Any, Any, Any], Any]:
-    """A ``visualize`` hook: yours / expected / difference heatmaps of a single returned array."""
-    return lambda got, expected, inputs: _side_by_side(got, expected, title)
+def single_heatmaps(title: str, value_name: str = "weight",
+                    axis_names: tuple[str, str] = ("query (T)", "key (S)")) -> Callable[[Any, Any, Any], Any]:
+    """A ``visualize`` hook: yours / expected / difference heatmaps of a single returned array.
+
+    ``value_name`` and ``axis_names`` say what the colour and the (row, column) axes are, when the
+    array is not attention weights.
+    """
+    return lambda got, expected, inputs: _side_by_side(got, expected, title, value_name, axis_names)
 
 
 # --- errors the learner's code raised, turned into advice (self-check and grader) -----------------

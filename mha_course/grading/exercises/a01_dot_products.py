@@ -114,7 +114,7 @@ def _diagnose_scaled_dtype(got, expected, inputs):
                          check_dtype=True)
 
 
-_heat = hints.single_heatmaps("scores")
+_heat = hints.single_heatmaps("scores", value_name="score")
 
 DOT_SCORES = Exercise(
     key="dot_scores_np",

@@ -124,7 +124,7 @@ _UNCHANGED = hints.unchanged_case(_reference, _diagnose, "your function changed 
 
 # --- cases ----------------------------------------------------------------------------------------
 
-_heat = hints.single_heatmaps("softmax")
+_heat = hints.single_heatmaps("softmax", value_name="probability", axis_names=("row", "entry"))
 
 
 def _cases(call, call_unchanged, torch_version: bool):

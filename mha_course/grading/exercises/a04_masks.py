@@ -46,7 +46,7 @@ def _diagnose_causal(got, expected, inputs):
     ])
 
 
-_mask_heat = hints.single_heatmaps("mask (True = may attend)")
+_mask_heat = hints.single_heatmaps("mask (True = may attend)", value_name="may attend")
 
 CAUSAL = Exercise(
     key="causal_mask",

@@ -100,8 +100,8 @@ def _mask_picture(got, expected, inputs):
     arr, hint = hints.as_array(got)
     if hint or np.shape(got) != np.shape(expected):
         return None
-    return hints.single_heatmaps("cross-attention mask (True = may read)")(arr[:, 0], np.asarray(expected)[:, 0],
-                                                                          inputs)
+    return hints.single_heatmaps("cross-attention mask (True = may read)", value_name="may read")(
+        arr[:, 0], np.asarray(expected)[:, 0], inputs)
 
 
 MASK = Exercise(
@@ -368,7 +368,7 @@ def _without_before(inputs):
 _UNCHANGED = hints.unchanged_case(_ref_without, _diagnose_without, "your function changed mha (its weights or "
                                   "head_gate) or query, key, value in place: switch the head off in the heads you "
                                   "computed, never in mha itself", _without_before)
-_out_heat = hints.single_heatmaps("output with the head switched off")
+_out_heat = hints.single_heatmaps("output with the head switched off", value_name="value", axis_names=("query (T)", "feature (E)"))
 
 WITHOUT = Exercise(
     key="without_head",

@@ -148,7 +148,7 @@ SINUSOIDAL = Exercise(
     title="Sinusoidal positions",
     cases=(
         Case("a (6, 8) table matches the formula", 2, _sizes(6, 8), calls.sinusoidal_positions, _reference_sinusoidal,
-             _diagnose_sinusoidal, visualize=hints.single_heatmaps("sinusoidal positions")),
+             _diagnose_sinusoidal, visualize=hints.single_heatmaps("sinusoidal positions", value_name="value", axis_names=("position", "coordinate"))),
         Case("a single position (1, 4)", 1, _sizes(1, 4), calls.sinusoidal_positions, _reference_sinusoidal,
              _diagnose_sinusoidal),
         Case("long and wide (64, 32)", 2, _sizes(64, 32), calls.sinusoidal_positions, _reference_sinusoidal,

@@ -128,7 +128,7 @@ SOFTMAX = Exercise(
     title="a row-softmax kernel",
     cases=(
         Case("rows of a (4, 10) matrix", 2, _rows(4, 10, 0), calls.softmax_kernel, _softmax_reference, _diagnose_softmax,
-             visualize=hints.single_heatmaps("softmax")),
+             visualize=hints.single_heatmaps("softmax", value_name="probability", axis_names=("row", "column"))),
         Case("a width that is not a power of two (3, 33)", 2, _rows(3, 33, 1), calls.softmax_kernel, _softmax_reference,
              _diagnose_softmax),
         Case("large logits (about 1000) give no NaN", 2, _rows(2, 16, 2, magnitude=1000.0), calls.softmax_kernel,
