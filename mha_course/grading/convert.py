@@ -45,6 +45,17 @@ def to_numpy_pair(result: Any, names: tuple[str, str] = ("out", "weights")) -> t
     return to_numpy(result[0], names[0]), to_numpy(result[1], names[1])
 
 
+def linear_layer(module: Any, name: str, missing: str) -> Any:
+    """``module.<name>`` when it has a ``weight`` (an nn.Linear or alike); else AttributeError(missing).
+
+    ``missing`` may use ``{name}`` and ``{found}`` (the type name of what is there instead).
+    """
+    layer = getattr(module, name, None)
+    if layer is None or not hasattr(layer, "weight"):
+        raise AttributeError(missing.format(name=repr(name), found=type(layer).__name__))
+    return layer
+
+
 def load_linear(module: Any, name: str, weight: np.ndarray, bias: np.ndarray) -> None:
     """Copy a grader-supplied weight (out, in) and bias (out,) into ``module.<name>`` (an nn.Linear).
 
@@ -53,9 +64,7 @@ def load_linear(module: Any, name: str, weight: np.ndarray, bias: np.ndarray) ->
     """
     import torch  # the submission process has torch; importing here keeps this module NumPy-only
 
-    layer = getattr(module, name, None)
-    if layer is None or not hasattr(layer, "weight"):
-        raise AttributeError(f"the module needs a linear layer named {name!r} (an nn.Linear), found {type(layer).__name__}")
+    layer = linear_layer(module, name, "the module needs a linear layer named {name} (an nn.Linear), found {found}")
     if getattr(layer, "bias", None) is None:
         raise ValueError(f"{name} has no bias: create it as nn.Linear(..., bias=True)")
     for param, value, what in ((layer.weight, weight, "weight"), (layer.bias, bias, "bias")):
@@ -89,3 +98,19 @@ def with_inputs_after(result: Any, after: Sequence[Any]) -> tuple[Any, tuple[np.
     compares them with the inputs it sent), never decided here.
     """
     return result, tuple(to_numpy(a) for a in after)
+
+
+def exception_line(exc: BaseException) -> str:
+    """``"TypeError: message"``: the last line of a traceback, without the traceback.
+
+    Used in the submission process too, where an exception may be hostile: if its ``str`` raises,
+    only its type is named.
+    """
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}): the code called sys.exit() / exit()"
+    try:
+        text = str(exc).strip().splitlines()
+    except BaseException:
+        text = []
+    name = type(exc).__name__
+    return f"{name}: {text[-1]}" if text else name

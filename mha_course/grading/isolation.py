@@ -47,7 +47,7 @@ VIEW_EXTRA = "/run/grader"                           # extra modules (an assignm
 NOBODY = 65534
 
 # Files of mha_course/grading/ that run inside the sandbox (everything else there is the grader's).
-RUNTIME_FILES = tuple(f for f in ("wire.py", "guard.py", "convert.py", "sandbox.py") if (PACKAGE_DIR / "grading" / f).is_file())
+RUNTIME_FILES = ("wire.py", "guard.py", "convert.py", "sandbox.py")
 
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap; "
                 "it needs unprivileged user namespaces, or root)")
@@ -222,10 +222,8 @@ def build_view(root: Path, call_modules: list[str], provided: tuple[str, ...]) -
     (package / "grading" / "selfcheck.py").write_text(_SELFCHECK)
     for runtime in RUNTIME_FILES:
         shutil.copyfile(PACKAGE_DIR / "grading" / runtime, package / "grading" / runtime)
-    calls = PACKAGE_DIR / "grading" / "calls" / "__init__.py"
-    if calls.is_file():
-        (package / "grading" / "calls").mkdir(exist_ok=True)
-        shutil.copyfile(calls, package / "grading" / "calls" / "__init__.py")
+    (package / "grading" / "calls").mkdir(exist_ok=True)
+    shutil.copyfile(PACKAGE_DIR / "grading" / "calls" / "__init__.py", package / "grading" / "calls" / "__init__.py")
     for name in inside:
         source = _module_file(name)
         target = package.parent / Path(*name.split(".")).with_suffix(".py")
@@ -353,7 +351,7 @@ def cgroup_available() -> str | None:
     return kind
 
 
-def _rlimits(res: Resources, isolated: bool) -> list[tuple[int, int]]:
+def _rlimits(res: Resources) -> list[tuple[int, int]]:
     limits = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, res.file_mb * 2**20),
               (resource.RLIMIT_NOFILE, res.open_files), (resource.RLIMIT_CPU, res.cpu_seconds)]
     if os.getuid() != 0:  # root's processes are exempt from RLIMIT_NPROC; a cgroup limits them instead
@@ -406,7 +404,7 @@ class Sandbox:
             env.update(HOME=scratch, TMPDIR=scratch, MPLCONFIGDIR=os.path.join(scratch, ".matplotlib"),
                        MHA_COURSE_SCRATCH=scratch, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
             command = python
-        limits = _rlimits(res, view is not None)
+        limits = _rlimits(res)
         group = self.cgroup
 
         def prepare() -> None:  # runs in the child between fork and exec: system calls only

@@ -42,7 +42,7 @@ def gradescope(result: SubmissionResult) -> dict:
         lines.append(f"{result.title} ({result.assignment}, version {result.version}): "
                      f"{result.score:g} / {result.max_score:g} points")
     lines += [f"- {note}" for note in result.notes]
-    if result.isolation and not result.isolation.get("kind") == "bubblewrap":
+    if result.isolation and result.isolation.get("kind") != "bubblewrap":
         lines.append(f"- {result.isolation.get('summary', 'graded without isolation')}")
     return {"score": result.score, "max_score": result.max_score, "execution_time": round(result.execution_time, 3),
             "output": "\n".join(lines), "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,

@@ -37,6 +37,7 @@ import traceback
 from typing import Any
 
 from . import wire
+from .convert import exception_line
 from .guard import Tripwire, guarded
 
 SCRATCH = "/scratch"
@@ -70,12 +71,7 @@ def error_text(exc: BaseException) -> str:
     """
     if isinstance(exc, SystemExit):
         return f"SystemExit({str(exc.code)[:60]!r}): the code called sys.exit() / exit()"
-    try:
-        lines = str(exc).strip().splitlines()
-    except BaseException:
-        lines = []
-    name = type(exc).__name__
-    text = f"{name}: {lines[-1]}" if lines else name
+    text = exception_line(exc)
     try:
         own = [f for f in traceback.extract_tb(exc.__traceback__) if str(f.filename).startswith("<cell ")]
     except BaseException:

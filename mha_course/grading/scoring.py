@@ -19,17 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from .convert import exception_line  # noqa: F401  (one definition, shared with the submission runtime)
 from .spec import Case
-
-
-def exception_line(exc: BaseException) -> str:
-    """``"TypeError: message"``: the last line of a traceback, without the traceback."""
-    text = str(exc).strip().splitlines()
-    message = text[-1] if text else ""
-    name = type(exc).__name__
-    if isinstance(exc, SystemExit):
-        return f"SystemExit({exc.code!r}): the code called sys.exit() / exit()"
-    return f"{name}: {message}" if message else name
 
 
 def _structure_hint(got: Any, expected: Any, where: str = "the output") -> str | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..convert import build_module, to_numpy
+from ..convert import build_module, linear_layer, to_numpy
 
 # The published module's four linear layers, in the order the grader's inputs and the layout case use them.
 LAYERS = ("query", "key", "value", "combine")
@@ -34,9 +34,7 @@ def mha_layout(target, inputs):
     module = target(inputs["E"], inputs["H"])
     rows = []
     for name in LAYERS:
-        layer = getattr(module, name, None)
-        if layer is None or not hasattr(layer, "weight"):
-            raise AttributeError(f"keep the published layer {name!r} (an nn.Linear)")
+        layer = linear_layer(module, name, "keep the published layer {name} (an nn.Linear)")
         rows.append(list(layer.weight.shape))
     # The constructor comes with the exercise, so the layers alone earn nothing: the point is for
     # keeping them *while* repairing forward. An unedited forward raises NotImplementedError here

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..convert import build_module, to_numpy, to_numpy_pair
+from ..convert import build_module, linear_layer, to_numpy, to_numpy_pair
 
 # The module's four projections, in the order the grader's inputs and the layout case use them.
 PROJ = ("q_proj", "k_proj", "v_proj", "out_proj")
@@ -58,9 +58,7 @@ def mha_layout(target, inputs):
     module = target(inputs["E"], inputs["H"])
     rows = []
     for name in PROJ:
-        layer = getattr(module, name, None)
-        if layer is None or not hasattr(layer, "weight"):
-            raise AttributeError(f"the module needs an nn.Linear named {name!r}")
+        layer = linear_layer(module, name, "the module needs an nn.Linear named {name}")
         bias = getattr(layer, "bias", None)
         rows.append([*layer.weight.shape, 0 if bias is None else bias.numel()])
     n_params = sum(p.numel() for p in module.parameters())
