@@ -7,7 +7,10 @@ STAMP := $(VENV)/.installed-stamp
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 LAB_ARGS ?=
 
-.PHONY: lab test sandbox gpu-check clean-venv
+NBGRADER_VENV := .venv-nbgrader
+NBGRADER_STAMP := $(NBGRADER_VENV)/.installed-stamp
+
+.PHONY: lab test lint sandbox nbgrader gpu-check clean-venv
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,12 +36,23 @@ sandbox:
 		echo "      tests are skipped. Install it: sudo apt-get install bubblewrap (Debian/Ubuntu), sudo dnf install bubblewrap (Fedora)."; \
 	fi
 
-test: $(STAMP) sandbox
-	$(PY) -m pytest -n 2 --dist loadfile --nbval-lax --nbval-current-env --nbval-cell-timeout=300 --timeout=900 --durations=15
+# nbgrader (for the interop test) in an environment of its own that sees .venv's packages through a
+# .pth file: only what nbgrader adds is installed, and the learner's .venv stays free of its extensions.
+$(NBGRADER_STAMP): requirements-nbgrader.txt $(STAMP)
+	@test -x $(NBGRADER_VENV)/bin/python || $(PY) -m venv $(NBGRADER_VENV)
+	$(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > \
+		"$$($(NBGRADER_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_course_venv.pth"
+	$(NBGRADER_VENV)/bin/python -m pip install --disable-pip-version-check -q -r requirements-nbgrader.txt
+	@touch $(NBGRADER_STAMP)
+
+nbgrader: $(NBGRADER_STAMP)
+
+test: $(STAMP) sandbox $(NBGRADER_STAMP)
+	MHA_COURSE_REQUIRE_NBGRADER=1 $(PY) -m pytest -n 2 --dist loadfile --nbval-lax --nbval-current-env --nbval-cell-timeout=300 --timeout=900 --durations=15
 
 # On a machine with an NVIDIA GPU: CUDA tests, GPU benchmark, compile report, recorded in benchmarks/RESULTS.md.
 gpu-check: $(STAMP)
 	$(PY) benchmarks/gpu_check.py
 
 clean-venv:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(NBGRADER_VENV)

@@ -1,20 +1,27 @@
-"""``python -m mha_course.grade SUBMISSION.ipynb [MORE ...]``: grade notebooks, each in its own sandbox.
+"""``python -m mha_course.grade SUBMISSIONS ... [--assignment KEY] [--roster CSV]``: grade a class, each notebook in its own sandbox.
 
 Each submission runs inside bubblewrap's sandbox (own namespaces, uid nobody, no network, a
 read-only view without the grader, the hidden tests or the answers; time, memory and process
 limits); results come back as plain arrays and are compared here. Where bubblewrap cannot run,
-grading is refused unless ``--unsafe-no-isolation`` is given; the output says which isolation ran. The assignment is read from the notebook's metadata, so a renamed
-copy grades the same. Folders are searched for ``*.ipynb`` (recursively, checkpoints skipped).
+grading is refused unless ``--unsafe-no-isolation`` is given; the output says which isolation ran.
+
+A folder is a class as a learning platform downloads it: each first-level folder (or flat file)
+is one student (see :mod:`mha_course.grading.collect`), keyed by its path, so students whose files
+share a name never overwrite each other. ``--assignment KEY`` grades one assignment: a notebook of
+another assignment, a missing notebook or a broken link gets a row saying so, never a silent
+skip; without it, each notebook is graded as the assignment its metadata names.
 
 Every test that passes is run again on fresh random inputs of the same kind (``--seed`` fixes
-them), so memorised answers gain nothing.
+them; the CSV records it), so memorised answers gain nothing.
 
-Outputs: a table per submission (one submission) or a progress bar and a class summary (many);
-``--json`` writes Gradescope's results.json (several notebooks are merged into one result);
-``--csv`` a gradebook with a column per exercise; ``--summary`` what the class gets wrong;
-``--results-dir`` one results.json per submission. The exit status is 0 whenever grading ran,
-however the submissions scored; 2 for a usage error (e.g. no notebook found); 3 when submissions
-cannot be isolated here (bubblewrap missing or refused) and ``--unsafe-no-isolation`` was not given.
+Outputs: a table (one submission) or a progress bar and a class summary (many); ``--csv`` a
+gradebook (student, file, a column per exercise, total, seed, isolation, notes); ``--report`` an
+HTML class report with its Markdown twin; ``--feedback-dir`` one Markdown file per submission for
+the student; ``--results-dir`` one Gradescope results.json per submission; ``--json`` one merged
+results.json; ``--grades-out`` the roster back with the grade filled in (Canvas/Moodle import);
+``--overrides`` per-student decisions applied on every (re)grade. Exit status 0 whenever grading
+ran, however the submissions scored; 2 for a usage error; 3 when submissions cannot be isolated
+here and ``--unsafe-no-isolation`` was not given.
 """
 
 from __future__ import annotations
@@ -23,16 +30,23 @@ import argparse
 import sys
 from pathlib import Path
 
-from .grading.grader import Isolator, Limits, grade_many
+from .grading import notebook, registry
+from .grading.collect import Submission, collect
+from .grading.feedback import feedback_markdown
+from .grading.grader import Isolator, Limits, SubmissionResult, grade_many
 from .grading.isolation import IsolationError
+from .grading.report import write_report
 from .grading.results import (
     class_summary,
     gradescope,
     merged_gradescope,
+    results_file_name,
     text_report,
+    write_atomic,
     write_csv,
     write_json,
 )
+from .grading.roster import Roster, apply_overrides, read_overrides, read_roster, write_grades
 
 
 def find_notebooks(paths: list[str]) -> list[Path]:
@@ -47,19 +61,66 @@ def find_notebooks(paths: list[str]) -> list[Path]:
     return found
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
+def _identify(rows: list[Submission], roster: Roster | None) -> list[str]:
+    """Fill in the roster's id and name; returns the roster's students without a submission."""
+    if roster is None:
+        return []
+    seen = set()
+    for row in rows:
+        student = roster.find(row.student)
+        if student is None:
+            row.notes.append(f"{row.student} is not in the roster")
+            continue
+        row.student_id, row.student_name = student.student_id, student.name
+        seen.add(student.student_id)
+    return [s.name or s.student_id for s in roster.students if s.student_id not in seen]
+
+
+def _feedback(results: list[SubmissionResult], folder: Path) -> None:
+    """One Markdown feedback file per submission, named like its results.json."""
+    for r in results:
+        cells, targets = [], {}
+        if not r.error:
+            try:
+                cells = notebook.code_cells(notebook.load(r.path))
+                targets = {e.key: e.target for e in registry.get_assignment(r.assignment).exercises}
+            except (ValueError, OSError, KeyError):
+                pass
+        name = results_file_name(r).removesuffix(".results.json") + ".feedback.md"
+        write_atomic(folder / name, feedback_markdown(r, cells, targets))
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m mha_course.grade",
-        description="Grade submission notebooks, each in its own sandboxed process; the assignment is read from "
-                    "the notebook's metadata, so any file name works. Exit status 0 whenever grading ran (failing "
-                    "tests are not an error), 2 when no notebook was found.")
-    parser.add_argument("submissions", nargs="+", help="notebooks, or folders searched for *.ipynb (recursively)")
+        description="Grade submission notebooks, each in its own sandbox. A folder is a class: each first-level "
+                    "folder or file is one student. Exit status 0 whenever grading ran (failing tests are not an "
+                    "error), 2 for a usage error, 3 when submissions cannot be isolated here.")
+    parser.add_argument("submissions", nargs="+", help="notebooks, or folders of a class (searched recursively)")
+    parser.add_argument("--assignment", metavar="KEY",
+                        help="grade this assignment only (e.g. a04_masks): other assignments' notebooks, missing "
+                             "notebooks and unreadable files get a row saying so")
+    parser.add_argument("--one-submission", action="store_true",
+                        help="everything given is one student's submission (a Gradescope upload)")
+    parser.add_argument("--roster", type=Path,
+                        help="class list CSV (id column, optional name and match columns; a Canvas or Moodle "
+                             "export works) to name each student")
+    parser.add_argument("--overrides", type=Path,
+                        help="CSV of student,exercise,points,reason rows (points 'waive' to excuse) applied to "
+                             "this run")
+    parser.add_argument("--csv", type=Path, help="write the gradebook (one row per student and assignment)")
+    parser.add_argument("--report", type=Path,
+                        help="write the class report here (HTML), with a Markdown twin and histograms beside it")
+    parser.add_argument("--feedback-dir", type=Path, help="write one Markdown feedback file per submission here")
+    parser.add_argument("--grades-out", type=Path,
+                        help="write the roster back with a grade column filled in (for the platform's import)")
+    parser.add_argument("--grade-column", help="the grade column of --grades-out (default: 'Grade' when the "
+                                               "roster has one, as Moodle's worksheet does, else the assignment key)")
+    parser.add_argument("--summary", type=Path, help="write the per-test class summary (text) here")
+    parser.add_argument("--results-dir", type=Path,
+                        help="write one Gradescope results.json per submission here (names unique per student)")
     parser.add_argument("--json", type=Path,
                         help="write Gradescope's results.json here (several notebooks: one merged result)")
-    parser.add_argument("--csv", type=Path, help="write the gradebook (one row per submission) here")
-    parser.add_argument("--summary", type=Path, help="write the per-test class summary here")
-    parser.add_argument("--results-dir", type=Path, help="write <notebook>.results.json per submission here")
     parser.add_argument("--workers", type=int, default=2, help="submissions graded in parallel (default 2)")
     parser.add_argument("--case-timeout", type=float, default=Limits.case_timeout,
                         help=f"seconds per test case (default {Limits.case_timeout:g})")
@@ -82,18 +143,33 @@ def main(argv: list[str] | None = None) -> int:
                         help="grade even where bubblewrap's sandbox cannot run: submissions then run as plain "
                              "processes that can read and change this machine's files (only for code you trust)")
     parser.add_argument("--quiet", action="store_true",
-                        help="no progress bar, no per-test table and no line per notebook (the class summary of a "
-                             "folder is still printed)")
-    args = parser.parse_args(argv)
+                        help="no progress bar, no per-test table and no line per notebook (the class summary "
+                             "and the seed are still printed)")
+    return parser
 
-    paths = find_notebooks(args.submissions)
-    missing = [p for p in paths if not p.is_file()]
-    if missing or not paths:
-        print(f"error: no notebook at {', '.join(map(str, missing)) or ' '.join(args.submissions)}", file=sys.stderr)
-        if args.json:  # Gradescope still gets a result it can show
-            write_json(args.json, {"score": 0, "max_score": 0, "output": "No notebook was found in the submission.",
-                                   "tests": []})
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = _parser().parse_args(argv)
+    fail_json = (lambda text: write_json(args.json, {"score": 0, "max_score": 0, "output": text, "tests": []})) \
+        if args.json else (lambda text: None)  # Gradescope still gets a result it can show
+    try:
+        if args.assignment:
+            registry.get_assignment(args.assignment)
+        roster = read_roster(args.roster) if args.roster else None
+        overrides = read_overrides(args.overrides) if args.overrides else []
+        names = {a.key: a.notebook for a in registry.assignments()}
+        rows = collect(args.submissions, args.assignment, args.one_submission, names)
+    except (FileNotFoundError, ValueError, KeyError) as exc:
+        message = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
+        print(f"error: {message}", file=sys.stderr)
+        fail_json(f"Could not grade: {message}")
         return 2
+    if not rows or all(r.problem and r.path is None for r in rows) and not args.assignment:
+        print(f"error: no notebook in {' '.join(args.submissions)}", file=sys.stderr)
+        fail_json("No notebook was found in the submission.")
+        return 2
+    missing = _identify(rows, roster)
     limits = Limits(case_timeout=args.case_timeout, cell_timeout=args.cell_timeout,
                     notebook_timeout=args.notebook_timeout, memory_mb=args.memory_mb,
                     submission_timeout=args.submission_timeout, batch_timeout=args.batch_timeout)
@@ -101,43 +177,63 @@ def main(argv: list[str] | None = None) -> int:
         isolator = Isolator(unsafe_no_isolation=args.unsafe_no_isolation)
     except IsolationError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        if args.json:
-            write_json(args.json, {"score": 0, "max_score": 0, "tests": [],
-                                   "output": "The grader could not isolate submissions on this machine; ask your "
-                                             "instructor (" + str(exc)[:300] + ")"})
+        fail_json("The grader could not isolate submissions on this machine; ask your instructor ("
+                  + str(exc)[:300] + ")")
         return 3
     if not args.quiet or not isolator.walls.isolated:
         print(f"isolation: {isolator.walls.summary()}", file=sys.stderr if not isolator.walls.isolated else sys.stdout)
     try:
-        results = grade_many(paths, limits, workers=args.workers, progress=not args.quiet and len(paths) > 1,
+        results = grade_many(rows, limits, workers=args.workers, progress=not args.quiet and len(rows) > 1,
                              seed=-1 if args.seed is None else args.seed, isolator=isolator)
     finally:
         isolator.close()
+    apply_overrides(results, overrides)
+    _write_outputs(args, results, roster, missing)
+    if results:  # also with --quiet: the seed reproduces this run
+        print(f"fresh inputs drawn with --seed {results[0].seed}")
+    return 0
 
+
+def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None, missing: list[str]) -> None:
     if len(results) == 1 and not args.quiet:
         print(text_report(results[0]))
     elif len(results) > 1:
-        for r in results:
-            status = f"error: {r.error}" if r.error else f"{r.score:g} / {r.max_score:g}"
-            if not args.quiet:
-                print(f"{r.path}: {status}")
+        if not args.quiet:
+            for r in results:
+                status = f"error: {r.error}" if r.error else f"{r.score:g} / {r.max_score:g}"
+                print(f"{r.key or r.path}: {status}")
         print(class_summary(results))
+    if missing:
+        print(f"no submission from {len(missing)} student(s) of the roster: {', '.join(missing)}")
     if args.results_dir:
         for r in results:
-            write_json(args.results_dir / f"{Path(r.path).stem}.results.json", gradescope(r))
+            write_json(args.results_dir / results_file_name(r), gradescope(r))
+    if args.feedback_dir:
+        _feedback(results, args.feedback_dir)
+        print(f"feedback: {args.feedback_dir}/")
     if args.csv:
         write_csv(args.csv, results)
         print(f"gradebook: {args.csv}")
+    if args.report:
+        write_report(args.report, results, missing, write_atomic, write_atomic)
+        print(f"class report: {args.report} (and {args.report.with_suffix('.md')})")
+    if args.grades_out and roster is not None:
+        column = args.grade_column or ("Grade" if "Grade" in roster.columns else (args.assignment or "grade"))
+        grades = {}
+        for r in results:
+            if r.student_id and not r.error:
+                grades[r.student_id] = grades.get(r.student_id, 0.0) + r.score
+        write_grades(args.grades_out, roster, grades, column, write_atomic)
+        print(f"grades for import: {args.grades_out} (column {column!r})")
+    elif args.grades_out:
+        print("--grades-out needs --roster (the platform's class list, written back with the grades)",
+              file=sys.stderr)
     if args.summary:
-        args.summary.parent.mkdir(parents=True, exist_ok=True)
-        args.summary.write_text(class_summary(results) + "\n", encoding="utf-8")
+        write_atomic(args.summary, class_summary(results) + "\n")
         print(f"class summary: {args.summary}")
     if args.json:  # last: nothing a submission wrote can replace it (none of its processes is left)
         write_json(args.json, merged_gradescope(results))
         print(f"results.json: {args.json}")
-    if results:  # also with --quiet: the seed reproduces this run
-        print(f"fresh inputs drawn with --seed {results[0].seed}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ by cheating; the honest submission graded alongside shows the batch went on.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, write_submission
@@ -84,7 +85,7 @@ def outcome(tmp_path_factory):
         status = main([str(folder), "--json", str(results_path), "--results-dir", str(root / "each"),
                        "--csv", str(root / "grades.csv"), "--quiet", "--case-timeout", "2", "--cell-timeout", "3",
                        "--notebook-timeout", "20", "--memory-mb", "512", "--workers", "2"])
-    each = {p.name.removesuffix(".results.json"): json.loads(p.read_text()) for p in (root / "each").iterdir()}
+    each = {Path(d["extra_data"]["submission"]).stem: d for d in (json.loads(p.read_text()) for p in (root / "each").iterdir())}
     return status, json.loads(results_path.read_text()), each
 
 
@@ -96,14 +97,14 @@ def test_batch_finishes_with_exit_zero(outcome):
 @pytest.mark.parametrize("name", list(CHEATS))
 def test_cheat_gains_nothing(outcome, name):
     data = outcome[2][name]
-    assert data["max_score"] == FULL
+    assert data["extra_data"]["max_score"] == FULL
     assert data["score"] == CHEATS[name][1], json.dumps(data["tests"], indent=1)
 
 
 def test_results_json_is_the_graders_own(outcome):
     _, merged, each = outcome
     assert merged["score"] == sum(d["score"] for d in each.values()) < 100
-    assert merged["max_score"] == FULL * len(CHEATS)
+    assert merged["extra_data"]["max_score"] == FULL * len(CHEATS)
 
 
 def test_cheats_are_explained(outcome):

@@ -140,7 +140,7 @@ def batch(tmp_path_factory):
         except OSError:
             pass
     listener.close()
-    each = {p.name.removesuffix(".results.json"): json.loads(p.read_text()) for p in (out / "each").glob("*.json")}
+    each = {Path(d["extra_data"]["submission"]).stem: d for d in (json.loads(p.read_text()) for p in (out / "each").glob("*.json"))}
     return {"proc": proc, "wall": wall, "attacks": attacks, "each": each, "before": before,
             "after": _tree_digest(*watched), "left": left, "written": written,
             "final": (out / "results.json").read_text() if (out / "results.json").exists() else "",

@@ -235,7 +235,7 @@ def batch(tmp_path_factory):
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    each = {p.name.removesuffix(".results.json"): json.loads(p.read_text()) for p in (root / "each").glob("*.json")}
+    each = {Path(d["extra_data"]["submission"]).stem: d for d in (json.loads(p.read_text()) for p in (root / "each").glob("*.json"))}
     return {"proc": proc, "wall": wall, "written": written, "after": results.read_text() if results.exists() else "",
             "left": left, "each": each, "csv": root / "grades.csv"}
 
@@ -271,12 +271,12 @@ def test_cheat_gains_nothing(batch, name):
     data = batch["each"][name]
     assert _exercise_score(data, exercise) <= cap, json.dumps(data["tests"], indent=1)[:3000]
     if name != "honest":
-        assert data["score"] < data["max_score"]
+        assert data["score"] < data["extra_data"]["max_score"]
 
 
 def test_honest_submission_gets_full_marks(batch):
     data = batch["each"]["honest"]
-    assert data["score"] == data["max_score"]
+    assert data["score"] == data["extra_data"]["max_score"]
 
 
 @pytest.mark.parametrize("name", list(BUGS))
@@ -339,4 +339,4 @@ def test_honest_idioms_get_full_marks_with_every_defence_on(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "mha_course.grade", str(path), "--json", str(out), "--quiet"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     data = json.loads(out.read_text())
-    assert proc.returncode == 0 and data["score"] == data["max_score"] > 0, json.dumps(data, indent=1)[:3000]
+    assert proc.returncode == 0 and data["score"] == data["extra_data"]["max_score"] > 0, json.dumps(data, indent=1)[:3000]

@@ -43,7 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import hints, isolation, notebook, registry, wire
+from . import hints, isolation, notebook, registry, similarity, wire
+from .collect import Submission
 from .guard import explain
 from .scan import ScanReport, scan
 from .scoring import judge
@@ -95,20 +96,47 @@ class SubmissionResult:
     execution_time: float = 0.0
     max_points: float = 0.0
     isolation: dict = field(default_factory=dict)   # what walls the submission ran behind (Walls.as_dict)
+    # Who and where (a class run; see collect.py): the path relative to the folder graded, the student.
+    key: str = ""
+    student: str = ""
+    student_id: str = ""
+    student_name: str = ""
+    copied: list[str] = field(default_factory=list)  # graded functions equal to the library's reference
+    # The instructor's overrides: exercise key (or "*", the whole submission) -> points, None = waived.
+    adjustments: dict[str, float | None] = field(default_factory=dict)
+
+    def raw_exercise_scores(self) -> dict[str, tuple[float, float]]:
+        """Exercise key -> (score, max) as graded, before overrides."""
+        scores: dict[str, tuple[float, float]] = {}
+        for t in self.tests:
+            got, most = scores.get(t.exercise, (0.0, 0.0))
+            scores[t.exercise] = (got + t.score, most + t.points)
+        return scores
+
+    def exercise_scores(self) -> dict[str, float]:
+        """Exercise key -> points, overrides applied (a waived exercise is left out)."""
+        scores = {}
+        for key, (got, _) in self.raw_exercise_scores().items():
+            if key in self.adjustments:
+                if self.adjustments[key] is None:
+                    continue
+                got = self.adjustments[key]
+            scores[key] = got
+        return scores
 
     @property
     def score(self) -> float:
-        return sum(t.score for t in self.tests)
+        if "*" in self.adjustments:
+            return self.adjustments["*"] or 0.0
+        return sum(self.exercise_scores().values())
 
     @property
     def max_score(self) -> float:
-        return max(self.max_points, sum(t.points for t in self.tests))
-
-    def exercise_scores(self) -> dict[str, float]:
-        scores: dict[str, float] = {}
-        for t in self.tests:
-            scores[t.exercise] = scores.get(t.exercise, 0.0) + t.score
-        return scores
+        if "*" in self.adjustments and self.adjustments["*"] is None:
+            return 0.0
+        waived = sum(most for key, (_, most) in self.raw_exercise_scores().items()
+                     if key in self.adjustments and self.adjustments[key] is None)
+        return max(self.max_points, sum(t.points for t in self.tests)) - waived
 
 
 # --- the sandboxes and one submission process ---------------------------------------------------
@@ -469,7 +497,8 @@ def new_seed() -> int:
 
 
 def grade_notebook(path: str | Path, limits: Limits | None = None, isolator: Isolator | None = None,
-                   seed: int | None = -1, unsafe_no_isolation: bool = False) -> SubmissionResult:
+                   seed: int | None = -1, unsafe_no_isolation: bool = False,
+                   grade_as: str | None = None) -> SubmissionResult:
     """Grade one submission notebook; never raises for a bad submission.
 
     Args:
@@ -479,6 +508,8 @@ def grade_notebook(path: str | Path, limits: Limits | None = None, isolator: Iso
         seed: the salt of the fresh inputs every passing case is run on again; -1 (default) draws
             one (:func:`new_seed`), None skips the second run.
         unsafe_no_isolation: with no ``isolator``, run submissions without bubblewrap's sandbox.
+        grade_as: the assignment key to grade a notebook *without* assignment metadata as (a
+            notebook whose metadata names an assignment is always graded as that one).
 
     Raises:
         isolation.IsolationError: bubblewrap cannot run here and ``unsafe_no_isolation`` is False.
@@ -490,7 +521,7 @@ def grade_notebook(path: str | Path, limits: Limits | None = None, isolator: Iso
     result = SubmissionResult(path=str(path), seed=new_seed() if seed == -1 else seed,
                               isolation=isolator.walls.as_dict())
     try:
-        _grade_into(result, Path(path), limits, isolator)
+        _grade_into(result, Path(path), limits, isolator, grade_as)
     except Exception as exc:  # the grader's own failure: report it, never crash the batch
         result.error = f"the grader failed on this notebook ({type(exc).__name__}: {exc})"
     finally:
@@ -504,18 +535,23 @@ MAX_NOTEBOOK_BYTES = 16 * 2**20   # a notebook file larger than this is not read
 MAX_CODE_BYTES = 512 * 2**10      # all code cells together (course notebooks hold about 20 KiB): bounds the scan
 
 
-def _grade_into(result: SubmissionResult, path: Path, limits: Limits, isolator: Isolator) -> None:
+def _grade_into(result: SubmissionResult, path: Path, limits: Limits, isolator: Isolator,
+                grade_as: str | None = None) -> None:
     try:
         size = path.stat().st_size
         if size > MAX_NOTEBOOK_BYTES:
             raise ValueError(f"{path.name} is {size / 2**20:.1f} MiB; the grader reads notebooks of at most "
                              f"{MAX_NOTEBOOK_BYTES // 2**20} MiB (clear the outputs and resubmit)")
         nb = notebook.load(path)
-        assignment = registry.identify(nb)
-    except (ValueError, LookupError, OSError) as exc:
-        result.error = str(exc)
+        meta = notebook.metadata(nb)
+        if meta is None and grade_as:
+            assignment = registry.get_assignment(grade_as)
+            meta = notebook.AssignmentMeta(assignment.key, assignment.version)
+        else:
+            assignment = registry.identify(nb)
+    except (ValueError, LookupError, KeyError, OSError) as exc:
+        result.error = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
         return
-    meta = notebook.metadata(nb)
     result.assignment, result.title, result.version = assignment.key, assignment.title, meta.version
     result.max_points = float(assignment.max_points)
     if meta.version != assignment.version:
@@ -530,6 +566,7 @@ def _grade_into(result: SubmissionResult, path: Path, limits: Limits, isolator: 
         result.tests = [_row(e, c, 0, "not run", too_big) for e, _, c in jobs]
         result.notes.append(too_big)
         return
+    result.copied = similarity.find_copies(grading.cells, [e.target for e in assignment.exercises])
     tamper, blocked, notes = _static_verdicts(scan(grading.cells, assignment), assignment)
     result.notes.extend(notes)
     if tamper:
@@ -542,10 +579,13 @@ def _grade_into(result: SubmissionResult, path: Path, limits: Limits, isolator: 
         result.notes.append(f"cell {index + 1} raised {error}")
 
 
-def grade_many(paths: Iterable[str | Path], limits: Limits | None = None, workers: int = 2,
+def grade_many(paths: Iterable[str | Path | Submission], limits: Limits | None = None, workers: int = 2,
                progress: bool = True, seed: int | None = -1, unsafe_no_isolation: bool = False,
                isolator: Isolator | None = None) -> list[SubmissionResult]:
     """Grade many notebooks with ``workers`` threads (each drives one sandbox at a time) and a progress bar.
+
+    ``paths`` holds notebook paths or :class:`~.collect.Submission` rows (whose student, key and
+    notes are copied into the result; a row with a ``problem`` is reported, not graded).
 
     ``seed`` as in :func:`grade_notebook`; one seed is drawn for the whole batch. Raises
     :class:`~.isolation.IsolationError` before grading anything when bubblewrap cannot run here and
@@ -564,12 +604,25 @@ def grade_many(paths: Iterable[str | Path], limits: Limits | None = None, worker
     try:
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool, \
                 tqdm(total=len(paths), desc="grading", unit="nb", disable=not progress) as bar:
-            def one(p):
-                if time.monotonic() > deadline:
-                    r = SubmissionResult(path=str(p), seed=seed, isolation=isolator.walls.as_dict(), error=(
+            def one(item):
+                sub = item if isinstance(item, Submission) else None
+                path = (sub.path or sub.key) if sub else item
+                if sub is not None and sub.problem:
+                    r = SubmissionResult(path=str(path), seed=seed, isolation=isolator.walls.as_dict(),
+                                         assignment=sub.assignment, error=sub.problem)
+                    with contextlib.suppress(KeyError):  # the row still shows what it was out of
+                        r.max_points = float(registry.get_assignment(sub.assignment or "").max_points)
+                elif time.monotonic() > deadline:
+                    r = SubmissionResult(path=str(path), seed=seed, isolation=isolator.walls.as_dict(), error=(
                         f"not graded: the batch's time limit ({limits.batch_timeout:g} s) ran out first"))
                 else:
-                    r = grade_notebook(p, limits, isolator, seed)
+                    r = grade_notebook(path, limits, isolator, seed, grade_as=sub.grade_as if sub else None)
+                if sub is not None:
+                    r.key, r.student = sub.key, sub.student
+                    r.student_id, r.student_name = sub.student_id, sub.student_name
+                    r.notes[:0] = sub.notes
+                    if r.assignment is None:
+                        r.assignment = sub.assignment
                 bar.update(1)
                 return r
 

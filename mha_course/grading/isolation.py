@@ -488,6 +488,12 @@ def _mounts(view: Path, res: Resources) -> list[str]:
     for prefix in {sys.base_prefix, sys.prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}:
         if not any(prefix == s or prefix.startswith(s + "/") for s in seen):
             ro(prefix)
+    # Package folders reached through a .pth file (a venv that reuses another's packages): only
+    # folders named site-packages/dist-packages, never a source tree that sys.path may also hold.
+    for entry in sys.path:
+        if os.path.basename(entry) in ("site-packages", "dist-packages") and \
+                not any(entry == s or entry.startswith(s + "/") for s in seen):
+            ro(entry)
     # the view replaces the real package wherever it lives (the repo, or site-packages)
     args.extend(["--ro-bind", str(view / "mha_course"), str(PACKAGE_DIR)])
     args.extend(["--ro-bind", str(view), VIEW_EXTRA])

@@ -2,10 +2,12 @@
 
 Gradescope's format (https://gradescope-autograders.readthedocs.io, "Output format")::
 
-    {"score": 27.0, "max_score": 29.0, "execution_time": 3.1, "output": "...",
+    {"score": 27.0, "execution_time": 3.1, "output": "...",
      "visibility": "visible", "stdout_visibility": "hidden",
-     "tests": [{"name": "softmax: rows sum to 1", "score": 2.0, "max_score": 2.0,
-                "status": "passed", "output": "passed", "visibility": "visible"}, ...]}
+     "tests": [{"name": "softmax_np: rows sum to 1", "number": "1.1", "score": 2.0, "max_score": 2.0,
+                "status": "passed", "output": "passed", "tags": ["softmax_np", "passed"],
+                "visibility": "visible"}, ...],
+     "extra_data": {"max_score": 29.0, "student": ..., "seed": ..., "isolation": {...}, ...}}
 
 Public cases are ``"visible"``; hidden cases are ``"after_published"`` (the learner sees them once
 the instructor publishes grades, so hidden tests cannot be probed one submission at a time, yet
@@ -20,7 +22,6 @@ import csv
 import json
 import os
 import tempfile
-from collections import Counter
 from pathlib import Path
 
 from .grader import SubmissionResult
@@ -30,23 +31,58 @@ def _visibility(hidden: bool) -> str:
     return "after_published" if hidden else "visible"
 
 
-def gradescope(result: SubmissionResult) -> dict:
-    """One submission as Gradescope's results.json dictionary."""
-    tests = [{"name": t.name, "score": t.score, "max_score": t.points,
-              "status": "passed" if t.status == "passed" else "failed",
-              "output": t.output, "visibility": _visibility(t.hidden)} for t in result.tests]
-    lines = []
+def _numbers(result: SubmissionResult) -> list[str]:
+    """Gradescope's ``number`` of each test: exercise.case, in the assignment's order ("2.3")."""
+    order: dict[str, int] = {}
+    seen: dict[str, int] = {}
+    out = []
+    for t in result.tests:
+        order.setdefault(t.exercise, len(order) + 1)
+        seen[t.exercise] = seen.get(t.exercise, 0) + 1
+        out.append(f"{order[t.exercise]}.{seen[t.exercise]}")
+    return out
+
+
+def headline(result: SubmissionResult) -> str:
+    """The submission's one-line score, revealing nothing about hidden tests while any exist.
+
+    With hidden tests: "visible tests: 12 / 14 points; 3 more tests (12 points) are graded after
+    grades are published", so the total cannot be read before the deadline.
+    """
     if result.error:
-        lines.append(f"Could not grade {Path(result.path).name}: {result.error}")
-    else:
-        lines.append(f"{result.title} ({result.assignment}, version {result.version}): "
-                     f"{result.score:g} / {result.max_score:g} points")
+        return f"Could not grade {Path(result.path).name}: {result.error}"
+    head = f"{result.title} ({result.assignment}, version {result.version})"
+    hidden = [t for t in result.tests if t.hidden]
+    if not hidden:
+        return f"{head}: {result.score:g} / {result.max_score:g} points"
+    visible = [t for t in result.tests if not t.hidden]
+    return (f"{head}: visible tests {sum(t.score for t in visible):g} / {sum(t.points for t in visible):g} "
+            f"points; {len(hidden)} more tests ({sum(t.points for t in hidden):g} points) are graded after "
+            "grades are published")
+
+
+def gradescope(result: SubmissionResult) -> dict:
+    """One submission as Gradescope's results.json dictionary (the documented fields only, plus extra_data)."""
+    tests = [{"name": t.name, "number": number, "score": t.score, "max_score": t.points,
+              "status": "passed" if t.status == "passed" else "failed",
+              "output": t.output, "tags": [t.exercise, t.status.replace(" ", "_")],
+              "visibility": _visibility(t.hidden)}
+             for t, number in zip(result.tests, _numbers(result), strict=True)]
+    lines = [headline(result)]
     lines += [f"- {note}" for note in result.notes]
     if result.isolation and result.isolation.get("kind") != "bubblewrap":
         lines.append(f"- {result.isolation.get('summary', 'graded without isolation')}")
-    return {"score": result.score, "max_score": result.max_score, "execution_time": round(result.execution_time, 3),
+    return {"score": result.score, "execution_time": round(result.execution_time, 3),
             "output": "\n".join(lines), "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
-            "extra_data": {"isolation": result.isolation, "seed": result.seed}}
+            "extra_data": {"max_score": result.max_score, **provenance(result)}}
+
+
+def provenance(result: SubmissionResult) -> dict:
+    """What reproduces and explains a grade: who, which file, assignment, version, seed, isolation."""
+    return {"student": result.student, "student_id": result.student_id, "submission": result.key or result.path,
+            "assignment": result.assignment, "version": result.version, "seed": result.seed,
+            "isolation": result.isolation, "copied_reference": result.copied,
+            "overrides": {k: v for k, v in result.adjustments.items()}}
 
 
 def merged_gradescope(results: list[SubmissionResult]) -> dict:
@@ -56,29 +92,47 @@ def merged_gradescope(results: list[SubmissionResult]) -> dict:
     parts = [gradescope(r) for r in results]
     tests = [dict(t, name=f"{Path(r.path).name} | {t['name']}") for r, p in zip(results, parts, strict=True)
              for t in p["tests"]]
-    return {"score": sum(p["score"] for p in parts), "max_score": sum(p["max_score"] for p in parts),
+    return {"score": sum(p["score"] for p in parts),
             "execution_time": round(sum(p["execution_time"] for p in parts), 3),
             "output": "\n\n".join(p["output"] for p in parts), "visibility": "visible",
             "stdout_visibility": "hidden", "tests": tests,
-            "extra_data": {"isolation": results[0].isolation, "seed": results[0].seed}}
+            "extra_data": {"max_score": sum(p["extra_data"]["max_score"] for p in parts),
+                           "isolation": results[0].isolation, "seed": results[0].seed,
+                           "submissions": [p["extra_data"] for p in parts]}}
 
 
-def write_atomic(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename.
+def results_file_name(result: SubmissionResult) -> str:
+    """A file name for one submission's results.json, unique per submission key (never shared).
+
+    The readable part is the key with unsafe characters replaced; a hash of the exact key keeps two
+    keys that read alike (``a b/x.ipynb`` and ``a_b/x.ipynb``) apart.
+    """
+    import hashlib
+    import re
+
+    key = result.key or result.path
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", key.replace("/", "__"))[-120:].strip("._") or "submission"
+    digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return f"{readable}-{digest}.results.json"
+
+
+def write_atomic(path: str | Path, text: str | bytes) -> None:
+    """Write ``text`` (str, or bytes as they are) to ``path`` through a temporary file and a rename.
 
     A path that exists and is not a regular file (``/dev/null``, ``/dev/stdout``, a pipe) is written
     in place: renaming over it would replace the device with a file.
     """
     path = Path(path)
+    data = text if isinstance(text, bytes) else text.encode("utf-8")
     if path.exists() and not path.is_file():
-        with open(path, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+        with open(path, "wb") as handle:
+            handle.write(data)
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -90,20 +144,26 @@ def write_json(path: str | Path, data: dict) -> None:
 
 
 def gradebook_rows(results: list[SubmissionResult]) -> tuple[list[str], list[dict]]:
-    """(columns, rows): one row per submission, a column per exercise, then total and max."""
+    """(columns, rows): one row per submission (student, file), a column per exercise, then what reproduces it."""
     exercises: list[str] = []
     for r in results:
-        for key in r.exercise_scores():
+        for key in r.raw_exercise_scores():
             if key not in exercises:
                 exercises.append(key)
-    columns = ["submission", "assignment", "version", *exercises, "total", "max_score", "status"]
+    columns = ["student", "student_id", "name", "submission", "assignment", "version", *exercises, "total",
+               "max_score", "status", "copied_reference", "notes", "seed", "isolation"]
     rows = []
     for r in results:
         scores = r.exercise_scores()
-        row = {"submission": Path(r.path).name, "assignment": r.assignment or "", "version": r.version or "",
-               **{k: f"{scores[k]:g}" if k in scores else "" for k in exercises},
+        waived = [k for k, v in r.adjustments.items() if v is None]
+        row = {"student": r.student or Path(r.path).name, "student_id": r.student_id, "name": r.student_name,
+               "submission": r.key or r.path, "assignment": r.assignment or "", "version": r.version or "",
+               **{k: f"{scores[k]:g}" if k in scores else ("waived" if k in waived else "") for k in exercises},
                "total": f"{r.score:g}", "max_score": f"{r.max_score:g}",
-               "status": f"error: {r.error}" if r.error else "graded"}
+               "status": f"error: {r.error}" if r.error else "graded",
+               "copied_reference": "; ".join(r.copied), "notes": " | ".join(r.notes),
+               "seed": "" if r.seed is None else str(r.seed),
+               "isolation": (r.isolation or {}).get("kind", "")}
         rows.append(row)
     return columns, rows
 
@@ -120,40 +180,35 @@ def write_csv(path: str | Path, results: list[SubmissionResult]) -> None:
     write_atomic(path, buf.getvalue())
 
 
-def class_summary(results: list[SubmissionResult], top: int = 2, limit: int = 15) -> str:
-    """What the class gets wrong, one block per assignment (never averaged across assignments).
+def class_summary(results: list[SubmissionResult], limit: int = 8) -> str:
+    """What the class gets wrong, one short block per assignment (never averaged across assignments).
 
-    Per assignment: how many were graded, the mean and median score out of its maximum, then its
-    ``limit`` most-failed tests with their ``top`` commonest hints.
+    Per assignment: how many were graded, mean and median out of its maximum, each exercise's mean
+    and share of full marks, then its ``limit`` commonest misconceptions (the root causes of
+    :mod:`.feedback`, counted in students). The full picture is ``--report``'s.
     """
+    from .report import sections
+
     graded = [r for r in results if not r.error]
     lines = [f"{len(results)} submission(s), {len(graded)} graded, {len(results) - len(graded)} could not be graded"]
-    by_assignment: dict[str, list[SubmissionResult]] = {}
-    for r in graded:
-        by_assignment.setdefault(r.assignment or "?", []).append(r)
-    for key, group in sorted(by_assignment.items()):
-        scores = sorted(r.score for r in group)
+    for section in sections(results):
+        scores = sorted(section.scores)
+        if not scores:
+            lines.append(f"{section.key}: none graded")
+            continue
         median = scores[len(scores) // 2] if len(scores) % 2 else (scores[len(scores) // 2 - 1] + scores[len(scores) // 2]) / 2
-        lines.append(f"{key}: {len(group)} graded, mean {sum(scores) / len(scores):.1f} / "
-                     f"{max(r.max_score for r in group):g}, median {median:g}")
-        failures: dict[str, Counter] = {}
-        totals: Counter = Counter()
-        for r in group:
-            for t in r.tests:
-                totals[t.name] += 1
-                if t.status != "passed":
-                    failures.setdefault(t.name, Counter())[t.output] += 1
-        if not failures:
+        lines.append(f"{section.key}: {len(scores)} graded, mean {sum(scores) / len(scores):.1f} / "
+                     f"{section.max_score:g}, median {median:g}")
+        for key, title, mean, most, full in section.exercises:
+            lines.append(f"  {key}: mean {mean:.1f} / {most:g}, full marks {full:.0%}")
+        if not section.misconceptions:
             lines.append("  every graded test passed in every submission")
             continue
-        ranked = sorted(failures.items(), key=lambda item: (-sum(item[1].values()), item[0]))
-        lines.append("  tests most often failed (failed / graded, then the commonest messages):")
-        for name, hints in ranked[:limit]:
-            lines.append(f"  {sum(hints.values())}/{totals[name]}  {name}")
-            for hint, count in hints.most_common(top):
-                lines.append(f"        {count}x {hint[:160]}")
-        if len(ranked) > limit:
-            lines.append(f"  ... and {len(ranked) - limit} more failing tests")
+        lines.append("  commonest mistakes (students: exercise: hint):")
+        for exercise, cause, who in section.misconceptions[:limit]:
+            lines.append(f"  {len(who):>3}  {exercise}: {cause[:140]}")
+        if len(section.misconceptions) > limit:
+            lines.append(f"  ... and {len(section.misconceptions) - limit} more (see --report)")
     return "\n".join(lines)
 
 

@@ -80,13 +80,21 @@ def _alternatives(inputs):
         (lambda: np.exp(x), "exp without dividing by the sum: the rows must sum to 1"),
         (lambda: _naive(x, None) if x.ndim > 1 else None, "you divided by the sum over the whole array; "
          "divide each row by its own sum (sum(axis=..., keepdims=True))"),
-        (lambda: np.exp(x - x.max()) / np.exp(x - x.max()).sum(axis=axis, keepdims=True),
-         "you subtracted the maximum of the whole array: a row much smaller than the largest one underflows "
-         "to 0/0; subtract each row's own maximum (max(axis=..., keepdims=True))"),
+        *[(lambda guard=guard: _global_max(x, axis, guard),
+           "you subtracted the maximum of the whole array: a row much smaller than the largest one underflows "
+           "to 0/0; subtract each row's own maximum (max(axis=..., keepdims=True))") for guard in (False, True)],
         (lambda: _no_keepdims(x, axis), "missing keepdims=True: the row maxima/sums were broadcast along the "
          "wrong axis"),
     ]
     return alts
+
+
+def _global_max(x, axis, guard_zero_sum):
+    """Softmax shifted by the whole array's maximum; with the guard, an underflowed row gives zeros, not NaN."""
+    with np.errstate(all="ignore"):
+        e = np.exp(x - x.max())
+        total = e.sum(axis=axis, keepdims=True)
+        return e / (np.where(total == 0, 1.0, total) if guard_zero_sum else total)
 
 
 def _no_keepdims(x, axis):

@@ -1,0 +1,259 @@
+"""Find the submissions in what a learning platform hands out: one row per student, nothing lost.
+
+Platforms download a class as a folder tree. Moodle and Gradescope give one folder per student
+(``Alice Martin_1234_assignsubmission_file_/a02_softmax.ipynb``), Canvas one flat folder of files
+prefixed with the student (``martinalice_1234_5678_a02_softmax.ipynb``). Every student of the tree
+becomes one :class:`Submission` keyed by its path relative to the folder given, so two students'
+``a02_softmax.ipynb`` never collide. What cannot be graded gets a row of its own saying why
+(a wrong assignment, no notebook, a broken link), never a silent skip or an aborted batch::
+
+    root/                                  student (folder name, or the Canvas prefix)
+      Alice Martin_1234_.../a02.ipynb  ->  "Alice Martin_1234_..."  graded
+      Bob_99_.../a01_dot.ipynb         ->  "Bob_99_..."             wrong assignment a01, expected a02
+      Carol_7_.../report.pdf           ->  "Carol_7_..."            no notebook submitted (found: report.pdf)
+
+Within a student's files, checkpoint files (``.ipynb_checkpoints/``, ``-checkpoint.ipynb``) and
+copies (``-Copy1.ipynb``, ``Copy of ...``, ``name (1).ipynb``) are used only when nothing else was
+submitted; other files are listed in a note. A link is followed only to a file inside the folder
+given (a link to ``solutions/`` must not be graded as the student's work).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: Files a platform or an OS adds that no student chose to submit; skipped without a note.
+_NOISE = {".DS_Store", "Thumbs.db", "desktop.ini", "__MACOSX"}
+#: Jupyter's and file managers' copies: graded only when the student submitted nothing else.
+_COPY = re.compile(r"(-Copy\d*|[ _-]copy\d*| \(\d+\))\.ipynb$|^Copy of ", re.IGNORECASE)
+#: Canvas's bulk download: ``lastfirst[_LATE]_USERID_SUBMISSIONID_original name``.
+_CANVAS = re.compile(r"^(?P<who>[a-z]+)_(?:LATE_)?(?P<id>\d+)_\d+_.+$")
+#: A notebook larger than this is not opened to find its assignment (the grader refuses it anyway).
+PEEK_LIMIT = 16 * 2**20
+
+
+@dataclass
+class Submission:
+    """One student's row: the notebook to grade, or why there is none.
+
+    ``key`` is the path relative to the folder given (``Alice_1234/a02.ipynb``), unique in a run;
+    ``student`` the folder (or Canvas prefix, or file) that identifies the student.
+    """
+
+    key: str
+    student: str
+    path: Path | None = None               # the notebook to grade; None when ``problem`` says why not
+    assignment: str | None = None          # what its metadata says (None: no metadata)
+    grade_as: str | None = None            # grade as this assignment although the metadata is missing
+    problem: str | None = None             # the reason nothing is graded
+    notes: list[str] = field(default_factory=list)
+    student_id: str = ""
+    student_name: str = ""
+
+
+@dataclass
+class _File:
+    rel: str           # relative to the root, POSIX
+    path: Path
+    kind: str          # notebook | fallback | other | broken | outside | folder
+    assignment: str | None = None
+    unreadable: str | None = None
+
+
+def peek_assignment(path: Path) -> tuple[str | None, str | None]:
+    """(assignment key from the notebook's metadata or None, error text or None); never raises."""
+    try:
+        if path.stat().st_size > PEEK_LIMIT:
+            return None, f"larger than {PEEK_LIMIT // 2**20} MiB"
+        with open(path, encoding="utf-8") as handle:
+            nb = json.load(handle)
+    except (OSError, ValueError) as exc:
+        return None, f"not a readable notebook ({type(exc).__name__})"
+    meta = nb.get("metadata") if isinstance(nb, dict) else None
+    meta = meta.get("mha_course") if isinstance(meta, dict) else None
+    key = meta.get("assignment") if isinstance(meta, dict) else None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        return None, "not a notebook (no list of cells)"
+    return (key if isinstance(key, str) else None), None
+
+
+def _classify(root: Path, path: Path, rel: str) -> _File:
+    """What one entry of a student's files is (links resolved only inside ``root``)."""
+    if path.is_symlink():
+        try:
+            target = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            return _File(rel, path, "broken")
+        if not target.is_relative_to(root.resolve()):
+            return _File(rel, path, "outside")
+        path = target
+    if path.is_dir():
+        return _File(rel, path, "folder")
+    name = Path(rel).name
+    if not name.lower().endswith(".ipynb"):
+        return _File(rel, path, "other")
+    checkpoint = ".ipynb_checkpoints" in Path(rel).parts or name.endswith("-checkpoint.ipynb")
+    entry = _File(rel, path, "fallback" if checkpoint or _COPY.search(name) else "notebook")
+    entry.assignment, entry.unreadable = peek_assignment(path)
+    return entry
+
+
+def _walk(root: Path, start: Path) -> list[_File]:
+    """Every entry under ``start`` (links not followed into folders), sorted."""
+    found = []
+    for folder, dirs, files in os.walk(start, followlinks=False):
+        dirs[:] = sorted(d for d in dirs if d not in _NOISE)
+        here = Path(folder)
+        for name in sorted(files) + [d for d in dirs if d.lower().endswith(".ipynb")]:
+            if name in _NOISE:
+                continue
+            path = here / name
+            found.append(_classify(root, path, path.relative_to(root).as_posix()))
+        # a link to a folder is listed by os.walk among dirs and never entered: report it as a file
+        for d in dirs:
+            if (here / d).is_symlink():
+                found.append(_File((here / d).relative_to(root).as_posix(), here / d, "outside"))
+        dirs[:] = [d for d in dirs if not (here / d).is_symlink()]
+    return found
+
+
+def _student_of(rel: str) -> str:
+    """The student a path belongs to: its first folder, or for a flat file its Canvas prefix or its name."""
+    parts = rel.split("/")
+    if len(parts) > 1:
+        return parts[0]
+    match = _CANVAS.match(parts[0])
+    return f"{match['who']}_{match['id']}" if match else parts[0]
+
+
+def _pick(candidates: list[_File], notebook_name: str | None) -> tuple[_File, list[_File]]:
+    """The notebook graded among several of one assignment: the expected file name, else the newest."""
+    def rank(f: _File):
+        named = notebook_name is not None and Path(f.rel).name == notebook_name
+        return (not named, -f.path.stat().st_mtime, f.rel)
+    ordered = sorted(candidates, key=rank)
+    return ordered[0], ordered[1:]
+
+
+def _rows_for(student: str, files: list[_File], expected: str | None,
+              notebook_names: dict[str, str]) -> list[Submission]:
+    """One student's rows: one per assignment found (only ``expected`` when given)."""
+    notes = []
+    for f in files:
+        if f.kind == "other":
+            notes.append(f"ignored {f.rel} (not a notebook)")
+        elif f.kind == "folder":
+            notes.append(f"ignored {f.rel} (a folder, not a notebook)")
+        elif f.kind == "broken":
+            notes.append(f"ignored {f.rel} (a broken link)")
+        elif f.kind == "outside":
+            notes.append(f"ignored {f.rel} (a link to outside the submissions folder)")
+        elif f.unreadable:
+            notes.append(f"ignored {f.rel} ({f.unreadable})")
+    readable = [f for f in files if f.kind in ("notebook", "fallback") and not f.unreadable]
+    regular = [f for f in readable if f.kind == "notebook"]
+    fallback = [f for f in readable if f.kind == "fallback"]
+
+    def row(chosen: _File, key: str, others: list[_File], extra: list[str]) -> Submission:
+        sub = Submission(key=chosen.rel, student=student, path=chosen.path, assignment=chosen.assignment,
+                         notes=list(notes) + extra)
+        if chosen.assignment is None:
+            sub.grade_as = key
+            sub.notes.append(f"{chosen.rel} has no assignment metadata; graded as {key}, as asked")
+        if chosen.kind == "fallback":
+            sub.notes.append(f"graded {chosen.rel}, a checkpoint or copy: nothing else was submitted for {key}")
+        for other in others:
+            sub.notes.append(f"also submitted {other.rel} for {key}: not graded (one notebook per student "
+                             f"and assignment; graded {chosen.rel})")
+        return sub
+
+    keys = [expected] if expected else sorted({f.assignment for f in readable if f.assignment})
+    rows = []
+    for key in keys:
+        pool = [f for f in regular if f.assignment == key]
+        if not pool and expected:
+            pool = [f for f in regular if f.assignment is None]
+        ignored = [f for f in fallback if f.assignment in (key, None)]
+        if not pool:
+            pool = [f for f in fallback if f.assignment == key] or (
+                [f for f in fallback if f.assignment is None] if expected else [])
+            ignored = []
+        if pool:
+            chosen, others = _pick(pool, notebook_names.get(key))
+            extra = [f"ignored {f.rel} (a checkpoint or copy)" for f in ignored if f is not chosen]
+            rows.append(row(chosen, key, others, extra))
+    if expected and not rows:
+        wrong = sorted({f.assignment for f in readable if f.assignment and f.assignment != expected})
+        if wrong:
+            problem = (f"wrong assignment {', '.join(wrong)}, expected {expected} "
+                       f"({', '.join(f.rel for f in readable if f.assignment in wrong)})")
+        elif notes:
+            problem = f"no notebook for {expected} could be graded: {'; '.join(notes)}"
+            notes = []  # said in the problem already
+        else:
+            problem = "no notebook submitted (empty folder)"
+        rows.append(Submission(key=student, student=student, assignment=expected, problem=problem, notes=notes))
+    elif not expected:
+        unknown = [f for f in regular if f.assignment is None]
+        for f in unknown:
+            rows.append(Submission(key=f.rel, student=student, path=f.path, notes=list(notes),
+                                   problem=f"{f.rel} has no assignment metadata (pass --assignment KEY to "
+                                           "grade it as one)"))
+        if not rows:
+            problem = (f"no notebook submitted (found: {', '.join(f.rel for f in files)})" if files
+                       else "no notebook submitted (empty folder)")
+            rows.append(Submission(key=student, student=student, problem=problem, notes=notes))
+    return rows
+
+
+def collect(paths: list[str | Path], assignment: str | None = None, one_submission: bool = False,
+            notebook_names: dict[str, str] | None = None) -> list[Submission]:
+    """The submissions under ``paths``, one row per student (and per assignment without ``assignment``).
+
+    Args:
+        paths: folders (a class: each first-level folder or flat file is a student) or notebook files.
+        assignment: the assignment key expected; other assignments become "wrong assignment" rows.
+        one_submission: all of ``paths`` is one student's submission (a Gradescope upload).
+        notebook_names: assignment key -> its usual file name, preferred among several candidates.
+
+    Raises:
+        FileNotFoundError: a path given does not exist (a usage error, not a submission's fault).
+    """
+    notebook_names = notebook_names or {}
+    groups: dict[str, list[_File]] = {}
+    order: list[str] = []
+    for raw in paths:
+        root = Path(raw)
+        if not root.exists() and not root.is_symlink():
+            raise FileNotFoundError(f"no file or folder at {raw}")
+        if root.is_dir():
+            entries = _walk(root, root)
+            if one_submission:
+                by_student = {root.name or str(root): entries}
+            else:
+                by_student = {}
+                for entry in entries:
+                    by_student.setdefault(_student_of(entry.rel), []).append(entry)
+                for child in sorted(root.iterdir()):  # empty student folders still get a row
+                    if child.is_dir() and not child.is_symlink() and child.name not in _NOISE:
+                        by_student.setdefault(child.name, [])
+        else:
+            entry = _classify(root.parent, root, root.name)
+            entry.rel = str(raw)
+            by_student = {root.parent.name if one_submission else root.name: [entry]}
+        for student, entries in by_student.items():
+            if student not in groups:
+                order.append(student)
+            groups.setdefault(student, []).extend(entries)
+    if one_submission:
+        merged = [f for s in order for f in groups[s]]
+        order, groups = [order[0] if order else "submission"], {}
+        groups[order[0]] = merged
+    rows = []
+    for student in order:
+        rows += _rows_for(student, groups[student], assignment, notebook_names)
+    return rows

@@ -1,0 +1,75 @@
+"""nbgrader interop: the solution notebooks carry nbgrader's cell metadata, real nbgrader accepts them,
+and the course's grader grades nbgrader's release notebooks like its own exercises."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from grading_fake import require_sandbox
+
+from mha_course.grading import nbgrader_cells, notebook
+from mha_course.grading.grader import Limits, grade_notebook
+
+ROOT = Path(__file__).resolve().parents[1]
+NBGRADER_BIN = ROOT / ".venv-nbgrader" / "bin"
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "solutions").glob("*.ipynb")), ids=lambda p: p.stem)
+def test_solution_cells_carry_nbgrader_metadata(path):
+    nb = notebook.load(path)
+    assert nbgrader_cells.problems(nb) == [], "run nbgrader_cells.apply on it (see mha_course/grading/nbgrader_cells.py)"
+    ids = [c["metadata"]["nbgrader"]["grade_id"] for c in nb["cells"] if "nbgrader" in c["metadata"]]
+    assert len(ids) == len(set(ids)) and all(ids)
+
+
+def test_metadata_follows_the_markers():
+    cell = {"id": "c1", "cell_type": "code", "metadata": {}, "source": "x = 1\n### BEGIN SOLUTION\ny\n### END SOLUTION"}
+    nb = {"cells": [cell, {"id": "c2", "cell_type": "code", "metadata": {"nbgrader": {"grade": True}}, "source": "1"}]}
+    assert len(nbgrader_cells.problems(nb)) == 2 and nbgrader_cells.apply(nb) == 2
+    assert nb["cells"][0]["metadata"]["nbgrader"]["solution"] is True and "nbgrader" not in nb["cells"][1]["metadata"]
+    assert nbgrader_cells.apply(nb) == 0 and nbgrader_cells.problems(nb) == []
+
+
+def _nbgrader() -> Path:
+    tool = NBGRADER_BIN / "nbgrader"
+    if not tool.exists():
+        message = "nbgrader is not installed: `make nbgrader` makes .venv-nbgrader (make test does it)"
+        if os.environ.get("MHA_COURSE_REQUIRE_NBGRADER"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return tool
+
+
+def test_real_nbgrader_releases_a_notebook_this_grader_grades(tmp_path):
+    tool = _nbgrader()
+    require_sandbox()
+    course = tmp_path / "course"
+    (course / "source" / "a02_softmax").mkdir(parents=True)
+    shutil.copy(ROOT / "solutions" / "a02_softmax.ipynb", course / "source" / "a02_softmax")
+    (course / "nbgrader_config.py").write_text(
+        f'c = get_config()\nc.CourseDirectory.course_id = "mha"\nc.CourseDirectory.db_url = "sqlite:///{course}/gradebook.db"\n')
+    env = dict(os.environ, PATH=f"{NBGRADER_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    done = subprocess.run([str(tool), "generate_assignment", "a02_softmax", "--force"], cwd=course, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    release = course / "release" / "a02_softmax" / "a02_softmax.ipynb"
+    nb = json.loads(release.read_text())
+    text = json.dumps(nb)
+    assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text and "YOUR CODE HERE" in text
+
+    limits = Limits(case_timeout=10)
+    untouched = grade_notebook(release, limits, seed=5)
+    assert untouched.error is None and untouched.score == 0 and untouched.max_score > 0
+    solution = {c["id"]: c["source"] for c in json.loads((ROOT / "solutions" / "a02_softmax.ipynb").read_text())["cells"]}
+    for cell in nb["cells"]:
+        if "YOUR CODE HERE" in "".join(cell["source"]):
+            cell["source"] = solution[cell["id"]]  # the student answers in nbgrader's release
+    answered = tmp_path / "answered.ipynb"
+    answered.write_text(json.dumps(nb))
+    result = grade_notebook(answered, limits, seed=5)
+    assert result.score == result.max_score == untouched.max_score, [t.output for t in result.tests if t.score < t.points]
