@@ -1,5 +1,7 @@
 """``python -m mha_course.assign``: write the student notebooks (exercises/) from solutions/.
 
+``python -m mha_course.assign new NAME`` starts a new assignment (see :mod:`mha_course.grading.scaffold`).
+
 For every ``solutions/*.ipynb`` whose metadata names an assignment (``metadata["mha_course"]``),
 writes ``exercises/<same name>`` with answers replaced by ``# YOUR CODE HERE`` /
 ``raise NotImplementedError()``, hidden tests removed and outputs cleared (see
@@ -18,6 +20,9 @@ from .grading.notebook import MarkerError, generate, stale_exercises
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 1 stale with --check, 2 bad input)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["new"]:
+        return _new(argv[1:])
     parser = argparse.ArgumentParser(
         prog="python -m mha_course.assign",
         description="Generate the student notebooks (exercises/) from the solution notebooks (solutions/). "
@@ -49,6 +54,36 @@ def main(argv: list[str] | None = None) -> int:
     for g in planned:
         print(f"{g.solution} -> {g.exercise}")
     print(f"{len(planned)} exercise notebook(s) in {args.exercises}")
+    return 0
+
+
+def _new(argv: list[str]) -> int:
+    from .grading.scaffold import new_assignment
+
+    parser = argparse.ArgumentParser(prog="python -m mha_course.assign new",
+                                     description="Start a new assignment: a working example of a solution "
+                                                 "notebook, its exercise module and call module, the generated "
+                                                 "exercise notebook and a README line, all ready to edit.")
+    parser.add_argument("name", help="lowercase identifier, e.g. row_shift (the key becomes aNN_row_shift)")
+    parser.add_argument("--title", help="the assignment's title (default: the name in words)")
+    parser.add_argument("--root", type=Path, default=Path("."), help="the course's folder (default: here)")
+    args = parser.parse_args(argv)
+    try:
+        written = new_assignment(args.root, args.name, args.title)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    for path in written:
+        print(f"wrote {path}")
+    key = written[0].stem
+    print(f"""
+Next:
+  1. the answer and the prose: solutions/{key}.ipynb (answers between the solution markers);
+  2. cases, points and hints: mha_course/grading/exercises/{key}.py; the reference implementation
+     belongs in the library module your lecture uses (e.g. mha_course/softmax.py), imported inside
+     _reference, never at the module's top (the sandbox must not see it);
+  3. how the sandbox calls the student's function: mha_course/grading/calls/{key}.py;
+  4. python -m mha_course.assign   (regenerates exercises/), then make test.""")
     return 0
 
 

@@ -144,7 +144,7 @@ def _parser() -> argparse.ArgumentParser:
                              "processes that can read and change this machine's files (only for code you trust)")
     parser.add_argument("--quiet", action="store_true",
                         help="no progress bar, no per-test table and no line per notebook (the class summary "
-                             "and the seed are still printed)")
+                             "and the --seed to reproduce the run are still printed)")
     return parser
 
 

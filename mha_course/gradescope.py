@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="write autograder.zip for one assignment")
     b.add_argument("--assignment", required=True, metavar="KEY", help="e.g. a02_softmax")
-    b.add_argument("-o", "--output", type=Path, default=Path("autograder.zip"))
+    b.add_argument("-o", "--output", type=Path, help="the zip to write (default: build/autograder-KEY.zip)")
     b.add_argument("--unsafe-no-isolation", action="store_true",
                    help="grade even where Gradescope's container forbids bubblewrap (Gradescope's container is "
                         "then the only wall; the bundle holds no solutions)")
@@ -270,7 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "build":
         try:
-            path = build(args.assignment, args.output, args.unsafe_no_isolation)
+            path = build(args.assignment, args.output or Path("build") / f"autograder-{args.assignment}.zip",
+                         args.unsafe_no_isolation)
         except KeyError as exc:
             print(f"error: {exc.args[0]}", file=sys.stderr)
             return 2

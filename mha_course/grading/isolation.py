@@ -394,8 +394,10 @@ class Sandbox:
                # a label the grader's own tests use to find any process a submission left behind
                "MHA_COURSE_RUN_TAG": os.environ.get("MHA_COURSE_RUN_TAG", "")}
         if view is not None:
+            # the package's parent too, for a course imported from a source folder rather than installed:
+            # inside the sandbox that folder holds nothing but the view mounted over the package
             env.update(HOME=SCRATCH, TMPDIR=SCRATCH, MPLCONFIGDIR=f"{SCRATCH}/.matplotlib",
-                       PYTHONPATH=f"{VIEW_EXTRA}/extra")
+                       PYTHONPATH=f"{VIEW_EXTRA}/extra{os.pathsep}{PACKAGE_DIR.parent}")
             command = [bwrap_path() or "bwrap", *_namespace_args(), *_mounts(view, res), "--chdir", SCRATCH,
                        "--", *python]
         else:

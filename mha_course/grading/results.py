@@ -199,7 +199,7 @@ def class_summary(results: list[SubmissionResult], limit: int = 8) -> str:
         median = scores[len(scores) // 2] if len(scores) % 2 else (scores[len(scores) // 2 - 1] + scores[len(scores) // 2]) / 2
         lines.append(f"{section.key}: {len(scores)} graded, mean {sum(scores) / len(scores):.1f} / "
                      f"{section.max_score:g}, median {median:g}")
-        for key, title, mean, most, full in section.exercises:
+        for key, _title, mean, most, full in section.exercises:
             lines.append(f"  {key}: mean {mean:.1f} / {most:g}, full marks {full:.0%}")
         if not section.misconceptions:
             lines.append("  every graded test passed in every submission")

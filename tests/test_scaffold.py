@@ -1,0 +1,68 @@
+"""`python -m mha_course.assign new NAME` makes an assignment that grades end to end and keeps the checks green."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from grading_fake import require_sandbox
+
+from mha_course.grading.scaffold import new_assignment, next_number
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    """A copy of the course's package, solutions, exercises and README, with a new assignment in it."""
+    root = tmp_path_factory.mktemp("course")
+    shutil.copytree(ROOT / "mha_course", root / "mha_course", ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("solutions", "exercises"):
+        shutil.copytree(ROOT / folder, root / folder)
+    shutil.copy(ROOT / "README.md", root / "README.md")
+    env = dict(os.environ, PYTHONPATH=str(root))
+    done = subprocess.run([sys.executable, "-m", "mha_course.assign", "new", "row_shift", "--root", str(root)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "reference implementation" in done.stdout and "mha_course/grading/exercises/" in done.stdout
+    return root, env
+
+
+def _grade(course, notebook):
+    root, env = course
+    out = root / "out.json"
+    done = subprocess.run([sys.executable, "-m", "mha_course.grade", str(notebook), "--json", str(out), "--quiet"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
+def test_new_assignment_files_and_numbering(course):
+    root, env = course
+    key = f"a{int(next_number(ROOT)):02d}_row_shift"
+    for path in (f"solutions/{key}.ipynb", f"exercises/{key}.ipynb", f"mha_course/grading/exercises/{key}.py",
+                 f"mha_course/grading/calls/{key}.py"):
+        assert (root / path).is_file(), path
+    assert f"exercises/{key}.ipynb" in (root / "README.md").read_text()
+    check = subprocess.run([sys.executable, "-m", "mha_course.assign", "--check", "--solutions", "solutions",
+                            "--exercises", "exercises"], cwd=root, env=env, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout
+    with pytest.raises(ValueError, match="exists already"):
+        new_assignment(root, "row_shift")
+    with pytest.raises(ValueError, match="lowercase Python identifier"):
+        new_assignment(root, "Row Shift")
+
+
+def test_new_assignment_grades_end_to_end(course):
+    require_sandbox()
+    root, _ = course
+    solution = next((root / "solutions").glob("a*_row_shift.ipynb"))
+    graded = _grade(course, solution)
+    assert graded["score"] == graded["extra_data"]["max_score"] == 5, graded["output"]
+    untouched = _grade(course, root / "exercises" / solution.name)
+    assert untouched["score"] == 0 and untouched["extra_data"]["max_score"] == 5
