@@ -1,70 +1,30 @@
-"""Pictures of attention: heatmaps of weights, grids of heads, masks, and "yours vs expected";
-and :func:`interactive`, the notebooks' sliders with a static fallback.
+"""Pictures of attention: heatmaps of weights, grids of heads, masks, and "yours vs expected".
+
+(:func:`interactive`, the notebooks' sliders with a static fallback, lives in :mod:`.widgets` and is
+re-exported here.)
 
 Every function takes torch tensors or NumPy arrays (tensors are detached and moved to the CPU)
 and returns the matplotlib object it drew on, so that a notebook can add to it and a test can
 inspect it. Rows are always queries (T) and columns keys (S), as in ``weights[t, s]``.
 
-Only this module imports matplotlib, and ``import mha_course`` does not import this module, so
-the library stays light for the grader and for the command-line tools.
+``import mha_course`` imports neither this module nor matplotlib, so the library stays light for
+the grader and the command-line tools; the plotting modules (this one, :mod:`.vectors_plot`,
+:mod:`.widgets`, :mod:`.interpret`, :mod:`.bench`) import matplotlib when they draw.
 """
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 
 import numpy as np
+
+from ._plotting import _check_labels, _squeeze_leading, _to_numpy
 
 # Matrices up to this many cells get their numbers written in by default (annotate=None).
 _ANNOTATE_MAX_CELLS = 64
 _NAN_COLOR = "#ff00ff"  # magenta: a colour no sequential colormap uses, so NaNs stand out
 # The difference panel's colour range is at least this fraction of the values' range.
 _DIFF_COLOR_FLOOR = 1e-3
-
-
-def _to_numpy(x, name: str) -> np.ndarray:
-    """Tensor, array or nested list -> float64 (or bool) NumPy array; TypeError otherwise."""
-    try:
-        import torch
-
-        if isinstance(x, torch.Tensor):
-            x = x.detach().cpu()
-            x = x.numpy() if x.dtype == torch.bool else x.to(torch.float64).numpy()
-    except ImportError:  # viz works on NumPy arrays alone
-        pass
-    if isinstance(x, (list, tuple)):
-        x = np.asarray(x)
-    if not isinstance(x, np.ndarray):
-        raise TypeError(f"{name} must be a torch.Tensor or numpy.ndarray, got {type(x).__name__}")
-    if x.dtype == bool:
-        return x
-    if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)):
-        raise TypeError(f"{name} must hold numbers or bools, got dtype {x.dtype}")
-    return x.astype(np.float64)
-
-
-def _squeeze_leading(x: np.ndarray, rank: int, name: str, legend: str) -> np.ndarray:
-    """Drop leading size-1 dims (a batch of one, a single head) until ``x`` has ``rank`` dims.
-
-    Only *leading* dims go, so a single query (1, S) stays a 1-row matrix.
-    """
-    original = tuple(x.shape)
-    while x.ndim > rank and x.shape[0] == 1:
-        x = x[0]
-    if x.ndim != rank:
-        raise ValueError(f"{name} must have shape {legend} ({rank} dims after dropping leading "
-                         f"size-1 dims), got {original}")
-    return x
-
-
-def _check_labels(labels, n: int, name: str, axis: str) -> list[str] | None:
-    if labels is None:
-        return None
-    labels = [str(label) for label in labels]
-    if len(labels) != n:
-        raise ValueError(f"{name} has {len(labels)} labels but the {axis} axis has {n} entries")
-    return labels
 
 
 def _ticks(ax, labels: list[str] | None, n: int, axis: str, show_labels: bool = True) -> None:
@@ -400,237 +360,7 @@ def plot_mask(mask, query_labels: Sequence[str] | None = None,
     return ax
 
 
-def _label_positions(tips: np.ndarray, names: list[str], span: float) -> list[tuple[float, float, str]]:
-    """Where to write each arrow's name: just beyond its tip, nudged so that names do not overlap.
-
-    A name continues its arrow: to the right of an arrow that points right, centred above one
-    that points up, to the left of one that points left. Clashing names are moved up or down, one
-    line at a time. Text sizes are estimated in data units from ``span`` (the axis extent), which
-    is close enough for the short words the course draws. Empty names take no room.
-
-    Returns one (x, y, horizontal alignment) per tip.
-    """
-    line = 0.055 * span                          # height of one line of 10-pt text, in data units
-    char = 0.028 * span                          # width of one character
-    placed: list[tuple[float, float, float]] = []  # (left, right, y) of the names written so far
-    spots: list[tuple[float, float, str]] = []
-    for (x, y), name in zip(tips, names, strict=True):
-        length = float(np.hypot(x, y)) or 1.0
-        ux, uy = x / length, y / length            # direction of the arrow
-        px, py = x + 0.04 * span * ux, y + 0.04 * span * uy
-        width = char * len(name)
-        if ux > 0.35:
-            align, left = "left", px
-        elif ux < -0.35:
-            align, left = "right", px - width
-        else:
-            align, left = "center", px - width / 2
-            py += 0.5 * line * np.sign(uy)         # clear the arrow head
-        for _ in range(len(placed) + 1):         # every placed name can push this one at most once
-            clash = [qy for qleft, qright, qy in placed
-                     if abs(qy - py) < line and left < qright and qleft < left + width]
-            if not clash:
-                break
-            nearest = min(clash, key=lambda qy: abs(qy - py))
-            py = nearest + line if py >= nearest else nearest - line  # step away from it
-        spots.append((px, py, align))
-        if name:
-            placed.append((left, left + width, py))
-    return spots
-
-def plot_vectors_2d(vectors, labels: Sequence[str] | None = None, query=None,
-                    query_label: str = "query", ax=None, title: str | None = None):
-    """Arrows from the origin for 2-D vectors (keys), and optionally a query arrow in red.
-
-    Args:
-        vectors: (S, 2) tensor/array, one key per row.
-        labels: S names written at the arrow tips.
-        query: optional (2,) vector drawn in red.
-        query_label: its name.
-        ax: Axes to draw on; None makes a new figure.
-        title: axes title.
-
-    Returns:
-        the matplotlib Axes (equal aspect, so angles look like angles).
-
-    Raises:
-        TypeError: not a tensor/array of numbers.
-        ValueError: ``vectors`` is not (S, 2), ``query`` is not (2,), or labels have the wrong length.
-    """
-    import matplotlib.pyplot as plt
-
-    keys = _to_numpy(vectors, "vectors")
-    if keys.ndim != 2 or keys.shape[1] != 2:
-        raise ValueError(f"vectors must have shape (S, 2), got {tuple(keys.shape)}")
-    labels = _check_labels(labels, keys.shape[0], "labels", "vector (S)")
-    points = [keys]
-    if query is not None:
-        query = _to_numpy(query, "query")
-        if query.shape != (2,):
-            raise ValueError(f"query must have shape (2,), got {tuple(query.shape)}")
-        points.append(query[None])
-    if ax is None:
-        _, ax = plt.subplots(figsize=(4.5, 4.5), layout="constrained")
-    everything = np.concatenate(points + [np.zeros((1, 2))])
-    span = float(np.abs(everything).max()) * 1.25 or 1.0
-    names = list(labels) if labels is not None else [None] * len(keys)
-    tips = list(keys)
-    if query is not None:
-        names.append(query_label)
-        tips.append(query)
-    spots = _label_positions(np.array(tips), [name or "" for name in names], span)
-    for i, (x, y) in enumerate(keys):
-        ax.annotate("", xy=(x, y), xytext=(0, 0),
-                    arrowprops=dict(arrowstyle="-|>", color="tab:blue", lw=1.5))
-        if labels is not None:
-            px, py, align = spots[i]
-            ax.text(px, py, labels[i], color="tab:blue", fontsize=10, ha=align, va="center")
-    if query is not None:
-        ax.annotate("", xy=tuple(query), xytext=(0, 0),
-                    arrowprops=dict(arrowstyle="-|>", color="tab:red", lw=2.2))
-        px, py, align = spots[-1]
-        ax.text(px, py, query_label, color="tab:red", fontsize=10, fontweight="bold", ha=align,
-                va="center")
-    lo = np.minimum(everything.min(axis=0), 0) * 1.25
-    ax.set_xlim(min(lo[0], -0.1 * span), span)
-    ax.set_ylim(min(lo[1], -0.1 * span), span)
-    ax.axhline(0, color="0.7", lw=0.8)
-    ax.axvline(0, color="0.7", lw=0.8)
-    ax.set_aspect("equal")
-    if title is not None:
-        ax.set_title(title)
-    return ax
-
-
-def interactive(function, static: Sequence[dict] = ({},), **controls):
-    """Sliders and menus for ``function`` where ipywidgets is installed, fixed settings otherwise.
-
-    With ipywidgets, this is ``ipywidgets.interactive(function, **controls)``: moving a control
-    calls ``function`` again with the new keyword arguments. Make the call the last line of a
-    cell (or pass the result to ``display``) so that Jupyter shows the widget. Without ipywidgets
-    (a plain Python console, some hosted notebooks) ``function`` is called once per dict in
-    ``static``, so the learner still sees the pictures, just not the sliders.
-
-    ``function`` also runs once with the controls' initial values when the widget is built; if
-    that first call raises, the exception propagates (ipywidgets alone would only print it inside
-    the widget), so a notebook test that executes the cell fails as it should.
-
-    Args:
-        function: draws and/or prints one setting; its parameters are the controls' names.
-        static: keyword-argument dicts for the calls made when ipywidgets is missing; the
-            default ``({},)`` is one call with ``function``'s own defaults.
-        **controls: for each parameter, one of ``interact``'s abbreviations: ``(min, max, step)``
-            for a slider, a list of options for a menu, a bool for a checkbox; or a function that
-            takes the ipywidgets module and returns a control, for controls that need ipywidgets
-            itself: ``tau=lambda w: w.FloatLogSlider(value=1, min=-1, max=1)`` (so the notebook
-            never imports ipywidgets, and still runs where it is missing).
-
-    Returns:
-        the ``ipywidgets.interactive`` widget, or None when the static fallback ran.
-
-    Raises:
-        TypeError: ``function`` is not callable, or ``static`` is not a sequence of dicts.
-        whatever ``function`` raises on its first call.
-    """
-    if not callable(function):
-        raise TypeError(f"function must be callable, got {type(function).__name__}")
-    if isinstance(static, dict) or not all(isinstance(kwargs, dict) for kwargs in static):
-        raise TypeError("static must be a sequence of keyword-argument dicts, e.g. [{'tau': 0.5}], "
-                        f"got {static!r}")
-    try:
-        import ipywidgets
-    except ImportError:
-        shown = "; ".join("(" + (", ".join(f"{k}={v!r}" for k, v in kwargs.items()) or "defaults") + ")"
-                          for kwargs in static)
-        print(f"ipywidgets is not installed, so no sliders; fixed settings instead: {shown}")
-        for kwargs in static:
-            function(**kwargs)
-        _MADE[_key(function)] = (function, None, [dict(kwargs) for kwargs in static])
-        return None
-
-    failures: list[BaseException] = []
-
-    def call(**kwargs):
-        try:
-            return function(**kwargs)
-        except Exception as error:  # remembered for the first call, shown by ipywidgets later
-            failures.append(error)
-            raise
-
-    # keep the learner's parameter names and defaults visible to interactive()'s introspection
-    call.__signature__ = inspect.signature(function)
-    controls = {name: control(ipywidgets) if callable(control) and not isinstance(control, ipywidgets.Widget)
-                else control for name, control in controls.items()}
-    widget = ipywidgets.interactive(call, **controls)
-    if failures:
-        raise failures[0]
-    _MADE[_key(function)] = (function, widget, [dict(kwargs) for kwargs in static])
-    return widget
-
-
-# (function, widget or None, static settings) for every interactive() made in this process, the
-# latest per function name: a cell run twice replaces its widget instead of piling up old ones.
-_MADE: dict[tuple[str, str], tuple] = {}
-
-
-def _key(function) -> tuple[str, str]:
-    return getattr(function, "__module__", ""), getattr(function, "__qualname__", repr(function))
-
-
-def _settings_to_try(widget) -> list[dict]:
-    """The widget's current values, then each control moved alone to its ends (or through its options)."""
-    current = {control._kwarg: control.value for control in widget.kwargs_widgets}
-    settings = [current]
-    for control in widget.kwargs_widgets:
-        name = control._kwarg
-        if hasattr(control, "min") and hasattr(control, "max"):
-            ends = [control.min, control.max]
-            if hasattr(control, "base"):  # a log slider: min and max are exponents
-                ends = [control.base ** control.min, control.base ** control.max]
-            values = ends
-        elif hasattr(control, "options"):
-            values = list(getattr(control, "_options_values", ()))[:6]
-        elif isinstance(control.value, bool):
-            values = [not control.value]
-        else:
-            values = []
-        settings += [{**current, name: value} for value in values if value != current[name]]
-    return settings
-
-
-def replay_interactive() -> int:
-    """Call every function behind an :func:`interactive` made in this kernel again, as a learner would.
-
-    Run it after a whole notebook has executed: each function is called with its widget's current
-    values and with every control moved alone to its ends (each option of a menu), or with its
-    ``static`` settings where ipywidgets is missing. This catches what executing the notebook once
-    cannot: a callback that reads a global which a later cell redefined, or one that breaks at the
-    end of its own slider. Figures are closed instead of shown.
-
-    Returns:
-        the number of calls made.
-
-    Raises:
-        RuntimeError: naming every function and setting that raised, with the error.
-    """
-    import matplotlib.pyplot as plt
-
-    problems, calls = [], 0
-    show = plt.show
-    plt.show = lambda *args, **kwargs: plt.close("all")
-    try:
-        for function, widget, static in list(_MADE.values()):
-            for kwargs in (_settings_to_try(widget) if widget is not None else static):
-                calls += 1
-                try:
-                    function(**kwargs)
-                except Exception as error:  # collected: report every broken setting at once
-                    problems.append(f"{getattr(function, '__name__', function)}({kwargs}): "
-                                    f"{type(error).__name__}: {error}")
-                finally:
-                    plt.close("all")
-    finally:
-        plt.show = show
-    if problems:
-        raise RuntimeError("interactive callbacks that fail when replayed:\n  " + "\n  ".join(problems))
-    return calls
+# The vector plot and the interactive cells live in their own modules; imported here so that
+# notebooks keep writing viz.plot_vectors_2d and viz.interactive.
+from .vectors_plot import plot_vectors_2d  # noqa: E402, F401
+from .widgets import _MADE, interactive, replay_interactive  # noqa: E402, F401

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .grader import SubmissionResult, TestResult
+from .verdicts import SubmissionResult, TestResult
 
 #: Hints that only say *that* something is wrong, not what: shown after the specific ones.
 GENERIC = ("values differ from the expected ones", "passes with the published inputs but not with fresh",

@@ -26,279 +26,28 @@ plain data crosses the socket, every comparison runs here, and results are writt
 submission process at a time) and a progress bar. Grading never raises for a bad submission:
 every failure becomes a failed test with a message, and :class:`SubmissionResult` is always
 returned (``error`` set when the notebook could not be graded at all).
+
+This module is the orchestration; the sandboxes, the socket and the watchdog are :mod:`.session`'s,
+the result types :mod:`.verdicts`' (re-exported here).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import shutil
-import socket
-import sys
-import tempfile
-import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import hints, isolation, notebook, registry, similarity, wire
+from . import hints, notebook, registry, similarity, wire
 from .collect import Submission
 from .guard import explain
 from .scan import ScanReport, scan
 from .scoring import judge
+from .session import Died, Isolator, Session, call_modules, call_name
+from .verdicts import Limits, SubmissionResult, TestResult
 
-
-@dataclass(frozen=True)
-class Limits:
-    """Time and memory limits for one submission."""
-
-    case_timeout: float = 10.0        # seconds per case (a case's own timeout_s wins)
-    cell_timeout: float = 60.0        # seconds per notebook cell
-    notebook_timeout: float = 180.0   # seconds for all cells together
-    memory_mb: int = 2048             # extra memory the submission may allocate
-    submission_timeout: float = 600.0  # seconds for everything of one submission (all its sandboxes)
-    batch_timeout: float | None = None  # seconds for a whole grade_many run; later submissions are not graded
-    max_crashes: int = 2              # crashes/timeouts in one exercise before its other cases are skipped
-
-
-@dataclass(frozen=True)
-class TestResult:
-    """One case's verdict, as reported to the learner."""
-
-    exercise: str
-    exercise_title: str
-    case: str
-    points: float
-    score: float
-    status: str          # passed | failed | not attempted | timeout | crashed | memory | forbidden | not run
-    output: str
-    hidden: bool
-
-    @property
-    def name(self) -> str:
-        return f"{self.exercise}: {self.case}"
-
-
-@dataclass
-class SubmissionResult:
-    """Everything the grader found for one notebook."""
-
-    path: str
-    assignment: str | None = None
-    seed: int | None = None      # the salt of the fresh inputs (``--seed`` reproduces a grading run)
-    title: str = ""
-    version: int | None = None
-    tests: list[TestResult] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    error: str | None = None
-    execution_time: float = 0.0
-    max_points: float = 0.0
-    isolation: dict = field(default_factory=dict)   # what walls the submission ran behind (Walls.as_dict)
-    # Who and where (a class run; see collect.py): the path relative to the folder graded, the student.
-    key: str = ""
-    student: str = ""
-    student_id: str = ""
-    student_name: str = ""
-    copied: list[str] = field(default_factory=list)  # graded functions equal to the library's reference
-    # The instructor's overrides: exercise key (or "*", the whole submission) -> points, None = waived.
-    adjustments: dict[str, float | None] = field(default_factory=dict)
-
-    def raw_exercise_scores(self) -> dict[str, tuple[float, float]]:
-        """Exercise key -> (score, max) as graded, before overrides."""
-        scores: dict[str, tuple[float, float]] = {}
-        for t in self.tests:
-            got, most = scores.get(t.exercise, (0.0, 0.0))
-            scores[t.exercise] = (got + t.score, most + t.points)
-        return scores
-
-    def exercise_scores(self) -> dict[str, float]:
-        """Exercise key -> points, overrides applied (a waived exercise is left out)."""
-        scores = {}
-        for key, (got, _) in self.raw_exercise_scores().items():
-            if key in self.adjustments:
-                if self.adjustments[key] is None:
-                    continue
-                got = self.adjustments[key]
-            scores[key] = got
-        return scores
-
-    @property
-    def score(self) -> float:
-        if "*" in self.adjustments:
-            return self.adjustments["*"] or 0.0
-        return sum(self.exercise_scores().values())
-
-    @property
-    def max_score(self) -> float:
-        if "*" in self.adjustments and self.adjustments["*"] is None:
-            return 0.0
-        waived = sum(most for key, (_, most) in self.raw_exercise_scores().items()
-                     if key in self.adjustments and self.adjustments[key] is None)
-        return max(self.max_points, sum(t.points for t in self.tests)) - waived
-
-
-# --- the sandboxes and one submission process ---------------------------------------------------
-
-class Isolator:
-    """Starts the sandboxes of one grading run (thread-safe): the walls are chosen once, a view built per assignment.
-
-    Raises :class:`~.isolation.IsolationError` when bubblewrap cannot run here, unless
-    ``unsafe_no_isolation`` (then submissions run as plain child processes, and every result says so).
-    """
-
-    def __init__(self, unsafe_no_isolation: bool = False) -> None:
-        why = isolation.probe()
-        if why is not None and not unsafe_no_isolation:
-            raise isolation.IsolationError(
-                f"refusing to grade: {why}. Submissions are untrusted code; grade only inside bubblewrap's "
-                "sandbox, or pass --unsafe-no-isolation to run them as plain processes on this machine (only "
-                "for code you trust)")
-        self._lock = threading.Lock()
-        self._views: dict[str, Path] = {}
-        self._root = Path(tempfile.mkdtemp(prefix="mhag-views-"))
-        if why is None:
-            cgroup = isolation.cgroup_available()
-            self.use_cgroup = cgroup is not None
-            res = isolation.Resources()
-            processes = f"{res.processes} tasks ({cgroup})" if cgroup else (
-                f"{res.processes} more tasks (RLIMIT_NPROC)" if os.getuid() != 0 else "not limited (no writable cgroup)")
-            self.walls = isolation.Walls("bubblewrap", isolation.bwrap_version(), {
-                "memory": f"--memory-mb + {isolation.RUNTIME_MB} MiB for the runtime ({cgroup or 'RLIMIT_AS and the grader watch'})",
-                "processes": processes, "scratch": f"{res.scratch_mb} MiB tmpfs", "file size": f"{res.file_mb} MiB",
-                "CPU": f"{res.cpu_seconds} s", "network": "none"})
-        else:
-            self.use_cgroup = False
-            self.walls = isolation.Walls("none", why)
-
-    def view(self, assignment: Any) -> Path | None:
-        if not self.walls.isolated:
-            return None
-        with self._lock:
-            view = self._views.get(assignment.key)
-            if view is None:
-                root = Path(tempfile.mkdtemp(prefix=f"{assignment.key}-", dir=self._root))
-                try:
-                    view = isolation.build_view(root, sorted(_call_modules(assignment)), tuple(assignment.provided))
-                except BaseException:
-                    shutil.rmtree(root, ignore_errors=True)
-                    raise
-                self._views[assignment.key] = view
-            return view
-
-    def start(self, assignment: Any, fd: int, limits: Limits) -> isolation.Sandbox:
-        res = isolation.Resources(memory_mb=limits.memory_mb)
-        return isolation.Sandbox(self.view(assignment), fd, res, cgroup=self.use_cgroup)
-
-    def close(self) -> None:
-        shutil.rmtree(self._root, ignore_errors=True)
-
-
-def _call_name(case: Any) -> str:
-    """``"module:function"`` of a case's call function, checked to resolve back to the same object."""
-    call = case.call
-    name = f"{call.__module__}:{call.__name__}"
-    module = sys.modules.get(call.__module__)
-    if getattr(module, call.__name__, None) is not call:
-        raise RuntimeError(f"the call function of case {case.name!r} ({name}) is not a module-level function")
-    return name
-
-
-def _call_modules(assignment: Any) -> set[str]:
-    return {c.call.__module__ for e in assignment.exercises for c in e.cases}
-
-
-class _Died(Exception):
-    """The submission process ended (or was ended); ``reason`` says why in the learner's terms."""
-
-    def __init__(self, reason: str, kind: str) -> None:
-        super().__init__(reason)
-        self.reason, self.kind = reason, kind
-
-
-RUNTIME_ALLOWANCE_MB = 1024  # torch, numpy and the interpreter itself, before the learner allocates anything
-
-
-class _Session:
-    """One submission process in its own sandbox: start, talk, watch (time and memory), kill it whole."""
-
-    def __init__(self, isolator: Isolator, assignment: Any, limits: Limits) -> None:
-        self.limits = limits
-        self.sandbox: isolation.Sandbox | None = None
-        self.deadline = float("inf")
-        self.limit_text = ""
-        self.killed_for: tuple[str, str] | None = None
-        self._stop = threading.Event()
-        self.sock, child = socket.socketpair()
-        try:
-            self.sandbox = isolator.start(assignment, child.fileno(), limits)
-        except BaseException:
-            self.sock.close()
-            raise
-        finally:
-            child.close()
-        self._watch = threading.Thread(target=self._watchdog, daemon=True)
-        self._watch.start()
-
-    def _watchdog(self) -> None:
-        import psutil
-
-        limit = (self.limits.memory_mb + RUNTIME_ALLOWANCE_MB) * 2**20
-        while not self._stop.wait(0.1):
-            if time.monotonic() > self.deadline:
-                self.killed_for = (f"timed out after {self.limit_text}", "timeout")
-                self.kill()
-                return
-            rss = 0
-            for pid in self.sandbox.tasks():
-                with contextlib.suppress(psutil.Error):
-                    rss += psutil.Process(pid).memory_info().rss
-            if self.limits.memory_mb > 0 and rss > limit:
-                self.killed_for = (f"used more than {self.limits.memory_mb} MiB of memory", "memory")
-                self.kill()
-                return
-
-    def set_deadline(self, seconds: float, text: str) -> None:
-        self.deadline, self.limit_text = time.monotonic() + seconds, text
-
-    def send(self, message: dict, blob: bytes = b"") -> None:
-        try:
-            wire.send(self.sock, message, blob)
-        except OSError:
-            raise self._died() from None
-
-    def recv(self) -> tuple[dict, bytes]:
-        try:
-            return wire.recv(self.sock)
-        except (EOFError, OSError, ValueError, UnicodeDecodeError) as exc:
-            raise self._died(exc) from None
-
-    def _died(self, exc: BaseException | None = None) -> _Died:
-        self.kill()
-        if self.killed_for:
-            return _Died(*self.killed_for)
-        if isinstance(exc, ValueError):
-            return _Died(f"sent back something that is not plain data ({exc})", "crashed")
-        return _Died("crashed: the process ended (os._exit, a fatal error, or it was killed)", "crashed")
-
-    def startup_error(self) -> str:
-        return self.sandbox.startup_error() if self.sandbox is not None else ""
-
-    def kill(self) -> None:
-        if self.sandbox is not None:
-            self.sandbox.kill()
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)  # wakes a recv blocked in another thread
-
-    def close(self) -> None:
-        """Kill the whole sandbox and wait until nothing of it is left."""
-        self._stop.set()
-        self.kill()
-        if self.sandbox is not None:
-            self.sandbox.close()
-        with contextlib.suppress(OSError):
-            self.sock.close()
+__all__ = ["Isolator", "Limits", "SubmissionResult", "TestResult", "grade_many", "grade_notebook", "new_seed"]
 
 
 # --- grading one notebook --------------------------------------------------------------------------
@@ -317,15 +66,15 @@ class _Grading:
         self.cell_errors: dict[int, str] = {}
         self.deadline = time.monotonic() + limits.submission_timeout
 
-    def start(self) -> _Session | None:
+    def start(self) -> Session | None:
         """A session whose notebook has run ("ready"), skipping cells that kill or hang it."""
         deadline = min(time.monotonic() + self.limits.notebook_timeout, self.deadline)
         assignment = self.assignment
         while True:
-            session = _Session(self.isolator, assignment, self.limits)
+            session = Session(self.isolator, assignment, self.limits)
             config = {"cells": self.cells, "skip": sorted(self.skip), "memory_mb": self.limits.memory_mb,
                       "provided": list(assignment.provided),
-                      "extra_modules": sorted(m for m in _call_modules(assignment)
+                      "extra_modules": sorted(m for m in call_modules(assignment)
                                               if not m.startswith("mha_course.grading.calls.")),
                       "forbidden": sorted({n for e in assignment.exercises for n in e.forbidden})}
             current = None
@@ -349,8 +98,8 @@ class _Grading:
                     elif event == "ready":
                         return session
                     else:
-                        raise _Died("sent an unexpected message", "crashed")
-            except _Died as died:
+                        raise Died("sent an unexpected message", "crashed")
+            except Died as died:
                 startup = session.startup_error() if not started else ""
                 session.close()
                 if not started and died.kind == "crashed":
@@ -406,7 +155,7 @@ class _Grading:
                 session.close()
         return [results[(e.key, i)] for e, i, _ in jobs]
 
-    def _case(self, session: _Session, exercise: Any, index: int, case: Any) -> TestResult:
+    def _case(self, session: Session, exercise: Any, index: int, case: Any) -> TestResult:
         """Run a case on its published inputs; if it passes and a seed is set, again on fresh ones."""
         try:
             inputs = case.make_inputs()
@@ -432,17 +181,17 @@ class _Grading:
                 + again.output)[:1000])
         return again
 
-    def _run(self, session: _Session, exercise: Any, index: int, case: Any, inputs: dict,
+    def _run(self, session: Session, exercise: Any, index: int, case: Any, inputs: dict,
              packed: tuple[dict, bytes]) -> TestResult:
         structure, blob = packed
         timeout = case.timeout_s or self.limits.case_timeout
         try:
             session.set_deadline(timeout, f"{timeout:g} s")
-            session.send({"event": "case", "call": _call_name(case), "target": exercise.target,
+            session.send({"event": "case", "call": call_name(case), "target": exercise.target,
                           "forbidden": list(exercise.forbidden), "inputs": structure}, blob)
             reply, out = session.recv()
             session.set_deadline(float("inf"), "")
-        except _Died as died:
+        except Died as died:
             return _row(exercise, case, 0, died.kind, died.reason)
         forbidden = [str(n) for n in reply.get("forbidden") or []]
         ops = [str(o) for o in reply.get("ops") or []]

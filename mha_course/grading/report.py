@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .feedback import root_causes
-from .grader import SubmissionResult
+from .verdicts import SubmissionResult
 
 
 @dataclass

@@ -24,7 +24,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .grader import SubmissionResult
+from .verdicts import SubmissionResult
 
 
 def _visibility(hidden: bool) -> str:

@@ -1,0 +1,99 @@
+"""What grading produces: the limits it runs under, one verdict per test case, one result per submission.
+
+Plain data shared by the grader (:mod:`.grader`), its outputs (:mod:`.results`, :mod:`.report`,
+:mod:`.feedback`) and the class workflow (:mod:`.roster`). A result's score applies the
+instructor's overrides (``adjustments``); its tests keep what the grader found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Time and memory limits for one submission."""
+
+    case_timeout: float = 10.0        # seconds per case (a case's own timeout_s wins)
+    cell_timeout: float = 60.0        # seconds per notebook cell
+    notebook_timeout: float = 180.0   # seconds for all cells together
+    memory_mb: int = 2048             # extra memory the submission may allocate
+    submission_timeout: float = 600.0  # seconds for everything of one submission (all its sandboxes)
+    batch_timeout: float | None = None  # seconds for a whole grade_many run; later submissions are not graded
+    max_crashes: int = 2              # crashes/timeouts in one exercise before its other cases are skipped
+
+
+@dataclass(frozen=True)
+class TestResult:
+    """One case's verdict, as reported to the learner."""
+
+    exercise: str
+    exercise_title: str
+    case: str
+    points: float
+    score: float
+    status: str          # passed | failed | not attempted | timeout | crashed | memory | forbidden | not run
+    output: str
+    hidden: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.exercise}: {self.case}"
+
+
+@dataclass
+class SubmissionResult:
+    """Everything the grader found for one notebook."""
+
+    path: str
+    assignment: str | None = None
+    seed: int | None = None      # the salt of the fresh inputs (``--seed`` reproduces a grading run)
+    title: str = ""
+    version: int | None = None
+    tests: list[TestResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None
+    execution_time: float = 0.0
+    max_points: float = 0.0
+    isolation: dict = field(default_factory=dict)   # what walls the submission ran behind (Walls.as_dict)
+    # Who and where (a class run; see collect.py): the path relative to the folder graded, the student.
+    key: str = ""
+    student: str = ""
+    student_id: str = ""
+    student_name: str = ""
+    copied: list[str] = field(default_factory=list)  # graded functions equal to the library's reference
+    # The instructor's overrides: exercise key (or "*", the whole submission) -> points, None = waived.
+    adjustments: dict[str, float | None] = field(default_factory=dict)
+
+    def raw_exercise_scores(self) -> dict[str, tuple[float, float]]:
+        """Exercise key -> (score, max) as graded, before overrides."""
+        scores: dict[str, tuple[float, float]] = {}
+        for t in self.tests:
+            got, most = scores.get(t.exercise, (0.0, 0.0))
+            scores[t.exercise] = (got + t.score, most + t.points)
+        return scores
+
+    def exercise_scores(self) -> dict[str, float]:
+        """Exercise key -> points, overrides applied (a waived exercise is left out)."""
+        scores = {}
+        for key, (got, _) in self.raw_exercise_scores().items():
+            if key in self.adjustments:
+                if self.adjustments[key] is None:
+                    continue
+                got = self.adjustments[key]
+            scores[key] = got
+        return scores
+
+    @property
+    def score(self) -> float:
+        if "*" in self.adjustments:
+            return self.adjustments["*"] or 0.0
+        return sum(self.exercise_scores().values())
+
+    @property
+    def max_score(self) -> float:
+        if "*" in self.adjustments and self.adjustments["*"] is None:
+            return 0.0
+        waived = sum(most for key, (_, most) in self.raw_exercise_scores().items()
+                     if key in self.adjustments and self.adjustments[key] is None)
+        return max(self.max_points, sum(t.points for t in self.tests)) - waived
