@@ -266,3 +266,21 @@ def test_real_global_max_softmax_is_told_to_use_each_rows_maximum(tmp_path):
     assert 0 < result.score < result.max_score
     causes = [c for c in root_causes(result) if c.exercise == "softmax_np"]
     assert causes and "each row's own maximum" in causes[0].example, [c.example for c in causes]
+
+
+def test_report_renders_in_a_headless_browser(graded_class, tmp_path):
+    """Where Chromium is installed (not required by make test): the page renders with its blue histogram bars."""
+    import subprocess
+
+    import matplotlib.image
+
+    browser = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    if browser is None:
+        pytest.skip("no Chromium here; test_report_shows_a_histogram_and_the_misconceptions checks the HTML")
+    shot = tmp_path / "report.png"
+    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
+                    "--window-size=1000,1400", (graded_class / "report.html").as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    pixels = matplotlib.image.imread(shot)[..., :3]
+    blue = (pixels[..., 2] > 0.6) & (pixels[..., 0] < 0.45) & (pixels[..., 1] < 0.55)  # the bars' #4c72b0
+    assert blue.sum() > 500, "no histogram bars on the rendered page"
