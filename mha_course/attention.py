@@ -8,88 +8,12 @@ weights that sum to 1, and the output is the weighted average of the value rows.
 
 from __future__ import annotations
 
-import math
-import numbers
-
 import numpy as np
 import torch
 
-from ._validate import broadcast_leading, require_floating, require_min_rank, require_tensor
 from .masks import mask_to_bias
 from .softmax import softmax, softmax_np
-
-
-def check_qkv(q, k, v) -> tuple[int, int, int]:
-    """Validate query/key/value shapes (..., T, D), (..., S, D), (..., S, Dv); return (T, S, D).
-
-    Raises:
-        TypeError: an input is not a floating torch.Tensor, or dtypes differ.
-        ValueError: a rank is below 2, D or S disagree, or the leading dims do not broadcast.
-    """
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        require_tensor(x, name)
-        require_floating(x, name)
-    require_min_rank(q, 2, "q", "(..., T, D)")
-    require_min_rank(k, 2, "k", "(..., S, D)")
-    require_min_rank(v, 2, "v", "(..., S, Dv)")
-    if not q.dtype == k.dtype == v.dtype:
-        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must have the same last dim D: q {tuple(q.shape)} is (..., T, {q.shape[-1]}), "
-                         f"k {tuple(k.shape)} is (..., S, {k.shape[-1]})")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same length S: k {tuple(k.shape)} has S={k.shape[-2]}, "
-                         f"v {tuple(v.shape)} has S={v.shape[-2]}")
-    broadcast_leading({"q": tuple(q.shape[:-2]), "k": tuple(k.shape[:-2]), "v": tuple(v.shape[:-2])})
-    return q.shape[-2], k.shape[-2], q.shape[-1]
-
-
-def check_mask(mask, T: int, S: int, batch_shape: tuple[int, ...] | None = None) -> None:
-    """Validate a course mask against scores (..., T, S).
-
-    Any shape that broadcasts against the scores is accepted, e.g. (T, S), (S,), (1, S),
-    (B, 1, 1, S), (B, 1, T, S). When ``batch_shape`` (the broadcast leading dims of q, k, v) is
-    given, the mask's leading dims must broadcast with it too.
-
-    Raises:
-        TypeError: not a tensor, or neither bool nor floating.
-        ValueError: its last two dims are not broadcastable to (T, S), or its leading dims not to
-            ``batch_shape``.
-    """
-    require_tensor(mask, "mask")
-    if mask.dtype != torch.bool and not mask.is_floating_point():
-        raise TypeError(f"mask must be bool (True = may attend) or floating (added to scores), got dtype {mask.dtype}")
-    trailing = tuple(mask.shape[-2:])  # the (T, S) part; a 1-D mask is (S,)
-    expected = (T, S)[-len(trailing):] if trailing else ()
-    if any(m not in (1, e) for m, e in zip(trailing, expected, strict=True)):
-        raise ValueError(f"mask must broadcast to scores (..., T={T}, S={S}), got {tuple(mask.shape)}")
-    if batch_shape is not None and mask.dim() > 2:
-        try:
-            torch.broadcast_shapes(tuple(batch_shape), tuple(mask.shape[:-2]))
-        except RuntimeError:
-            raise ValueError(f"mask must broadcast to scores {(*batch_shape, T, S)} (..., T, S), "
-                             f"got {tuple(mask.shape)}") from None
-
-
-def resolve_scale(scale: float | None, D: int) -> float:
-    """Return ``scale`` or the default 1/sqrt(D).
-
-    Any finite real is accepted, as in torch's SDPA: 0 gives uniform weights, a negative scale
-    prefers the keys least like the query (odd, but well defined).
-
-    Raises:
-        TypeError: ``scale`` is not a real number (bools, strings and tensors are refused).
-        ValueError: ``scale`` is NaN or infinite, or it is None while D == 0 (no default exists).
-    """
-    if scale is None:
-        if D <= 0:
-            raise ValueError(f"the default scale 1/sqrt(D) needs D >= 1, got D={D}; pass scale explicitly")
-        return 1.0 / math.sqrt(D)
-    if not isinstance(scale, numbers.Real) or isinstance(scale, bool):
-        raise TypeError(f"scale must be a real number (a float), got {type(scale).__name__} {scale!r}")
-    if not math.isfinite(scale):
-        raise ValueError(f"scale must be a finite number, got {scale!r}")
-    return float(scale)
+from .validation import broadcast_leading, check_mask, check_qkv, resolve_scale  # noqa: F401 (checks: also attention's API)
 
 
 def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -26,10 +26,10 @@ import math
 
 import torch
 
-from ._validate import require_floating, require_tensor
 from .attention import check_mask, check_qkv, resolve_scale
 from .masks import causal_mask, mask_to_bias
 from .softmax import softmax
+from .validation import require_floating, require_tensor
 
 
 def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:

@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from .validation import require_non_negative_int
+
 MIB = 2**20
 _MMAP_THRESHOLD_FIXED = False
 
@@ -171,8 +173,7 @@ def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 def _require_sizes(**sizes: int) -> None:
     for name, n in sizes.items():
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {n!r}")
+        require_non_negative_int(n, name)
 
 
 def _status_kib(field: str) -> int | None:

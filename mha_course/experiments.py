@@ -28,26 +28,20 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
+from .validation import require_positive_int
+
 
 def _check_dims(dims: Sequence[int]) -> list[int]:
     """Raise TypeError/ValueError unless ``dims`` is a non-empty sequence of positive ints."""
     dims = list(dims)
     if not dims:
         raise ValueError("dims must hold at least one dimension, got an empty sequence")
-    for d in dims:
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)):
-            raise TypeError(f"every dim must be an int, got {d!r} ({type(d).__name__})")
-        if d <= 0:
-            raise ValueError(f"every dim must be >= 1, got {d}")
-    return [int(d) for d in dims]
+    return [require_positive_int(d, "every dim") for d in dims]
 
 
 def _check_positive(**values: int) -> None:
     for name, n in values.items():
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-            raise TypeError(f"{name} must be an int, got {type(n).__name__}")
-        if n <= 0:
-            raise ValueError(f"{name} must be >= 1, got {n}")
+        require_positive_int(n, name)
 
 
 @contextmanager

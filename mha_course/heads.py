@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ._validate import require_rank, require_tensor
+from .validation import require_int, require_rank, require_tensor
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -22,8 +22,7 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """
     require_tensor(x, "x")
     require_rank(x, 3, "x", "(B, T, E)")
-    if isinstance(num_heads, bool) or not isinstance(num_heads, int):
-        raise TypeError(f"num_heads must be an int, got {type(num_heads).__name__}")
+    require_int(num_heads, "num_heads")
     B, T, E = x.shape
     if num_heads <= 0:
         raise ValueError(f"num_heads must be positive, got num_heads={num_heads} (x {tuple(x.shape)})")

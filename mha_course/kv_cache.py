@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import torch
 
-from ._validate import require_rank, require_tensor
 from .attention import scaled_dot_product_attention
 from .heads import merge_heads, split_heads
 from .masks import causal_mask
+from .validation import require_non_negative_int, require_positive_int, require_rank, require_tensor
 from .variants import grouped_query_attention
 
 
@@ -44,10 +44,9 @@ class KVCache:
                  device: torch.device | str | None = None):
         value_dim = head_dim if value_dim is None else value_dim
         for name, n in (("batch", batch), ("kv_heads", kv_heads), ("head_dim", head_dim), ("value_dim", value_dim)):
-            if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-                raise ValueError(f"{name} must be a positive int, got {n!r}")
-        if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 0):
-            raise ValueError(f"max_len must be None or a non-negative int, got {max_len!r}")
+            require_positive_int(n, name)
+        if max_len is not None:
+            require_non_negative_int(max_len, "max_len")
         self.batch, self.kv_heads, self.head_dim, self.value_dim = batch, kv_heads, head_dim, value_dim
         self.max_len = max_len
         capacity = 0 if max_len is None else max_len

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ._validate import require_rank, require_tensor
+from .validation import require_int, require_rank, require_tensor
 
 
 def causal_mask(T: int, S: int | None = None, *, diagonal: int = 0,
@@ -39,8 +39,7 @@ def causal_mask(T: int, S: int | None = None, *, diagonal: int = 0,
     """
     S = T if S is None else S
     for name, n in (("T", T), ("S", S), ("diagonal", diagonal)):
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+        require_int(n, name)
     if T < 0 or S < 0:
         raise ValueError(f"T and S must be >= 0, got T={T}, S={S}")
     rows = torch.arange(T, device=device).unsqueeze(1)  # (T, 1)
@@ -62,8 +61,7 @@ def padding_mask(lengths, S: int) -> torch.Tensor:
         TypeError: lengths are not integers, or S is not an int.
         ValueError: lengths is not 1-D, or a length is negative or larger than S.
     """
-    if isinstance(S, bool) or not isinstance(S, int):
-        raise TypeError(f"S must be an int, got {type(S).__name__}")
+    require_int(S, "S")
     try:
         lengths = torch.as_tensor(lengths)
     except (TypeError, ValueError, RuntimeError):

@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validate import require_floating, require_rank, require_tensor
 from .attention import check_mask, scaled_dot_product_attention
 from .heads import merge_heads, split_heads
+from .validation import require_floating, require_int, require_rank, require_tensor
 
 
 class MultiHeadAttention(nn.Module):
@@ -40,9 +40,8 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0):
         super().__init__()
-        for name, n in (("embed_dim", embed_dim), ("num_heads", num_heads)):
-            if isinstance(n, bool) or not isinstance(n, int):
-                raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+        require_int(embed_dim, "embed_dim")
+        require_int(num_heads, "num_heads")
         if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
             raise ValueError(f"embed_dim must be a positive multiple of num_heads, got embed_dim={embed_dim}, "
                              f"num_heads={num_heads} (E = H * D needs E % H == 0)")

@@ -22,12 +22,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validate import require_rank, require_tensor
 from .attention import scaled_dot_product_attention
 from .heads import merge_heads, split_heads
 from .masks import causal_mask, padding_mask
 from .mha import MultiHeadAttention
 from .positions import LearnedPositions, SinusoidalPositions, apply_rotary
+from .validation import require_rank, require_tensor
 from .variants import GroupedQueryAttention, grouped_query_attention
 
 POSITIONS = ("none", "sinusoidal", "learned", "rotary")

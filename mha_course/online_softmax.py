@@ -21,8 +21,8 @@ import math
 
 import torch
 
-from ._validate import require_floating, require_tensor
 from .attention import check_qkv, resolve_scale
+from .validation import require_floating, require_positive_int, require_tensor
 
 
 def online_softmax_update(m: torch.Tensor, l: torch.Tensor,
@@ -81,7 +81,7 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
     """
     require_tensor(x, "x")
     require_floating(x, "x")
-    block_size = _check_block(block_size, "block_size")
+    block_size = require_positive_int(block_size, "block_size")
     if x.dim() == 0:
         raise ValueError("x must have at least 1 dim (..., S), got a scalar")
     work = x.to(torch.promote_types(x.dtype, torch.float32))
@@ -119,7 +119,7 @@ def online_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     """
     T, S, D = check_qkv(q, k, v)
     scale = resolve_scale(scale, D)
-    block_size = _check_block(block_size, "block_size")
+    block_size = require_positive_int(block_size, "block_size")
     in_dtype, work = q.dtype, torch.promote_types(q.dtype, torch.float32)
     q, k, v = (x.to(work) for x in (q, k, v))
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -145,9 +145,3 @@ def online_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     return out.to(in_dtype)
 
 
-def _check_block(n, name: str) -> int:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{name} must be a positive int, got {type(n).__name__}")
-    if n < 1:
-        raise ValueError(f"{name} must be >= 1, got {n}")
-    return n

@@ -18,14 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validate import require_min_rank, require_tensor
-
-
-def _require_positive_int(value, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value}")
+from .validation import require_min_rank, require_positive_int, require_tensor
 
 
 def sinusoidal_positions(T: int, E: int, base: float = 10000.0,
@@ -46,8 +39,8 @@ def sinusoidal_positions(T: int, E: int, base: float = 10000.0,
         TypeError: T or E is not an int.
         ValueError: T or E is not positive, or E is odd.
     """
-    _require_positive_int(T, "T")
-    _require_positive_int(E, "E")
+    require_positive_int(T, "T")
+    require_positive_int(E, "E")
     if E % 2:
         raise ValueError(f"E must be even (sin/cos pairs), got E={E}")
     position = torch.arange(T, dtype=torch.float64)[:, None]  # (T, 1)
@@ -89,8 +82,8 @@ class LearnedPositions(nn.Module):
 
     def __init__(self, max_len: int, embed_dim: int):
         super().__init__()
-        _require_positive_int(max_len, "max_len")
-        _require_positive_int(embed_dim, "embed_dim")
+        require_positive_int(max_len, "max_len")
+        require_positive_int(embed_dim, "embed_dim")
         self.weight = nn.Parameter(torch.randn(max_len, embed_dim) * 0.02)  # (max_len, E)
 
     def forward(self, T: int) -> torch.Tensor:
@@ -112,7 +105,7 @@ def rotary_angles(positions: torch.Tensor, D: int, base: float = 10000.0) -> tor
         ValueError: D is odd or not positive, positions is not 1-D.
     """
     require_tensor(positions, "positions")
-    _require_positive_int(D, "D")
+    require_positive_int(D, "D")
     if D % 2:
         raise ValueError(f"D must be even (pairs of coordinates are rotated), got D={D}")
     if positions.dim() != 1:

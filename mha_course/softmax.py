@@ -15,7 +15,7 @@ import numbers
 import numpy as np
 import torch
 
-from ._validate import require_floating, require_tensor
+from .validation import require_floating, require_tensor
 
 _UPCAST = (torch.float16, torch.bfloat16)
 

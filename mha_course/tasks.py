@@ -25,6 +25,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .validation import require_positive_int
+
 IGNORE = -100  # target of an unscored position (torch's cross_entropy ignore_index)
 
 
@@ -71,8 +73,7 @@ class Task:
 
     def sample(self, n: int, seed: int | torch.Generator = 0) -> TaskData:
         """Draw n examples. ``seed`` is an int (same int, same examples) or a torch.Generator."""
-        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-            raise ValueError(f"n must be a positive int, got {n!r}")
+        require_positive_int(n, "n")
         generator = seed if isinstance(seed, torch.Generator) else torch.Generator().manual_seed(int(seed))
         return self._sample(n, generator)
 

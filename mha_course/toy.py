@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .validation import require_int
+
 FEATURES: tuple[str, ...] = ("finance", "nature", "action", "time")
 
 #                  finance nature action time
@@ -63,8 +65,7 @@ def word_vectors(words: Sequence[str] | None = None, dims: int = 4) -> tuple[lis
     """
     if isinstance(words, str):
         raise TypeError(f"words must be a list of words, got the string {words!r}; try [{words!r}]")
-    if isinstance(dims, bool) or not isinstance(dims, int):
-        raise TypeError(f"dims must be an int, got {type(dims).__name__}")
+    require_int(dims, "dims")
     if not 1 <= dims <= len(FEATURES):
         raise ValueError(f"dims must be in 1..{len(FEATURES)}, got {dims}")
     words = vocabulary() if words is None else [str(w).lower() for w in words]

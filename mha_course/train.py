@@ -18,6 +18,7 @@ from torch import nn
 
 from .model import POSITIONS, build_model, run_model
 from .tasks import IGNORE, TASKS, Task, TaskData, get_task
+from .validation import require_positive_int
 
 HELD_OUT_SEED_OFFSET = 1_000_003  # held-out examples come from seed + this, never from the training stream
 
@@ -89,8 +90,7 @@ def train(model: nn.Module, task: Task, steps: int = 2000, batch_size: int = 128
     """
     for name, value in (("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every),
                         ("eval_size", eval_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+        require_positive_int(value, name)
     start = time.perf_counter()
     generator = torch.Generator().manual_seed(seed)
     held_out = task.sample(eval_size, seed + HELD_OUT_SEED_OFFSET)

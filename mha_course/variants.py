@@ -24,9 +24,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ._validate import require_min_rank, require_rank, require_tensor
 from .attention import check_qkv, resolve_scale, scaled_dot_product_attention
 from .heads import merge_heads, split_heads
+from .validation import (
+    require_int,
+    require_min_rank,
+    require_non_negative_int,
+    require_rank,
+    require_tensor,
+)
 
 # ----------------------------------------------------------------------------- grouped-query
 
@@ -43,8 +49,7 @@ def repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """
     require_tensor(x, "x")
     require_min_rank(x, 3, "x", "(..., G, S, D)")
-    if isinstance(num_heads, bool) or not isinstance(num_heads, int):
-        raise TypeError(f"num_heads must be an int, got {type(num_heads).__name__}")
+    require_int(num_heads, "num_heads")
     G = x.shape[-3]
     if G == 0 or num_heads <= 0 or num_heads % G:
         raise ValueError(f"num_heads H={num_heads} must be a positive multiple of the G={G} key/value heads "
@@ -116,8 +121,7 @@ def kv_cache_bytes(batch: int, kv_heads: int, seq_len: int, head_dim: int,
     """
     sizes = {"batch": batch, "kv_heads": kv_heads, "seq_len": seq_len, "head_dim": head_dim, "num_layers": num_layers}
     for name, n in sizes.items():
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(f"{name} must be a non-negative int, got {n!r}")
+        require_non_negative_int(n, name)
     item = torch.empty((), dtype=dtype).element_size()
     return 2 * num_layers * batch * kv_heads * seq_len * head_dim * item
 
@@ -137,8 +141,7 @@ class GroupedQueryAttention(nn.Module):
     def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int, bias: bool = True):
         super().__init__()
         for name, n in (("embed_dim", embed_dim), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
-            if isinstance(n, bool) or not isinstance(n, int):
-                raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+            require_int(n, name)
         if embed_dim <= 0 or num_heads <= 0 or num_kv_heads <= 0 or embed_dim % num_heads or num_heads % num_kv_heads:
             raise ValueError(f"need E % H == 0 and H % G == 0, got E={embed_dim}, H={num_heads}, G={num_kv_heads}")
         self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
@@ -207,8 +210,7 @@ def sliding_window_mask(T: int, window: int, S: int | None = None, causal: bool 
     """
     S = T if S is None else S
     for name, n in (("T", T), ("S", S), ("window", window)):
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+        require_int(n, name)
     if min(T, S, window) < 0:
         raise ValueError(f"T, S and window must be >= 0, got T={T}, S={S}, window={window}")
     offset = torch.arange(T, device=device)[:, None] - torch.arange(S, device=device)[None, :]  # (T, S): i - j
@@ -244,8 +246,7 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     require_rank(q, 4, "q", "(B, H, T, D)")
     if S != T:
         raise ValueError(f"sliding-window attention is self-attention: k must have S == T, got T={T}, S={S}")
-    if isinstance(window, bool) or not isinstance(window, int) or window < 0:
-        raise ValueError(f"window must be a non-negative int, got {window!r}")
+    require_non_negative_int(window, "window")
     if method == "mask":
         mask = sliding_window_mask(T, window, causal=causal, device=q.device)
         return scaled_dot_product_attention(q, k, v, mask=mask, scale=scale)[0]
@@ -302,8 +303,7 @@ def linformer_projections(S: int, rank: int, kind: str = "gaussian",
         ValueError: rank is not in [1, S], or kind is unknown.
     """
     for name, n in (("S", S), ("rank", rank)):
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+        require_int(n, name)
     if not 1 <= rank <= S:
         raise ValueError(f"rank must be in [1, S={S}], got {rank}")
     if kind == "gaussian":

@@ -31,7 +31,7 @@ def test_causal_flops_are_half_and_bad_sizes_raise():
     assert attention_flops(2, 4, 128, 64, causal=True) == attention_flops(2, 4, 128, 64) / 2
     with pytest.raises(ValueError, match="T"):
         attention_flops(1, 1, -3, 8)
-    with pytest.raises(ValueError, match="D"):
+    with pytest.raises(TypeError, match="D must be an int, got float 2.5"):
         attention_flops(1, 1, 3, 2.5)
 
 
