@@ -30,14 +30,6 @@ import numpy as np
 # Re-exported for code written against the old home of these submission-side helpers.
 from .convert import build_module, load_linear, tensor_to_numpy, to_numpy, to_numpy_pair  # noqa: F401
 
-# (atol, rtol) per dtype name, the same table as mha_course.testing.TOLERANCES.
-_TOLERANCES = {
-    "float64": (1e-10, 1e-8),
-    "float32": (1e-5, 1e-4),
-    "float16": (2e-3, 2e-3),
-}
-
-
 # --- inputs (``make_inputs``, run in the grader) ----------------------------------------------------
 
 _SALT: contextvars.ContextVar[int | None] = contextvars.ContextVar("mha_course_grading_salt", default=None)
@@ -116,8 +108,14 @@ def unchanged_case(reference: Callable[[Any], Any], diagnose: Callable[[Any, Any
 # --- helpers for ``diagnose`` (run in the grader) ------------------------------------------------
 
 def tolerance(dtype: Any) -> tuple[float, float]:
-    """(atol, rtol) for a NumPy dtype; unknown dtypes get float32's."""
-    return _TOLERANCES.get(np.dtype(dtype).name, _TOLERANCES["float32"])
+    """(atol, rtol) for a dtype from the library's one table (:data:`mha_course.testing.TOLERANCES`);
+    dtypes it has no entry for (integers, bool) get float32's, as answers are compared as floats."""
+    import torch
+
+    from ..testing import TOLERANCES
+
+    name = dtype if isinstance(dtype, str) else getattr(dtype, "name", None) or np.dtype(dtype).name
+    return TOLERANCES.get(getattr(torch, str(name), None), TOLERANCES[torch.float32])
 
 
 def fmt_shape(shape: Sequence[int], legend: str | None = None) -> str:

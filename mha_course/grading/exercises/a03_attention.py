@@ -16,6 +16,7 @@ import numpy as np
 
 from .. import hints
 from ..calls import a03_attention as calls
+from ._common import attention_alternatives, np_attention  # noqa: F401 (np_attention: a03's too)
 from ..spec import Assignment, Case, Exercise
 
 _OUT, _W = "[..., T, Dv]", "[..., T, S]"
@@ -51,83 +52,6 @@ def _ref_torch(inputs):
     q, k, v = (torch.from_numpy(inputs[n]) for n in "qkv")
     out, weights = scaled_dot_product_attention(q, k, v, scale=inputs["scale"])
     return out.numpy(), weights.numpy()
-
-
-def np_attention(q, k, v, scale, mask=None, softmax_axis=-1, mask_mode="add", value=None):
-    """Grader-side float64 attention with knobs for the classic mistakes; returns (out, weights).
-
-    mask_mode: "add" (bool -> -inf, float added; the right way), "ignore", "invert",
-    "after" (softmax first, then zero the blocked weights, no renormalisation),
-    "multiply" (float mask multiplied into the scores).
-    """
-    from mha_course.softmax import softmax_np
-
-    q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
-    scores = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., T, S)
-    if mask is not None and mask_mode != "ignore":
-        mask = np.asarray(mask)
-        if mask_mode == "invert":
-            mask = ~mask
-            mask_mode = "add"
-        if mask_mode == "add":
-            scores = np.where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + mask
-        elif mask_mode == "multiply":
-            scores = scores * mask
-    weights = softmax_np(scores, axis=softmax_axis)
-    if mask is not None and mask_mode == "after":
-        weights = np.where(mask, weights, 0.0) if mask.dtype == np.bool_ else weights + mask
-    source = v if value is None else np.asarray(value, dtype=np.float64)
-    return weights @ source, weights
-
-
-def attention_alternatives(inputs, mask=None):
-    """(weights alternatives, out alternatives) for diagnose: plausible mistakes and their hints."""
-    q, k, v = inputs["q"], inputs["k"], inputs["v"]
-    T, D, S, Dv = q.shape[-2], q.shape[-1], k.shape[-2], v.shape[-1]
-    given = inputs.get("scale")
-    right = 1.0 / math.sqrt(D) if given is None else given
-
-    def w(**kw):
-        return lambda: np_attention(q, k, v, kw.pop("scale", right), mask, **kw)[1]
-
-    def o(**kw):
-        return lambda: np_attention(q, k, v, kw.pop("scale", right), mask, **kw)[0]
-
-    weights_alts = []
-    if given is None:
-        weights_alts += [
-            (w(scale=1.0), "the scores are not scaled: multiply q k^T by 1/sqrt(D)"),
-            (w(scale=1.0 / D), "wrong scale: you used 1/D, the default is 1/sqrt(D)"),
-            (w(scale=math.sqrt(D)), "wrong scale: you multiplied by sqrt(D); divide by it"),
-            (w(scale=1.0 / math.sqrt(T)), "wrong scale: 1/sqrt(T) uses the number of queries; D is q's last axis"),
-            (w(scale=1.0 / math.sqrt(S)), "wrong scale: 1/sqrt(S) uses the number of keys; D is q's last axis"),
-            (w(scale=1.0 / math.sqrt(Dv)), "wrong scale: 1/sqrt(Dv) uses the value dim; D is q's last axis"),
-        ]
-    else:
-        weights_alts += [
-            (w(scale=1.0 / math.sqrt(D)), f"the scale argument ({given}) is ignored: use it instead of 1/sqrt(D)"
-             + (" (`scale or default` treats 0 as missing: test `scale is None`)" if given == 0 else "")),
-            (w(scale=given / math.sqrt(D)), "you applied both scale and 1/sqrt(D); scale replaces the default"),
-        ]
-        if given:
-            weights_alts.append((w(scale=1.0 / given), f"you divided by scale={given}; the scores are MULTIPLIED by "
-                                                       "scale"))
-    if T > 1:
-        weights_alts.append((w(softmax_axis=-2), "softmax over the queries (axis -2): each query's row over the "
-                             "keys must sum to 1, so use the last axis"))
-    if T == S:
-        weights_alts.append((lambda: np.swapaxes(np_attention(q, k, v, right, mask)[1], -1, -2),
-                             "the weights are transposed: weights[i, j] is how much query i attends to key j"))
-    weights_alts += [(w(mask_mode="ignore"), "the mask is ignored"),
-                     (w(mask_mode="invert"), "the mask is inverted: True means MAY attend"),
-                     (w(mask_mode="after"), "the mask is applied after softmax: block the scores (with -inf) "
-                      "before softmax so each row still sums to 1"),
-                     (w(mask_mode="multiply"), "the float mask is multiplied; a float mask is ADDED to the scores")] \
-        if mask is not None else []
-    out_alts = []
-    if D == Dv:
-        out_alts.append((o(value=k), "you used the keys as values: out = weights @ v"))
-    return weights_alts, out_alts
 
 
 def _diagnose(got, expected, inputs):

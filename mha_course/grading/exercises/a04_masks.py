@@ -171,7 +171,7 @@ def _ref_masked(inputs):
 
 
 def _diagnose_masked(got, expected, inputs, check_dtype=False):
-    from .a03_attention import attention_alternatives
+    from ._common import attention_alternatives
 
     mask = inputs["mask"]
     arrays, hint = hints.unpack(got, ("out", "weights"))

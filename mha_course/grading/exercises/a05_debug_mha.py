@@ -71,7 +71,7 @@ def _diagnose_layout(got, expected, inputs):
 def expected_output(inputs, scale=None, split="ok", merge="ok", transpose_kv=True, mask_mode="add",
                     value_from_keys=False):
     """The grader's computation of the repaired module (float64), with knobs for wrong repairs."""
-    from .a03_attention import np_attention
+    from ._common import np_attention
 
     E, H = inputs["E"], inputs["H"]
 

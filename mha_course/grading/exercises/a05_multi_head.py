@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import hints
 from ..calls import a05_multi_head as calls
+from ._common import np_mha
 from ..spec import Assignment, Case, Exercise
 
 # --- split_heads / merge_heads --------------------------------------------------------------------
@@ -171,36 +172,6 @@ def _diagnose_layout(got, expected, inputs):
     return None
 
 
-def _np_mha(inputs, scale=None, out_proj=True, swap_qk=False, value_from_key=False, split="ok", merge="ok"):
-    """Grader-side float64 multi-head attention with knobs for the classic mistakes."""
-    from .a03_attention import np_attention
-
-    E, H = inputs["E"], inputs["H"]
-    D = E // H
-
-    def lin(name, x):
-        return x.astype(np.float64) @ inputs[name + ".weight"].astype(np.float64).T + inputs[name + ".bias"]
-
-    def split_(x):
-        B, T, _ = x.shape
-        if split == "no_transpose":
-            return x.reshape(B, H, T, D)
-        return x.reshape(B, T, H, D).transpose(0, 2, 1, 3)  # (B, H, T, D)
-
-    qp, kp = ("k_proj", "q_proj") if swap_qk else ("q_proj", "k_proj")
-    q = split_(lin(qp, inputs["query"]))
-    k = split_(lin(kp, inputs["key"]))
-    v = split_(lin("v_proj", inputs["key"] if value_from_key else inputs["value"]))
-    mask = inputs["mask"]
-    if mask is not None and mask.ndim == 3:
-        mask = mask[:, None]
-    heads, weights = np_attention(q, k, v, 1.0 / math.sqrt(D) if scale is None else scale, mask)
-    B, _, T, _ = heads.shape
-    merged = heads.reshape(B, T, E) if merge == "no_transpose" else heads.transpose(0, 2, 1, 3).reshape(B, T, E)
-    out = lin("out_proj", merged) if out_proj else merged
-    return out, weights
-
-
 def _ref_mha(inputs):
     import torch
 
@@ -218,7 +189,7 @@ def _mha_alternatives(inputs):
     E, H = inputs["E"], inputs["H"]
 
     def pick(i, **kw):
-        return lambda: _np_mha(inputs, **kw)[i]
+        return lambda: np_mha(inputs, **kw)[i]
 
     common = [
         (dict(scale=1.0 / math.sqrt(E)), "the scores are scaled by 1/sqrt(E); each head works in D = E / H "

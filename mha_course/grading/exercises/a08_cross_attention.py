@@ -174,7 +174,7 @@ def _ref_cross(inputs):
 
 
 def _diagnose_cross(got, expected, inputs):
-    from .a05_multi_head import _np_mha
+    from ._common import np_mha
 
     arrays, hint = hints.unpack(got, ("out", "weights"))
     if hint:
@@ -191,7 +191,7 @@ def _diagnose_cross(got, expected, inputs):
                 "cross-attention keys and values are the memory (the encoder's output)")
 
     def with_mask(index, mask):
-        return lambda: _np_mha(dict(inputs, mask=mask))[index]
+        return lambda: np_mha(dict(inputs, mask=mask))[index]
 
     def pairs(index):
         return [(with_mask(index, None), "the source padding is not masked: build the mask with your "
