@@ -28,6 +28,7 @@ from contextlib import contextmanager
 import numpy as np
 import torch
 
+from .backward import softmax_jacobian
 from .validation import require_positive_int
 
 
@@ -139,19 +140,6 @@ def softmax_saturation(dims: Sequence[int], num_keys: int = 16, n_samples: int =
     return out
 
 
-def softmax_jacobian(scores: torch.Tensor) -> torch.Tensor:
-    """Jacobian of the softmax over the last axis: J[..., i, j] = d p_i / d s_j = p_i (delta_ij - p_j).
-
-    Args:
-        scores: (..., S).
-
-    Returns:
-        (..., S, S), i.e. diag(p) - p p^T for each row of scores.
-    """
-    p = torch.softmax(scores, dim=-1)  # (..., S)
-    return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)  # (..., S, S)
-
-
 def softmax_gradient_norm(dims: Sequence[int], num_keys: int = 16, n_samples: int = 2_000,
                           seed: int = 0) -> dict:
     """Size of the softmax's Jacobian ||d softmax(s) / d s||_F for random scores, scaled vs unscaled.
@@ -181,7 +169,8 @@ def softmax_gradient_norm(dims: Sequence[int], num_keys: int = 16, n_samples: in
     for D in dims:
         scores = _random_scores(D, num_keys, n_samples, generator)  # (N, S)
         for tag, scale in (("unscaled", 1.0), ("scaled", 1.0 / math.sqrt(D))):
-            norms = torch.linalg.matrix_norm(softmax_jacobian(scores * scale))  # (N,) Frobenius
+            weights = torch.softmax(scores * scale, dim=-1)  # (N, S)
+            norms = torch.linalg.matrix_norm(softmax_jacobian(weights))  # (N,) Frobenius
             result[tag].append(float(norms.mean()))
             result[f"fraction_tiny_{tag}"].append(float((norms < 1e-3).double().mean()))
     out = {name: np.array(values) for name, values in result.items()}

@@ -45,3 +45,16 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     require_rank(x, 4, "x", "(B, H, T, D)")
     B, H, T, D = x.shape
     return x.transpose(1, 2).reshape(B, T, H * D)  # (B, T, E)
+
+
+def gate_heads(heads: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """Scale each head's output by its gate (1 keeps a head, 0 switches it off: head ablation).
+
+    Args:
+        heads: (B, H, T, D), one output per head before they are merged.
+        gate: (H,).
+
+    Returns:
+        (B, H, T, D).
+    """
+    return heads * gate.to(heads.dtype)[:, None, None]  # (H, 1, 1) broadcasts over (B, H, T, D)

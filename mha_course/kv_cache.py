@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from .attention import scaled_dot_product_attention
-from .heads import merge_heads, split_heads
+from .heads import gate_heads, merge_heads, split_heads
 from .masks import causal_mask
 from .validation import require_non_negative_int, require_positive_int, require_rank, require_tensor
 from .variants import grouped_query_attention
@@ -181,7 +181,7 @@ def decode_self_attention(mha: torch.nn.Module, x: torch.Tensor, use_cache: bool
             v = split_heads(mha.v_proj(x_t), G)  # (B, G, 1, D)
             heads = decode_step(q, k, v, cache)  # (B, H, 1, D)
             if gate is not None:
-                heads = heads * gate.to(heads.dtype)[:, None, None]
+                heads = gate_heads(heads, gate)  # ablation, as in the module's own forward
             outputs.append(mha.out_proj(merge_heads(heads)))  # (B, 1, E)
     else:
         for t in range(N):

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from .attention import check_mask, scaled_dot_product_attention
-from .heads import merge_heads, split_heads
+from .heads import gate_heads, merge_heads, split_heads
 from .validation import require_floating, require_int, require_rank, require_tensor
 
 
@@ -74,6 +74,26 @@ class MultiHeadAttention(nn.Module):
         Raises:
             TypeError / ValueError: inputs of the wrong type, rank, or size (the message gives both shapes).
         """
+        key, value, mask = self._check_inputs(query, key, value, mask)
+        q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, T, D)
+        k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, S, D)
+        v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, S, D)
+        q, k = self.place_queries_and_keys(q, k)  # a hook: unchanged here, rotated in RotaryMultiHeadAttention
+        heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)  # (B, H, T, D), (B, H, T, S)
+        if self.training and self.dropout.p > 0:
+            heads = torch.matmul(self.dropout(weights), v)  # (B, H, T, D)
+        heads = gate_heads(heads, self.head_gate)  # ablation: zero switched-off heads
+        return self.out_proj(merge_heads(heads)), weights  # (B, T, E), (B, H, T, S)
+
+    def place_queries_and_keys(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where position information enters attention, for subclasses: q (B, H, T, D), k (B, H, S, D) in and out.
+
+        Unchanged here (positions, if any, were added to the embeddings); rotary attention rotates both.
+        """
+        return q, k
+
+    def _check_inputs(self, query, key, value, mask):
+        """(key, value, mask) with defaults filled in, after checking types, ranks, sizes and the mask."""
         key = query if key is None else key
         value = key if value is None else value
         for name, x, legend in (("query", query, "(B, T, E)"), ("key", key, "(B, S, E)"), ("value", value, "(B, S, E)")):
@@ -91,14 +111,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"query and key must have the same batch B, got query {tuple(query.shape)} and key {tuple(key.shape)}")
         if mask is not None:
             mask = self._check_mask(mask, query.shape[0], query.shape[1], key.shape[1])
-        q = split_heads(self.q_proj(query), self.num_heads)  # (B, H, T, D)
-        k = split_heads(self.k_proj(key), self.num_heads)  # (B, H, S, D)
-        v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, S, D)
-        heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)  # (B, H, T, D), (B, H, T, S)
-        if self.training and self.dropout.p > 0:
-            heads = torch.matmul(self.dropout(weights), v)  # (B, H, T, D)
-        heads = heads * self.head_gate.to(heads.dtype)[:, None, None]  # ablation: zero switched-off heads
-        return self.out_proj(merge_heads(heads)), weights  # (B, T, E), (B, H, T, S)
+        return key, value, mask
 
     def _check_mask(self, mask, B: int, T: int, S: int) -> torch.Tensor:
         """Validate a mask against scores (B, H, T, S); a 3-D (B, T, S) mask gets a head axis."""

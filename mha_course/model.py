@@ -7,9 +7,9 @@
 
 Positions are "none", "sinusoidal", "learned" (both added to the embeddings) or "rotary" (RoPE,
 applied to queries and keys inside attention; see :mod:`mha_course.positions`). Rotary attention
-is :class:`RotaryMultiHeadAttention`, a small subclass that rotates the split heads before calling
-:func:`mha_course.scaled_dot_product_attention` with the parent's own projections, so head
-ablation (``head_gate``) and everything else works the same way. With ``kv_heads=G`` the
+is :class:`RotaryMultiHeadAttention`, a subclass that only overrides the parent's
+``place_queries_and_keys`` hook to rotate the split heads, so its checks, dropout and head
+ablation (``head_gate``) are the parent's own. With ``kv_heads=G`` the
 self-attention is grouped-query attention (:class:`GroupedSelfAttention`, G key/value heads shared
 by the H query heads; multi-query when G = 1), for chapter 11's quality comparison.
 
@@ -19,11 +19,12 @@ chapters can look inside.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
-from .attention import scaled_dot_product_attention
-from .heads import merge_heads, split_heads
+from .heads import gate_heads, merge_heads, split_heads
 from .masks import causal_mask, padding_mask
 from .mha import MultiHeadAttention
 from .positions import LearnedPositions, SinusoidalPositions, apply_rotary
@@ -31,6 +32,25 @@ from .validation import require_rank, require_tensor
 from .variants import GroupedQueryAttention, grouped_query_attention
 
 POSITIONS = ("none", "sinusoidal", "learned", "rotary")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A tiny transformer's sizes: the one set of defaults of the model, :func:`mha_course.train.train_task`
+    and ``python -m mha_course.train``."""
+
+    vocab_size: int
+    max_len: int
+    embed_dim: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
+    positions: str = "learned"
+    causal: bool = False
+    mlp_ratio: int = 4
+    kv_heads: int | None = None
+
+
+DEFAULT_MODEL = ModelConfig(vocab_size=0, max_len=0)  # the defaults, read by signatures below
 
 
 class RotaryMultiHeadAttention(MultiHeadAttention):
@@ -41,20 +61,9 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
     offset n - m and on the content, never on m or n alone.
     """
 
-    def forward(self, query, key=None, value=None, mask=None):
-        key = query if key is None else key
-        value = key if value is None else value
-        for name, x in (("query", query), ("key", key), ("value", value)):
-            require_tensor(x, name)
-            require_rank(x, 3, name, "(B, T, E)")
-        if mask is not None and mask.dim() == 3:
-            mask = mask.unsqueeze(1)  # (B, 1, T, S)
-        q = apply_rotary(split_heads(self.q_proj(query), self.num_heads))  # (B, H, T, D)
-        k = apply_rotary(split_heads(self.k_proj(key), self.num_heads))  # (B, H, S, D)
-        v = split_heads(self.v_proj(value), self.num_heads)  # (B, H, S, D)
-        heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)  # (B, H, T, D), (B, H, T, S)
-        heads = heads * self.head_gate.to(heads.dtype)[:, None, None]  # ablation: zero switched-off heads
-        return self.out_proj(merge_heads(heads)), weights  # (B, T, E), (B, H, T, S)
+    def place_queries_and_keys(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate q (B, H, T, D) and k (B, H, S, D) by their positions 0 .. T-1 and 0 .. S-1."""
+        return apply_rotary(q), apply_rotary(k)
 
 
 class GroupedSelfAttention(GroupedQueryAttention):
@@ -84,7 +93,7 @@ class GroupedSelfAttention(GroupedQueryAttention):
         k = split_heads(self.k_proj(query), self.num_kv_heads)  # (B, G, T, D)
         v = split_heads(self.v_proj(query), self.num_kv_heads)  # (B, G, T, D)
         heads, weights = grouped_query_attention(q, k, v, mask=mask)  # (B, H, T, D), (B, H, T, T)
-        heads = heads * self.head_gate.to(heads.dtype)[:, None, None]  # ablation: zero switched-off heads
+        heads = gate_heads(heads, self.head_gate)  # ablation: zero switched-off heads
         return self.out_proj(merge_heads(heads)), weights  # (B, T, E), (B, H, T, T)
 
 
@@ -189,13 +198,13 @@ class TinyTransformer(nn.Module):
         TypeError: tokens not a long tensor.
     """
 
-    def __init__(self, vocab_size: int, max_len: int, embed_dim: int = 64, num_heads: int = 4,
-                 num_layers: int = 2, positions: str = "learned", causal: bool = False, mlp_ratio: int = 4,
-                 kv_heads: int | None = None):
+    def __init__(self, vocab_size: int, max_len: int, embed_dim: int = DEFAULT_MODEL.embed_dim,
+                 num_heads: int = DEFAULT_MODEL.num_heads, num_layers: int = DEFAULT_MODEL.num_layers,
+                 positions: str = DEFAULT_MODEL.positions, causal: bool = DEFAULT_MODEL.causal,
+                 mlp_ratio: int = DEFAULT_MODEL.mlp_ratio, kv_heads: int | None = DEFAULT_MODEL.kv_heads):
         super().__init__()
-        self.config = dict(vocab_size=vocab_size, max_len=max_len, embed_dim=embed_dim, num_heads=num_heads,
-                           num_layers=num_layers, positions=positions, causal=causal, mlp_ratio=mlp_ratio,
-                           kv_heads=kv_heads)
+        self.config = ModelConfig(vocab_size, max_len, embed_dim, num_heads, num_layers, positions, causal,
+                                  mlp_ratio, kv_heads)
         self.causal = causal
         self.embed = _Embedding(vocab_size, embed_dim, max_len, positions)
         self.blocks = nn.ModuleList(Block(embed_dim, num_heads, rotary=positions == "rotary", mlp_ratio=mlp_ratio,
@@ -233,11 +242,13 @@ class EncoderDecoder(nn.Module):
     Set ``mask_source_padding = False`` to see what happens when padding is not masked.
     """
 
-    def __init__(self, vocab_size: int, max_len: int, embed_dim: int = 64, num_heads: int = 4,
-                 num_layers: int = 1, positions: str = "learned", mlp_ratio: int = 4):
+    def __init__(self, vocab_size: int, max_len: int, embed_dim: int = DEFAULT_MODEL.embed_dim,
+                 num_heads: int = DEFAULT_MODEL.num_heads, num_layers: int = 1,
+                 positions: str = DEFAULT_MODEL.positions, mlp_ratio: int = DEFAULT_MODEL.mlp_ratio):
         super().__init__()
-        self.config = dict(vocab_size=vocab_size, max_len=max_len, embed_dim=embed_dim, num_heads=num_heads,
-                           num_layers=num_layers, positions=positions, mlp_ratio=mlp_ratio)
+        # one layer on each side by default: the copy-with-a-twist tasks of chapter 08 need no more
+        self.config = ModelConfig(vocab_size, max_len, embed_dim, num_heads, num_layers, positions,
+                                  mlp_ratio=mlp_ratio)
         rotary = positions == "rotary"
         self.mask_source_padding = True
         self.src_embed = _Embedding(vocab_size, embed_dim, max_len, positions)

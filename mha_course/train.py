@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .model import POSITIONS, build_model, run_model
+from .model import DEFAULT_MODEL, POSITIONS, build_model, run_model
 from .tasks import IGNORE, TASKS, Task, TaskData, get_task
 from .validation import require_positive_int
 
@@ -65,9 +65,28 @@ def evaluate(model: nn.Module, data: TaskData, task: Task) -> dict:
     return {"accuracy": float(right.sum() / scored.sum()), "relations": per_relation}
 
 
-def train(model: nn.Module, task: Task, steps: int = 2000, batch_size: int = 128, lr: float = 3e-3,
-          seed: int = 0, target_accuracy: float | None = 0.99, eval_every: int = 50, eval_size: int = 1000,
-          progress: bool = True, weight_decay: float = 0.0) -> TrainResult:
+@dataclass(frozen=True)
+class TrainConfig:
+    """How the tiny model is trained: the one set of defaults of :func:`train`, :func:`train_task` and
+    ``python -m mha_course.train`` (the model's sizes are :class:`mha_course.model.ModelConfig`'s)."""
+
+    steps: int = 3000
+    batch_size: int = 64
+    lr: float = 3e-3
+    weight_decay: float = 0.0
+    target_accuracy: float | None = 0.99
+    eval_every: int = 50
+    eval_size: int = 1000
+
+
+DEFAULT_TRAINING = TrainConfig()
+
+
+def train(model: nn.Module, task: Task, steps: int = DEFAULT_TRAINING.steps,
+          batch_size: int = DEFAULT_TRAINING.batch_size, lr: float = DEFAULT_TRAINING.lr, seed: int = 0,
+          target_accuracy: float | None = DEFAULT_TRAINING.target_accuracy,
+          eval_every: int = DEFAULT_TRAINING.eval_every, eval_size: int = DEFAULT_TRAINING.eval_size,
+          progress: bool = True, weight_decay: float = DEFAULT_TRAINING.weight_decay) -> TrainResult:
     """Train ``model`` on fresh batches of ``task`` with AdamW; stop early at ``target_accuracy``.
 
     Args:
@@ -134,13 +153,17 @@ def train(model: nn.Module, task: Task, steps: int = 2000, batch_size: int = 128
     return TrainResult(scores["accuracy"], time.perf_counter() - start, step, scores["relations"], history, losses)
 
 
-DEFAULTS = dict(task="reverse", steps=3000, batch_size=64, lr=3e-3, embed_dim=64, num_heads=4, num_layers=2,
-                positions="learned", seed=0, target=0.99)
+# The command line's defaults: the two configurations' plus the task and the seed.
+DEFAULTS = dict(task="reverse", seed=0, steps=DEFAULT_TRAINING.steps, batch_size=DEFAULT_TRAINING.batch_size,
+                lr=DEFAULT_TRAINING.lr, target=DEFAULT_TRAINING.target_accuracy,
+                embed_dim=DEFAULT_MODEL.embed_dim, num_heads=DEFAULT_MODEL.num_heads,
+                num_layers=DEFAULT_MODEL.num_layers, positions=DEFAULT_MODEL.positions)
 
 
-def train_task(task: str | Task = "reverse", seed: int = 0, steps: int = 3000, batch_size: int = 64,
-               lr: float = 3e-3, target_accuracy: float | None = 0.99, progress: bool = False,
-               eval_every: int = 50, **model_options) -> tuple[nn.Module, TrainResult]:
+def train_task(task: str | Task = "reverse", seed: int = 0, steps: int = DEFAULT_TRAINING.steps,
+               batch_size: int = DEFAULT_TRAINING.batch_size, lr: float = DEFAULT_TRAINING.lr,
+               target_accuracy: float | None = DEFAULT_TRAINING.target_accuracy, progress: bool = False,
+               eval_every: int = DEFAULT_TRAINING.eval_every, **model_options) -> tuple[nn.Module, TrainResult]:
     """Build a model for ``task`` (seeded with ``seed``), train it, return (model, result).
 
     The one-call recipe the chapters use; ``model_options`` go to :func:`mha_course.model.build_model`
