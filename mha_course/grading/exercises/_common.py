@@ -115,3 +115,15 @@ def np_mha(inputs, scale=None, out_proj=True, swap_qk=False, value_from_key=Fals
     merged = heads.reshape(B, T, E) if merge == "no_transpose" else heads.transpose(0, 2, 1, 3).reshape(B, T, E)
     out = lin("out_proj", merged) if out_proj else merged
     return out, weights
+
+
+def projection_weights(rng, E: int, H: int, self_attention: bool, names, dtype) -> dict:
+    """The four (E, E) projections and their biases, drawn from ``rng``, plus E, H and the flag.
+
+    Weights ~ N(0, 1/E) (so that projected activations stay near unit size), biases ~ N(0, 0.25).
+    """
+    inputs = {"E": E, "H": H, "self_attention": self_attention}
+    for name in names:
+        inputs[name + ".weight"] = (rng.standard_normal((E, E)) / math.sqrt(E)).astype(dtype)
+        inputs[name + ".bias"] = (rng.standard_normal(E) * 0.5).astype(dtype)
+    return inputs

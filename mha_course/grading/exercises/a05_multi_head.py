@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import hints
 from ..calls import a05_multi_head as calls
-from ._common import np_mha
+from ._common import np_mha, projection_weights
 from ..spec import Assignment, Case, Exercise
 
 # --- split_heads / merge_heads --------------------------------------------------------------------
@@ -125,10 +125,7 @@ _PROJ = calls.PROJ  # one home: the call module
 def _mha_inputs(B, T, S, E, H, seed, mask_kind=None, self_attention=False, dtype=np.float32, value_is_key=False):
     def make():
         rng = hints.rng(seed)
-        inputs = {"E": E, "H": H, "self_attention": self_attention}
-        for name in _PROJ:
-            inputs[name + ".weight"] = (rng.standard_normal((E, E)) / math.sqrt(E)).astype(dtype)
-            inputs[name + ".bias"] = (rng.standard_normal(E) * 0.5).astype(dtype)
+        inputs = projection_weights(rng, E, H, self_attention, _PROJ, dtype)
         inputs["query"] = rng.standard_normal((B, T, E)).astype(dtype)
         inputs["key"] = inputs["query"] if self_attention else rng.standard_normal((B, S, E)).astype(dtype)
         inputs["value"] = inputs["query"] if self_attention else rng.standard_normal((B, S, E)).astype(dtype)

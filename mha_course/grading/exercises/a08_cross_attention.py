@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import hints
 from ..calls import a08_cross_attention as calls
+from ._common import projection_weights
 from ..spec import Assignment, Case, Exercise
 
 _PROJ = calls.PROJ  # one home: the call module
@@ -137,10 +138,7 @@ def _module_inputs(B, T, S, E, H, seed, head=0, self_attention=False, memory=Fal
 
     def make():
         rng = hints.rng(seed)
-        inputs = {"E": E, "H": H, "self_attention": self_attention}
-        for name in _PROJ:
-            inputs[name + ".weight"] = (rng.standard_normal((E, E)) / math.sqrt(E)).astype(dtype)
-            inputs[name + ".bias"] = (rng.standard_normal(E) * 0.5).astype(dtype)
+        inputs = projection_weights(rng, E, H, self_attention, _PROJ, dtype)
         S_ = T if self_attention else S
         inputs["query"] = rng.standard_normal((B, T, E)).astype(dtype)
         inputs["key"] = inputs["query"] if self_attention else rng.standard_normal((B, S_, E)).astype(dtype)
