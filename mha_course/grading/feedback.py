@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .scan import parse
 from .verdicts import SubmissionResult, TestResult
 
 #: Hints that only say *that* something is wrong, not what: shown after the specific ones.
@@ -77,7 +78,7 @@ def defining_cells(cells: list[tuple[int, str]], targets: list[str]) -> dict[str
     found: dict[str, str] = {}
     for index, source in cells:
         try:
-            tree = ast.parse(source)
+            tree = parse(source)
         except SyntaxError:
             continue
         first = next((line.strip() for line in source.splitlines() if line.strip()), "")

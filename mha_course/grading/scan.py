@@ -202,14 +202,20 @@ def _attribute_call(node: ast.Call, aliases: dict[str, str]) -> tuple[str | None
     return None, None
 
 
+def parse(source: str) -> ast.Module:
+    """``ast.parse`` for the grader's threads: CPython < 3.12 can raise SystemError ("AST constructor
+    recursion depth mismatch") when two threads parse at once, so every parse in the grader goes through here."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
+
+
 def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
     """Scan ``(cell index, source)`` pairs (from :func:`.notebook.code_cells`) for ``assignment``."""
     report = ScanReport()
     trees: list[tuple[int, ast.AST]] = []
     for index, source in cells:
         try:
-            with _PARSE_LOCK:  # CPython < 3.12: ast.parse in two threads at once can raise SystemError
-                trees.append((index, ast.parse(source)))
+            trees.append((index, parse(source)))
         except SyntaxError as exc:
             report.syntax_errors.append(f"cell {index + 1}, line {exc.lineno}: SyntaxError: {exc.msg}")
     aliases = _aliases(trees)

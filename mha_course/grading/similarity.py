@@ -22,6 +22,8 @@ import difflib
 import functools
 from pathlib import Path
 
+from .scan import parse
+
 MIN_TOKENS = 40   # a definition shorter than this is too small to tell copying from writing it
 NEAR = 0.9        # SequenceMatcher ratio from which a definition is reported as nearly identical
 
@@ -60,7 +62,7 @@ class _Normalise(ast.NodeTransformer):
 
 def tokens(node: ast.AST) -> tuple[str, ...]:
     """A definition as a sequence of node tokens, names normalised (see the module docstring)."""
-    tree = _Normalise().visit(ast.parse(ast.unparse(node)).body[0])
+    tree = _Normalise().visit(parse(ast.unparse(node)).body[0])
     out = []
     for sub in ast.walk(tree):
         out.append(type(sub).__name__)
@@ -81,7 +83,7 @@ def library_definitions() -> dict[str, tuple[str, ...]]:
     found: dict[str, tuple[str, ...]] = {}
     for path in sorted(_LIBRARY.glob("*.py")):
         try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
+            tree = parse(path.read_text(encoding="utf-8"))
         except SyntaxError:
             continue
         module = f"mha_course.{path.stem}"
@@ -99,7 +101,7 @@ def _definitions(cells: list[tuple[int, str]], targets: set[str]) -> list[tuple[
     out = []
     for _, source in cells:
         try:
-            tree = ast.parse(source)
+            tree = parse(source)
         except SyntaxError:
             continue
         out += [(node.name, node) for node in tree.body

@@ -15,6 +15,8 @@ import shutil
 import sys
 from pathlib import Path
 
+from .scan import parse
+
 PACKAGE_DIR = Path(__file__).resolve().parents[1]   # mha_course/
 
 # Files of mha_course/grading/ that run inside the sandbox (everything else there is the grader's).
@@ -73,7 +75,7 @@ def _local_imports(path: Path, package: str) -> set[str]:
     """mha_course modules a provided module imports (relative or absolute), for the view's closure."""
 
     found: set[str] = set()
-    tree = ast.parse(path.read_text())
+    tree = parse(path.read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
