@@ -14,12 +14,16 @@ larger. :func:`attention_errors` measures this on the CPU: the same inputs throu
 
     accumulate16   every operation in the 16-bit dtype (no upcast)
     accumulate32   16-bit inputs, float32 arithmetic, 16-bit output (what the kernels do)
-    autocast       torch.autocast's choice for the CPU (bfloat16 matmuls)
+    autocast       float32 code under ``torch.autocast("cpu", dtype)``: autocast's choice per operation
+    ieee           float32 inputs, float32 arithmetic (``input_precision="ieee"`` in the Triton kernel)
+    tf32           float32 inputs whose matmul *inputs* are rounded to TF32 (:func:`round_to_tf32`),
+                   float32 accumulation
 
-and reports the largest error against a float64 computation of the same 16-bit inputs.
-TF32 (``input_precision="tf32"`` in the Triton kernel, ``torch.backends.cuda.matmul.allow_tf32``)
-rounds matmul *inputs* to 10 mantissa bits on NVIDIA tensor cores; it exists on GPUs only, so here
-it is described, not measured.
+and reports the largest error against a float64 computation of the same inputs.
+TF32 (``input_precision="tf32"`` in Triton, ``torch.set_float32_matmul_precision("high")`` in torch)
+is what NVIDIA tensor cores (sm_80 and later) do to float32 matmuls: keep float32's 8-bit exponent,
+round the mantissa to 10 bits, multiply, accumulate in float32. There is no TF32 hardware on a CPU, so
+the ``tf32`` rows *emulate* the rounding; the arithmetic after it is ordinary float32.
 """
 
 from __future__ import annotations
@@ -42,35 +46,64 @@ def format_table() -> list[dict[str, object]]:
     return rows
 
 
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, compute: torch.dtype) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D)) v with every operation in ``compute`` (stable: max subtracted)."""
+def round_to_tf32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (float32, any shape) rounded to TF32: float32's sign and 8-bit exponent, 10 mantissa bits.
+
+    Rounds to nearest, ties away from zero (PTX's ``cvt.rna.tf32.f32``), by adding half of the 13 dropped
+    bits' range to the bit pattern and clearing them. The result is float32 again (TF32 values are
+    float32 values with the low 13 mantissa bits zero). Infinities stay infinite.
+
+    Raises:
+        TypeError: ``x`` is not a float32 tensor.
+    """
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
+        raise TypeError(f"round_to_tf32 takes a float32 tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+    bits = x.contiguous().view(torch.int32)
+    rounded = torch.where(torch.isfinite(x).reshape(bits.shape), (bits + 0x1000) & ~0x1FFF, bits)
+    return rounded.view(torch.float32).reshape(x.shape)
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, compute: torch.dtype,
+               matmul_inputs=None) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D)) v with every operation in ``compute`` (stable: max subtracted).
+
+    ``matmul_inputs``, if given, is applied to both operands of each matmul (e.g. :func:`round_to_tf32`).
+    """
     q, k, v = q.to(compute), k.to(compute), v.to(compute)
-    scores = q @ k.transpose(-2, -1) * (q.shape[-1] ** -0.5)  # (..., T, S)
+    r = matmul_inputs or (lambda x: x)
+    scores = r(q) @ r(k).transpose(-2, -1) * (q.shape[-1] ** -0.5)  # (..., T, S)
     weights = torch.exp(scores - scores.amax(-1, keepdim=True))
     weights = weights / weights.sum(-1, keepdim=True)
-    return weights @ v  # (..., T, Dv)
+    return r(weights) @ r(v)  # (..., T, Dv)
 
 
 def attention_errors(T: int = 512, D: int = 64, magnitude: float = 1.0, seed: int = 0) -> list[dict[str, object]]:
-    """Max |error| against float64 for each 16-bit dtype and each way of computing (see the module docstring).
+    """Max |error| against float64 for each dtype and each way of computing (see the module docstring).
 
-    q, k, v are (1, 1, T, D) standard normal times ``magnitude``, rounded to the 16-bit dtype first, so
-    every row compares arithmetic only, never the rounding of the inputs.
+    q, k, v are (1, 1, T, D) standard normal times ``magnitude``, rounded to each row's dtype first, so
+    every row compares arithmetic only, never the rounding of the inputs. Rows: dtype float16 and
+    bfloat16 with variants accumulate16, accumulate32, autocast; dtype float32 with ieee and tf32.
+    Each row: dtype, variant, max_error, finite (no inf or NaN in the output).
+
+    Raises:
+        ValueError: T or D is not a positive int.
     """
     if not (isinstance(T, int) and isinstance(D, int)) or T < 1 or D < 1:
         raise ValueError(f"T and D must be positive ints, got T={T!r}, D={D!r}")
     generator = torch.Generator().manual_seed(seed)
     base = [torch.randn(1, 1, T, D, generator=generator, dtype=torch.float64) * magnitude for _ in range(3)]
     rows = []
-    for dtype in (torch.float16, torch.bfloat16):
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
         q, k, v = (x.to(dtype) for x in base)  # the inputs every variant gets
         exact = _attention(q, k, v, torch.float64)
-        variants = {
-            "accumulate16": _attention(q, k, v, dtype),
-            "accumulate32": _attention(q, k, v, torch.float32).to(dtype),
-        }
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            variants["autocast"] = _attention(q.float(), k.float(), v.float(), torch.float32)
+        if dtype == torch.float32:
+            variants = {"ieee": _attention(q, k, v, torch.float32),
+                        "tf32": _attention(q, k, v, torch.float32, matmul_inputs=round_to_tf32)}
+        else:
+            variants = {"accumulate16": _attention(q, k, v, dtype),
+                        "accumulate32": _attention(q, k, v, torch.float32).to(dtype)}
+            with torch.autocast("cpu", dtype=dtype):
+                variants["autocast"] = _attention(q.float(), k.float(), v.float(), torch.float32)
         for name, out in variants.items():
             error = (out.double() - exact).abs()
             rows.append({"dtype": str(dtype).removeprefix("torch."), "variant": name,

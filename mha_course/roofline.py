@@ -14,7 +14,11 @@ For fused (FlashAttention-style) attention the bytes are the inputs and the outp
                                   bytes = (B H T D + 2 B H_kv S D + B H T D) * element size
     one decoding step (T = 1):    FLOPs = 4 B H S D,  bytes ~ 2 B H_kv S D * element size (the KV cache)
 
-so a decoding step does about 1 FLOP per byte of cache in MHA (H_kv = H, 2-byte elements): far below any GPU's
+A materialised (unfused) attention also writes the (T, S) scores, reads them back for the softmax, writes
+the weights and reads them again for the product with V: 4 B H T S more elements, so its intensity stays
+near D / 2 FLOPs per byte (2-byte elements) however long the sequence, while the fused kernel's grows with T.
+
+A decoding step does about 1 FLOP per byte of cache in MHA (H_kv = H, 2-byte elements): far below any GPU's
 ridge (hundreds of FLOPs per byte), which is why decoding is memory-bound and why multi-query and
 grouped-query attention (fewer K/V heads, H_kv < H) make it faster in proportion.
 
@@ -59,7 +63,7 @@ class Prediction:
     """What the roofline says about one attention call on one GPU."""
 
     gpu: str
-    phase: str            # "prefill" | "decode"
+    phase: str            # "prefill" | "prefill, materialised" | "decode"
     flops: float
     bytes: float
     intensity: float      # FLOPs per byte
@@ -95,22 +99,37 @@ def _require_positive(**sizes: int) -> None:
 
 
 def prefill(gpu: str, B: int, H: int, T: int, D: int, S: int | None = None, kv_heads: int | None = None,
-            causal: bool = False, element_bytes: int = 2) -> Prediction:
-    """Fused attention over T queries and S keys (S = T by default), H query heads, ``kv_heads`` K/V heads.
+            causal: bool = False, element_bytes: int = 2, fused: bool = True) -> Prediction:
+    """Attention over T queries and S keys (S = T by default), H query heads, ``kv_heads`` K/V heads.
 
-    Bytes: Q and O (B, H, T, D) once each, K and V (B, kv_heads, S, D) once each.
+    Bytes: Q and O (B, H, T, D) once each, K and V (B, kv_heads, S, D) once each; with ``fused=False``
+    also the (B, H, T, S) scores and weights, each written once and read once. FLOPs: 4 B H T S D,
+    halved when causal, but only when fused (a materialised version computes the whole (T, S) matrix).
+
+    Raises:
+        ValueError: unknown GPU, or a size that is not positive.
+        TypeError: a size that is not an int.
     """
     S = T if S is None else S
     kv_heads = H if kv_heads is None else kv_heads
     _require_positive(B=B, H=H, T=T, D=D, S=S, kv_heads=kv_heads, element_bytes=element_bytes)
-    flops = attention_flops(B, H, T, D, S=S, causal=causal)
-    nbytes = (2 * B * H * T * D + 2 * B * kv_heads * S * D) * element_bytes
-    return _predict(gpu, "prefill", flops, nbytes)
+    flops = attention_flops(B, H, T, D, S=S, causal=causal and fused)
+    elements = 2 * B * H * T * D + 2 * B * kv_heads * S * D + (0 if fused else 4 * B * H * T * S)
+    return _predict(gpu, "prefill" if fused else "prefill, materialised", flops, elements * element_bytes)
 
 
 def decode_step(gpu: str, B: int, H: int, S: int, D: int, kv_heads: int | None = None,
                 element_bytes: int = 2) -> Prediction:
-    """One new token per sequence attending to a KV cache of S positions (the cache is read once)."""
+    """One new token per sequence attending to a KV cache of S positions (the cache is read once).
+
+    Bytes: the new query and output (B, H, 1, D), and K and V of the cache (B, kv_heads, S, D).
+    FLOPs: 4 B H S D. With ``kv_heads`` = G < H each cached key serves H / G query heads, so the
+    intensity is about H / G FLOPs per byte (2-byte elements).
+
+    Raises:
+        ValueError: unknown GPU, or a size that is not positive.
+        TypeError: a size that is not an int.
+    """
     kv_heads = H if kv_heads is None else kv_heads
     _require_positive(B=B, H=H, S=S, D=D, kv_heads=kv_heads, element_bytes=element_bytes)
     flops = attention_flops(B, H, 1, D, S=S)

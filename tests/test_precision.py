@@ -26,3 +26,23 @@ def test_float32_accumulation_beats_16_bit_accumulation(magnitude):
 def test_bad_sizes_are_refused():
     with pytest.raises(ValueError, match="T and D"):
         precision.attention_errors(T=0)
+
+
+def test_tf32_rounding_keeps_ten_mantissa_bits_and_rounds_ties_away_from_zero():
+    import torch
+
+    x = torch.tensor([1.0, 1 + 2**-11, 1 + 2**-10 + 2**-11, -(1 + 2**-10 + 2**-11), 1 / 3, float("inf"), -3e38])
+    y = precision.round_to_tf32(x)
+    assert y.tolist()[:4] == [1.0, 1 + 2**-10, 1 + 2**-9, -(1 + 2**-9)]  # the ties go away from zero
+    assert abs(y[4].item() - 1 / 3) <= 2**-11 / 3 and y[5].item() == float("inf")
+    assert (y.view(torch.int32) & 0x1FFF).eq(0).all()  # the 13 low mantissa bits are cleared
+    assert y[6].item() == pytest.approx(-3e38, rel=2**-10)
+    with pytest.raises(TypeError, match="float32"):
+        precision.round_to_tf32(x.double())
+
+
+def test_tf32_errs_like_a_ten_bit_mantissa_and_ieee_float32_hardly_at_all():
+    rows = {(r["dtype"], r["variant"]): r["max_error"] for r in precision.attention_errors(T=256, D=32)}
+    assert rows[("float32", "ieee")] < 1e-5 < rows[("float32", "tf32")] < 2**-8
+    # on the CPU, autocast leaves the softmax in the 16-bit dtype: no better than accumulate16
+    assert rows[("bfloat16", "autocast")] >= rows[("bfloat16", "accumulate32")]

@@ -39,3 +39,20 @@ def test_bad_input_is_refused(bad, error):
     args = dict(gpu="L4", B=1, H=2, T=16, D=8) | bad
     with pytest.raises(error):
         roofline.prefill(**args)
+
+
+def test_materialised_prefill_stays_memory_bound_at_about_d_over_2_flops_per_byte():
+    for T in (1024, 16384):
+        naive = roofline.prefill("H100 SXM", B=1, H=32, T=T, D=128, fused=False)
+        fused = roofline.prefill("H100 SXM", B=1, H=32, T=T, D=128)
+        assert naive.bound == "memory" and naive.phase == "prefill, materialised"
+        assert 50 < naive.intensity < 64 and naive.flops == fused.flops and naive.bytes > fused.bytes
+    assert fused.bound == "compute" and fused.time_ms < naive.time_ms
+    # causal halves a fused kernel's FLOPs (it skips the future's blocks), not a materialised one's
+    assert roofline.prefill("L4", B=1, H=1, T=64, D=16, causal=True, fused=False).flops == 4 * 64 * 64 * 16
+
+
+def test_grouped_query_decoding_intensity_is_the_query_heads_per_kv_head():
+    for kv_heads in (32, 8, 1):
+        d = roofline.decode_step("H100 SXM", B=4, H=32, S=8192, D=128, kv_heads=kv_heads)
+        assert d.intensity == pytest.approx(32 / kv_heads, rel=0.01) and d.bound == "memory"
