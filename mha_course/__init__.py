@@ -22,10 +22,6 @@ pull in Triton, matplotlib or the grader until they are used.
 from __future__ import annotations
 
 import importlib
-import os as _os
-import sys as _sys
-
-import torch as _torch
 
 __version__ = "0.1.0"
 
@@ -54,7 +50,7 @@ _EXPORTS = {
     # efficient attention (chapters 10-14)
     "tiled_attention": "tiled",
     "attention_backward": "backward",
-    "triton_attention": "flash_triton",
+    "triton_attention": "kernels.function",
     # self-check inside notebooks (assignments)
     "check": "grading.selfcheck",
 }
@@ -64,14 +60,14 @@ __all__ = sorted(_EXPORTS)
 # ``softmax`` is both a submodule and a function. Importing a submodule rebinds the package
 # attribute of the same name to the module, so bind the function now, after the one and only
 # first import of the submodule, or ``from mha_course import softmax`` could return the module.
-from .softmax import softmax, softmax_np  # noqa: E402, F401  (re-exported)
-
 # Without a GPU, Triton kernels can only run in Triton's interpreter, which must be chosen before
 # Triton is first imported, by anyone (torch itself imports it for some dispatch modes and
 # torch.compile). Choosing it here, at `import mha_course`, keeps chapter 13 working however the
 # learner got there. An explicit TRITON_INTERPRET in the environment is left alone.
-if not _torch.cuda.is_available() and "triton" not in _sys.modules:
-    _os.environ.setdefault("TRITON_INTERPRET", "1")
+from .device import choose_triton_backend  # noqa: E402
+from .softmax import softmax, softmax_np  # noqa: E402, F401  (re-exported)
+
+choose_triton_backend()
 
 
 def __getattr__(name: str):

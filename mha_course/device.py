@@ -25,11 +25,25 @@ def get_device(prefer: str | None = None) -> torch.device:
     return torch.device("cpu")
 
 
+def choose_triton_backend() -> None:
+    """Without a GPU, make Triton run kernels in its interpreter: the one place the course decides it.
+
+    Sets ``TRITON_INTERPRET=1`` unless the environment already says otherwise. It only takes effect
+    before Triton is first imported (Triton decorates its own library then), so ``import mha_course``
+    calls it, and so does :mod:`mha_course.kernels.runtime` before importing Triton.
+    """
+    import os
+    import sys
+
+    if not torch.cuda.is_available() and "triton" not in sys.modules:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
 def triton_available() -> bool:
     """True when Triton is installed (Linux wheels only); the course runs without it elsewhere.
 
     Looks the package up without importing it: on a CPU-only machine Triton must not be imported
-    before ``TRITON_INTERPRET=1`` is set (see ``mha_course.flash_triton``).
+    before ``TRITON_INTERPRET=1`` is set (see :func:`choose_triton_backend`).
     """
     return importlib.util.find_spec("triton") is not None
 

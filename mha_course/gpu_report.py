@@ -104,12 +104,12 @@ class Record:
 
 def kernels() -> dict[str, tuple[Any, Any]]:
     """name -> (the jitted kernel, the function listing its autotune configs)."""
-    from . import flash_triton, flash_triton_backward
+    from .kernels import backward, forward
 
     return {
-        "forward": (flash_triton._jitted, flash_triton._gpu_configs),
-        "dkdv": (flash_triton_backward._dkdv_jitted, flash_triton_backward._dkdv_configs),
-        "dq": (flash_triton_backward._dq_jitted, flash_triton_backward._dq_configs),
+        "forward": (forward._jitted, forward._gpu_configs),
+        "dkdv": (backward._dkdv_jitted, backward._dkdv_configs),
+        "dq": (backward._dq_jitted, backward._dq_configs),
     }
 
 
@@ -138,7 +138,7 @@ def signature(kernel: Any, dtype: str) -> dict[str, str]:
 
 
 def constants(head_dim: int, block_m: int, block_n: int, causal: bool, dtype: str) -> dict[str, Any]:
-    """The constexpr arguments, as :func:`mha_course.flash_triton.triton_attention` passes them."""
+    """The constexpr arguments, as :func:`mha_course.kernels.triton_attention` passes them."""
     block_d = max(16, 1 << (head_dim - 1).bit_length())
     return {"D": head_dim, "DV": head_dim, "BLOCK_D": block_d, "BLOCK_DV": block_d, "BLOCK_M": block_m,
             "BLOCK_N": block_n, "CAUSAL": causal, "PRECISION": "ieee" if dtype == "float32" else "tf32"}
@@ -332,12 +332,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
 
-    from . import flash_triton
+    from .kernels import runtime
 
-    if flash_triton.triton is None:
+    if runtime.triton is None:
         print("error: Triton is not installed (its wheels exist for Linux only)", file=sys.stderr)
         return 2
-    if flash_triton.INTERPRETED or flash_triton._IMPORTED_TOO_EARLY:
+    if runtime.INTERPRETED or runtime.IMPORTED_TOO_EARLY:
         # the kernels were decorated for the interpreter: compile in a fresh process that uses the compiler
         env = dict(os.environ, TRITON_INTERPRET="0")
         return subprocess.run([sys.executable, "-m", "mha_course.gpu_report", *(argv if argv is not None else

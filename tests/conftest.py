@@ -4,14 +4,13 @@ MPLBACKEND is deliberately not set in the environment: notebook kernels inherit 
 figures would vanish from the outputs.
 """
 
-import os
 
 import matplotlib
-import torch
 
 matplotlib.use("Agg")
 
 # Without a GPU, Triton kernels run in Triton's interpreter; it must be chosen before Triton is
-# first imported (Triton decorates its own library then), so before any test module imports it.
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+# first imported, so before any test module imports it: mha_course decides it in one place.
+from mha_course.device import choose_triton_backend  # noqa: E402
+
+choose_triton_backend()

@@ -11,7 +11,7 @@ import mha_course
 from mha_course.testing import assert_close
 
 triton = pytest.importorskip("triton")
-flash = importlib.import_module("mha_course.flash_triton")
+flash = importlib.import_module("mha_course.kernels.function")
 
 # Awkward shapes: T not a multiple of the block, T != S both ways, single query, odd head dims.
 SHAPES = [
@@ -112,14 +112,15 @@ def test_module_imports_and_explains_when_triton_is_missing(monkeypatch):
     for name in [m for m in sys.modules if m == "triton" or m.startswith("triton.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "triton", None)  # makes `import triton` raise ImportError
-    monkeypatch.delitem(sys.modules, "mha_course.flash_triton")
-    without = importlib.import_module("mha_course.flash_triton")
-    try:
-        q = torch.randn(1, 1, 4, 16)
-        with pytest.raises(RuntimeError, match="Linux"):
-            without.triton_attention(q, q, q)
-    finally:
-        sys.modules["mha_course.flash_triton"] = flash
+    # a fresh copy of the whole kernels package; monkeypatch puts the real one back afterwards
+    for name in [m for m in sys.modules if m.startswith("mha_course.kernels")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(mha_course, "kernels", sys.modules["mha_course"].kernels)
+    without = importlib.import_module("mha_course.kernels.function")
+    assert without is not flash
+    q = torch.randn(1, 1, 4, 16)
+    with pytest.raises(RuntimeError, match="Linux"):
+        without.triton_attention(q, q, q)
 
 
 def test_lazy_export_is_the_function():
@@ -143,14 +144,14 @@ def test_explains_when_triton_was_imported_before_the_interpreter_was_chosen():
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = ("import triton, torch\n"
-            "from mha_course.flash_triton import triton_attention\n"
+            "from mha_course.kernels import triton_attention\n"
             "q = torch.randn(1, 1, 4, 16)\n"
             "try:\n    triton_attention(q, q, q)\nexcept RuntimeError as e:\n    print('explained:', e)\n")
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert "explained:" in result.stdout and "TRITON_INTERPRET" in result.stdout, result.stderr
 
 
-# ---- the backward kernels (mha_course.flash_triton_backward) ----
+# ---- the backward kernels (mha_course.kernels.backward) ----
 
 def grads_of(fn, q, k, v, grad_out):
     """(dq, dk, dv) of sum(fn(q, k, v) * grad_out), on fresh leaves of the inputs' dtype."""
@@ -201,7 +202,7 @@ def test_backward_block_sizes_do_not_change_the_gradients(block_m, block_n, caus
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_two_pass_dkdv_gives_the_gradients_of_float64_autograd(causal, dtype):
     """The dK/dV kernel's TWO_PASS variant (dV first, then dK; chosen by Ampere's autotune list)."""
-    from mha_course.flash_triton_backward import flash_backward
+    from mha_course.kernels.backward import flash_backward
 
     q, k, v = make_qkv(2, 2, 45, 37, 24, 40, dtype, seed=12)
     grad_out = torch.randn(2, 2, 45, 40, generator=torch.Generator().manual_seed(13)).to(dtype)

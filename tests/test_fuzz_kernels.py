@@ -192,7 +192,7 @@ TRITON_CONFIGS = _triton_configs()
 @pytest.fixture(scope="module")
 def flash():
     pytest.importorskip("triton")
-    return importlib.import_module("mha_course.flash_triton")
+    return importlib.import_module("mha_course.kernels.function")
 
 
 @pytest.mark.parametrize("c", TRITON_CONFIGS, ids=_ids(TRITON_CONFIGS))

@@ -37,9 +37,9 @@ def test_tensor_core_instruction_is_read_from_the_ptx():
 
 
 def test_signature_types_pointers_sizes_scalars_and_constexprs():
-    from mha_course import flash_triton
+    from mha_course.kernels import forward
 
-    types = gpu_report.signature(flash_triton._flash_forward_kernel, "bfloat16")  # the plain function: any import state
+    types = gpu_report.signature(forward._flash_forward_kernel, "bfloat16")  # the plain function: any import state
     assert types["Q"] == types["O"] == "*bf16" and types["LSE"] == "*fp32"
     assert types["stride_qb"] == types["T"] == types["S"] == types["num_heads"] == "i32"
     assert types["qk_scale_log2"] == "fp32" and types["BLOCK_M"] == types["CAUSAL"] == "constexpr"

@@ -192,7 +192,7 @@ TILED = Exercise(
                "mha_course.tiled.tiled_attention", "mha_course.scaled_dot_product_attention",
                "mha_course.attention.scaled_dot_product_attention",
                "mha_course.online_softmax.online_softmax_attention", "mha_course.triton_attention",
-               "mha_course.flash_triton.triton_attention"),
+               "mha_course.kernels.triton_attention", "mha_course.kernels.function.triton_attention"),
 )
 
 ASSIGNMENT = Assignment(

@@ -120,7 +120,7 @@ def _no_rescale(q, k, v, block_n=16, rescale_l=False, rescale_acc=False):
 _SHORTCUTS = ("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax",
               "torch.nn.functional.scaled_dot_product_attention", "torch.matmul", "torch.bmm", "torch.einsum",
               "torch.Tensor.__matmul__", "torch.Tensor.matmul", "torch.exp", "torch.Tensor.exp",
-              "mha_course.softmax", "mha_course.triton_attention", "mha_course.flash_triton.triton_attention")
+              "mha_course.softmax", "mha_course.triton_attention", "mha_course.kernels.triton_attention", "mha_course.kernels.function.triton_attention")
 
 SOFTMAX = Exercise(
     key="triton_softmax",

@@ -14,42 +14,16 @@ per score. In causal mode (top-left aligned like ``torch``'s ``is_causal``: key 
 query i iff j <= i) key blocks entirely in a query block's future are skipped, which halves the
 work.
 
-Without CUDA the kernel runs under Triton's interpreter (NumPy on the CPU), slowly, so tests and
-chapter 13 can execute it at small sizes. The interpreter is chosen when the kernel is
-*decorated*, so this module sets ``TRITON_INTERPRET=1`` (unless already set) before decorating
-when no GPU is present. Under the interpreter bfloat16 is computed as float32 (Triton's
-interpreter gives wrong bfloat16 results) and cast back. Without Triton at all (macOS, Windows)
-the module still imports and :func:`triton_attention` raises an error saying how to get it.
+This module holds the kernel and its launcher :func:`_forward`; the public
+:func:`mha_course.kernels.triton_attention` (checks, dtypes, autograd) is in :mod:`.function`,
+and whether the kernel runs on a GPU or in Triton's interpreter is decided in :mod:`.runtime`.
 """
 
 from __future__ import annotations
 
-import os
-import sys
-
 import torch
 
-from .attention import check_qkv, resolve_scale
-
-ON_GPU = torch.cuda.is_available()
-# Triton decorates its own library functions (tl.zeros, ...) when it is first imported, so the
-# interpreter must be switched on before *that*; if Triton came first, we can only explain.
-_IMPORTED_TOO_EARLY = (not ON_GPU and "triton" in sys.modules
-                       and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"))
-if not ON_GPU:
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-try:
-    import triton
-    import triton.language as tl
-except ImportError:  # no wheel for this platform
-    triton = None
-    tl = None
-
-LOG2_E = 1.4426950408889634
-INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") and not _IMPORTED_TOO_EARLY
-MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 128
-SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+from .runtime import INTERPRETED, LOG2E, LOG2E_K, ON_GPU, tl, triton
 
 
 def _attend_key_range(q, m_i, l_i, acc, k_base, v_base, rows, cols, dims, dims_v,
@@ -132,7 +106,7 @@ def _flash_forward_kernel(
     o_ptrs = O + b * stride_ob + h * stride_oh + rows[:, None] * stride_ot + dims_v[None, :] * stride_od
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=(rows[:, None] < T) & (dims_v[None, :] < DV))
     # Natural-log log-sum-exp of each row's scores: what a backward pass needs to rebuild P.
-    lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) / 1.4426950408889634)
+    lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) / LOG2E_K)
     tl.store(LSE + batch_head * T + rows, lse, mask=rows < T)
 
 
@@ -149,80 +123,13 @@ def _gpu_configs():
     ]
 
 
+_autotuned = None  # the autotuned launcher, on a GPU only
 if triton is not None:
     _attend_key_range = triton.jit(_attend_key_range)  # the kernel calls it by this global name
     _jitted = triton.jit(_flash_forward_kernel)
     # Autotune needs a live GPU driver; under the interpreter block sizes are chosen by the caller.
     _autotuned = (triton.autotune(configs=_gpu_configs(), key=["T", "S", "D", "DV", "CAUSAL"])(_jitted)
                   if ON_GPU and not INTERPRETED else None)
-
-
-def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                     scale: float | None = None, *, block_m: int | None = None, block_n: int | None = None,
-                     return_lse: bool = False):
-    """softmax(q k^T * scale [+ causal mask]) v computed by the fused Triton kernel.
-
-    Args:
-        q: (B, H, T, D), or (H, T, D) / (T, D) (leading dims are added and removed).
-        k: (B, H, S, D), same leading dims as q.
-        v: (B, H, S, Dv).
-        causal: top-left aligned causal mask (key j visible to query i iff j <= i).
-        scale: multiplies the scores; default 1/sqrt(D).
-        block_m, block_n: tile sizes (powers of two >= 16). On a GPU they are autotuned when
-            omitted; under the interpreter they default to 32.
-        return_lse: also return the natural-log log-sum-exp of each row's scores, (B, H, T), float32.
-
-    Returns:
-        out (B, H, T, Dv) in q's dtype (and lse if asked). float16, bfloat16 and float32;
-        D and Dv from 16 to 128 (any value in between: the kernel pads to a power of two).
-        Differentiable: when q, k or v requires grad, backward runs the two Triton kernels of
-        :mod:`mha_course.flash_triton_backward` (the forward's lse rebuilds P tile by tile).
-
-    Raises:
-        RuntimeError: Triton is not installed (only Linux has wheels).
-        TypeError: inputs are not tensors of one supported dtype.
-        ValueError: mismatched shapes, unsupported head dim, leading dims that differ, bad blocks.
-    """
-    if triton is None:
-        raise RuntimeError("triton_attention needs Triton, which ships wheels for Linux only: "
-                           "`pip install triton` there, or use mha_course.tiled_attention / torch's SDPA instead")
-    if _IMPORTED_TOO_EARLY:
-        raise RuntimeError("no GPU here, so Triton must run in its interpreter, but `triton` was imported "
-                           "before TRITON_INTERPRET=1 was set: import mha_course before triton, or "
-                           "`export TRITON_INTERPRET=1` before starting Python")
-    T, S, D = check_qkv(q, k, v)
-    if q.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(f"triton_attention supports {SUPPORTED_DTYPES}, got {q.dtype}")
-    if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
-        raise ValueError(f"q, k, v must have identical leading dims (B, H), got q {tuple(q.shape)}, "
-                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if q.dim() > 4:
-        raise ValueError(f"q must have shape (B, H, T, D) or fewer leading dims, got {tuple(q.shape)}")
-    Dv = v.shape[-1]
-    for name, dim in (("D", D), ("Dv", Dv)):
-        if not MIN_HEAD_DIM <= dim <= MAX_HEAD_DIM:
-            raise ValueError(f"head dim {name} must be in [{MIN_HEAD_DIM}, {MAX_HEAD_DIM}], got {dim} "
-                             f"(q {tuple(q.shape)}, v {tuple(v.shape)})")
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
-    scale = resolve_scale(scale, D)
-    if q.device.type != "cuda" and not INTERPRETED:
-        raise ValueError(f"tensors are on {q.device} but Triton was set up for the GPU; move them to cuda")
-    if block_m is not None or block_n is not None or _autotuned is None:
-        block_m = block_m or (64 if ON_GPU else 32)
-        block_n = block_n or (64 if ON_GPU else 32)
-        _check_blocks(block_m, block_n, causal)
-
-    lead = q.shape[:-2]
-    q4, k4, v4 = (x.reshape((1,) * (4 - x.dim()) + tuple(x.shape)) for x in (q, k, v))  # (B, H, ., .)
-    if INTERPRETED and q.dtype == torch.bfloat16:
-        q4, k4, v4 = q4.float(), k4.float(), v4.float()  # the interpreter mishandles bfloat16
-    if torch.is_grad_enabled() and any(x.requires_grad for x in (q4, k4, v4)):
-        out, lse = _TritonAttention.apply(q4, k4, v4, causal, scale, block_m, block_n)
-    else:
-        out, lse = _forward(q4, k4, v4, causal, scale, block_m, block_n)
-    out = out.to(q.dtype).reshape(*lead, T, Dv)  # back to the caller's dtype and leading dims
-    return (out, lse.reshape(*lead, T)) if return_lse else out
 
 
 def _check_blocks(block_m, block_n, causal):
@@ -242,7 +149,7 @@ def _forward(q4, k4, v4, causal, scale, block_m, block_n):
     if T == 0 or B * H == 0:
         return out, lse
     args = (q4, k4, v4, out, lse, *q4.stride(), *k4.stride(), *v4.stride(), *out.stride(),
-            H, T, S, scale * LOG2_E)
+            H, T, S, scale * LOG2E)
     meta = dict(D=D, DV=Dv, BLOCK_D=max(16, triton.next_power_of_2(D)),
                 BLOCK_DV=max(16, triton.next_power_of_2(Dv)), CAUSAL=causal,
                 PRECISION="ieee" if q4.dtype == torch.float32 else "tf32")
@@ -252,38 +159,3 @@ def _forward(q4, k4, v4, causal, scale, block_m, block_n):
     else:
         _jitted[(triton.cdiv(T, block_m), B * H)](*args, **meta, BLOCK_M=block_m, BLOCK_N=block_n)
     return out, lse
-
-
-class _TritonAttention(torch.autograd.Function):
-    """The forward kernel, and the two backward kernels of :mod:`mha_course.flash_triton_backward`."""
-
-    @staticmethod
-    def forward(ctx, q, k, v, causal, scale, block_m, block_n):
-        out, lse = _forward(q, k, v, causal, scale, block_m, block_n)
-        ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.scale, ctx.blocks = causal, scale, (block_m, block_n)
-        ctx.mark_non_differentiable(lse)
-        return out, lse
-
-    @staticmethod
-    def backward(ctx, grad_out, grad_lse):
-        from .flash_triton_backward import flash_backward
-
-        q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = flash_backward(q, k, v, out, lse, grad_out, ctx.causal, ctx.scale, *ctx.blocks)
-        return dq, dk, dv, None, None, None, None
-
-
-def flops(B: int, H: int, T: int, S: int, D: int, causal: bool = False) -> float:
-    """Forward FLOPs of attention: two matmuls of 2*T*S*D each per head (halved when causal).
-
-        flops = 4 * B * H * T * S * D   (/ 2 when causal)
-
-    Counts the (T, S) = (T, D) @ (D, S) scores and the (T, D) = (T, S) @ (S, D) output; the softmax is
-    not counted (it is O(T * S), not O(T * S * D)). Pure arithmetic: raises nothing.
-    """
-    total = 4.0 * B * H * T * S * D
-    return total / 2 if causal else total
-
-
-__all__ = ["triton_attention", "flops", "INTERPRETED", "ON_GPU", "LOG2_E"]

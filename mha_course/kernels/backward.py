@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from .flash_triton import INTERPRETED, LOG2_E, ON_GPU, tl, triton
+from .runtime import INTERPRETED, LOG2E, LOG2E_K, ON_GPU, tl, triton
 
 
 def _load_tile(base, rows, stride_row, n_rows, cols, stride_col, n_cols):
@@ -53,7 +53,7 @@ def _probabilities_t(q_base, do_base, LSE, batch_head, k, keys, key_ok, start_m,
     # Padding rows get lse = +inf, so their probabilities come out as exactly 0.
     lse = tl.load(LSE + batch_head * T + rows, mask=row_ok, other=float("inf"))  # (BLOCK_M,)
     s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M) = S^T tile
-    p_t = tl.math.exp2(s_t * qk_scale_log2 - lse[None, :] * 1.4426950408889634)  # P^T tile
+    p_t = tl.math.exp2(s_t * qk_scale_log2 - lse[None, :] * LOG2E_K)  # P^T tile
     visible = key_ok[:, None] & row_ok[None, :]
     if CAUSAL:
         visible = visible & (keys[:, None] <= rows[None, :])
@@ -165,7 +165,7 @@ def _dq_kernel(
         v = _load_tile(v_base, keys, stride_vs, S, dims_v, stride_vd, DV)  # (BLOCK_N, BLOCK_DV)
 
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
-        p = tl.math.exp2(s * qk_scale_log2 - lse[:, None] * 1.4426950408889634)
+        p = tl.math.exp2(s * qk_scale_log2 - lse[:, None] * LOG2E_K)
         visible = row_ok[:, None] & key_ok[None, :]
         if CAUSAL:
             visible = visible & (keys[None, :] <= rows[:, None])
@@ -242,7 +242,7 @@ def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch
     lse = lse.contiguous()  # (B, H, T): the kernels index it as batch_head * T + row
 
     strides = (*q.stride(), *k.stride(), *v.stride(), *grad_out.stride())
-    shared = (H, T, S, scale, scale * LOG2_E)
+    shared = (H, T, S, scale, scale * LOG2E)
     meta = dict(D=D, DV=Dv, BLOCK_D=max(16, triton.next_power_of_2(D)),
                 BLOCK_DV=max(16, triton.next_power_of_2(Dv)), CAUSAL=causal,
                 PRECISION="ieee" if q.dtype == torch.float32 else "tf32")

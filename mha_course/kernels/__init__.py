@@ -1,0 +1,15 @@
+"""The course's Triton kernels: FlashAttention forward and backward, one package.
+
+    runtime    GPU or Triton's interpreter, the ``triton`` import, shared constants (a leaf)
+    forward    the forward kernel and its launcher
+    backward   the dK/dV and dQ kernels and their launcher (``flash_backward``)
+    function   ``triton_attention``: checks, layouts, and the autograd Function joining the two
+
+Importing this package imports Triton (in its interpreter when there is no GPU).
+"""
+
+from .backward import flash_backward
+from .function import triton_attention
+from .runtime import INTERPRETED, ON_GPU
+
+__all__ = ["INTERPRETED", "ON_GPU", "flash_backward", "triton_attention"]
