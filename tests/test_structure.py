@@ -1,0 +1,92 @@
+"""The package's shape: no import cycle, small modules, and a map (docs/ARCHITECTURE.md) that matches the tree."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "mha_course"
+MAX_LINES = 420  # "short enough to read in one sitting"; declarative exercise tables included
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(name: str, path: Path) -> set[str]:
+    """Every mha_course module ``name`` imports, at any depth (function-level imports count too)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            candidates = [target, *(f"{target}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            candidates = [alias.name for alias in node.names]
+        else:
+            continue
+        found |= {c for c in candidates if c in MODULES and c != name}
+    return found
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle as a list of modules, or None."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def test_no_import_cycle():
+    graph = {name: _imports(name, path) for name, path in MODULES.items()}
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
+def test_the_cycle_finder_finds_one():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_module_is_short(name):
+    lines = len(MODULES[name].read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_LINES, f"{name} has {lines} lines; split it by concept (at most {MAX_LINES})"
+
+
+def test_architecture_map_names_every_module():
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    missing = []
+    for name in MODULES:
+        short = name.rpartition(".")[2]
+        if short in ("__init__", "mha_course") or name.startswith("mha_course.grading.exercises.a") \
+                or name.startswith("mha_course.grading.calls.a") or name.endswith((".calls", ".exercises")):
+            continue
+        if short not in text:
+            missing.append(name)
+    assert missing == [], f"docs/ARCHITECTURE.md does not mention {missing}"
