@@ -217,10 +217,16 @@ class TinyTransformer(nn.Module):
         """The self-attention module of each layer, in order (their ``head_gate`` switches heads)."""
         return [block.attn for block in self.blocks]
 
-    def forward(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """tokens (B, T) -> logits (B, T, V), attention (L, B, H, T, T).
+
+        ``mask`` replaces the model's own self-attention mask (causal or none) in every layer, e.g.
+        a sliding window to see how a model trained with full attention copes with a short one.
+        """
         x = self.embed(tokens)  # (B, T, E)
         T = tokens.shape[1]
-        mask = causal_mask(T, device=tokens.device) if self.causal else None  # (T, T)
+        if mask is None and self.causal:
+            mask = causal_mask(T, device=tokens.device)  # (T, T)
         weights = []
         for block in self.blocks:
             x, w, _ = block(x, mask=mask)

@@ -15,6 +15,9 @@ Tasks (``get_task(name)``):
 * ``grammar``: sentences like ``yesterday the bank approved a new loan .``; the subject must name
   its object (bank -> loan), the verb its subject (approved -> bank), the time word its verb
   (yesterday -> approved).
+* ``recent_digit`` (causal, any length): ``<s> a 7 c d e 2`` -> ``. - 7 7 7 - 2``: each token
+  answers the most recent digit among the last 3 tokens, or ``-``; a rule about *recent* tokens
+  only, so it holds at every length (chapter 16 trains short and tests long).
 * ``translate`` (encoder-decoder): ``c a f b`` -> ``B F A C`` (reverse and capitalise, variable
   length, padded): the decoder must find, through cross-attention, the source word it translates.
 """
@@ -289,6 +292,58 @@ class TranslateTask(Task):
         return TaskData(inputs, targets, source_pos, source=source, source_lengths=lengths)
 
 
+class RecentDigitTask(Task):
+    """Causal: ``<s>`` then a stream of digits and letters; each position answers the most recent
+    digit among the last ``window`` tokens (itself included), or ``-`` when there is none.
+
+    Letters are noise that is never the answer, and about half the positions have no digit near
+    them, so an attention head that looks for digits often finds nothing to look at: the task
+    invites the "attention sink" of chapter 16 (a head parks its weight on ``<s>``). ``source_pos``
+    points at the digit, or at ``<s>`` (position 0) for ``-``. The rule reads only recent tokens,
+    so it holds at every length: train on ``length`` tokens, test on longer ones with
+    :meth:`sample_length`. Position 0 (``<s>``) is unscored.
+    """
+
+    name = "recent_digit"
+
+    def __init__(self, length: int = 16, window: int = 3, digit_rate: float = 0.2):
+        super().__init__()
+        if length < 1 or window < 1 or not 0.0 < digit_rate <= 1.0:
+            raise ValueError(f"need length >= 1, window >= 1 and 0 < digit_rate <= 1, got {length}, {window}, "
+                             f"{digit_rate}")
+        self.length, self.window, self.digit_rate = length, window, digit_rate
+        self.vocab = [str(i) for i in range(10)] + [chr(ord("a") + i) for i in range(10)] + ["-", "<s>"]
+        self.none, self.bos = 20, 21
+        self.relation_names = (f"digit in last {window}",)
+        self.seq_len = length + 1
+        self.description = f"causal: each token answers the most recent digit among the last {window}, or '-'"
+
+    def sample_length(self, n: int, length: int, seed: int | torch.Generator = 0) -> TaskData:
+        """Draw n examples of ``length`` tokens after ``<s>`` (any length, e.g. longer than trained)."""
+        require_positive_int(length, "length")
+        saved, self.length = self.length, length
+        try:
+            return self.sample(n, seed)
+        finally:
+            self.length = saved
+
+    def _sample(self, n, generator):
+        L, w = self.length, self.window
+        is_digit = torch.rand(n, L, generator=generator) < self.digit_rate  # (N, L)
+        digits = torch.randint(10, (n, L), generator=generator)
+        letters = 10 + torch.randint(10, (n, L), generator=generator)
+        tokens = torch.where(is_digit, digits, letters)  # (N, L)
+        inputs = torch.cat([torch.full((n, 1), self.bos), tokens], dim=1)  # (N, T = L + 1)
+        position = torch.arange(1, L + 1).expand(n, L)  # (N, L): positions in inputs (<s> is 0)
+        latest = torch.where(is_digit, position, torch.full_like(position, -L - w))  # (N, L)
+        latest = torch.cummax(latest, dim=1).values  # (N, L): position of the latest digit so far
+        found = position - latest < w  # (N, L): it is among the last w tokens
+        where = torch.where(found, latest, 0)  # (N, L): the digit, or <s> for "none"
+        answer = torch.where(found, torch.gather(inputs, 1, where), self.none)  # (N, L)
+        targets = torch.cat([torch.full((n, 1), IGNORE), answer], dim=1)  # (N, T)
+        source_pos = torch.cat([torch.full((n, 1), -1), where], dim=1)[..., None]  # (N, T, 1)
+        return TaskData(inputs, targets, source_pos)
+
 TASKS = {
     "reverse": lambda **kw: SequenceTask("reverse", **kw),
     "copy": lambda **kw: SequenceTask("copy", **kw),
@@ -296,6 +351,7 @@ TASKS = {
     "two_relations": TwoRelationsTask,
     "grammar": GrammarTask,
     "translate": TranslateTask,
+    "recent_digit": RecentDigitTask,
 }
 
 

@@ -103,3 +103,16 @@ def test_bad_arguments_raise():
         get_task("reverse").sample(0)
     with pytest.raises(ValueError):
         get_task("two_relations", num_keys=1)
+
+
+def test_recent_digit_answers_the_latest_digit_of_the_last_three_tokens_at_any_length():
+    task = get_task("recent_digit", length=12)
+    for data in (task.sample(40, 2), task.sample_length(10, 50, 3)):
+        assert task.length == 12  # sample_length leaves the task as it was
+        for b in range(len(data)):
+            words = task.decode(data.inputs[b])
+            assert words[0] == "<s>" and data.targets[b, 0] == IGNORE
+            for t in range(1, len(words)):
+                recent = [w for w in words[max(1, t - 2): t + 1] if w.isdigit()]
+                assert task.vocab[data.targets[b, t]] == (recent[-1] if recent else "-")
+                assert data.inputs[b, data.source_pos[b, t, 0]] == (data.targets[b, t] if recent else task.bos)

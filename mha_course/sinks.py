@@ -1,0 +1,145 @@
+"""Attention sinks and the streaming KV cache (StreamingLLM, Xiao et al., 2024).
+
+Softmax weights must sum to 1, so a head that has nothing useful to read still puts its weight
+*somewhere*. Trained models learn to park it on the first tokens, whose content never changes:
+the "attention sink". Decoding with a sliding window (keep the last W tokens, drop the rest)
+evicts them as soon as the text is longer than W, the parked weight spreads over real tokens,
+and quality drops. Keeping the first few tokens forever, beside the window, restores it:
+
+    key j is visible to query i  <=>  j <= i  and  (i - j < window  or  j < sinks)
+
+The cache then holds at most sinks + window entries, however long the text grows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .validation import require_non_negative_int, require_positive_int, require_rank, require_tensor
+
+
+def streaming_mask(T: int, window: int, sinks: int = 0, S: int | None = None,
+                   device: torch.device | str | None = None) -> torch.Tensor:
+    """Boolean mask (T, S) of sliding-window attention with ``sinks`` always-visible first keys.
+
+    Query i sits at position p_i = i + S - T (the last T of S positions); key j is visible when
+    j <= p_i and (p_i - j < window or j < sinks). ``sinks=0`` is a plain causal sliding window of
+    ``window`` keys (the query's own included).
+
+    Raises:
+        TypeError: a size is not an int.
+        ValueError: window < 1, sinks or T negative, or S < T.
+    """
+    S = T if S is None else S
+    require_positive_int(window, "window")
+    for name, n in (("T", T), ("S", S), ("sinks", sinks)):
+        require_non_negative_int(n, name)
+    if S < T:
+        raise ValueError(f"S must be >= T (queries are the last T of S positions), got T={T}, S={S}")
+    query_pos = torch.arange(S - T, S, device=device)[:, None]  # (T, 1)
+    key_pos = torch.arange(S, device=device)[None, :]  # (1, S)
+    past = key_pos <= query_pos  # (T, S)
+    return past & ((query_pos - key_pos < window) | (key_pos < sinks))  # (T, S)
+
+
+def sink_mass(weights: torch.Tensor, sinks: int = 1, skip: int = 0) -> torch.Tensor:
+    """Average attention weight that each head puts on the first ``sinks`` keys.
+
+    Args:
+        weights: (..., H, T, S) attention weights, e.g. a TinyTransformer's (L, B, H, T, S).
+        sinks: how many first keys count as the sink.
+        skip: leave out the first ``skip`` queries (they have few keys, so any weight is large there).
+
+    Returns:
+        (..., H): the weight on keys 0 .. sinks-1, summed, averaged over the queries; for a
+        TinyTransformer's (L, B, H, T, S), take ``.mean(1)`` of the (L, B, H) result for (L, H).
+
+    Raises:
+        TypeError / ValueError: weights is not a tensor of rank >= 3, or skip leaves no query.
+    """
+    require_tensor(weights, "weights")
+    if weights.dim() < 3:
+        raise ValueError(f"weights must have shape (..., H, T, S) (at least 3 dims), got {tuple(weights.shape)}")
+    require_positive_int(sinks, "sinks")
+    require_non_negative_int(skip, "skip")
+    if skip >= weights.shape[-2]:
+        raise ValueError(f"skip={skip} leaves no query of T={weights.shape[-2]}")
+    return weights[..., skip:, :sinks].sum(-1).mean(-1)  # (..., H)
+
+
+class StreamingKVCache:
+    """A KV cache that keeps the first ``sinks`` positions and the last ``window`` ones.
+
+    ``append(k, v)`` adds positions (B, G, T, D) and evicts the oldest non-sink entries beyond the
+    window; ``keys``, ``values`` (B, G, S, D) and ``positions`` (S,) describe what is kept, with
+    S <= sinks + window. Attending a new query to it equals attending over the whole past with
+    :func:`streaming_mask` (positions keep their original numbers, so rotary or ALiBi positions are
+    computed from ``positions``).
+
+    Raises:
+        TypeError / ValueError: sizes that are not positive ints (``sinks`` may be 0).
+    """
+
+    def __init__(self, window: int, sinks: int = 4):
+        self.window = require_positive_int(window, "window")
+        self.sinks = require_non_negative_int(sinks, "sinks")
+        self._k: torch.Tensor | None = None
+        self._v: torch.Tensor | None = None
+        self._positions = torch.zeros(0, dtype=torch.long)
+        self.seen = 0  # positions appended so far, evicted ones included
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add k (B, G, T, D) and v (B, G, T, Dv) at the next T positions; return the kept keys and values.
+
+        Decode one position at a time (T = 1) to match :func:`streaming_mask` exactly: with a chunk,
+        its earlier queries would also need keys that the chunk's end evicts.
+
+        Raises:
+            TypeError: k or v is not a tensor.
+            ValueError: they are not 4-D, differ in T, or do not match the earlier entries' (B, G, D).
+        """
+        for name, x in (("k", k), ("v", v)):
+            require_tensor(x, name)
+            require_rank(x, 4, name, "(B, G, T, D)")
+        if k.shape[:3] != v.shape[:3]:
+            raise ValueError(f"k and v must share (B, G, T), got {tuple(k.shape)} and {tuple(v.shape)}")
+        if self._k is not None and (k.shape[:2] != self._k.shape[:2] or k.shape[3] != self._k.shape[3]
+                                    or v.shape[3] != self._v.shape[3]):
+            raise ValueError(f"k and v must match the cache's (B, G, ., D) = {tuple(self._k.shape)}, "
+                             f"got {tuple(k.shape)} and {tuple(v.shape)}")
+        new_positions = torch.arange(self.seen, self.seen + k.shape[2])
+        self.seen += k.shape[2]
+        keys = k if self._k is None else torch.cat([self._k, k], dim=2)  # (B, G, S + T, D)
+        values = v if self._v is None else torch.cat([self._v, v], dim=2)  # (B, G, S + T, Dv)
+        positions = torch.cat([self._positions, new_positions])  # (S + T,)
+        keep = (positions < self.sinks) | (positions > self.seen - 1 - self.window)  # sinks, and the window
+        self._k, self._v, self._positions = keys[:, :, keep], values[:, :, keep], positions[keep]
+        return self._k, self._v
+
+    @property
+    def keys(self) -> torch.Tensor:
+        """(B, G, S, D): the kept keys (S <= sinks + window)."""
+        if self._k is None:
+            raise ValueError("the cache is empty: append first")
+        return self._k
+
+    @property
+    def values(self) -> torch.Tensor:
+        """(B, G, S, Dv): the kept values."""
+        if self._v is None:
+            raise ValueError("the cache is empty: append first")
+        return self._v
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """(S,) long: the original position of each kept entry, in order."""
+        return self._positions
+
+    def __len__(self) -> int:
+        return int(self._positions.numel())
+
+    def __repr__(self) -> str:
+        return f"StreamingKVCache(sinks={self.sinks}, window={self.window}, kept={len(self)}, seen={self.seen})"
+
+
+__all__ = ["streaming_mask", "sink_mass", "StreamingKVCache"]
