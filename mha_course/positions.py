@@ -114,6 +114,30 @@ def rotary_angles(positions: torch.Tensor, D: int, base: float = 10000.0) -> tor
     return positions.to(torch.float64)[:, None] * theta[None, :]  # (T, D/2)
 
 
+def rotary_cos_sin(x: torch.Tensor, positions: torch.Tensor | None = None,
+                   base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (T, D/2) of every pair's angle for x (..., T, D), in x's dtype, after checking both inputs.
+
+    Shared by both RoPE layouts (this module's interleaved pairs, :mod:`mha_course.rope_layouts`' halves).
+
+    Raises:
+        TypeError: x is not a floating tensor, or positions is not a tensor.
+        ValueError: x has fewer than 2 dims, D is odd, or positions is not (T,).
+    """
+    require_tensor(x, "x")
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+    require_min_rank(x, 2, "x", "(..., T, D)")
+    T, D = x.shape[-2], x.shape[-1]
+    if positions is None:
+        positions = torch.arange(T, device=x.device)
+    require_tensor(positions, "positions")
+    if positions.shape != (T,):
+        raise ValueError(f"positions must have shape (T,) = ({T},), got {tuple(positions.shape)}")
+    angle = rotary_angles(positions, D, base)  # (T, D/2); raises for odd D
+    return torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+
+
 def apply_rotary(x: torch.Tensor, positions: torch.Tensor | None = None,
                  base: float = 10000.0) -> torch.Tensor:
     """Rotate each coordinate pair of x by its position's angle (RoPE), same shape as x.
@@ -133,18 +157,7 @@ def apply_rotary(x: torch.Tensor, positions: torch.Tensor | None = None,
         TypeError: x is not a floating tensor, or positions is not a tensor.
         ValueError: x has fewer than 2 dims, D is odd, or positions has the wrong length.
     """
-    require_tensor(x, "x")
-    if not x.is_floating_point():
-        raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
-    require_min_rank(x, 2, "x", "(..., T, D)")
-    T, D = x.shape[-2], x.shape[-1]
-    if positions is None:
-        positions = torch.arange(T, device=x.device)
-    require_tensor(positions, "positions")
-    if positions.shape != (T,):
-        raise ValueError(f"positions must have shape (T,) = ({T},), got {tuple(positions.shape)}")
-    angle = rotary_angles(positions, D, base)  # (T, D/2)
-    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)  # (T, D/2) each
+    cos, sin = rotary_cos_sin(x, positions, base)  # (T, D/2) each
     even, odd = x[..., 0::2], x[..., 1::2]  # (..., T, D/2) each
     rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)  # (..., T, D/2, 2)
     return rotated.flatten(-2)  # (..., T, D)

@@ -28,8 +28,8 @@ import torch
 from torch import nn
 
 from .mha import MultiHeadAttention
-from .positions import rotary_angles
-from .validation import require_int, require_min_rank, require_positive_int, require_tensor
+from .positions import rotary_cos_sin
+from .validation import require_int, require_positive_int, require_tensor
 
 LAYOUTS = ("interleaved", "half")
 
@@ -53,18 +53,8 @@ def apply_rotary_half(x: torch.Tensor, positions: torch.Tensor | None = None,
         TypeError: x is not a floating tensor, or positions is not a tensor.
         ValueError: x has fewer than 2 dims, D is odd, or positions is not (T,).
     """
-    require_tensor(x, "x")
-    if not x.is_floating_point():
-        raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
-    require_min_rank(x, 2, "x", "(..., T, D)")
-    T, D = x.shape[-2], x.shape[-1]
-    if positions is None:
-        positions = torch.arange(T, device=x.device)
-    require_tensor(positions, "positions")
-    if positions.shape != (T,):
-        raise ValueError(f"positions must have shape (T,) = ({T},), got {tuple(positions.shape)}")
-    angle = rotary_angles(positions, D, base)  # (T, D/2); raises for odd D
-    cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)  # (T, D/2) each
+    cos, sin = rotary_cos_sin(x, positions, base)  # (T, D/2) each; checks x and positions
+    D = x.shape[-1]
     first, second = x[..., : D // 2], x[..., D // 2:]  # (..., T, D/2) each
     return torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)  # (..., T, D)
 
