@@ -27,7 +27,7 @@ submission process at a time) and a progress bar. Grading never raises for a bad
 every failure becomes a failed test with a message, and :class:`SubmissionResult` is always
 returned (``error`` set when the notebook could not be graded at all).
 
-This module is the orchestration; the sandboxes, the socket and the watchdog are :mod:`.session`'s,
+This module is the orchestration; the sandboxes, the socket and the watchdog are :mod:`.process`'s,
 the result types :mod:`.verdicts`' (re-exported here).
 """
 
@@ -42,9 +42,9 @@ from typing import Any
 from . import hints, notebook, registry, similarity, wire
 from .collect import Submission
 from .guard import explain
+from .process import Died, Isolator, SubmissionProcess, call_modules, call_name
 from .scan import ScanReport, scan
 from .scoring import judge
-from .session import Died, Isolator, Session, call_modules, call_name
 from .verdicts import Limits, SubmissionResult, TestResult
 
 __all__ = ["Isolator", "Limits", "SubmissionResult", "TestResult", "grade_many", "grade_notebook", "new_seed"]
@@ -66,12 +66,12 @@ class _Grading:
         self.cell_errors: dict[int, str] = {}
         self.deadline = time.monotonic() + limits.submission_timeout
 
-    def start(self) -> Session | None:
+    def start(self) -> SubmissionProcess | None:
         """A session whose notebook has run ("ready"), skipping cells that kill or hang it."""
         deadline = min(time.monotonic() + self.limits.notebook_timeout, self.deadline)
         assignment = self.assignment
         while True:
-            session = Session(self.isolator, assignment, self.limits)
+            session = SubmissionProcess(self.isolator, assignment, self.limits)
             config = {"cells": self.cells, "skip": sorted(self.skip), "memory_mb": self.limits.memory_mb,
                       "provided": list(assignment.provided),
                       "extra_modules": sorted(m for m in call_modules(assignment)
@@ -155,7 +155,7 @@ class _Grading:
                 session.close()
         return [results[(e.key, i)] for e, i, _ in jobs]
 
-    def _case(self, session: Session, exercise: Any, index: int, case: Any) -> TestResult:
+    def _case(self, session: SubmissionProcess, exercise: Any, index: int, case: Any) -> TestResult:
         """Run a case on its published inputs; if it passes and a seed is set, again on fresh ones."""
         try:
             inputs = case.make_inputs()
@@ -181,7 +181,7 @@ class _Grading:
                 + again.output)[:1000])
         return again
 
-    def _run(self, session: Session, exercise: Any, index: int, case: Any, inputs: dict,
+    def _run(self, session: SubmissionProcess, exercise: Any, index: int, case: Any, inputs: dict,
              packed: tuple[dict, bytes]) -> TestResult:
         structure, blob = packed
         timeout = case.timeout_s or self.limits.case_timeout

@@ -2,7 +2,7 @@
 
 :class:`Isolator` chooses the walls once per grading run (bubblewrap, or none when told
 ``--unsafe-no-isolation``) and builds one read-only view of the package per assignment;
-:class:`Session` is one submission process in one sandbox, with a watchdog thread that kills the
+:class:`SubmissionProcess` is one submission process in one sandbox, with a watchdog thread that kills the
 whole sandbox at a deadline and a socket that carries JSON headers and ``.npy`` blobs (:mod:`.wire`).
 The orchestration (which cells, which cases, what to do after a crash) is :mod:`.grader`'s.
 """
@@ -103,7 +103,7 @@ class Died(Exception):
 RUNTIME_ALLOWANCE_MB = 1024  # torch, numpy and the interpreter itself, before the learner allocates anything
 
 
-class Session:
+class SubmissionProcess:
     """One submission process in its own sandbox: start, talk, watch (time and memory), kill it whole."""
 
     def __init__(self, isolator: Isolator, assignment: Any, limits: Limits) -> None:
