@@ -1,0 +1,76 @@
+"""Recurrence against attention: the paper's table, the GRU tagger, matched sizes, and input sensitivity."""
+
+import math
+
+import pytest
+import torch
+
+from mha_course.model import TinyTransformer
+from mha_course.recurrence import GRUTagger, input_sensitivity, matched_gru, path_table
+from mha_course.tasks import get_task
+from mha_course.train import train
+
+
+def test_path_table_is_the_papers_table():
+    table = path_table(64, 32, kernel=4, window=8)
+    assert table["self-attention"] == {"work": 64 * 64 * 32, "sequential": 1, "path": 1}
+    assert table["recurrent"] == {"work": 64 * 32 * 32, "sequential": 64, "path": 64}
+    assert table["convolutional (k=4)"]["path"] == 3 and table["self-attention, window 8"]["path"] == 8
+    assert path_table(1, 1)["convolutional (k=3)"]["path"] == 1
+
+
+def test_gru_tagger_is_causal_and_trains_with_the_course_loop():
+    torch.manual_seed(0)
+    model = GRUTagger(12, 16).eval()
+    tokens = torch.randint(12, (2, 7))
+    logits, weights = model(tokens)
+    assert logits.shape == (2, 7, 12) and weights is None
+    changed = tokens.clone()
+    changed[:, 5] = (changed[:, 5] + 1) % 12
+    assert torch.equal(model(changed)[0][:, :5], logits[:, :5])  # step t sees tokens 0..t only
+    result = train(GRUTagger(12, 16), get_task("copy", length=2), steps=5, eval_every=5, eval_size=20,
+                   progress=False)
+    assert result.steps == 5
+
+
+def test_matched_gru_is_the_largest_that_fits():
+    for budget in (2000, 13548):
+        gru = matched_gru(12, budget)
+        n = sum(p.numel() for p in gru.parameters())
+        bigger = GRUTagger(12, gru.gru.hidden_size + 1)
+        assert n <= budget < sum(p.numel() for p in bigger.parameters())
+    with pytest.raises(ValueError, match="no GRU fits"):
+        matched_gru(100, 50)
+
+
+def test_input_sensitivity_matches_a_finite_difference_and_sees_the_path():
+    torch.manual_seed(1)
+    gru = GRUTagger(10, 8).double()
+    tokens = torch.randint(10, (1, 6))
+    sens = input_sensitivity(gru, tokens, position=3)
+    assert sens.shape == (6,) and torch.all(sens[4:] == 0)  # the future cannot matter to a GRU
+    # finite difference along the gradient's direction at position 1
+    emb = gru.embed(tokens).detach().requires_grad_(True)
+    out = gru.head(gru.gru(emb)[0])[:, 3]
+    (out ** 2).sum().backward()
+    direction = emb.grad[0, 1] / emb.grad[0, 1].norm()
+    eps = 1e-6
+    bumped = emb.detach().clone()
+    bumped[0, 1] += eps * direction
+    slope = ((gru.head(gru.gru(bumped)[0])[:, 3] ** 2).sum() - (out.detach() ** 2).sum()) / eps
+    assert math.isclose(float(slope), float(sens[1]), rel_tol=1e-4)
+    transformer = TinyTransformer(10, 6, embed_dim=16, num_heads=2, num_layers=1, positions="rotary")
+    assert torch.all(input_sensitivity(transformer, tokens, -1) > 0)  # every token reaches the last output
+
+
+def test_bad_inputs_name_what_was_expected():
+    with pytest.raises(ValueError, match="positive"):
+        path_table(0, 4)
+    with pytest.raises(ValueError, match=">= 2"):
+        path_table(4, 4, kernel=1)
+    with pytest.raises(ValueError, match=r"\(B, T\)"):
+        GRUTagger(5, 4)(torch.zeros(3, dtype=torch.long))
+    with pytest.raises(TypeError, match="embed"):
+        input_sensitivity(torch.nn.Linear(2, 2), torch.zeros(1, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="position"):
+        input_sensitivity(GRUTagger(5, 4), torch.zeros(1, 3, dtype=torch.long), position=3)
