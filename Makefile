@@ -47,12 +47,11 @@ $(NBGRADER_STAMP): requirements-nbgrader.txt $(STAMP)
 
 nbgrader: $(NBGRADER_STAMP)
 
-# Style: ruff's lint rules and its formatter (pyproject.toml [tool.ruff]); CI runs it before the tests.
+# Style: ruff's lint rules (pyproject.toml [tool.ruff]); `make test` runs it before the tests.
 lint: $(STAMP)
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check .
 
-test: $(STAMP) sandbox $(NBGRADER_STAMP)
+test: $(STAMP) sandbox $(NBGRADER_STAMP) lint
 	MHA_COURSE_REQUIRE_NBGRADER=1 $(PY) -m pytest -n 2 --dist loadfile --nbval-lax --nbval-current-env --nbval-cell-timeout=300 --timeout=900 --durations=15
 
 # On a machine with an NVIDIA GPU: CUDA tests, GPU benchmark, compile report, recorded in benchmarks/RESULTS.md.

@@ -123,7 +123,7 @@ def available_impls(device: str, block_size: int | None) -> tuple[list[Impl], li
         impls.append(Impl(f"torch.sdpa[{backend}]", f"SDPBackend.{backend}", run))
     if device == "cuda":
         try:
-            from .flash_triton import triton_attention
+            from .kernels import triton_attention
 
             impls.append(Impl("triton", "mha_course.triton_attention (autotuned)",
                               lambda q, k, v, causal: triton_attention(q, k, v, causal=causal)))
