@@ -1,5 +1,7 @@
 """FlexAttention: every mask_mod / score_mod equals the course's mask, and FlexAttention (eager) with
-them equals the course's attention. Compiling is measured in chapter 16, not here (it takes minutes)."""
+them equals the course's attention. Compiling runs only with MHA_COURSE_COMPILE_FLEX=1 (it takes up to minutes)."""
+
+import os
 
 import pytest
 import torch
@@ -99,3 +101,18 @@ def test_bad_inputs_name_what_was_expected():
         flex_attention(torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4))
     with pytest.raises(TypeError, match="one or more"):
         and_mods()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("MHA_COURSE_COMPILE_FLEX") != "1",
+                    reason="compiling FlexAttention takes from seconds to minutes on a CPU: set MHA_COURSE_COMPILE_FLEX=1 "
+                           "to run it (python benchmarks/flex_attention_cpu.py also times it)")
+def test_compiled_flex_attention_equals_the_course():
+    ok, why = compile_support()
+    if not ok:
+        pytest.skip(f"FlexAttention cannot compile here: {why}")
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 128, 16) for _ in range(3))
+    docs = torch.repeat_interleave(torch.arange(3), torch.tensor([50, 30, 48]))
+    out = flex_attention(q, k, v, mask_mod=document_mod(docs), compiled=True)
+    assert_close(out, scaled_dot_product_attention(q, k, v, mask=mask_from_mod(document_mod(docs), 1, 2, 128, 128))[0])
