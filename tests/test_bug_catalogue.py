@@ -137,6 +137,18 @@ BUGS = [
     Bug('paged_no_transpose', 'a16_modern_attention', 'pages merged without moving G first', [('    return pages.transpose(0, 1).reshape(G, -1, D)[:, :length]', '    return pages.reshape(G, -1, D)[:, :length]')]),
     Bug('paged_no_truncate', 'a16_modern_attention', 'the last block not cut to length', [('    return pages.transpose(0, 1).reshape(G, -1, D)[:, :length]', '    return pages.transpose(0, 1).reshape(G, -1, D)')]),
     Bug('paged_slot_swapped', 'a16_modern_attention', 'block s % n, slot s // n', [('    pages = pool[block_table]', '    n = len(block_table)\n    return torch.stack([pool[block_table[s % n], :, s // n] for s in range(length)], dim=1)')]),
+    Bug('merge_average', 'a15_ring_attention', "plain average of the blocks' outputs", [('    out = (weights.unsqueeze(-1) * torch.stack(list(outs))).sum(dim=0)     # (..., T, Dv)', '    out = torch.stack(list(outs)).mean(dim=0)')]),
+    Bug('merge_lse_max', 'a15_ring_attention', 'lse = the largest lse_b', [('    lse = torch.logsumexp(lse_blocks, dim=0)                               # (..., T); -inf if every block is empty', '    lse = lse_blocks.amax(dim=0)')]),
+    Bug('merge_lse_sum', 'a15_ring_attention', 'lse = the sum of the lse_b', [('    return out, lse\n', '    return out, lse_blocks.sum(dim=0)\n')]),
+    Bug('merge_nan_empty_rows', 'a15_ring_attention', 'shift by lse even where it is -inf (NaN rows)', [('    shift = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)   # never -inf: no -inf - (-inf) = NaN', '    shift = lse')]),
+    Bug('merge_naive_exp', 'a15_ring_attention', 'exp(lse_b) / sum exp(lse_b): overflows, NaN for empty rows', [('    weights = torch.exp(lse_blocks - shift)                                # (n, ..., T); 0 for an empty block', '    weights = torch.exp(lse_blocks) / torch.exp(lse_blocks).sum(dim=0)')]),
+    Bug('merge_unnormalised', 'a15_ring_attention', 'weights exp(lse_b - max), not divided by their sum', [('    shift = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)   # never -inf: no -inf - (-inf) = NaN', '    shift = lse_blocks.amax(dim=0)\n    shift = torch.where(torch.isneginf(shift), torch.zeros_like(shift), shift)')]),
+    Bug('ring_local_positions', 'a15_ring_attention', 'causal mask in local indices (offsets ignored)', [('        visible = torch.arange(k_offset, k_offset + S) <= torch.arange(q_offset, q_offset + T)[:, None]  # (T, S)', '        visible = torch.arange(S) <= torch.arange(T)[:, None]')]),
+    Bug('ring_no_merge', 'a15_ring_attention', "returns the block's own result", [('    return merge_partial_attention([out, out_b], [lse, lse_b])', '    return out_b, lse_b')]),
+    Bug('ring_strict_mask', 'a15_ring_attention', 'causal mask j < i hides the diagonal', [('        visible = torch.arange(k_offset, k_offset + S) <= torch.arange(q_offset, q_offset + T)[:, None]  # (T, S)', '        visible = torch.arange(k_offset, k_offset + S) < torch.arange(q_offset, q_offset + T)[:, None]')]),
+    Bug('ring_mask_ignored', 'a15_ring_attention', 'causal flag ignored', [('    if causal:\n        visible = torch.arange(k_offset, k_offset + S) <= torch.arange(q_offset, q_offset + T)[:, None]  # (T, S)\n        scores = scores.masked_fill(~visible, -math.inf)\n', '')]),
+    Bug('ring_no_scale', 'a15_ring_attention', 'no 1/sqrt(D)', [('    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])                        # (..., T, S)', '    scores = q @ k.transpose(-2, -1)')]),
+    Bug('ring_nan_rows', 'a15_ring_attention', 'NaN where a query sees no key of the block', [('    shift = torch.where(torch.isneginf(lse_b), torch.zeros_like(lse_b), lse_b)', '    shift = lse_b')]),
 ]
 
 # Through the real grader: one bug per classic mistake named in the course's issue and design.
@@ -149,6 +161,7 @@ GRADED = {
     "debug_scale_per_head", "debug_kv_not_transposed", "debug_mask_inverted", "xmask_query_axis", "xmask_causal",
     "cross_no_mask", "ablate_one_feature", "ablate_after_out_proj", "ablate_no_bias", "ablate_zero_queries",
     "ablate_head_gate", "alibi_h_from_zero", "rope_inverse", "paged_no_table",
+    "merge_average", "merge_nan_empty_rows", "ring_local_positions", "ring_no_merge",
 }
 
 

@@ -1,0 +1,400 @@
+"""Assignment 15 (chapter 15): attention across devices, graded in one process.
+
+    merge_partial_attention(outs, lses) -> (out, lse)
+        lse = log sum_b exp(lse_b),   out = sum_b exp(lse_b - lse) out_b
+        a block with lse_b = -inf counts for nothing; a row where every block is -inf: out 0, lse -inf
+    ring_step(q, k, v, out, lse, q_offset, k_offset, causal=False) -> (out, lse)
+        attention of q over one K/V block (causal: key k_offset + j visible to query q_offset + i
+        when k_offset + j <= q_offset + i), merged into the running (out, lse)
+
+The ring cases also run a whole ring of W "ranks" as a loop in the sandbox (no process group is
+needed to grade). Diagnoses name the usual slips: averaging the blocks, forgetting to normalise the
+weights, lse taken as the maximum or the sum, NaN for a query that sees no key, the block not merged
+into the running result, the causal mask ignored, compared in local instead of global positions, or
+made strict, and the missing 1/sqrt(D).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import hints
+from ..calls import a15_ring_attention as calls
+from ..spec import Assignment, Case, Exercise
+
+# --- inputs ---------------------------------------------------------------------------------------
+
+
+def _partials(n, lead, T, Dv, seed, empty_block=False, empty_rows=False, magnitude=2.0, dtype=np.float64):
+    """n partial results (outs (n, ..., T, Dv), lses (n, ..., T)); optionally a block or rows with no visible key."""
+
+    def make():
+        rng = hints.rng(seed)
+        outs = rng.standard_normal((n, *lead, T, Dv))
+        lses = rng.standard_normal((n, *lead, T)) * magnitude + (500.0 if magnitude > 100 else 0.0)
+        if empty_block:
+            lses[1] = -np.inf
+        if empty_rows:
+            lses[:, ..., 1] = -np.inf  # query 1 sees no key in any block
+        outs[np.isneginf(lses)] = 0.0  # the convention for a block in which a query sees nothing
+        return {"outs": outs.astype(dtype), "lses": lses.astype(dtype)}
+
+    return make
+
+
+def _step(lead, T, S, D, Dv, q_offset, k_offset, causal, seed, fresh=False, dtype=np.float64):
+    """q (..., T, D) at q_offset.., one K/V block at k_offset.., and a running (out, lse) from an earlier block."""
+
+    def make():
+        rng = hints.rng(seed)
+        q, k, v = (rng.standard_normal((*lead, n, d)) for n, d in ((T, D), (S, D), (S, Dv)))
+        if fresh:
+            out, lse = np.zeros((*lead, T, Dv)), np.full((*lead, T), -np.inf)
+        else:  # what the queries saw in an earlier block of 5 keys, always visible
+            out, lse = _np_attend(q, rng.standard_normal((*lead, 5, D)), rng.standard_normal((*lead, 5, Dv)), None)
+        return {
+            "q": q.astype(dtype),
+            "k": k.astype(dtype),
+            "v": v.astype(dtype),
+            "out": out.astype(dtype),
+            "lse": lse.astype(dtype),
+            "q_offset": q_offset,
+            "k_offset": k_offset,
+            "causal": causal,
+        }
+
+    return make
+
+
+def _ring(lead, T, D, Dv, world_size, causal, seed, dtype=np.float64):
+    def make():
+        rng = hints.rng(seed)
+        q, k, v = (rng.standard_normal((*lead, T, d)).astype(dtype) for d in (D, D, Dv))
+        return {"q": q, "k": k, "v": v, "world_size": world_size, "causal": causal}
+
+    return make
+
+
+# --- float64 references with knobs for the classic slips (grader) -----------------------------------
+
+
+def _np_attend(q, k, v, visible, scale=None):
+    """(out, lse) of q over one block; visible (T, S) bool or None; rows with nothing visible: 0 and -inf."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    s = (q.astype(np.float64) @ np.swapaxes(k, -1, -2).astype(np.float64)) * scale
+    if visible is not None:
+        s = np.where(visible, s, -np.inf)
+    top = s.max(axis=-1, initial=-np.inf)
+    shift = np.where(np.isneginf(top), 0.0, top)
+    e = np.exp(s - shift[..., None])
+    total = e.sum(axis=-1)
+    with np.errstate(divide="ignore"):
+        lse = np.where(total > 0, np.log(np.where(total > 0, total, 1.0)) + shift, -np.inf)
+    return (e / np.where(total > 0, total, 1.0)[..., None]) @ v.astype(np.float64), lse
+
+
+def _np_merge(outs, lses, mode="ok"):
+    """The merge in float64; mode names a classic slip."""
+    outs, lses = np.asarray(outs, dtype=np.float64), np.asarray(lses, dtype=np.float64)
+    top = lses.max(axis=0)
+    shift = np.where(np.isneginf(top), 0.0, top)
+    w = np.exp(lses - shift)  # (n, ..., T): exp(lse_b - max)
+    total = w.sum(axis=0)
+    with np.errstate(divide="ignore"):
+        lse = np.where(total > 0, np.log(np.where(total > 0, total, 1.0)) + shift, -np.inf)
+    merged = (w / np.where(total > 0, total, 1.0))[..., None] * outs  # (n, ..., T, Dv)
+    if mode == "average":
+        return outs.mean(axis=0), lse
+    if mode == "unnormalised":  # the shift by the maximum, but no division by the sum
+        return (w[..., None] * outs).sum(axis=0), lse
+    if mode == "lse_max":
+        return merged.sum(axis=0), top
+    if mode == "lse_sum":
+        return merged.sum(axis=0), lses.sum(axis=0)
+    return merged.sum(axis=0), lse
+
+
+def _np_step(inputs, mode="ok"):
+    """One ring step in float64; mode names a classic slip."""
+    q, k, v, out, lse = (inputs[n] for n in ("q", "k", "v", "out", "lse"))
+    T, S = q.shape[-2], k.shape[-2]
+    qo, ko = inputs["q_offset"], inputs["k_offset"]
+    visible = None
+    if inputs["causal"] and mode != "no_mask":
+        rows = np.arange(T)[:, None] + (0 if mode == "local" else qo)
+        cols = np.arange(S)[None, :] + (0 if mode == "local" else ko)
+        visible = cols < rows if mode == "strict" else cols <= rows
+    out_b, lse_b = _np_attend(q, k, v, visible, 1.0 if mode == "no_scale" else None)
+    if mode == "no_merge":
+        return out_b, lse_b
+    merged = _np_merge([out, out_b], [lse, lse_b])
+    return (merged[0], lse) if mode == "old_lse" else merged
+
+
+def _np_ring(inputs, mode="ok"):
+    """A whole ring in float64, with ``mode``'s slip in every step; returns the full (out, lse)."""
+    q, k, v, W = inputs["q"], inputs["k"], inputs["v"], inputs["world_size"]
+    bounds = np.cumsum([0] + [len(c) for c in np.array_split(np.arange(q.shape[-2]), W)])
+    outs, lses = [], []
+    for r in range(W):
+        qa, qb = bounds[r], bounds[r + 1]
+        state = {
+            "out": np.zeros((*q.shape[:-2], qb - qa, v.shape[-1])),
+            "lse": np.full((*q.shape[:-2], qb - qa), -np.inf),
+        }
+        for step in range(W):
+            o = (r - step) % W
+            ka, kb = bounds[o], bounds[o + 1]
+            step_inputs = {
+                "q": q[..., qa:qb, :],
+                "k": k[..., ka:kb, :],
+                "v": v[..., ka:kb, :],
+                "q_offset": int(qa),
+                "k_offset": int(ka),
+                "causal": inputs["causal"],
+                **state,
+            }
+            state["out"], state["lse"] = _np_step(step_inputs, mode)
+        outs.append(state["out"])
+        lses.append(state["lse"])
+    return np.concatenate(outs, axis=-2), np.concatenate(lses, axis=-1)
+
+
+def _ref_merge(inputs):
+    import torch
+
+    from mha_course.parallel.merge import merge_partial_attention
+
+    outs = [torch.from_numpy(x) for x in inputs["outs"]]
+    lses = [torch.from_numpy(x) for x in inputs["lses"]]
+    return tuple(t.numpy() for t in merge_partial_attention(outs, lses))
+
+
+def _ref_step(inputs):
+    import torch
+
+    from mha_course.parallel.ring import ring_step
+
+    t = {n: torch.from_numpy(inputs[n]) for n in ("q", "k", "v", "out", "lse")}
+    result = ring_step(
+        t["q"], t["k"], t["v"], t["out"], t["lse"], inputs["q_offset"], inputs["k_offset"], inputs["causal"]
+    )
+    return tuple(x.numpy() for x in result)
+
+
+def _ref_ring(inputs):
+    import torch
+
+    from mha_course.parallel.ring import ring_step
+
+    q, k, v = (torch.from_numpy(inputs[n]) for n in "qkv")
+    blocks = torch.arange(q.shape[-2]).tensor_split(inputs["world_size"])  # (T_r,) positions of each rank
+    outs, lses = [], []
+    for rows in blocks:
+        out = torch.zeros(*q.shape[:-2], len(rows), v.shape[-1], dtype=q.dtype)
+        lse = torch.full((*q.shape[:-2], len(rows)), -math.inf, dtype=q.dtype)
+        rank = len(outs)
+        for step in range(len(blocks)):
+            cols = blocks[(rank - step) % len(blocks)]
+            out, lse = ring_step(
+                q[..., rows, :],
+                k[..., cols, :],
+                v[..., cols, :],
+                out,
+                lse,
+                int(rows[0]),
+                int(cols[0]),
+                inputs["causal"],
+            )
+        outs.append(out)
+        lses.append(lse)
+    return torch.cat(outs, dim=-2).numpy(), torch.cat(lses, dim=-1).numpy()
+
+
+# --- diagnoses (grader) ----------------------------------------------------------------------------
+
+_LEGENDS = ("[..., T, Dv]", "[..., T]")
+_NAN_ROW = (
+    "a query with no visible key gives NaN: exp(-inf - (-inf)) is NaN; where lse = -inf, shift by 0 "
+    "(or use torch.where) so that such a row gets out = 0 and lse = -inf"
+)
+
+
+def _nan_where_nothing_visible(got, expected) -> str | None:
+    arrays, _ = hints.unpack(got, ("out", "lse"))
+    if arrays is None or arrays[0].shape != np.shape(expected[0]):
+        return None
+    nothing = np.isneginf(np.asarray(expected[1], dtype=np.float64))
+    if nothing.any() and np.isnan(np.asarray(arrays[0], dtype=np.float64)[nothing]).any():
+        return _NAN_ROW
+    return None
+
+
+def _diagnose_merge(got, expected, inputs):
+    hint = _nan_where_nothing_visible(got, expected)
+    if hint:
+        return hint
+    outs, lses = inputs["outs"], inputs["lses"]
+    if np.nanmax(lses, initial=-np.inf) > 100:
+        arrays, _ = hints.unpack(got, ("out", "lse"))
+        if arrays is not None and not all(
+            np.isfinite(a[np.isfinite(e)]).all()
+            for a, e in zip(arrays, expected, strict=True)
+            if a.shape == np.shape(e)
+        ):
+            return "exp(lse_b) overflows for lse_b near 500: subtract the largest lse_b first (exp(lse_b - max))"
+
+    def alt(mode, part):
+        return lambda: _np_merge(outs, lses, mode)[part]
+
+    out_alts = [
+        (
+            alt("average", 0),
+            "you averaged the blocks' outputs: weight block b by exp(lse_b - lse), lse = log sum_b exp(lse_b)",
+        ),
+        (
+            alt("unnormalised", 0),
+            "the weights exp(lse_b - max) do not sum to 1: divide by their sum, i.e. use exp(lse_b - lse)",
+        ),
+    ]
+    lse_alts = [
+        (
+            alt("lse_max", 1),
+            "lse is the largest lse_b; the merged lse is log(sum_b exp(lse_b)) (torch.logsumexp over blocks)",
+        ),
+        (alt("lse_sum", 1), "lse is the sum of the lse_b: they are logarithms, so add their exponentials, not them"),
+    ]
+    dtype = np.float32 if outs.dtype == np.float32 else None
+    return hints.compare_pair(
+        got, expected, ("out", "lse"), _LEGENDS, (out_alts, lse_alts), check_dtype=True, dtype=dtype
+    )
+
+
+_STEP_SLIPS = (
+    (
+        "no_merge",
+        "you returned this block's own result: merge it into the running (out, lse) with merge_partial_attention",
+    ),
+    ("old_lse", "out is right but lse is the old one: return the merged lse too"),
+    ("no_scale", "the scores are not scaled: multiply q k^T by 1/sqrt(D)"),
+    (
+        "no_mask",
+        "the causal mask is ignored: key k_offset + j is hidden from query q_offset + i when k_offset + j > q_offset + i",
+    ),
+    (
+        "local",
+        "the causal mask compares local indices (j <= i): compare global positions, k_offset + j <= q_offset + i",
+    ),
+    ("strict", "the causal mask hides the diagonal: a query may attend the key at its own position (<=, not <)"),
+)
+
+
+_NAN_BLOCK = (
+    "NaN where the expected output is finite: a query that sees no key of this block (a block in its "
+    "future) gets exp(-inf - (-inf)) = NaN, and the merge's weight 0 times NaN is still NaN; where "
+    "lse_b = -inf shift by 0 instead, so that such a query gets out_b = 0 and lse_b = -inf"
+)
+
+
+def _diagnose_with(simulate):
+    def diagnose(got, expected, inputs):
+        hint = _nan_where_nothing_visible(got, expected)
+        if hint:
+            return hint
+        arrays, _ = hints.unpack(got, ("out", "lse"))
+        if (
+            inputs["causal"]
+            and arrays is not None
+            and arrays[0].shape == np.shape(expected[0])
+            and np.isnan(arrays[0].astype(np.float64)).any()
+            and not np.isnan(expected[0]).any()
+        ):
+            return _NAN_BLOCK
+        slips = [(m, h) for m, h in _STEP_SLIPS if inputs["causal"] or m not in ("no_mask", "local", "strict")]
+        out_alts = [((lambda m=m: simulate(inputs, m)[0]), h) for m, h in slips if m != "old_lse"]
+        lse_alts = [((lambda m=m: simulate(inputs, m)[1]), h) for m, h in slips if m != "old_lse"]
+        if "lse" in inputs and not np.isneginf(inputs["lse"]).all():  # with an empty state the old lse is all -inf
+            lse_alts.append(((lambda: simulate(inputs, "old_lse")[1]), dict(_STEP_SLIPS)["old_lse"]))
+        dtype = np.float32 if inputs["q"].dtype == np.float32 else None
+        return hints.compare_pair(
+            got, expected, ("out", "lse"), _LEGENDS, (out_alts, lse_alts), check_dtype=True, dtype=dtype
+        )
+
+    return diagnose
+
+
+_diagnose_step = _diagnose_with(_np_step)
+_diagnose_ring = _diagnose_with(_np_ring)
+
+
+def _merge_cases():
+    def case(name, points, make, hidden=False):
+        return Case(name, points, make, calls.merge_partial_attention, _ref_merge, _diagnose_merge, hidden=hidden)
+
+    return (
+        case("two blocks, T = 5, Dv = 3", 2, _partials(2, (), 5, 3, 0)),
+        case("four blocks, (B, H, T, Dv) = (2, 3, 4, 5)", 2, _partials(4, (2, 3), 4, 5, 1)),
+        case("a block with no visible key (lse = -inf) counts for nothing", 2, _partials(3, (2,), 4, 3, 2, True)),
+        case(
+            "a query with no visible key in any block: out = 0, lse = -inf", 1, _partials(2, (), 3, 4, 3, False, True)
+        ),
+        case("one block: returned as it is", 1, _partials(1, (2,), 4, 3, 4), hidden=True),
+        case("log-sum-exps near 500: no overflow", 1, _partials(3, (), 4, 2, 5, magnitude=300.0), hidden=True),
+        case("float32 in, float32 out", 1, _partials(3, (2,), 6, 4, 6, dtype=np.float32), hidden=True),
+    )
+
+
+def _step_cases():
+    def step(name, points, make, hidden=False):
+        return Case(name, points, make, calls.ring_step, _ref_step, _diagnose_step, hidden=hidden)
+
+    def ring(name, points, make, hidden=False):
+        return Case(name, points, make, calls.ring_simulation, _ref_ring, _diagnose_ring, hidden=hidden)
+
+    return (
+        step("first step: empty running state (out = 0, lse = -inf)", 2, _step((), 4, 6, 8, 5, 0, 0, False, 0, True)),
+        step("a later step: merged into the running result, (B, H)", 2, _step((2, 2), 4, 6, 8, 5, 0, 6, False, 1)),
+        step("causal, the block on the diagonal (q_offset = k_offset = 4)", 2, _step((2,), 5, 5, 8, 8, 4, 4, True, 2)),
+        step("causal, a block wholly in the past", 1, _step((), 4, 3, 8, 6, 6, 0, True, 3)),
+        step("causal, a block wholly in the future: nothing changes", 1, _step((), 4, 3, 8, 6, 0, 6, True, 4)),
+        ring("a whole ring of 3 ranks, causal, T = 10", 2, _ring((2,), 10, 8, 6, 3, True, 5)),
+        step("causal, queries 3..8 and keys 5..10 overlap", 1, _step((), 6, 6, 8, 4, 3, 5, True, 6), hidden=True),
+        ring("a whole ring of 4 ranks, float32", 1, _ring((2, 2), 9, 8, 4, 4, False, 7, np.float32), hidden=True),
+    )
+
+
+_LIBRARY = ("mha_course.parallel.merge_partial_attention", "mha_course.parallel.merge.merge_partial_attention")
+
+MERGE = Exercise(
+    key="merge_partial_attention",
+    target="merge_partial_attention",
+    title="Merge partial attention through the log-sum-exp",
+    cases=_merge_cases(),
+    forbidden=_LIBRARY,
+)
+
+RING_STEP = Exercise(
+    key="ring_step",
+    target="ring_step",
+    title="One step of ring attention",
+    cases=_step_cases(),
+    forbidden=(
+        *_LIBRARY,
+        "mha_course.parallel.ring_step",
+        "mha_course.parallel.ring.ring_step",
+        "mha_course.parallel.attention_with_lse",
+        "mha_course.parallel.merge.attention_with_lse",
+        "mha_course.tiled_attention",
+        "mha_course.tiled.tiled_attention",
+    ),
+)
+
+ASSIGNMENT = Assignment(
+    key="a15_ring_attention",
+    version=1,
+    title="Assignment 15: attention across devices (merging partial results, one ring step)",
+    notebook="a15_ring_attention.ipynb",
+    exercises=(MERGE, RING_STEP),
+)

@@ -1,0 +1,54 @@
+"""Attention across devices with ``torch.distributed``: heads split by tensor parallelism, sequences by ring attention.
+
+All of it rests on two facts the course has shown: heads are independent until the output
+projection, and partial softmaxes over disjoint blocks of keys merge exactly through their
+log-sum-exp. One module per concept:
+
+=================== =======================================================================================
+``merge``           ``attention_with_lse`` (one block of keys -> out, lse) and ``merge_partial_attention``
+``split_kv``        ``split_kv_decode``: flash-decoding's split of one long cache, in one process
+``layout``          which rank holds which positions (contiguous, zigzag), ``shard_sequence``, causal work per step
+``ring``            ``ring_step`` and ``ring_attention``: K/V blocks round a ring, transfers overlapping compute
+``tensor_parallel`` ``TensorParallelMultiHeadAttention``: H / W heads per rank, one all-reduce
+``comm``            the process group, and the bytes a process really wrote to its sockets
+``comm_cost``       bytes per scheme, the alpha-beta time model, when communication hides behind compute
+``launch``          ``run_ranks``: W processes of one group (gloo on CPUs, NCCL on GPUs), results returned
+``workloads``       the seeded problems and the rank functions the demo and chapter 15 run
+``demo``            ``python -m mha_course.parallel.demo --world-size 4``
+=================== =======================================================================================
+
+Names are imported lazily, so ``import mha_course.parallel`` costs nothing until one is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "attention_with_lse": "merge",
+    "merge_partial_attention": "merge",
+    "split_kv_decode": "split_kv",
+    "shard_sequence": "layout",
+    "unshard_sequence": "layout",
+    "rank_chunks": "layout",
+    "causal_work": "layout",
+    "ring_step": "ring",
+    "ring_attention": "ring",
+    "TensorParallelMultiHeadAttention": "tensor_parallel",
+    "run_ranks": "launch",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module_name = _EXPORTS.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'mha_course.parallel' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module_name}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_EXPORTS))

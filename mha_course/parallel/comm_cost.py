@@ -1,0 +1,142 @@
+"""Chapter 10's cost model with communication: bytes per scheme, time per byte, and when it hides.
+
+Bytes are exact and the same on any interconnect (b = bytes per number, W = world size):
+
+    ring all-reduce of n numbers     each rank sends 2 (W - 1) / W * n * b      (reduce-scatter, then all-gather)
+    tensor-parallel attention        one all-reduce of the (B, T, E) output per forward
+    ring attention, one step         each rank sends one K/V block: B * H * (S / W) * (D + Dv) * b
+    ring attention, whole            W - 1 steps: (W - 1) / W * B * H * S * (D + Dv) * b per rank
+
+Time is a model, the alpha-beta model of a link with latency alpha and bandwidth beta (bytes/s):
+
+    t_transfer = alpha + bytes / beta
+
+A ring step hides its transfer when computing on a block takes longer than sending one. With
+F FLOP/s, one step computes 2 * B * H * (T/W) * (S/W) * (D + Dv) FLOPs and sends
+B * H * (S/W) * (D + Dv) * b bytes, so
+
+    hidden when  T / W  >=  F * b / (2 * beta)          (independent of B, H, D and S)
+
+and a causal ring balanced by the zigzag layout does about half the work per step, so it needs
+twice that. Tensor parallelism cannot hide its all-reduce behind the same layer's attention (the
+sum needs every head first); its compute per byte sent shrinks as W grows (see
+:func:`tp_compute_over_comm`), which is why it is kept inside one NVLink domain.
+
+The link figures in :data:`LINKS` are datasheet peaks per direction; NCCL reaches a fraction of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..validation import require_int, require_non_negative_int, require_positive_int
+from .layout import rank_chunks
+
+
+@dataclass(frozen=True)
+class Link:
+    """A datasheet link: peak bandwidth per direction, in bytes per second."""
+
+    name: str
+    bandwidth: float
+    source: str
+
+
+LINKS = {
+    "NVLink 4 (H100 SXM)": Link(
+        "NVLink 4 (H100 SXM)", 450e9, "NVIDIA H100 datasheet: NVLink 900 GB/s per GPU, both directions together"
+    ),
+    "PCIe 5.0 x16": Link("PCIe 5.0 x16", 64e9, "PCI-SIG: 32 GT/s per lane, 16 lanes, about 64 GB/s per direction"),
+    "InfiniBand NDR (400 Gb/s)": Link(
+        "InfiniBand NDR (400 Gb/s)", 50e9, "NVIDIA ConnectX-7 NDR: 400 Gb/s per port, one port per GPU"
+    ),
+}
+
+
+def allreduce_bytes(numel: int, world_size: int, itemsize: int) -> float:
+    """Bytes each rank sends in a ring all-reduce of ``numel`` numbers: 2 (W - 1) / W * numel * itemsize.
+
+    Raises:
+        TypeError / ValueError: an argument that is not a non-negative int (world_size, itemsize >= 1).
+    """
+    numel = require_non_negative_int(numel, "numel")
+    world_size, itemsize = require_positive_int(world_size, "world_size"), require_positive_int(itemsize, "itemsize")
+    return 2 * (world_size - 1) / world_size * numel * itemsize
+
+
+def tp_bytes(B: int, T: int, E: int, world_size: int, itemsize: int) -> float:
+    """Bytes one rank sends in one forward of tensor-parallel attention: the all-reduce of (B, T, E)."""
+    for name, n in (("B", B), ("T", T), ("E", E)):
+        require_non_negative_int(n, name)
+    return allreduce_bytes(B * T * E, world_size, itemsize)
+
+
+def ring_step_bytes(B: int, H: int, S_block: int, D: int, Dv: int, itemsize: int) -> int:
+    """Bytes of one K/V block sent in one ring step: B * H * S_block * (D + Dv) * itemsize."""
+    for name, n in (("B", B), ("H", H), ("S_block", S_block), ("D", D), ("Dv", Dv), ("itemsize", itemsize)):
+        require_non_negative_int(n, name)
+    return B * H * S_block * (D + Dv) * itemsize
+
+
+def ring_bytes(
+    B: int, H: int, S: int, D: int, Dv: int, world_size: int, rank: int, itemsize: int, layout: str = "contiguous"
+) -> int:
+    """Bytes rank ``rank`` sends in a whole ring pass: the blocks it passes on in steps 0 .. W - 2.
+
+    At step s it sends the block of rank (rank - s) mod W, whose length the layout gives; with S a
+    multiple of W that is (W - 1) * ring_step_bytes(B, H, S / W, D, Dv, itemsize).
+    """
+    world_size = require_positive_int(world_size, "world_size")
+    total = 0
+    for step in range(world_size - 1):
+        origin = (rank - step) % world_size
+        length = sum(b - a for a, b in rank_chunks(S, world_size, origin, layout))
+        total += ring_step_bytes(B, H, length, D, Dv, itemsize)
+    return total
+
+
+def transfer_time(nbytes: float, bandwidth: float, latency: float = 0.0) -> float:
+    """The alpha-beta model: seconds to move ``nbytes`` over a link, latency + nbytes / bandwidth.
+
+    Raises:
+        ValueError: a negative size or latency, or a bandwidth that is not positive.
+    """
+    if nbytes < 0 or latency < 0 or bandwidth <= 0:
+        raise ValueError(f"need nbytes >= 0, latency >= 0, bandwidth > 0; got {nbytes}, {latency}, {bandwidth}")
+    return latency + nbytes / bandwidth
+
+
+def ring_hiding_block(flops_per_s: float, bandwidth: float, itemsize: int, balanced_causal: bool = False) -> float:
+    """The smallest block T / W (queries per rank) for which a ring step's compute hides its transfer.
+
+        T / W >= F * b / (2 * beta)      (twice that for a causal ring, which computes half a block per step)
+
+    Raises:
+        ValueError: flops_per_s or bandwidth not positive, itemsize < 1.
+    """
+    itemsize = require_positive_int(itemsize, "itemsize")
+    if flops_per_s <= 0 or bandwidth <= 0:
+        raise ValueError(f"flops_per_s and bandwidth must be positive, got {flops_per_s} and {bandwidth}")
+    block = flops_per_s * itemsize / (2 * bandwidth)
+    return 2 * block if balanced_causal else block
+
+
+def tp_compute_over_comm(E: int, S: int, world_size: int, flops_per_s: float, bandwidth: float, itemsize: int) -> float:
+    """Compute time over all-reduce time for one tensor-parallel attention layer, per rank (> 1: compute dominates).
+
+    Per token, a rank computes the four projections, 8 E^2 / W FLOPs, and attention over S keys,
+    4 S E / W FLOPs; it sends 2 (W - 1) / W * E * b bytes. The ratio is
+
+        (8 E + 4 S) * E / W / F   over   2 (W - 1) / W * E * b / beta   =   (4 E + 2 S) * beta / ((W - 1) * b * F)
+
+    Raises:
+        ValueError: world_size < 2 (nothing is sent), or a non-positive rate.
+    """
+    E, S, world_size = (
+        require_positive_int(E, "E"),
+        require_non_negative_int(S, "S"),
+        require_int(world_size, "world_size", 2),
+    )
+    if flops_per_s <= 0 or bandwidth <= 0:
+        raise ValueError(f"flops_per_s and bandwidth must be positive, got {flops_per_s} and {bandwidth}")
+    return (4 * E + 2 * S) * bandwidth / ((world_size - 1) * itemsize * flops_per_s)

@@ -1,0 +1,215 @@
+"""``python -m mha_course.parallel.demo --world-size 4 [--backend gloo|nccl]``: attention across processes.
+
+Starts W processes (:func:`mha_course.parallel.launch.run_ranks`), runs in them
+
+* tensor-parallel multi-head attention (each rank H / W heads, one all-reduce), and
+* ring attention, non-causal, causal with the contiguous layout, and causal with the zigzag layout,
+
+checks every result against the single-process library, and prints per rank the time, the bytes
+sent (measured on the sockets under gloo on Linux, and counted from the tensors handed to send)
+next to the cost model's formula, and the ring's per-step timeline: compute, transfer, and how
+long the rank waited for the transfer after its compute (the part of the transfer not hidden).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+import torch
+
+from ..attention import scaled_dot_product_attention
+from ..masks import causal_mask
+from ..testing import assert_close
+from ..validation import require_positive_int
+from .comm_cost import ring_bytes, tp_bytes
+from .launch import BACKENDS, default_backend, run_ranks
+from .layout import unshard_sequence
+from .workloads import RING_VARIANTS, Problem, demo_rank
+
+
+def run_demo(world_size: int = 4, problem: Problem | None = None, backend: str | None = None, repeats: int = 3) -> dict:
+    """Run every scheme on ``world_size`` processes and check it; returns the report as plain data.
+
+    The report holds, per scheme: ``equal`` (True when the assembled output matches one process
+    to float32 tolerance), ``max_abs_diff``, and ``ranks``: per rank ``seconds``, ``wire_bytes``
+    (None where not measurable), ``model_bytes`` and, for the ring, ``bytes_sent`` and ``steps``
+    (dicts of :class:`mha_course.parallel.ring.RingStep`, times in ms from the earliest step start).
+    """
+    problem = Problem(H=heads_for(world_size)) if problem is None else problem
+    backend = default_backend(world_size) if backend is None else backend
+    results = run_ranks(demo_rank, world_size, problem, backend, repeats, backend=backend)
+    module, x = problem.module_and_input()
+    q, k, v = problem.qkv()
+    with torch.no_grad():
+        expected = {"tensor_parallel": module(x)[0], "ring": scaled_dot_product_attention(q, k, v)[0]}
+        expected["causal"] = scaled_dot_product_attention(q, k, v, mask=causal_mask(problem.T))[0]
+    itemsize = q.element_size()
+    report = {"world_size": world_size, "backend": backend, "problem": dataclasses.asdict(problem), "schemes": {}}
+    tp = [r["tensor_parallel"] for r in results]
+    report["schemes"]["tensor_parallel"] = _compare(tp[0]["out"], expected["tensor_parallel"]) | {
+        "ranks": [
+            {
+                "rank": i,
+                "heads": r["heads"],
+                "seconds": r["seconds"],
+                "wire_bytes": r["wire_bytes"],
+                "model_bytes": tp_bytes(problem.B, problem.T, problem.E, world_size, itemsize),
+            }
+            for i, r in enumerate(tp)
+        ]
+    }
+    Dv = problem.D if problem.Dv is None else problem.Dv
+    for name, causal, layout in RING_VARIANTS:
+        runs = [r[name] for r in results]
+        out = unshard_sequence([r["out"] for r in runs], layout)
+        t0 = min(s.compute_start for r in runs for s in r["stats"].steps)
+        report["schemes"][name] = _compare(out, expected["causal" if causal else "ring"]) | {
+            "causal": causal,
+            "layout": layout,
+            "ranks": [
+                {
+                    "rank": i,
+                    "seconds": r["seconds"],
+                    "bytes_sent": r["stats"].bytes_sent,
+                    "wire_bytes": r["stats"].wire_bytes,
+                    "model_bytes": ring_bytes(
+                        problem.B, problem.H, problem.T, problem.D, Dv, world_size, i, itemsize, layout
+                    ),
+                    "steps": [_ms_since(dataclasses.asdict(s), t0) for s in r["stats"].steps],
+                }
+                for i, r in enumerate(runs)
+            ],
+        }
+    return report
+
+
+def heads_for(world_size: int) -> int:
+    """A head count that tensor parallelism can split over ``world_size`` ranks: the first multiple >= 8."""
+    return world_size * -(-8 // world_size)
+
+
+def format_report(report: dict) -> str:
+    """The report as the text the command line prints."""
+    p, W = report["problem"], report["world_size"]
+    lines = [
+        f"attention across {W} processes, backend {report['backend']}: B={p['B']} H={p['H']} T={p['T']} "
+        f"D={p['D']} Dv={p['Dv'] or p['D']}, float32 (torch {torch.__version__})"
+    ]
+    for name, scheme in report["schemes"].items():
+        lines += [
+            "",
+            _title(name, scheme, p, W),
+            f"  equal to one process: {'yes' if scheme['equal'] else 'NO'} "
+            f"(max |difference| {scheme['max_abs_diff']:.1e})",
+        ]
+        ring = "steps" in scheme["ranks"][0]
+        lines.append(
+            "  rank      ms  bytes on the wire  " + ("bytes counted  " if ring else "") + "  model bytes  wire/model"
+        )
+        for r in scheme["ranks"]:
+            wire = "n/a" if r["wire_bytes"] is None else f"{r['wire_bytes']:,}"
+            ratio = (
+                "" if r["wire_bytes"] is None or not r["model_bytes"] else f"{r['wire_bytes'] / r['model_bytes']:.4f}"
+            )
+            counted = f"{r['bytes_sent']:>13,}  " if ring else ""
+            lines.append(
+                f"  {r['rank']:>4} {1e3 * r['seconds']:>7.1f}  {wire:>17}  {counted}{r['model_bytes']:>13,.0f}  {ratio:>10}"
+            )
+        if ring:
+            lines.append("  per step, ms: compute | transfer (waited after compute, the transfer not hidden)")
+            for r in scheme["ranks"]:
+                cells = [
+                    f"{s['compute_ms']:5.1f} | "
+                    + ("  -  " if s["transfer_ms"] is None else f"{s['transfer_ms']:4.1f}")
+                    + f" ({s['waited_ms']:3.1f})"
+                    for s in r["steps"]
+                ]
+                lines.append(f"  rank {r['rank']}: " + "   ".join(cells))
+    return "\n".join(lines)
+
+
+def _title(name: str, scheme: dict, p: dict, W: int) -> str:
+    if name == "tensor_parallel":
+        return (
+            f"tensor parallelism: {p['H'] // W} of {p['H']} heads per rank, one all-reduce of (B, T, E) per "
+            f"forward; model bytes per rank 2(W-1)/W * B*T*E * 4"
+        )
+    mode = "causal, " + scheme["layout"] + " layout" if scheme["causal"] else "not causal"
+    return (
+        f"ring attention ({mode}): {W} steps, {W - 1} K/V blocks sent per rank; model bytes per rank "
+        f"(W-1) * B*H*(T/W)*(D+Dv) * 4"
+    )
+
+
+def _compare(got: torch.Tensor, expected: torch.Tensor) -> dict:
+    try:
+        assert_close(got, expected)
+        equal = True
+    except AssertionError:
+        equal = False
+    return {"equal": equal, "max_abs_diff": float((got - expected).abs().max())}
+
+
+def _ms_since(step: dict, t0: float) -> dict:
+    """A RingStep's times as ms from t0, and its durations."""
+    ms = {
+        key: None if step[key] is None else 1e3 * (step[key] - t0)
+        for key in ("compute_start", "compute_end", "transfer_start", "transfer_end", "wait_end")
+    }
+    return {
+        "step": step["step"],
+        "origin": step["origin"],
+        "scores": step["scores"],
+        "bytes_sent": step["bytes_sent"],
+        **ms,
+        "compute_ms": ms["compute_end"] - ms["compute_start"],
+        "compute_cpu_ms": 1e3 * step["compute_cpu"],
+        "transfer_ms": None if ms["transfer_end"] is None else ms["transfer_end"] - ms["transfer_start"],
+        "waited_ms": ms["wait_end"] - ms["compute_end"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line; exit status 0 when every scheme matched one process, 1 otherwise, 2 for bad arguments."""
+    parser = argparse.ArgumentParser(
+        prog="python -m mha_course.parallel.demo",
+        description="Attention across W processes with torch.distributed: tensor-parallel heads and ring "
+        "attention, checked against one process, with bytes sent per rank and the ring's per-step timeline.",
+    )
+    parser.add_argument("--world-size", type=int, default=4, help="number of processes W (default 4)")
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=None,
+        help="gloo (CPU) or nccl (one GPU per rank); default nccl with W GPUs, else gloo",
+    )
+    parser.add_argument("--seq-len", type=int, default=2048, help="sequence length T (default 2048)")
+    parser.add_argument(
+        "--heads", type=int, default=None, help="heads H, divisible by W (default: first multiple of W >= 8)"
+    )
+    parser.add_argument("--head-dim", type=int, default=32, help="per-head dimension D (default 32)")
+    parser.add_argument("--batch", type=int, default=1, help="batch size B (default 1)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per scheme; the median is shown")
+    parser.add_argument("--json", help="also write the report to this file")
+    args = parser.parse_args(argv)
+    try:
+        require_positive_int(args.world_size, "--world-size")
+        problem = Problem(B=args.batch, H=args.heads or heads_for(args.world_size), T=args.seq_len, D=args.head_dim)
+        if problem.H % args.world_size:
+            raise ValueError(f"--heads {problem.H} is not divisible by --world-size {args.world_size}")
+        report = run_demo(args.world_size, problem, args.backend, args.repeats)
+    except (TypeError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_report(report))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0 if all(s["equal"] for s in report["schemes"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

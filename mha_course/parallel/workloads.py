@@ -1,0 +1,166 @@
+"""What each rank runs in the demo and the chapter: seeded problems, and rank functions for ``run_ranks``.
+
+Every rank builds the *same* full problem from the same seed (the inputs, the whole attention
+module), keeps its own part of it, runs the distributed computation and returns its part of the
+answer with what it measured. The launching process builds the same problem once more and checks
+the assembled answer against the single-process library (:mod:`mha_course.parallel.demo`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..mha import MultiHeadAttention
+from ..validation import require_positive_int
+from .comm import bytes_written
+from .launch import rank_device
+from .layout import shard_sequence
+from .ring import ring_attention
+from .tensor_parallel import TensorParallelMultiHeadAttention
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One seeded attention problem: q (B, H, T, D), k (B, H, T, D), v (B, H, T, Dv); E = H * D."""
+
+    B: int = 1
+    H: int = 4
+    T: int = 256
+    D: int = 32
+    Dv: int | None = None  # None: Dv = D
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("B", "H", "T", "D"):
+            require_positive_int(getattr(self, name), name)
+        if self.Dv is not None:
+            require_positive_int(self.Dv, "Dv")
+
+    @property
+    def E(self) -> int:
+        return self.H * self.D
+
+    def qkv(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(q, k, v) drawn from the seed: (B, H, T, D), (B, H, T, D), (B, H, T, Dv)."""
+        g = torch.Generator().manual_seed(self.seed)
+        Dv = self.D if self.Dv is None else self.Dv
+        return (
+            torch.randn(self.B, self.H, self.T, self.D, generator=g),
+            torch.randn(self.B, self.H, self.T, self.D, generator=g),
+            torch.randn(self.B, self.H, self.T, Dv, generator=g),
+        )
+
+    def module_and_input(self) -> tuple[MultiHeadAttention, torch.Tensor]:
+        """A whole MultiHeadAttention(E, H) and an input x (B, T, E), both from the seed."""
+        torch.manual_seed(self.seed)
+        module = MultiHeadAttention(self.E, self.H)
+        x = torch.randn(self.B, self.T, self.E, generator=torch.Generator().manual_seed(self.seed + 1))
+        return module, x
+
+
+def tensor_parallel_rank(rank: int, world_size: int, problem: Problem, backend: str = "gloo", repeats: int = 3) -> dict:
+    """Rank ``rank``'s shard of the problem's module: its output (B, T, E), seconds and bytes per forward."""
+    device = rank_device(backend, rank)
+    module, x = problem.module_and_input()
+    shard = TensorParallelMultiHeadAttention.from_module(module, rank, world_size).to(device)
+    x = x.to(device)
+    with torch.no_grad():
+        shard(x)  # warm-up
+        times, wire = [], []
+        for _ in range(repeats):
+            torch.distributed.barrier()
+            before, start = bytes_written(), time.perf_counter()
+            out, _ = shard(x)
+            times.append(time.perf_counter() - start)
+            after = bytes_written()
+            measurable = backend == "gloo" and before is not None and after is not None  # NCCL: not through sockets
+            wire.append(after - before if measurable else None)
+    return {
+        "out": out.cpu(),
+        "seconds": statistics.median(times),
+        "wire_bytes": wire[-1],
+        "heads": list(shard.head_range),
+        "itemsize": x.element_size(),
+    }
+
+
+def ring_rank(
+    rank: int,
+    world_size: int,
+    problem: Problem,
+    causal: bool = False,
+    layout: str = "contiguous",
+    backend: str = "gloo",
+    repeats: int = 3,
+) -> dict:
+    """Rank ``rank``'s rows of ring attention: its output, median seconds per call, and the RingStats of the call
+    whose compute took the least CPU time (the one least disturbed by other programs on a shared machine)."""
+    device = rank_device(backend, rank)
+    q, k, v = (shard_sequence(x, world_size, rank, layout).to(device) for x in problem.qkv())
+    with torch.no_grad():
+        ring_attention(q, k, v, causal=causal, layout=layout)  # warm-up
+        runs = []
+        for _ in range(repeats):
+            torch.distributed.barrier()  # start together, so the timelines line up
+            start = time.perf_counter()
+            out, stats = ring_attention(q, k, v, causal=causal, layout=layout, return_stats=True)
+            runs.append((time.perf_counter() - start, stats))
+    fastest = min(runs, key=lambda run: sum(s.compute_cpu for s in run[1].steps))  # least disturbed by other programs
+    return {"out": out.cpu(), "seconds": statistics.median(t for t, _ in runs), "stats": fastest[1]}
+
+
+def ring_sweep_rank(
+    rank: int,
+    world_size: int,
+    problems: list[Problem],
+    causal: bool = False,
+    layout: str = "contiguous",
+    backend: str = "gloo",
+    repeats: int = 1,
+) -> list[dict]:
+    """:func:`ring_rank` for several problems in one launch (e.g. growing T, to see compute outgrow transfer)."""
+    return [ring_rank(rank, world_size, p, causal, layout, backend, repeats) for p in problems]
+
+
+def link_rank(rank: int, world_size: int, sizes: list[int], repeats: int = 5) -> dict[int, float]:
+    """The link alone: ping-pong between ranks 0 and 1, median one-way seconds per message size in bytes.
+
+    One-way time = half a round trip (send, then receive the same message back), nothing else
+    running: the alpha + n / beta of the link, to fit alpha and beta. Other ranks only wait.
+    """
+    times = {}
+    for n in sizes:
+        message = torch.zeros(max(1, n // 4))  # float32
+        samples = []
+        for _ in range(repeats + 1):  # the first round trip warms the connection up and is dropped
+            torch.distributed.barrier()
+            start = time.perf_counter()
+            if rank == 0:
+                torch.distributed.send(message, 1)
+                torch.distributed.recv(message, 1)
+            elif rank == 1:
+                torch.distributed.recv(message, 0)
+                torch.distributed.send(message, 0)
+            samples.append((time.perf_counter() - start) / 2)
+        times[message.numel() * 4] = statistics.median(samples[1:])
+    return times
+
+
+def demo_rank(rank: int, world_size: int, problem: Problem, backend: str = "gloo", repeats: int = 3) -> dict:
+    """Everything the demo runs, in one launch: tensor parallelism, then three ring variants."""
+    results = {"tensor_parallel": tensor_parallel_rank(rank, world_size, problem, backend, repeats)}
+    for name, causal, layout in RING_VARIANTS:
+        results[name] = ring_rank(rank, world_size, problem, causal, layout, backend, repeats)
+    return results
+
+
+#: (name, causal, layout) of the ring runs the demo makes
+RING_VARIANTS = (
+    ("ring", False, "contiguous"),
+    ("ring causal contiguous", True, "contiguous"),
+    ("ring causal zigzag", True, "zigzag"),
+)
