@@ -27,23 +27,38 @@ count the backward's recomputation of the scores, 2.5x the forward): this benchm
 work the mathematics requires, so every implementation is measured against the same yardstick
 whatever it recomputes; multiply its forward+backward TFLOP/s by 3.5 / 3 = 1.17 to compare them with
 published FlashAttention figures.
+
+``--background-load N [N ...]`` measures each configuration beside N busy processes (each a Python
+``while True: pass``, one core's worth), started for that configuration and stopped after it, also
+on Ctrl-C or an error; a helper whose benchmark dies without stopping it ends by itself.
+``--background-load 0 1`` times every configuration quiet and then beside one busy process in the
+same run, so both ratios share the machine's conditions, and prints them side by side. Every record
+names its ``background_load`` and ``other_load``: the cores that other work (neither this process nor
+its helpers) kept busy while it was timed, from /proc/stat (None where there is none); the header
+gives the load averages before and after. Implementations are timed in turns (one call of each,
+``--repeats`` times), so a burst of other work slows all of them alike rather than one.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import os
 import platform
+import statistics
+import subprocess
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from .attention import scaled_dot_product_attention
-from .cost import attention_flops, attention_memory_bytes, peak_memory_mib, time_ms
+from .cost import attention_flops, attention_memory_bytes, peak_memory_mib
 from .masks import causal_mask
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
@@ -90,6 +105,96 @@ def with_backward(fn: Callable[..., torch.Tensor], grad_out: torch.Tensor) -> Ca
         return torch.stack(grads)  # (3, B, H, T, D): dq, dk, dv (D = Dv in this benchmark)
 
     return step
+
+
+# One busy process: pure Python spinning, like `python -c "while True: pass"`. It checks every few
+# milliseconds that the benchmark that started it is still its parent, so it ends by itself even if
+# the benchmark is killed (SIGKILL) before it can stop it. It ignores Ctrl-C (SIGINT reaches the
+# whole terminal's process group): the benchmark stops it, without a traceback from each helper.
+_SPIN = """import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+parent = int(sys.argv[1])
+sys.stdout.write("r")
+sys.stdout.flush()
+while os.getppid() == parent:
+    for _ in range(100_000):
+        pass
+"""
+
+
+@contextlib.contextmanager
+def background_load(n: int) -> Iterator[list[int]]:
+    """Keep ``n`` busy processes running (one core's worth each) while the ``with`` block runs; yields their pids.
+
+    They stop when the block ends, on Ctrl-C and on any exception too. They stay in the benchmark's
+    session, so the scheduler shares the cores among all runnable threads alike (as on macOS,
+    Windows, and Linux without autogroup); Linux with autogroup shares them among sessions first,
+    so a busy program started from another terminal takes a whole core (benchmarks/RESULTS.md
+    measures both).
+
+    Raises:
+        TypeError: n is not an int. ValueError: n < 0.
+    """
+    _check_load(n)
+    helpers = []
+    try:
+        for _ in range(n):
+            helpers.append(subprocess.Popen([sys.executable, "-c", _SPIN, str(os.getpid())],
+                                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE))
+        for helper in helpers:
+            helper.stdout.read(1)  # spinning from now on (b"" if it died, which the timing then shows)
+        yield [helper.pid for helper in helpers]
+    finally:
+        for helper in helpers:
+            helper.kill()
+        for helper in helpers:
+            helper.wait()
+            helper.stdout.close()
+
+
+def _check_load(n) -> None:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"a background load is a number of busy processes (int), got {type(n).__name__} {n!r}")
+    if n < 0:
+        raise ValueError(f"a background load must be >= 0 busy processes, got {n}")
+
+
+def _cpu_seconds(helpers: list[int]) -> tuple[float, float, float] | None:
+    """(CPU seconds the whole machine was busy, those of this process and its helpers, wall clock), or None."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        ours = sum(os.times()[:2])  # this process, all its threads
+        for pid in helpers:
+            with open(f"/proc/{pid}/stat") as f:
+                ours += sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+    busy = sum(fields[:8]) - fields[3] - fields[4]  # all but idle and iowait (user nice system idle iowait irq softirq steal)
+    return busy / os.sysconf("SC_CLK_TCK"), ours, time.monotonic()
+
+
+def _other_load(before, after) -> float | None:
+    """Cores kept busy by other work between two :func:`_cpu_seconds` snapshots."""
+    if before is None or after is None or after[2] <= before[2]:
+        return None
+    return max(0.0, ((after[0] - before[0]) - (after[1] - before[1])) / (after[2] - before[2]))
+
+
+def _interleaved_ms(calls: dict[str, Callable[[], object]], repeats: int, device: str) -> dict[str, float]:
+    """Median ms of each call, timed in turns: round r times every call once."""
+    cuda = torch.device(device).type == "cuda"
+    times = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            if cuda:
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            call()
+            if cuda:
+                torch.cuda.synchronize()
+            times[name].append((time.perf_counter() - start) * 1e3)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def available_impls(device: str, block_size: int | None) -> tuple[list[Impl], list[str]]:
@@ -159,6 +264,7 @@ def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None =
                   D: int | None = None, Ts: list[int] | None = None, causal_modes: tuple[bool, ...] = (False, True),
                   repeats: int = 3, warmup: int = 1, block_size: int | None = None, only: list[str] | None = None,
                   max_materialized_gib: float = 4.0, measure_memory: bool = True, backward: bool = False,
+                  background_loads: tuple[int, ...] = (0,),
                   log: Callable[[str], None] = print) -> tuple[list[dict], list[str]]:
     """Time every implementation at every (T, causal); return (records, notes about skipped runs).
 
@@ -172,9 +278,12 @@ def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None =
             one such matrix would exceed this size (they hold several).
         measure_memory: one extra call per measurement to record peak_mib.
         backward: time forward + the gradients of q, k, v instead of the forward alone.
+        background_loads: numbers of busy processes (see :func:`background_load`); every (T, causal)
+            is measured at each, in this order, before the next (T, causal).
 
     Raises:
-        ValueError: unknown device or dtype, or CUDA asked for but not available.
+        ValueError: unknown device or dtype, CUDA asked for but not available, a negative load.
+        TypeError: a load that is not an int.
     """
     if device not in TORCH_BACKENDS:
         raise ValueError(f"device must be one of {sorted(TORCH_BACKENDS)}, got {device!r}")
@@ -185,6 +294,8 @@ def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None =
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     torch_dtype = DTYPES[dtype]
+    for n in background_loads:
+        _check_load(n)
     B, H, D, Ts = B or d_B, H or d_H, D or d_D, Ts or d_Ts
     impls, notes = available_impls(device, block_size)
     if only:
@@ -201,60 +312,106 @@ def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None =
             sdpa = lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             reference = (with_backward(sdpa, grad_out.float()) if backward else sdpa)(
                 q.float(), k.float(), v.float(), causal)
-            for impl in impls:
-                label = f"{impl.name} T={T} causal={causal}"
-                if impl.name in MATERIALIZING and matrix_gib > max_materialized_gib:
-                    notes.append(f"{label}: skipped, one (B, H, T, S) matrix is {matrix_gib:.1f} GiB "
-                                 f"> --max-materialized-gib {max_materialized_gib}")
-                    continue
-                fn = with_backward(impl.fn, grad_out) if backward else impl.fn
-                call = lambda fn=fn, q=q, k=k, v=v, causal=causal: fn(q, k, v, causal)
-                try:
-                    out = call()  # warm-up and output for the accuracy column
-                except (RuntimeError, ValueError, TypeError) as err:  # a backend refusing this config
-                    notes.append(f"{label}: skipped, {type(err).__name__}: {str(err).splitlines()[0][:160]}")
-                    continue
-                max_err = float((out.float() - reference).abs().max()) if out.shape == reference.shape else float("nan")
-                del out
-                peak = peak_memory_mib(call, device) if measure_memory else None
-                ms = time_ms(call, repeats=repeats, warmup=max(0, warmup - 1), device=device)
-                record = {"impl": impl.name, "backend": impl.backend, "device": device, "dtype": dtype_name(torch_dtype),
-                          "B": B, "H": H, "T": T, "D": D, "causal": causal,
-                          "pass": "forward+backward" if backward else "forward", "ms": round(ms, 4),
-                          "tflops": round(flops / (ms * 1e-3) / 1e12, 6),
-                          "peak_mib": None if peak is None else round(peak, 2),
-                          "max_abs_err": max_err, "repeats": repeats}
-                records.append(record)
-                log(f"  {label}: {ms:.2f} ms, peak {record['peak_mib']} MiB")
+            for load in background_loads:
+                with background_load(load) as helpers:
+                    calls, found = {}, {}
+                    for impl in impls:
+                        label = f"{impl.name} T={T} causal={causal}" + (f" background_load={load}" if load else "")
+                        if impl.name in MATERIALIZING and matrix_gib > max_materialized_gib:
+                            notes.append(f"{label}: skipped, one (B, H, T, S) matrix is {matrix_gib:.1f} GiB "
+                                         f"> --max-materialized-gib {max_materialized_gib}")
+                            continue
+                        fn = with_backward(impl.fn, grad_out) if backward else impl.fn
+                        call = lambda fn=fn, q=q, k=k, v=v, causal=causal: fn(q, k, v, causal)
+                        try:
+                            out = call()  # warm-up and output for the accuracy column
+                        except (RuntimeError, ValueError, TypeError) as err:  # a backend refusing this config
+                            notes.append(f"{label}: skipped, {type(err).__name__}: {str(err).splitlines()[0][:160]}")
+                            continue
+                        max_err = float((out.float() - reference).abs().max()) if out.shape == reference.shape else float("nan")
+                        del out
+                        for _ in range(max(0, warmup - 1)):
+                            call()
+                        peak = peak_memory_mib(call, device) if measure_memory else None
+                        calls[impl.name], found[impl.name] = call, (impl, label, max_err, peak)
+                    before = _cpu_seconds(helpers)
+                    ms_by_impl = _interleaved_ms(calls, repeats, device)
+                    other = _other_load(before, _cpu_seconds(helpers))
+                for name, ms in ms_by_impl.items():
+                    impl, label, max_err, peak = found[name]
+                    record = {"impl": impl.name, "backend": impl.backend, "device": device, "dtype": dtype_name(torch_dtype),
+                              "B": B, "H": H, "T": T, "D": D, "causal": causal,
+                              "pass": "forward+backward" if backward else "forward", "ms": round(ms, 4),
+                              "tflops": round(flops / (ms * 1e-3) / 1e12, 6),
+                              "peak_mib": None if peak is None else round(peak, 2),
+                              "max_abs_err": max_err, "repeats": repeats, "background_load": load,
+                              "other_load": None if other is None else round(other, 2)}
+                    records.append(record)
+                    log(f"  {label}: {ms:.2f} ms, peak {record['peak_mib']} MiB")
     add_ratios(records, device)
     return records, notes
 
 
 def add_ratios(records: list[dict], device: str) -> None:
-    """Add ``vs_<baseline>`` = baseline_ms / ms to each record (same T, causal); above 1 is faster."""
+    """Add ``vs_<baseline>`` = baseline_ms / ms to each record (same T, causal, background load); above 1 is faster."""
     for base in BASELINES[device]:
-        times = {(r["T"], r["causal"]): r["ms"] for r in records if r["impl"] == base}
+        times = {(r["T"], r["causal"], r.get("background_load", 0)): r["ms"] for r in records if r["impl"] == base}
         for r in records:
-            key = (r["T"], r["causal"])
+            key = (r["T"], r["causal"], r.get("background_load", 0))
             r[f"vs_{base}"] = round(times[key] / r["ms"], 3) if key in times else None
 
 
 def format_table(records: list[dict], device: str) -> str:
     """A plain-text table, one row per record, with the ratio columns."""
     bases = [b for b in BASELINES[device] if any(r["impl"] == b for r in records)]
+    loaded = any(r.get("background_load") for r in records)  # then two more columns: load and other load
     head = ["T", "causal", "impl", "ms", "TFLOP/s", "peak MiB", "max|err|"] + [f"x {b.split('[')[-1].rstrip(']')}" for b in bases]
+    head[2:2] = ["load", "other"] if loaded else []
     rows = [head]
     for r in records:
         peak = "n/a" if r["peak_mib"] is None else f"{r['peak_mib']:.1f}"
         ratios = ["-" if r.get(f"vs_{b}") is None else f"{r[f'vs_{b}']:.2f}" for b in bases]
-        rows.append([str(r["T"]), str(r["causal"]), r["impl"], f"{r['ms']:.2f}", f"{r['tflops']:.3f}", peak,
-                     f"{r['max_abs_err']:.1e}", *ratios])
+        other = "n/a" if r.get("other_load") is None else f"{r['other_load']:.2f}"
+        rows.append([str(r["T"]), str(r["causal"]), *([str(r.get("background_load", 0)), other] if loaded else []),
+                     r["impl"], f"{r['ms']:.2f}", f"{r['tflops']:.3f}", peak, f"{r['max_abs_err']:.1e}", *ratios])
+    name_col = head.index("impl")
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    lines = ["  ".join(cell.rjust(w) if i != 2 else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
+    lines = ["  ".join(cell.ljust(w) if i == name_col else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
              for row in rows]
     lines.insert(1, "-" * len(lines[0]))
     note = "x BASELINE = baseline ms / ms (above 1: faster than torch's SDPA with that backend, same run)"
+    if loaded:
+        note += ("\nload = busy processes started beside the benchmark; other = cores busy with other work "
+                 "while it was timed")
     return "\n".join(lines + [note])
+
+
+def format_load_summary(records: list[dict], device: str) -> str:
+    """Each implementation's ratio to the first baseline at every background load, side by side.
+
+    One row per (impl, T, causal); "" when the records hold a single load (nothing to compare).
+    """
+    loads = sorted({r.get("background_load", 0) for r in records})
+    base = next((b for b in BASELINES[device] if any(r["impl"] == b for r in records)), None)
+    if len(loads) < 2 or base is None:
+        return ""
+    ratio = {(r["impl"], r["T"], r["causal"], r.get("background_load", 0)): r.get(f"vs_{base}") for r in records}
+    keys = list(dict.fromkeys((r["impl"], r["T"], r["causal"]) for r in records if r["impl"] != base))
+    head = ["impl", "T", "causal"] + [("quiet" if n == 0 else f"load {n}") for n in loads]
+    rows = [head] + [[name, str(T), str(causal)]
+                     + ["-" if ratio.get((name, T, causal, n)) is None else f"{ratio[(name, T, causal, n)]:.2f}"
+                        for n in loads] for name, T, causal in keys]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
+             for row in rows]
+    lines.insert(1, "-" * len(lines[0]))
+    others = []
+    for n in loads:  # how quiet the machine was apart from the benchmark and its helpers
+        seen = [r["other_load"] for r in records if r.get("background_load", 0) == n and r.get("other_load") is not None]
+        others.append(f"{'quiet' if n == 0 else f'load {n}'} {max(seen):.2f}" if seen else "")
+    others = [o for o in others if o]
+    return "\n".join([f"x {base.split('[')[-1].rstrip(']')} at each background load (busy processes), same run:"]
+                      + lines + (["most cores busy with other work while timed: " + ", ".join(others)] if others else []))
 
 
 def plot_records(records: list[dict], path: str, title: str = "") -> None:
@@ -291,6 +448,13 @@ def plot_records(records: list[dict], path: str, title: str = "") -> None:
 
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
+
+
+def _load_average() -> str:
+    try:
+        return " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:  # not on every platform
+        return "n/a"
 
 
 def _cpu_name() -> str:
@@ -330,7 +494,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="PATH", help="write the records as a JSON list")
     parser.add_argument("--plot", metavar="PATH", help="save time and memory against T (PNG, PDF, SVG)")
     parser.add_argument("--quick", action="store_true", help=f"a smoke run: T = {QUICK_T}, 2 repeats")
+    parser.add_argument("--background-load", type=int, nargs="+", default=[0], metavar="N",
+                        help="busy processes beside the benchmark, one run per value for every configuration; "
+                             "e.g. 0 1: quiet, then beside one busy process (default 0)")
     args = parser.parse_args(argv)
+    if min(args.background_load) < 0:
+        parser.error(f"--background-load: numbers of busy processes must be >= 0, got {args.background_load}")
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.threads:
@@ -341,11 +510,13 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(device)
     print("mha_course.bench  " + "  ".join(f"{k}={v}" for k, v in env.items()))
     print("command: python -m mha_course.bench " + " ".join(sys.argv[1:] if argv is None else argv))
+    print("load average (1, 5, 15 min) before: " + _load_average())
     try:
         records, notes = run_benchmark(device, args.dtype, args.B, args.H, args.D, Ts, causal_modes,
                                        repeats=repeats, block_size=args.block_size, only=args.impl,
                                        max_materialized_gib=args.max_materialized_gib,
-                                       measure_memory=not args.no_memory, backward=args.backward)
+                                       measure_memory=not args.no_memory, backward=args.backward,
+                                       background_loads=tuple(args.background_load))
     except ValueError as err:
         parser.error(str(err))
     if records:
@@ -354,6 +525,10 @@ def main(argv: list[str] | None = None) -> int:
               f"median of {repeats}; {r0['pass']}; FLOPs = 4*B*H*T^2*D (halved when causal)"
               + (f", x{BACKWARD_FLOP_FACTOR:g} for forward+backward" if args.backward else ""))
         print(format_table(records, device))
+        summary = format_load_summary(records, device)
+        if summary:
+            print("\n" + summary)
+    print("load average (1, 5, 15 min) after: " + _load_average())
     for note in notes:
         print("note: " + note)
     if args.json:

@@ -93,3 +93,117 @@ def test_with_backward_returns_the_gradients():
     for g, leaf in zip(got, leaves, strict=True):
         assert_close(g, leaf.grad)
     assert not q.requires_grad  # the caller's tensors are left alone
+
+
+# ---- background load --------------------------------------------------------------------------------
+
+def _alive(pid):
+    """True while pid runs; a zombie (exited, not yet reaped by whoever adopted it) counts as ended."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+@linux_only
+def test_background_load_runs_busy_processes_and_stops_them():
+    import time
+
+    from mha_course.bench import background_load
+
+    with background_load(2) as pids:
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        time.sleep(0.3)
+        for pid in pids:
+            with open(f"/proc/{pid}/stat") as f:
+                utime = int(f.read().rsplit(")", 1)[1].split()[11])
+            assert utime > 0, "the helper is not spinning"
+    assert not any(_alive(p) for p in pids)
+    with background_load(0) as pids:
+        assert pids == []
+
+
+@linux_only
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_background_load_stops_on_ctrl_c_and_errors(error):
+    from mha_course.bench import background_load
+
+    seen = []
+    with pytest.raises(error):
+        with background_load(1) as pids:
+            seen += pids
+            raise error("stop")
+    assert seen and not _alive(seen[0])
+
+
+@linux_only
+def test_helpers_end_by_themselves_when_the_benchmark_is_killed():
+    import os
+    import signal
+    import time
+
+    code = ("import time\nfrom mha_course.bench import background_load\n"
+            "with background_load(1) as pids:\n    print(pids[0], flush=True)\n    time.sleep(120)\n")
+    bench = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        helper = int(bench.stdout.readline())
+        assert _alive(helper)
+        os.kill(bench.pid, signal.SIGKILL)  # no finally block runs: the helper must notice on its own
+        bench.wait()
+        deadline = time.monotonic() + 20
+        while _alive(helper) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(helper), "an orphaned helper kept spinning"
+    finally:
+        bench.kill()
+        bench.wait()
+        bench.stdout.close()
+
+
+def test_background_load_rejects_bad_counts(capsys):
+    from mha_course.bench import background_load
+
+    with pytest.raises(ValueError, match="-1"):
+        with background_load(-1):
+            pass
+    with pytest.raises(TypeError, match="float"):
+        with background_load(1.5):
+            pass
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--background-load", "-1"])
+    assert exit_info.value.code == 2 and "must be >= 0" in capsys.readouterr().err
+
+
+@linux_only
+def test_cli_measures_quiet_and_loaded_in_one_run(tmp_path):
+    out_json = tmp_path / "bench.json"
+    cmd = [sys.executable, "-m", "mha_course.bench", "--device", "cpu", "--T", "64", "--H", "2", "--causal", "no",
+           "--repeats", "1", "--no-memory", "--impl", "tiled", "torch.sdpa[FLASH_ATTENTION]",
+           "--background-load", "0", "1", "--json", str(out_json)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "load average (1, 5, 15 min) before" in run.stdout and "quiet  load 1" in run.stdout
+    records = json.loads(out_json.read_text())
+    assert sorted((r["impl"], r["background_load"]) for r in records) == [
+        ("tiled", 0), ("tiled", 1), ("torch.sdpa[FLASH_ATTENTION]", 0), ("torch.sdpa[FLASH_ATTENTION]", 1)]
+    for r in records:
+        assert r["other_load"] is None or r["other_load"] >= 0
+        assert r["vs_torch.sdpa[FLASH_ATTENTION]"] > 0  # each load compared with the baseline at the same load
+
+
+def test_load_summary_puts_the_ratios_side_by_side():
+    from mha_course.bench import format_load_summary
+
+    rows = [{"impl": impl, "T": 8, "causal": False, "ms": ms, "tflops": 1.0, "peak_mib": None, "max_abs_err": 0.0,
+             "background_load": load, "other_load": 0.01} for impl, load, ms in
+            [("torch.sdpa[FLASH_ATTENTION]", 0, 1.0), ("tiled", 0, 2.0), ("torch.sdpa[FLASH_ATTENTION]", 1, 3.0),
+             ("tiled", 1, 4.0)]]
+    add_ratios(rows, "cpu")
+    summary = format_load_summary(rows, "cpu")
+    assert "quiet  load 1" in summary and "0.50    0.75" in summary
+    assert format_load_summary([r for r in rows if r["background_load"] == 0], "cpu") == ""
+    assert "load" in format_table(rows, "cpu").splitlines()[0]

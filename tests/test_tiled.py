@@ -2,6 +2,8 @@
 properties, on awkward shapes, and for memory."""
 
 import math
+import os
+import threading
 
 import pytest
 import torch
@@ -448,3 +450,151 @@ def test_default_tiles_with_ragged_edges(causal):
     assert 600 % block_q and 459 % block_k
     assert_close(tiled_attention(q, k, v, causal=causal), torch_reference(q, k, v, causal).float(),
                  what=f"default tiles causal={causal}")
+
+
+# ---- the worker pool: one intra-op thread per worker, work items shared out ------------------------
+
+@pytest.fixture
+def pool(monkeypatch):
+    """Every call goes through a fresh worker pool of 2, however small the problem."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(2, threads))  # one intra-op thread never uses the pool
+    monkeypatch.setattr(tiled_module, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(tiled_module, "_POOL", tiled_module._Pool())
+    yield tiled_module._POOL
+    torch.set_num_threads(threads)
+
+
+POOL_CASES = [
+    # (lead of q, lead of k and v, T, S, D, Dv, block_size, causal)
+    ((2, 3), (2, 3), 70, 70, 8, 8, None, False),
+    ((2, 3), (2, 3), 70, 70, 8, 8, None, True),
+    ((1, 4), (1, 1), 45, 61, 8, 5, (16, 8), True),  # keys and values shared by the heads
+    ((3,), (3,), 61, 45, 4, 4, 7, True),
+    ((1,), (1,), 200, 150, 8, 8, (32, 64), False),  # one head: the query blocks are the items
+]
+
+
+@pytest.mark.parametrize("lead_q,lead_kv,T,S,D,Dv,block_size,causal", POOL_CASES)
+def test_pool_forward_and_backward_match_float64_autograd(pool, lead_q, lead_kv, T, S, D, Dv, block_size, causal):
+    gen = torch.Generator().manual_seed(T + S)
+    q = torch.randn(*lead_q, T, D, generator=gen, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(*lead_kv, S, D, generator=gen, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(*lead_kv, S, Dv, generator=gen, dtype=torch.float64, requires_grad=True)
+    grad_out = torch.randn(*lead_q, T, Dv, generator=gen, dtype=torch.float64)
+    out, lse = tiled_attention(q, k, v, block_size, causal=causal, return_lse=True)
+    grads = torch.autograd.grad(out, (q, k, v), grad_out)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D)
+    if causal:
+        scores = scores.masked_fill(~causal_mask(T, S), -math.inf)
+    expected = torch.softmax(scores, dim=-1) @ v
+    assert_close(out, expected, what="out")
+    assert_close(lse, torch.logsumexp(scores, dim=-1), what="lse")
+    for name, got, want in zip("qkv", grads, torch.autograd.grad(expected, (q, k, v), grad_out), strict=True):
+        assert_close(got, want, what=f"d{name}")
+    assert pool.size == 2, "the pool did the work"
+
+
+def test_pool_redoes_only_the_overflowing_item_exactly(pool, monkeypatch):
+    calls = _count_fallbacks(monkeypatch)
+    q, k, v = make_qkv((2,), 24, 30, 8, 8, seed=12)
+    q[1, 13] *= 200.0  # one query row whose scores overflow 2^s unless shifted
+    for causal in (False, True):
+        calls.clear()
+        out = tiled_attention(q, k, v, (8, 7), causal=causal)
+        assert len(calls) == 1
+        assert_close(out, torch_reference(q, k, v, causal), what=f"causal={causal}")
+
+
+def test_pool_leaves_the_thread_settings_alone(pool):
+    def fresh_thread_count():
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+        thread.start()
+        thread.join()
+        return seen[0]
+
+    before, before_fresh = torch.get_num_threads(), fresh_thread_count()
+    q, k, v = make_qkv((1, 2), 64, 64, 8, 8, dtype=torch.float32)
+    tiled_attention(q, k, v)  # starts the workers, each with torch.set_num_threads(1)
+    assert pool.size == 2
+    assert torch.get_num_threads() == before, "the caller's intra-op threads changed"
+    assert fresh_thread_count() == before_fresh, "threads started later begin with another count"
+
+
+def test_pool_takes_calls_from_several_threads_at_once(pool):
+    inputs = [make_qkv((2, 2), 50 + i, 40 + i, 8, 8, dtype=torch.float64, seed=i) for i in range(4)]
+    results = [None] * len(inputs)
+
+    def call(i):
+        results[i] = tiled_attention(*inputs[i], 16, causal=bool(i % 2))
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(inputs))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for i, (q, k, v) in enumerate(inputs):
+        assert_close(results[i], torch_reference(q, k, v, bool(i % 2)), what=f"call {i}")
+
+
+def test_pool_hands_a_workers_error_to_the_caller_and_recovers(pool, monkeypatch):
+    sweep = tiled_module._sweep
+
+    def failing(*args, **kwargs):
+        raise RuntimeError("worker failed")
+
+    monkeypatch.setattr(tiled_module, "_sweep", failing)
+    q, k, v = make_qkv((2, 2), 40, 40, 8, 8)
+    with pytest.raises(RuntimeError, match="worker failed"):
+        tiled_attention(q, k, v, 8)
+    monkeypatch.setattr(tiled_module, "_sweep", sweep)
+    assert_close(tiled_attention(q, k, v, 8), torch_reference(q, k, v, False), what="after an error")
+
+
+def test_pool_under_inference_mode(pool):
+    q, k, v = make_qkv((2, 2), 40, 40, 8, 8)
+    with torch.inference_mode():
+        out = tiled_attention(q, k, v, 8)
+    assert out.is_inference()
+    assert_close(out, torch_reference(q, k, v, False), what="inference mode")
+
+
+def test_one_intra_op_thread_never_uses_the_pool(monkeypatch):
+    def refuse(*args):
+        raise AssertionError("the pool was used")
+
+    monkeypatch.setattr(tiled_module, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(tiled_module._POOL, "run", refuse)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        q, k, v = make_qkv((2, 2), 40, 40, 8, 8)
+        assert_close(tiled_attention(q, k, v, 8), torch_reference(q, k, v, False), what="one thread")
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_pool_works_in_a_forked_child(pool):
+    import time
+
+    q, k, v = make_qkv((2, 2), 40, 40, 8, 8)
+    expected = tiled_attention(q, k, v, 8)  # the parent's pool is running
+    pid = os.fork()
+    if pid == 0:  # the child: its pool must start afresh, not wait for threads that stayed behind
+        ok = False
+        try:
+            ok = torch.allclose(tiled_attention(q, k, v, 8), expected)
+        finally:
+            os._exit(0 if ok else 1)  # never return into pytest from the child
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    raise AssertionError("tiled_attention hung in a forked child")
