@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mha_course import cost, tiling, worker_pool
 from mha_course import tiled as tiled_module
 from mha_course.attention import scaled_dot_product_attention as sdpa
 from mha_course.masks import causal_mask
@@ -180,6 +181,21 @@ def test_huge_values_with_moderate_scores_take_the_exact_pass():
     assert_close(out, F.scaled_dot_product_attention(q, k, v, scale=1.0), what="out with |v| = 1e22")
 
 
+@pytest.mark.parametrize("value", [2.0**61, math.inf, math.nan], ids=["2^61", "inf", "nan"])
+def test_values_beyond_the_trusted_bound_are_checked_block_by_block(value):
+    # With every |v| <= 2^60 the unshifted pass trusts l alone (|acc| <= l max|v| cannot overflow);
+    # one value beyond it, inf or NaN, must send the check back to acc itself and still agree with SDPA.
+    # (Causal only for the finite value: 0 * inf from a masked weight is NaN in SDPA, while tiled skips the future.)
+    q, k, v = make_qkv((1, 2), 9, 11, 4, 3, dtype=torch.float32, seed=5)
+    v[0, 1, 4, 2] = value
+    for causal in (False, True) if math.isfinite(value) else (False,):
+        out = tiled_attention(q, k, v, (4, 5), causal=causal)
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        assert torch.equal(torch.isnan(out), torch.isnan(ref)), f"NaN pattern differs, v = {value}, causal={causal}"
+        finite = torch.isfinite(ref)
+        assert_close(out[finite], ref[finite], what=f"out with one value {value}, causal={causal}")
+
+
 @given(T=st.integers(1, 30), S=st.integers(1, 30), bq=st.integers(1, 12), bk=st.integers(1, 12),
        causal=st.booleans(), log_q_scale=st.floats(-3.0, 2.5), seed=st.integers(0, 10**6))
 @FAST
@@ -199,7 +215,7 @@ def test_any_score_magnitude_gives_exact_out_and_lse(T, S, bq, bk, causal, log_q
 def test_any_diagonal_split_is_exact(monkeypatch, split):
     # The causal band of each query block is cut into `split` tiles that skip the rows above their
     # first key; blocks of 7 rows leave uneven pieces, T != S both ways, the fallback path included.
-    monkeypatch.setattr(tiled_module, "DIAGONAL_SPLIT", split)
+    monkeypatch.setattr(tiling, "DIAGONAL_SPLIT", split)
     for T, S, q_scale in [(23, 23, 1.0), (23, 15, 1.0), (15, 29, 1.0), (23, 23, 300.0)]:
         q, k, v = make_qkv((2,), T, S, 4, 3, seed=T + S, q_scale=q_scale)
         out, lse = tiled_attention(q, k, v, (7, 9), causal=True, return_lse=True)
@@ -410,7 +426,6 @@ def test_online_update_rejects_mismatched_shapes():
 
 @pytest.mark.parametrize("with_backward", [False, True], ids=["forward", "forward+backward"])
 def test_tiled_memory_stays_far_below_the_score_matrix(with_backward):
-    cost = pytest.importorskip("mha_course.cost")
     if not cost.cpu_peak_memory_supported():
         pytest.skip("peak memory is measured through /proc on Linux only")
     H, T, D = 2, 2048, 32
@@ -446,7 +461,7 @@ def test_default_tiles_with_ragged_edges(causal):
     # With 8 heads the default tiles are (512 or 256, 256): T and S below leave partial tiles on
     # both axes, and T > S leaves queries whose whole key range is in the past.
     q, k, v = make_qkv((1, 8), 600, 459, 16, 16, dtype=torch.float32, seed=21)
-    block_q, block_k = tiled_module._blocks(None, q, k, v, causal)
+    block_q, block_k = tiling.blocks_from(None, q, k, v, causal)
     assert 600 % block_q and 459 % block_k
     assert_close(tiled_attention(q, k, v, causal=causal), torch_reference(q, k, v, causal).float(),
                  what=f"default tiles causal={causal}")
@@ -459,9 +474,9 @@ def pool(monkeypatch):
     """Every call goes through a fresh worker pool of 2, however small the problem."""
     threads = torch.get_num_threads()
     torch.set_num_threads(max(2, threads))  # one intra-op thread never uses the pool
-    monkeypatch.setattr(tiled_module, "PARALLEL_MIN_WORK", 0)
-    monkeypatch.setattr(tiled_module, "_POOL", tiled_module._Pool())
-    yield tiled_module._POOL
+    monkeypatch.setattr(tiling, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(worker_pool, "POOL", worker_pool.WorkerPool())
+    yield worker_pool.POOL
     torch.set_num_threads(threads)
 
 
@@ -564,8 +579,8 @@ def test_one_intra_op_thread_never_uses_the_pool(monkeypatch):
     def refuse(*args):
         raise AssertionError("the pool was used")
 
-    monkeypatch.setattr(tiled_module, "PARALLEL_MIN_WORK", 0)
-    monkeypatch.setattr(tiled_module._POOL, "run", refuse)
+    monkeypatch.setattr(tiling, "PARALLEL_MIN_WORK", 0)
+    monkeypatch.setattr(worker_pool.POOL, "run", refuse)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
