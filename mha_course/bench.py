@@ -42,32 +42,28 @@ gives the load averages before and after. Implementations are timed in turns (on
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
-import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from .attention import scaled_dot_product_attention
+from .bench_report import add_ratios, format_load_summary, format_table, plot_records
 from .cost import attention_flops, attention_memory_bytes, peak_memory_mib
+from .machine_load import background_load, check_load, cpu_seconds, load_average, other_load
 from .masks import causal_mask
 
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 TORCH_BACKENDS = {"cpu": ("FLASH_ATTENTION", "MATH"),
                   "cuda": ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")}
-# ratios are printed against these
-BASELINES = {"cpu": ("torch.sdpa[FLASH_ATTENTION]",),
-             "cuda": ("torch.sdpa[FLASH_ATTENTION]", "torch.sdpa[CUDNN_ATTENTION]")}
 # defaults per device: (dtype, B, H, D, sequence lengths)
 DEFAULTS = {"cpu": ("float32", 1, 8, 64, [1024, 2048, 4096]),
             "cuda": ("bfloat16", 4, 16, 128, [1024, 2048, 4096, 8192, 16384])}
@@ -105,80 +101,6 @@ def with_backward(fn: Callable[..., torch.Tensor], grad_out: torch.Tensor) -> Ca
         return torch.stack(grads)  # (3, B, H, T, D): dq, dk, dv (D = Dv in this benchmark)
 
     return step
-
-
-# One busy process: pure Python spinning, like `python -c "while True: pass"`. It checks every few
-# milliseconds that the benchmark that started it is still its parent, so it ends by itself even if
-# the benchmark is killed (SIGKILL) before it can stop it. It ignores Ctrl-C (SIGINT reaches the
-# whole terminal's process group): the benchmark stops it, without a traceback from each helper.
-_SPIN = """import os, signal, sys
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-parent = int(sys.argv[1])
-sys.stdout.write("r")
-sys.stdout.flush()
-while os.getppid() == parent:
-    for _ in range(100_000):
-        pass
-"""
-
-
-@contextlib.contextmanager
-def background_load(n: int) -> Iterator[list[int]]:
-    """Keep ``n`` busy processes running (one core's worth each) while the ``with`` block runs; yields their pids.
-
-    They stop when the block ends, on Ctrl-C and on any exception too. They stay in the benchmark's
-    session, so the scheduler shares the cores among all runnable threads alike (as on macOS,
-    Windows, and Linux without autogroup); Linux with autogroup shares them among sessions first,
-    so a busy program started from another terminal takes a whole core (benchmarks/RESULTS.md
-    measures both).
-
-    Raises:
-        TypeError: n is not an int. ValueError: n < 0.
-    """
-    _check_load(n)
-    helpers = []
-    try:
-        for _ in range(n):
-            helpers.append(subprocess.Popen([sys.executable, "-c", _SPIN, str(os.getpid())],
-                                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE))
-        for helper in helpers:
-            helper.stdout.read(1)  # spinning from now on (b"" if it died, which the timing then shows)
-        yield [helper.pid for helper in helpers]
-    finally:
-        for helper in helpers:
-            helper.kill()
-        for helper in helpers:
-            helper.wait()
-            helper.stdout.close()
-
-
-def _check_load(n) -> None:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"a background load is a number of busy processes (int), got {type(n).__name__} {n!r}")
-    if n < 0:
-        raise ValueError(f"a background load must be >= 0 busy processes, got {n}")
-
-
-def _cpu_seconds(helpers: list[int]) -> tuple[float, float, float] | None:
-    """(CPU seconds the whole machine was busy, those of this process and its helpers, wall clock), or None."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-        ours = sum(os.times()[:2])  # this process, all its threads
-        for pid in helpers:
-            with open(f"/proc/{pid}/stat") as f:
-                ours += sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13]) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
-    busy = sum(fields[:8]) - fields[3] - fields[4]  # all but idle and iowait (user nice system idle iowait irq softirq steal)
-    return busy / os.sysconf("SC_CLK_TCK"), ours, time.monotonic()
-
-
-def _other_load(before, after) -> float | None:
-    """Cores kept busy by other work between two :func:`_cpu_seconds` snapshots."""
-    if before is None or after is None or after[2] <= before[2]:
-        return None
-    return max(0.0, ((after[0] - before[0]) - (after[1] - before[1])) / (after[2] - before[2]))
 
 
 def _interleaved_ms(calls: dict[str, Callable[[], object]], repeats: int, device: str) -> dict[str, float]:
@@ -295,7 +217,7 @@ def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None =
         raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     torch_dtype = DTYPES[dtype]
     for n in background_loads:
-        _check_load(n)
+        check_load(n)
     B, H, D, Ts = B or d_B, H or d_H, D or d_D, Ts or d_Ts
     impls, notes = available_impls(device, block_size)
     if only:
@@ -334,9 +256,9 @@ def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None =
                             call()
                         peak = peak_memory_mib(call, device) if measure_memory else None
                         calls[impl.name], found[impl.name] = call, (impl, label, max_err, peak)
-                    before = _cpu_seconds(helpers)
+                    before = cpu_seconds(helpers)
                     ms_by_impl = _interleaved_ms(calls, repeats, device)
-                    other = _other_load(before, _cpu_seconds(helpers))
+                    other = other_load(before, cpu_seconds(helpers))
                 for name, ms in ms_by_impl.items():
                     impl, label, max_err, peak = found[name]
                     record = {"impl": impl.name, "backend": impl.backend, "device": device, "dtype": dtype_name(torch_dtype),
@@ -352,109 +274,8 @@ def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None =
     return records, notes
 
 
-def add_ratios(records: list[dict], device: str) -> None:
-    """Add ``vs_<baseline>`` = baseline_ms / ms to each record (same T, causal, background load); above 1 is faster."""
-    for base in BASELINES[device]:
-        times = {(r["T"], r["causal"], r.get("background_load", 0)): r["ms"] for r in records if r["impl"] == base}
-        for r in records:
-            key = (r["T"], r["causal"], r.get("background_load", 0))
-            r[f"vs_{base}"] = round(times[key] / r["ms"], 3) if key in times else None
-
-
-def format_table(records: list[dict], device: str) -> str:
-    """A plain-text table, one row per record, with the ratio columns."""
-    bases = [b for b in BASELINES[device] if any(r["impl"] == b for r in records)]
-    loaded = any(r.get("background_load") for r in records)  # then two more columns: load and other load
-    head = ["T", "causal", "impl", "ms", "TFLOP/s", "peak MiB", "max|err|"] + [f"x {b.split('[')[-1].rstrip(']')}" for b in bases]
-    head[2:2] = ["load", "other"] if loaded else []
-    rows = [head]
-    for r in records:
-        peak = "n/a" if r["peak_mib"] is None else f"{r['peak_mib']:.1f}"
-        ratios = ["-" if r.get(f"vs_{b}") is None else f"{r[f'vs_{b}']:.2f}" for b in bases]
-        other = "n/a" if r.get("other_load") is None else f"{r['other_load']:.2f}"
-        rows.append([str(r["T"]), str(r["causal"]), *([str(r.get("background_load", 0)), other] if loaded else []),
-                     r["impl"], f"{r['ms']:.2f}", f"{r['tflops']:.3f}", peak, f"{r['max_abs_err']:.1e}", *ratios])
-    name_col = head.index("impl")
-    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(w) if i == name_col else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
-             for row in rows]
-    lines.insert(1, "-" * len(lines[0]))
-    note = "x BASELINE = baseline ms / ms (above 1: faster than torch's SDPA with that backend, same run)"
-    if loaded:
-        note += ("\nload = busy processes started beside the benchmark; other = cores busy with other work "
-                 "while it was timed")
-    return "\n".join(lines + [note])
-
-
-def format_load_summary(records: list[dict], device: str) -> str:
-    """Each implementation's ratio to the first baseline at every background load, side by side.
-
-    One row per (impl, T, causal); "" when the records hold a single load (nothing to compare).
-    """
-    loads = sorted({r.get("background_load", 0) for r in records})
-    base = next((b for b in BASELINES[device] if any(r["impl"] == b for r in records)), None)
-    if len(loads) < 2 or base is None:
-        return ""
-    ratio = {(r["impl"], r["T"], r["causal"], r.get("background_load", 0)): r.get(f"vs_{base}") for r in records}
-    keys = list(dict.fromkeys((r["impl"], r["T"], r["causal"]) for r in records if r["impl"] != base))
-    head = ["impl", "T", "causal"] + [("quiet" if n == 0 else f"load {n}") for n in loads]
-    rows = [head] + [[name, str(T), str(causal)]
-                     + ["-" if ratio.get((name, T, causal, n)) is None else f"{ratio[(name, T, causal, n)]:.2f}"
-                        for n in loads] for name, T, causal in keys]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
-             for row in rows]
-    lines.insert(1, "-" * len(lines[0]))
-    others = []
-    for n in loads:  # how quiet the machine was apart from the benchmark and its helpers
-        seen = [r["other_load"] for r in records if r.get("background_load", 0) == n and r.get("other_load") is not None]
-        others.append(f"{'quiet' if n == 0 else f'load {n}'} {max(seen):.2f}" if seen else "")
-    others = [o for o in others if o]
-    return "\n".join([f"x {base.split('[')[-1].rstrip(']')} at each background load (busy processes), same run:"]
-                      + lines + (["most cores busy with other work while timed: " + ", ".join(others)] if others else []))
-
-
-def plot_records(records: list[dict], path: str, title: str = "") -> None:
-    """Save time and peak memory against T (log-log), one line per implementation and causal mode."""
-    import matplotlib
-
-    if matplotlib.get_backend().lower() not in ("agg", "pdf", "svg"):
-        matplotlib.use("Agg")  # the CLI draws straight to a file
-    import matplotlib.pyplot as plt
-
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 4.5))
-    names = sorted({r["impl"] for r in records})
-    colors = {name: f"C{i % 10}" for i, name in enumerate(names)}  # one colour per implementation
-    for (name, causal) in sorted({(r["impl"], r["causal"]) for r in records}):
-        rows = sorted((r for r in records if r["impl"] == name and r["causal"] == causal), key=lambda r: r["T"])
-        style = dict(ls="--" if causal else "-", marker="s" if causal else "o", color=colors[name])
-        label = f"{name}{' causal' if causal else ''}"
-        ax_t.plot([r["T"] for r in rows], [r["ms"] for r in rows], label=label, **style)
-        mem = [(r["T"], r["peak_mib"]) for r in rows if r["peak_mib"]]
-        if mem:
-            ax_m.plot(*zip(*mem, strict=True), label=label, **style)
-    for ax, ylabel in ((ax_t, "median time (ms)"), (ax_m, "peak extra memory (MiB)")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length T")
-        ax.set_ylabel(ylabel)
-        ax.grid(True, which="both", alpha=0.3)
-    ax_t.legend(fontsize=7)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
-
-
-def _load_average() -> str:
-    try:
-        return " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:  # not on every platform
-        return "n/a"
 
 
 def _cpu_name() -> str:
@@ -510,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(device)
     print("mha_course.bench  " + "  ".join(f"{k}={v}" for k, v in env.items()))
     print("command: python -m mha_course.bench " + " ".join(sys.argv[1:] if argv is None else argv))
-    print("load average (1, 5, 15 min) before: " + _load_average())
+    print("load average (1, 5, 15 min) before: " + load_average())
     try:
         records, notes = run_benchmark(device, args.dtype, args.B, args.H, args.D, Ts, causal_modes,
                                        repeats=repeats, block_size=args.block_size, only=args.impl,
@@ -528,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         summary = format_load_summary(records, device)
         if summary:
             print("\n" + summary)
-    print("load average (1, 5, 15 min) after: " + _load_average())
+    print("load average (1, 5, 15 min) after: " + load_average())
     for note in notes:
         print("note: " + note)
     if args.json:

@@ -13,7 +13,6 @@ MAX_LINES = 420  # "short enough to read in one sitting"; declarative exercise t
 # Known to be too long, to be split by concept: each is listed here with what to split off, so the
 # debt is visible and a new long module still fails.
 TOO_LONG_FOR_NOW = {
-    "mha_course.bench": "the background-load harness and the plotting from the measuring",
 }
 
 
