@@ -97,6 +97,9 @@ class WorkerPool:
     @staticmethod
     def _serve(tasks, ready) -> None:
         torch.set_num_threads(1)  # this thread's own ops run on this thread alone
+        # torch reads the shared thread count once per thread, at its first parallel op: read it now, while
+        # it is 1 (grow restores it as soon as ``ready`` is set), or this worker would run on every core.
+        torch.get_num_threads()  # reads it
         ready.set()
         while True:
             task, i, done = tasks.get()

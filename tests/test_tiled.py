@@ -537,6 +537,24 @@ def test_pool_leaves_the_thread_settings_alone(pool):
     assert fresh_thread_count() == before_fresh, "threads started later begin with another count"
 
 
+def test_pool_workers_stay_single_threaded_whatever_the_caller_sets(pool):
+    # torch reads its shared thread count once per thread: a worker that read it after the pool restored
+    # the caller's count ran on every core, and two such workers oversubscribed the CPU.
+    def worker_counts():
+        seen = []
+        pool.run(lambda i: seen.append(torch.get_num_threads()), pool.size)
+        return seen
+
+    q, k, v = make_qkv((1, 2), 64, 64, 8, 8, dtype=torch.float32)
+    tiled_attention(q, k, v)  # starts the workers
+    threads = torch.get_num_threads()
+    assert worker_counts() == [1] * pool.size
+    torch.set_num_threads(1)  # what chapter 12 does, then restores
+    torch.set_num_threads(threads)
+    tiled_attention(q, k, v)
+    assert worker_counts() == [1] * pool.size
+
+
 def test_pool_takes_calls_from_several_threads_at_once(pool):
     inputs = [make_qkv((2, 2), 50 + i, 40 + i, 8, 8, dtype=torch.float64, seed=i) for i in range(4)]
     results = [None] * len(inputs)
