@@ -23,8 +23,14 @@ TILE_SCORES = 2**20
 #: Causal attention cuts each block's diagonal band into this many narrower tiles (trick 3 of :mod:`mha_course.tiled`).
 DIAGONAL_SPLIT = 4
 
-#: Below this many multiply-adds in q k^T (N*T*S*D) the calling thread works alone: handing work to
-#: the pool would cost more than it saves.
+#: Below this many multiply-adds in q k^T (N*T*S*D) the calling thread works alone, with all its
+#: intra-op threads: handing out work would cost more than it saves. Above it the pool pays one
+#: start-up cost the loop does not: after the caller's last parallel torch op its OpenMP threads keep
+#: spinning for the next one (about 5 ms here; GNU OpenMP's GOMP_SPINCOUNT, gone with
+#: OMP_WAIT_POLICY=passive) and take a core from the workers meanwhile. On 2 quiet cores, B*H = 8,
+#: D = 64, T = 1024, the loop ran at 0.9-1.0x torch's kernel and the pool at 0.66-0.71x; beside one
+#: busy process the loop fell to 0.15-0.57x and the pool to 0.68-1.03x (benchmarks/tiled_designs.py,
+#: four runs). Robustness won: the pool starts low. From T = 2048 on the start-up cost is small.
 PARALLEL_MIN_WORK = 2**24
 
 #: With several workers and block_size=None: (2048, 256) tiles of up to 4 heads, 2^20 scores (4 MiB
