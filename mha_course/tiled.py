@@ -51,6 +51,18 @@ so that l comes out of the acc matmul (a Dv+1 = 65 wide matmul was slower than t
 the shift as an extra column of q and k (K = 65 slowed that matmul by about 10%). The Python loop
 itself costs about 12 us per tile, under 1% at the default tiles.
 
+For trick 4, at T = 4096, as a fraction of torch's kernel quiet / beside one busy process
+(``python benchmarks/tiled_designs.py``, same run, median of 5), non-causal and causal:
+
+    one loop over all heads, all intra-op threads (the design before)   0.91 / 0.46    0.90 / 0.48
+    the same with 4x larger tiles (fewer, longer parallel regions)      0.88 / 0.47    0.94 / 0.53
+    one loop on 1 intra-op thread                                       0.50 / 0.79    0.53 / 0.87
+    worker threads (kept)                                               0.94 / 0.94    0.98 / 1.09
+
+Dropping to one thread when ``os.getloadavg()`` is high would run the third row under load: slower
+than the workers there, and the load average trails the machine by a minute. Below T = 2048 the
+workers pay a start-up cost (see :data:`mha_course.tiling.PARALLEL_MIN_WORK`).
+
 Memory beyond the output: copies of k and v only to upcast or broadcast them (O(S D)), per worker
 one tile buffer (heads * block_q * block_k scores) and O(heads * block_q * (D + Dv)) for a scaled
 block of q and the sums; the backward adds a dK and dV (O(S D)) per extra worker.
