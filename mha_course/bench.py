@@ -43,66 +43,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import platform
 import statistics
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-from .attention import scaled_dot_product_attention
-from .bench_report import add_ratios, format_load_summary, format_table, plot_records
+from .bench_impls import MATERIALIZING, TORCH_BACKENDS, available_impls, with_backward
+from .bench_report import add_ratios, dtype_name, environment, format_load_summary, format_table, plot_records
 from .cost import attention_flops, attention_memory_bytes, peak_memory_mib
 from .machine_load import background_load, check_load, cpu_seconds, load_average, other_load
-from .masks import causal_mask
 
+BACKWARD_FLOP_FACTOR = 3.0  # forward + backward FLOPs / forward FLOPs (see the module docstring)
 DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
           "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
-TORCH_BACKENDS = {"cpu": ("FLASH_ATTENTION", "MATH"),
-                  "cuda": ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")}
 # defaults per device: (dtype, B, H, D, sequence lengths)
 DEFAULTS = {"cpu": ("float32", 1, 8, 64, [1024, 2048, 4096]),
             "cuda": ("bfloat16", 4, 16, 128, [1024, 2048, 4096, 8192, 16384])}
 QUICK_T = [128, 256]
-MATERIALIZING = ("naive", "mha_course.sdpa", "torch.sdpa[MATH]")  # hold (B, H, T, S) matrices
-
-
-@dataclass
-class Impl:
-    name: str
-    backend: str                      # what actually runs, in words
-    fn: Callable[..., torch.Tensor]   # fn(q, k, v, causal) -> out (B, H, T, D)
-
-
-def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
-    """The textbook three lines, softmax(q k^T / sqrt(D) + bias) v, (B, H, T, D) -> (B, H, T, D)."""
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, S)
-    if causal:
-        scores = scores.masked_fill(~causal_mask(q.shape[-2], k.shape[-2], device=q.device), float("-inf"))
-    return torch.softmax(scores, dim=-1) @ v  # (B, H, T, D)
-
-
-BACKWARD_FLOP_FACTOR = 3.0  # forward + backward FLOPs / forward FLOPs (see the module docstring)
-
-
-def with_backward(fn: Callable[..., torch.Tensor], grad_out: torch.Tensor) -> Callable[..., torch.Tensor]:
-    """fn(q, k, v, causal) -> out turned into a training step -> (dq, dk, dv) stacked on a new first dim.
-
-    The inputs are detached into fresh leaves on every call, so repeated calls time the same work.
-    """
-    def step(q, k, v, causal):
-        leaves = [x.detach().requires_grad_() for x in (q, k, v)]
-        out = fn(*leaves, causal)
-        grads = torch.autograd.grad(out, leaves, grad_out)
-        return torch.stack(grads)  # (3, B, H, T, D): dq, dk, dv (D = Dv in this benchmark)
-
-    return step
-
-
 def _interleaved_ms(calls: dict[str, Callable[[], object]], repeats: int, device: str) -> dict[str, float]:
     """Median ms of each call, timed in turns: round r times every call once."""
     cuda = torch.device(device).type == "cuda"
@@ -117,69 +77,6 @@ def _interleaved_ms(calls: dict[str, Callable[[], object]], repeats: int, device
                 torch.cuda.synchronize()
             times[name].append((time.perf_counter() - start) * 1e3)
     return {name: statistics.median(t) for name, t in times.items()}
-
-
-def available_impls(device: str, block_size: int | None) -> tuple[list[Impl], list[str]]:
-    """The implementations that can run on ``device``, and a note for each that cannot."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    impls = [
-        Impl("naive", "torch matmul + softmax", naive_attention),
-        Impl("mha_course.sdpa", "mha_course.scaled_dot_product_attention",
-             lambda q, k, v, causal: scaled_dot_product_attention(
-                 q, k, v, mask=causal_mask(q.shape[-2], k.shape[-2], device=q.device) if causal else None)[0]),
-    ]
-    notes = []
-    try:
-        from .tiled import tiled_attention
-
-        impls.append(Impl("tiled", f"mha_course.tiled_attention(block_size={block_size or 'default'})",
-                          lambda q, k, v, causal: tiled_attention(q, k, v, block_size, causal=causal)))
-    except ImportError as err:
-        notes.append(f"tiled: skipped, mha_course.tiled is not importable ({err})")
-    for backend in TORCH_BACKENDS[device]:
-        member = getattr(SDPBackend, backend, None)
-        if member is None:
-            notes.append(f"torch.sdpa[{backend}]: skipped, this torch has no SDPBackend.{backend}")
-            continue
-
-        def run(q, k, v, causal, member=member):
-            with sdpa_kernel(member):
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-        impls.append(Impl(f"torch.sdpa[{backend}]", f"SDPBackend.{backend}", run))
-    if device == "cuda":
-        try:
-            from .kernels import triton_attention
-
-            impls.append(Impl("triton", "mha_course.triton_attention (autotuned)",
-                              lambda q, k, v, causal: triton_attention(q, k, v, causal=causal)))
-        except (ImportError, RuntimeError) as err:
-            notes.append(f"triton: skipped ({err})")
-    else:
-        notes.append("triton: skipped on CPU (the kernel needs CUDA; chapter 13 runs it in the interpreter)")
-    return impls, notes
-
-
-def environment(device: str) -> dict[str, str]:
-    """Versions and hardware named in the header of every run."""
-    import numpy as np
-
-    env = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-           "platform": platform.platform(), "device": device, "torch threads": str(torch.get_num_threads())}
-    if device == "cuda":
-        env["gpu"] = torch.cuda.get_device_name()
-        env["cuda"] = str(torch.version.cuda)
-        env["cudnn"] = str(torch.backends.cudnn.version())
-    else:
-        env["cpu"] = _cpu_name()
-    try:
-        import triton
-
-        env["triton"] = triton.__version__
-    except ImportError:
-        pass
-    return env
 
 
 def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None = None, H: int | None = None,
@@ -272,21 +169,6 @@ def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None =
                     log(f"  {label}: {ms:.2f} ms, peak {record['peak_mib']} MiB")
     add_ratios(records, device)
     return records, notes
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:

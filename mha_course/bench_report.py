@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import platform
+
+import torch
+
 #: Every record gets vs_<baseline> = baseline ms / ms for each of these that ran in the same run.
 BASELINES = {"cpu": ("torch.sdpa[FLASH_ATTENTION]",),
              "cuda": ("torch.sdpa[FLASH_ATTENTION]", "torch.sdpa[CUDNN_ATTENTION]")}
@@ -99,3 +103,39 @@ def plot_records(records: list[dict], path: str, title: str = "") -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def environment(device: str) -> dict[str, str]:
+    """Versions and hardware named in the header of every run."""
+    import numpy as np
+
+    env = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
+           "platform": platform.platform(), "device": device, "torch threads": str(torch.get_num_threads())}
+    if device == "cuda":
+        env["gpu"] = torch.cuda.get_device_name()
+        env["cuda"] = str(torch.version.cuda)
+        env["cudnn"] = str(torch.backends.cudnn.version())
+    else:
+        env["cpu"] = _cpu_name()
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except ImportError:
+        pass
+    return env
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"

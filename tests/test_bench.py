@@ -9,7 +9,10 @@ import torch
 
 from mha_course import assert_close, causal_mask
 from mha_course import scaled_dot_product_attention as sdpa
-from mha_course.bench import add_ratios, format_table, main, naive_attention
+from mha_course.bench import main, run_benchmark
+from mha_course.bench_impls import naive_attention, with_backward
+from mha_course.bench_report import add_ratios, format_load_summary, format_table
+from mha_course.machine_load import background_load
 
 FIELDS = {"impl": str, "backend": str, "device": str, "dtype": str, "B": int, "H": int, "T": int, "D": int,
           "causal": bool, "ms": float, "tflops": float}
@@ -68,8 +71,6 @@ def test_ratios_and_table():
 
 
 def test_backward_mode_times_gradients_and_credits_three_times_the_flops():
-    from mha_course.bench import run_benchmark
-
     records, _ = run_benchmark("cpu", B=1, H=2, D=16, Ts=[48], repeats=1, warmup=1, measure_memory=False,
                                only=["naive", "tiled", "torch.sdpa[MATH]"], backward=True, log=lambda _: None)
     assert {r["impl"] for r in records} == {"naive", "tiled", "torch.sdpa[MATH]"}
@@ -82,8 +83,6 @@ def test_backward_mode_times_gradients_and_credits_three_times_the_flops():
 
 
 def test_with_backward_returns_the_gradients():
-    from mha_course.bench import with_backward
-
     torch.manual_seed(1)
     q, k, v, grad_out = (torch.randn(1, 2, 5, 4) for _ in range(4))
     got = with_backward(naive_attention, grad_out)(q, k, v, True)
@@ -113,8 +112,6 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 def test_background_load_runs_busy_processes_and_stops_them():
     import time
 
-    from mha_course.bench import background_load
-
     with background_load(2) as pids:
         assert len(pids) == 2 and all(_alive(p) for p in pids)
         time.sleep(0.3)
@@ -130,8 +127,6 @@ def test_background_load_runs_busy_processes_and_stops_them():
 @linux_only
 @pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
 def test_background_load_stops_on_ctrl_c_and_errors(error):
-    from mha_course.bench import background_load
-
     seen = []
     with pytest.raises(error):
         with background_load(1) as pids:
@@ -146,7 +141,7 @@ def test_helpers_end_by_themselves_when_the_benchmark_is_killed():
     import signal
     import time
 
-    code = ("import time\nfrom mha_course.bench import background_load\n"
+    code = ("import time\nfrom mha_course.machine_load import background_load\n"
             "with background_load(1) as pids:\n    print(pids[0], flush=True)\n    time.sleep(120)\n")
     bench = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
@@ -165,8 +160,6 @@ def test_helpers_end_by_themselves_when_the_benchmark_is_killed():
 
 
 def test_background_load_rejects_bad_counts(capsys):
-    from mha_course.bench import background_load
-
     with pytest.raises(ValueError, match="-1"):
         with background_load(-1):
             pass
@@ -196,8 +189,6 @@ def test_cli_measures_quiet_and_loaded_in_one_run(tmp_path):
 
 
 def test_load_summary_puts_the_ratios_side_by_side():
-    from mha_course.bench import format_load_summary
-
     rows = [{"impl": impl, "T": 8, "causal": False, "ms": ms, "tflops": 1.0, "peak_mib": None, "max_abs_err": 0.0,
              "background_load": load, "other_load": 0.01} for impl, load, ms in
             [("torch.sdpa[FLASH_ATTENTION]", 0, 1.0), ("tiled", 0, 2.0), ("torch.sdpa[FLASH_ATTENTION]", 1, 3.0),
