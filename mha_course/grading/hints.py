@@ -20,90 +20,16 @@ live in :mod:`.convert` and are re-exported here for older code. Only NumPy is i
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-# Re-exported for code written against the old home of these submission-side helpers.
+# Re-exported: exercise modules reach the case inputs and the error advice as ``hints.<name>``, and
+# older code the submission-side conversions (now in .convert).
+from .case_inputs import rng, salted, salting, same_bits, unchanged_case  # noqa: F401
 from .convert import build_module, load_linear, tensor_to_numpy, to_numpy, to_numpy_pair  # noqa: F401
-
-# --- inputs (``make_inputs``, run in the grader) ----------------------------------------------------
-
-_SALT: contextvars.ContextVar[int | None] = contextvars.ContextVar("mha_course_grading_salt", default=None)
-
-
-def rng(seed: int) -> np.random.Generator:
-    """The random generator a case draws its inputs from: ``default_rng(seed)``, or salted (see :func:`salted`).
-
-    The self-check and the grader's first run of a case use the published seed; inside
-    ``with salted(s):`` the same call draws different numbers of the same kind, which a submission
-    that memorised the published (or the installed hidden) cases' answers cannot know.
-    """
-    salt = _SALT.get()
-    return np.random.default_rng(seed if salt is None else [int(seed), int(salt)])
-
-
-def salting() -> bool:
-    """True inside :func:`salted`: a case with fixed inputs (sizes, hand-written logits) varies them then."""
-    return _SALT.get() is not None
-
-
-@contextlib.contextmanager
-def salted(salt: int | None) -> Iterator[None]:
-    """Within the block (this thread only), :func:`rng` mixes ``salt`` into every seed."""
-    token = _SALT.set(salt)
-    try:
-        yield
-    finally:
-        _SALT.reset(token)
-
-
-# --- "inputs unchanged" cases (judged in the grader) -----------------------------------------------
-
-def same_bits(got: Any, expected: Any) -> bool:
-    """``got`` is ``expected`` bit for bit: both arrays, same shape, same dtype, same bytes (NaN matches NaN)."""
-    if not isinstance(got, np.ndarray):
-        return False
-    expected = np.asarray(expected)
-    return got.shape == expected.shape and got.dtype == expected.dtype and got.tobytes() == expected.tobytes()
-
-
-def unchanged_case(reference: Callable[[Any], Any], diagnose: Callable[[Any, Any, Any], str | None],
-                   message: str, names: Sequence[str] | Callable[[Any], Sequence[np.ndarray]]
-                   ) -> tuple[Callable[[Any], Any], Callable[[Any, Any, Any], str | None]]:
-    """(reference, diagnose) for a case whose ``call`` returns :func:`~.convert.with_inputs_after`'s pair.
-
-    The call sends back (result, the objects it passed to the target, read after the call); whether
-    they changed is decided here, in the grader, by comparing them bit for bit with what was sent:
-    ``inputs[name]`` for each of ``names``, or the arrays ``names(inputs)`` returns when the watched
-    objects are not plain inputs (e.g. the weights of a module built from them). The case passes
-    only if nothing changed (else ``message``) *and* the result is right, so a function that returns
-    nothing useful earns nothing here.
-    """
-    def before(inputs: Any) -> tuple[np.ndarray, ...]:
-        if callable(names):
-            return tuple(np.asarray(a) for a in names(inputs))
-        return tuple(np.asarray(inputs[n]) for n in names)
-
-    def ref(inputs: Any) -> tuple[Any, tuple[np.ndarray, ...]]:
-        return reference(inputs), before(inputs)
-
-    def judge(got: Any, expected: Any, inputs: Any) -> str | None:
-        if not isinstance(got, (tuple, list)) or len(got) != 2:
-            return f"expected (result, inputs after the call), got {type(got).__name__}"
-        after, sent = got[1], expected[1]
-        if not isinstance(after, (tuple, list)) or len(after) != len(sent):
-            return message
-        if not all(same_bits(a, b) for a, b in zip(after, sent, strict=True)):
-            return message
-        hint = diagnose(got[0], expected[0], inputs)
-        return f"the inputs are left unchanged, but the result is wrong: {hint}" if hint else None
-
-    return ref, judge
-
+from .error_hints import exception_hint, with_exception_hint  # noqa: F401
 
 # --- helpers for ``diagnose`` (run in the grader) ------------------------------------------------
 
@@ -248,8 +174,8 @@ def rows_sum_hint(weights: np.ndarray, axis: int = -1, what: str = "weights") ->
                 return (f"{what}: the values sum to 1 along axis {other}, not along axis {axis}: "
                         f"softmax over the wrong axis?")
     finite = sums[np.isfinite(sums)]
-    rng = f"from {finite.min():.4g} to {finite.max():.4g}" if finite.size else "are NaN/inf"
-    return f"{what}: rows do not sum to 1 (row sums {rng})"
+    spread = f"from {finite.min():.4g} to {finite.max():.4g}" if finite.size else "are NaN/inf"
+    return f"{what}: rows do not sum to 1 (row sums {spread})"
 
 
 def mask_hint(weights: np.ndarray, allowed: np.ndarray, what: str = "weights") -> str | None:
@@ -362,47 +288,3 @@ def single_heatmaps(title: str, value_name: str = "weight",
     array is not attention weights.
     """
     return lambda got, expected, inputs: _side_by_side(got, expected, title, value_name, axis_names)
-
-
-# --- errors the learner's code raised, turned into advice (self-check and grader) -----------------
-
-def exception_hint(error: str, inputs: Any = None) -> str | None:
-    """Advice for a common error line (``"RuntimeError: mat1 and mat2 shapes cannot be multiplied ..."``).
-
-    Recognises: a matrix product whose inner sizes differ (``k.T`` on batched input reverses every axis;
-    a missing transpose as in ``dK = dS @ Q``), a broadcasting mismatch (``keepdims`` forgotten, or T
-    used where S belongs, named with the case's own sizes when ``inputs`` has q and k). None if nothing fits.
-    """
-    import re
-
-    text = str(error)
-    sizes = _query_key_lengths(inputs)
-    if re.search(r"shapes cannot be multiplied|size mismatch|mismatch in its core dimension|matmul: Input operand",
-                 text):
-        return ("the inner sizes of a matrix product do not match: did you forget a transpose? On batched "
-                "tensors use k.transpose(-2, -1) (k.T reverses *every* axis), and check which side of each "
-                "product is (T, .) and which (S, .)")
-    match = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", text) or \
-        re.search(r"could not be broadcast together with shapes \(([\d, ]*)\) \(([\d, ]*)\)", text)
-    if match:
-        a, b = match.group(1), match.group(2)
-        if sizes and {a.strip(), b.strip()} == {str(sizes[0]), str(sizes[1])} and sizes[0] != sizes[1]:
-            return (f"a size {sizes[0]} met a size {sizes[1]}: here T = {sizes[0]} queries and S = {sizes[1]} keys; "
-                    "check that every axis you use has the length you mean (scores are (T, S))")
-        return ("shapes do not broadcast: did you forget keepdims=True (keepdim=True in torch) in a sum or a max, "
-                "so that the reduced axis stays as size 1? Or use .T on a batched tensor (it reverses every axis: "
-                "use .transpose(-2, -1))?")
-    return None
-
-
-def _query_key_lengths(inputs: Any) -> tuple[int, int] | None:
-    try:
-        return int(np.shape(inputs["q"])[-2]), int(np.shape(inputs["k"])[-2])
-    except (KeyError, TypeError, IndexError):
-        return None
-
-
-def with_exception_hint(error: str, inputs: Any = None) -> str:
-    """``error`` followed by :func:`exception_hint`'s advice, when there is one."""
-    hint = exception_hint(error, inputs)
-    return f"{error} -> {hint}" if hint else error
