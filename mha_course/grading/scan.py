@@ -28,48 +28,19 @@ import ast
 import threading
 from dataclasses import dataclass, field
 
+from .scan_rules import (  # noqa: F401 (TAMPERING_PREFIXES: importable from here, as before)
+    ALLOWED_GRADING,
+    ATTRIBUTE_BUILTINS,
+    TAMPERING_ATTRIBUTES,
+    TAMPERING_BUILTINS,
+    TAMPERING_PREFIXES,
+    TAMPERING_STRINGS,
+    matches,
+    tampering,
+)
 from .spec import Assignment
 
-TAMPERING_PREFIXES = (
-    # the interpreter, imports and code from strings or bytes
-    "ctypes", "importlib", "pkgutil", "sys.modules", "sys.meta_path", "sys.path_hooks", "sys._getframe",
-    "sys._current_frames", "sys.settrace", "sys.setprofile", "sys.addaudithook", "builtins", "gc",
-    "inspect", "types.FunctionType", "types.CodeType", "types.LambdaType", "types.ModuleType",
-    "operator.attrgetter", "operator.methodcaller", "pickle", "_pickle", "marshal", "shelve", "copyreg",
-    "dill", "cloudpickle", "code", "codeop", "pdb", "bdb", "timeit", "cProfile", "profile", "trace",
-    "runpy", "zipimport", "logging.currentframe", "traceback.walk_stack", "traceback.walk_tb",
-    "threading.settrace", "threading.setprofile",
-    # torch internals: dispatch, raw operators, pickle-based loading, code strings
-    "torch._C", "torch.ops", "torch.overrides", "torch.utils._python_dispatch", "torch._dispatch",
-    "torch.load", "torch.package", "torch.hub", "torch.utils.benchmark", "torch.multiprocessing",
-    # processes, signals, file descriptors
-    "os.kill", "os.killpg", "os.fork", "os.forkpty", "os.system", "os.popen", "os.exec", "os.spawn",
-    "os.posix_spawn", "os.setpgrp", "os.setsid", "os.dup", "os.dup2", "os.close", "os.closerange",
-    "os.open", "os.fdopen", "os.read", "os.readv", "os.pread", "os.preadv", "os.write", "os.writev",
-    "os.pwrite", "os.pwritev", "os.sendfile", "os.readlink", "os.pidfd_open", "os.register_at_fork",
-    "os.setuid", "os.setgid", "os.setresuid", "os.setresgid", "os.chroot", "os.plock", "posix", "nt",
-    "subprocess", "_posixsubprocess", "multiprocessing", "concurrent.futures.ProcessPoolExecutor",
-    "concurrent.futures.process", "asyncio.subprocess", "asyncio.create_subprocess_exec",
-    "asyncio.create_subprocess_shell", "signal", "psutil", "socket", "pty", "resource", "mmap",
-    # the grader itself
-    "mha_course.grading",
-)
-TAMPERING_BUILTINS = ("__import__", "exec", "eval", "compile", "__builtins__", "breakpoint", "__loader__",
-                      "vars", "globals", "locals")
-# attributes that reach into functions, frames, classes and modules instead of computing with them
-TAMPERING_ATTRIBUTES = (
-    "__globals__", "__closure__", "__code__", "__wrapped__", "__self__", "__func__", "__subclasses__",
-    "__bases__", "__base__", "__mro__", "__builtins__", "__loader__", "__spec__", "__getattribute__",
-    "__reduce__", "__reduce_ex__", "__traceback__", "__defaults__", "__kwdefaults__", "__import__",
-    "cell_contents", "tb_frame", "tb_next", "f_back", "f_globals", "f_locals", "f_builtins", "f_code",
-    "gi_frame", "gi_code", "cr_frame", "ag_frame",
-)
-# builtins that take an attribute name: with a literal name they read as obj.name
-_ATTRIBUTE_BUILTINS = ("getattr", "setattr", "delattr", "hasattr")
-# strings that name the grader's files or other processes
-TAMPERING_STRINGS = ("results.json", "/proc/", "/autograder")
 _PARSE_LOCK = threading.Lock()
-_ALLOWED_GRADING = ("mha_course.check", "mha_course.grading.check", "mha_course.grading.selfcheck.check")
 
 
 @dataclass(frozen=True)
@@ -135,7 +106,7 @@ def _imported_names(node: ast.AST) -> list[str]:
         return [a.name for a in node.names]
     if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
         names = [f"{node.module}.{a.name}" for a in node.names]
-        if all(_matches(n, _ALLOWED_GRADING) for n in names):
+        if all(matches(n, ALLOWED_GRADING) for n in names):
             return names  # from mha_course.grading.selfcheck import check: the module itself is not used
         return names + [node.module]
     return []
@@ -153,43 +124,10 @@ def _defining_module(name: str) -> str:
     return name
 
 
-def _matches(name: str, prefixes: tuple[str, ...] | list[str]) -> str | None:
-    for prefix in prefixes:
-        if name == prefix or name.startswith(prefix + "."):
-            return prefix
-    return None
-
-
-# modules other modules re-export (pathlib.os, shutil.os, numpy.sys...): a name reached through one
-# of them is checked from that module on, so pathlib.os.kill reads as os.kill
-_REEXPORTED = ("os", "sys", "gc", "inspect", "ctypes", "importlib", "pkgutil", "builtins", "pickle", "marshal",
-               "subprocess", "multiprocessing", "signal", "socket", "resource", "posix", "psutil", "runpy", "pty",
-               "mmap", "operator", "types", "threading", "traceback", "logging", "asyncio", "mha_course")
-
-
-def _tampering(name: str) -> str | None:
-    if _matches(name, _ALLOWED_GRADING):
-        return None
-    parts = name.split(".")
-    for i in range(1, len(parts) - 1):
-        if parts[i] in _REEXPORTED:
-            hit = _tampering(".".join(parts[i:]))
-            if hit:
-                return hit
-    hit = _matches(name, TAMPERING_PREFIXES)
-    if hit is None and name.startswith(("os.exec", "os.spawn")):
-        hit = name
-    if hit is None and parts[0] == "torch" and any(p.startswith("_") and not p.endswith("__") for p in parts[1:]):
-        hit = name  # a private torch name: torch._softmax, torch.autograd.graph._engine_run_backward, ...
-    if hit is None and any(p in TAMPERING_ATTRIBUTES or p == "__dict__" for p in parts[1:]):
-        hit = name
-    return hit
-
-
 def _attribute_call(node: ast.Call, aliases: dict[str, str]) -> tuple[str | None, str | None]:
     """For getattr(obj, ...) and friends: (the dotted name read, or None; a tampering reason, or None)."""
     func = node.func
-    if not (isinstance(func, ast.Name) and func.id in _ATTRIBUTE_BUILTINS and len(node.args) >= 2):
+    if not (isinstance(func, ast.Name) and func.id in ATTRIBUTE_BUILTINS and len(node.args) >= 2):
         return None, None
     obj, attr = node.args[0], node.args[1]
     if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
@@ -233,27 +171,27 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
         called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
         for node in ast.walk(tree):
             for imported in _imported_names(node):
-                if _tampering(imported):
+                if tampering(imported):
                     add(report.tampering, index, node, imported)
-                elif (imported.startswith("mha_course.") and imported not in _ALLOWED_GRADING
-                      and not _matches(_defining_module(imported), provided) and not (
+                elif (imported.startswith("mha_course.") and imported not in ALLOWED_GRADING
+                      and not matches(_defining_module(imported), provided) and not (
                           isinstance(node, ast.ImportFrom) and imported == node.module and node.module == "mha_course")):
                     add(report.imports, index, node, imported)
             if isinstance(node, ast.Name) and node.id in TAMPERING_BUILTINS:
                 add(report.tampering, index, node, node.id)
-            elif isinstance(node, ast.Name) and node.id in _ATTRIBUTE_BUILTINS and id(node) not in called:
+            elif isinstance(node, ast.Name) and node.id in ATTRIBUTE_BUILTINS and id(node) not in called:
                 add(report.tampering, index, node, f"{node.id} passed around as a value")
             elif isinstance(node, ast.Attribute) and node.attr in TAMPERING_ATTRIBUTES:
                 add(report.tampering, index, node, f".{node.attr}")
             elif isinstance(node, (ast.Attribute, ast.Name)) and isinstance(getattr(node, "ctx", None), ast.Load):
                 name = _dotted(node, aliases)
-                if name and name != getattr(node, "id", None) and _tampering(name):
+                if name and name != getattr(node, "id", None) and tampering(name):
                     add(report.tampering, index, node, name)
             elif isinstance(node, ast.Call):
                 name, reason = _attribute_call(node, aliases)
                 if reason:
                     add(report.tampering, index, node, reason)
-                elif name and _tampering(name):
+                elif name and tampering(name):
                     add(report.tampering, index, node, name)
             elif isinstance(node, ast.Constant) and isinstance(node.value, str):
                 hit = next((t for t in TAMPERING_STRINGS if t in node.value), None)
@@ -274,7 +212,7 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
                 name = _dotted(node, aliases)
             elif isinstance(node, ast.Call):
                 name = _attribute_call(node, aliases)[0]
-            if name and _matches(name, forbidden):
+            if name and matches(name, forbidden):
                 add(bucket, index, node, name)
         if bucket:
             report.forbidden[exercise.key] = bucket
