@@ -8,8 +8,9 @@ and returns the matplotlib object it drew on, so that a notebook can add to it a
 inspect it. Rows are always queries (T) and columns keys (S), as in ``weights[t, s]``.
 
 ``import mha_course`` imports neither this module nor matplotlib, so the library stays light for
-the grader and the command-line tools; the plotting modules (this one, :mod:`.vectors_plot`,
-:mod:`.widgets`, :mod:`.interpret`, :mod:`.bench`) import matplotlib when they draw.
+the grader and the command-line tools; the plotting modules (this one and its building block
+:mod:`.heatmap`, :mod:`.vectors_plot`, :mod:`.widgets`, :mod:`.interpret`, :mod:`.bench`) import
+matplotlib when they draw.
 """
 
 from __future__ import annotations
@@ -19,88 +20,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from ._plotting import _check_labels, _squeeze_leading, _to_numpy
+from .heatmap import draw_heatmap, set_ticks, value_range
 
-# Matrices up to this many cells get their numbers written in by default (annotate=None).
-_ANNOTATE_MAX_CELLS = 64
-_NAN_COLOR = "#ff00ff"  # magenta: a colour no sequential colormap uses, so NaNs stand out
 # The difference panel's colour range is at least this fraction of the values' range.
 _DIFF_COLOR_FLOOR = 1e-3
-
-
-def _ticks(ax, labels: list[str] | None, n: int, axis: str, show_labels: bool = True) -> None:
-    """Put one tick per row/column (with labels if given); thin out unlabelled ticks when many."""
-    positions = np.arange(n)
-    if labels is None:
-        step = max(1, int(np.ceil(n / 16)))
-        positions = positions[::step]
-        labels = [str(p) for p in positions]
-    setter = ax.set_xticks if axis == "x" else ax.set_yticks
-    setter(positions)
-    if not show_labels:
-        labels = [""] * len(positions)
-    if axis == "x":
-        rotate = max((len(s) for s in labels), default=0) > 3
-        ax.set_xticklabels(labels, rotation=60 if rotate else 0, ha="right" if rotate else "center",
-                           rotation_mode="anchor")
-    else:
-        ax.set_yticklabels(labels)
-
-
-def _annotate(ax, matrix: np.ndarray, image) -> None:
-    """Write each cell's value, dark text on light cells and light text on dark ones.
-
-    Lightness comes from the cell's actual colour, so this also works for diverging colormaps
-    (dark at both ends, white in the middle).
-    """
-    for (i, j), value in np.ndenumerate(matrix):
-        if np.isnan(value):
-            text, color = "nan", "black"  # on magenta
-        else:
-            red, green, blue, _ = image.cmap(image.norm(value))
-            lightness = 0.299 * red + 0.587 * green + 0.114 * blue  # perceived brightness, 0..1
-            text, color = f"{value:.2f}", "black" if lightness > 0.5 else "white"
-        ax.text(j, i, text, ha="center", va="center", fontsize=8, color=color)
-
-
-def _cmap_with_nan(cmap):
-    import matplotlib
-
-    cmap = matplotlib.colormaps[cmap] if isinstance(cmap, str) else cmap
-    return cmap.with_extremes(bad=_NAN_COLOR)
-
-
-def _heatmap(ax, matrix, query_labels, key_labels, *, cmap, vmin, vmax, annotate,
-             show_x=True, show_y=True, colorbar=True, colorbar_label=None, axis_names=("query (T)", "key (S)")):
-    """Draw one (T, S) heatmap on ``ax``; returns the image. ``axis_names``: (rows, columns) labels."""
-    T, S = matrix.shape
-    image = ax.imshow(np.ma.masked_invalid(matrix), cmap=_cmap_with_nan(cmap), vmin=vmin, vmax=vmax,
-                      aspect="auto", interpolation="nearest")
-    _ticks(ax, key_labels, S, "x", show_x)
-    _ticks(ax, query_labels, T, "y", show_y)
-    if show_x:
-        ax.set_xlabel(axis_names[1])
-    if show_y:
-        ax.set_ylabel(axis_names[0])
-    if annotate is None:
-        annotate = T * S <= _ANNOTATE_MAX_CELLS
-    if annotate:
-        _annotate(ax, matrix, image)
-    if colorbar:
-        bar = ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
-        if colorbar_label:
-            bar.set_label(colorbar_label)
-    return image
-
-
-def _value_range(*matrices: np.ndarray) -> tuple[float, float]:
-    """Colour range: [0, 1] for weights that look like probabilities, else the data's range."""
-    finite = np.concatenate([m[np.isfinite(m)].ravel() for m in matrices])
-    if finite.size == 0:
-        return 0.0, 1.0
-    lo, hi = float(finite.min()), float(finite.max())
-    if lo >= 0.0 and hi <= 1.0:
-        return 0.0, max(hi, 1e-12)
-    return (lo, hi) if hi > lo else (lo - 0.5, hi + 0.5)
 
 
 def plot_attention(weights, query_labels: Sequence[str] | None = None,
@@ -138,8 +61,8 @@ def plot_attention(weights, query_labels: Sequence[str] | None = None,
         width = min(12.0, 2.5 + 0.45 * S)
         height = min(10.0, 1.5 + 0.45 * T)
         _, ax = plt.subplots(figsize=(max(width, 3.5), max(height, 2.5)), layout="constrained")
-    vmin, vmax = _value_range(matrix)
-    _heatmap(ax, matrix, query_labels, key_labels, cmap=cmap, vmin=vmin, vmax=vmax,
+    vmin, vmax = value_range(matrix)
+    draw_heatmap(ax, matrix, query_labels, key_labels, cmap=cmap, vmin=vmin, vmax=vmax,
              annotate=annotate, colorbar_label=colorbar_label)
     if title is not None:
         ax.set_title(title)
@@ -194,12 +117,12 @@ def plot_attention_grid(weights, row_labels: Sequence[str] | None = None,
     panel = min(3.2, max(1.8, 0.3 * max(T, S)))
     fig, axes = plt.subplots(L, H, figsize=(panel * H + 1.2, panel * L + 0.6), squeeze=False,
                              layout="constrained")
-    vmin, vmax = _value_range(grid)
+    vmin, vmax = value_range(grid)
     image = None
     for layer in range(L):
         for head in range(H):
             ax = axes[layer, head]
-            image = _heatmap(ax, grid[layer, head], query_labels, key_labels, cmap=cmap,
+            image = draw_heatmap(ax, grid[layer, head], query_labels, key_labels, cmap=cmap,
                              vmin=vmin, vmax=vmax, annotate=annotate, show_x=layer == L - 1,
                              show_y=head == 0, colorbar=False)
             name = col_labels[head] if not row_labels[layer] else f"{row_labels[layer]}, {col_labels[head]}"
@@ -272,9 +195,9 @@ def plot_side_by_side(yours, expected, query_labels: Sequence[str] | None = None
     fig, axes = plt.subplots(1, 3, figsize=(3 * panel + 2.0, panel + 0.8), layout="constrained")
     if annotate is None:  # three panels side by side leave less room per cell than one
         annotate = T * S <= 36
-    vmin, vmax = _value_range(mine, ref)
+    vmin, vmax = value_range(mine, ref)
     for ax, matrix, name in zip(axes[:2], (mine, ref), names, strict=True):
-        _heatmap(ax, matrix, query_labels, key_labels, cmap="viridis", vmin=vmin, vmax=vmax,
+        draw_heatmap(ax, matrix, query_labels, key_labels, cmap="viridis", vmin=vmin, vmax=vmax,
                  annotate=annotate, colorbar_label=value_name, axis_names=axis_names)
         nan_count = int(np.isnan(matrix).sum())
         ax.set_title(name if not nan_count else f"{name} ({nan_count} NaN, magenta)")
@@ -285,7 +208,7 @@ def plot_side_by_side(yours, expected, query_labels: Sequence[str] | None = None
     # (1e-8 between two correct implementations) stays white instead of filling the colour scale.
     floor = _DIFF_COLOR_FLOOR * max(vmax - vmin, abs(vmin), abs(vmax), 1e-12)
     limit = max(largest, floor)
-    _heatmap(axes[2], difference, query_labels, key_labels, cmap="RdBu_r", vmin=-limit, vmax=limit,
+    draw_heatmap(axes[2], difference, query_labels, key_labels, cmap="RdBu_r", vmin=-limit, vmax=limit,
              annotate=annotate, colorbar_label="difference", axis_names=axis_names)
     axes[2].set_title(f"{names[0]} - {names[1]} (max |diff| {largest:.2g})")
     suptitle = title or ""
@@ -348,8 +271,8 @@ def plot_mask(mask, query_labels: Sequence[str] | None = None,
     ax.set_yticks(np.arange(-0.5, T, 1), minor=True)
     ax.grid(which="minor", color="white", linewidth=1)
     ax.tick_params(which="minor", length=0)
-    _ticks(ax, key_labels, S, "x")
-    _ticks(ax, query_labels, T, "y")
+    set_ticks(ax, key_labels, S, "x")
+    set_ticks(ax, query_labels, T, "y")
     ax.set_xlabel("key (S)")
     ax.set_ylabel("query (T)")
     ax.legend(handles=[Patch(color=true_color, label=f"True: {true_label}"),
