@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from .softmax import softmax
-from .validation import require_floating, require_rank, require_tensor
+from .validation import require_floating, require_positive_number, require_rank, require_tensor
 
 
 def _check(x_query, x_train, bandwidth, y_train=None):
@@ -31,10 +31,7 @@ def _check(x_query, x_train, bandwidth, y_train=None):
         if y_train.shape[:1] != x_train.shape:
             raise ValueError(f"y_train must have one target per training point, shape (S={x_train.shape[0]}, ...), "
                              f"got {tuple(y_train.shape)}")
-    if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float)):
-        raise TypeError(f"bandwidth must be a positive number, got {type(bandwidth).__name__} {bandwidth!r}")
-    if not bandwidth > 0:
-        raise ValueError(f"bandwidth must be > 0, got {bandwidth!r}")
+    require_positive_number(bandwidth, "bandwidth")
 
 
 def nadaraya_watson(x_query: torch.Tensor, x_train: torch.Tensor, y_train: torch.Tensor,

@@ -10,12 +10,10 @@ choice is an all-zero row, so that attention over nothing returns a zero vector 
 
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 import torch
 
-from .validation import require_floating, require_tensor
+from .validation import require_floating, require_int, require_tensor
 
 #: log2(e): e^x = 2^(x * LOG2E). The tiled loop and the Triton kernels compute exponentials in base 2
 #: (exp2 is cheaper than exp) with this factor folded into the scale; one constant for the course.
@@ -41,9 +39,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """
     require_tensor(x, "x")
     require_floating(x, "x")
-    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):  # NumPy ints are fine
-        raise TypeError(f"dim must be an int, got {type(dim).__name__}")
-    dim = int(dim)
+    dim = require_int(dim, "dim")  # NumPy ints are fine, bools are not
     rank = max(x.dim(), 1)  # a 0-dim tensor accepts dim 0 or -1, like torch.softmax
     if not -rank <= dim < rank:
         raise ValueError(f"dim must be in [{-rank}, {rank - 1}] for x of shape {tuple(x.shape)}, got {dim}")
@@ -77,8 +73,7 @@ def softmax_np(x: np.ndarray, axis: int = -1) -> np.ndarray:
     if not isinstance(x, np.ndarray) or not np.issubdtype(x.dtype, np.floating):
         raise TypeError(f"x must be a floating-point numpy.ndarray, got {type(x).__name__} "
                         f"{getattr(x, 'dtype', '')}")
-    if isinstance(axis, bool) or not isinstance(axis, numbers.Integral):
-        raise TypeError(f"axis must be an int, got {type(axis).__name__}")
+    axis = require_int(axis, "axis")
     rank = max(x.ndim, 1)
     if not -rank <= axis < rank:
         raise ValueError(f"axis must be in [{-rank}, {rank - 1}] for x of shape {x.shape}, got {axis}")

@@ -34,6 +34,15 @@ def require_non_negative_int(value, name: str) -> int:
     return require_int(value, name, 0)
 
 
+def require_positive_number(value, name: str) -> float:
+    """``value`` as a float > 0; TypeError unless it is a real number (bools refused), ValueError unless > 0."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a positive number, got {type(value).__name__} {value!r}")
+    if not value > 0:  # NaN fails here too
+        raise ValueError(f"{name} must be > 0, got {value!r}")
+    return float(value)
+
+
 def require_tensor(x, name: str) -> torch.Tensor:
     """Raise TypeError unless ``x`` is a torch.Tensor."""
     if not isinstance(x, torch.Tensor):
