@@ -28,7 +28,7 @@ class KVCache:
     """Keys and values of the tokens seen so far, (B, G, S, D), with S growing as steps are appended.
 
     Args:
-        batch, kv_heads, head_dim: B, G (the number of key/value heads: H for ordinary multi-head
+        batch, num_kv_heads, head_dim: B, G (the number of key/value heads: H for ordinary multi-head
             attention, fewer for GQA/MQA) and D. ``value_dim`` defaults to D.
         max_len: if given, buffers of (B, G, max_len, D) are preallocated and filled in place (no copy
             per step; appending past max_len raises). If None, the cache grows by concatenation
@@ -39,19 +39,19 @@ class KVCache:
         ValueError: a size is not positive.
     """
 
-    def __init__(self, batch: int, kv_heads: int, head_dim: int, max_len: int | None = None,
+    def __init__(self, batch: int, num_kv_heads: int, head_dim: int, max_len: int | None = None,
                  value_dim: int | None = None, dtype: torch.dtype = torch.float32,
                  device: torch.device | str | None = None):
         value_dim = head_dim if value_dim is None else value_dim
-        for name, n in (("batch", batch), ("kv_heads", kv_heads), ("head_dim", head_dim), ("value_dim", value_dim)):
+        for name, n in (("batch", batch), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim), ("value_dim", value_dim)):
             require_positive_int(n, name)
         if max_len is not None:
             require_non_negative_int(max_len, "max_len")
-        self.batch, self.kv_heads, self.head_dim, self.value_dim = batch, kv_heads, head_dim, value_dim
+        self.batch, self.num_kv_heads, self.head_dim, self.value_dim = batch, num_kv_heads, head_dim, value_dim
         self.max_len = max_len
         capacity = 0 if max_len is None else max_len
-        self._k = torch.empty(batch, kv_heads, capacity, head_dim, dtype=dtype, device=device)  # (B, G, cap, D)
-        self._v = torch.empty(batch, kv_heads, capacity, value_dim, dtype=dtype, device=device)  # (B, G, cap, Dv)
+        self._k = torch.empty(batch, num_kv_heads, capacity, head_dim, dtype=dtype, device=device)  # (B, G, cap, D)
+        self._v = torch.empty(batch, num_kv_heads, capacity, value_dim, dtype=dtype, device=device)  # (B, G, cap, Dv)
         self.length = 0
 
     @property
@@ -75,9 +75,9 @@ class KVCache:
         for name, x, dim in (("k", k, self.head_dim), ("v", v, self.value_dim)):
             require_tensor(x, name)
             require_rank(x, 4, name, "(B, G, T, D)")
-            expected = (self.batch, self.kv_heads, x.shape[2], dim)
+            expected = (self.batch, self.num_kv_heads, x.shape[2], dim)
             if tuple(x.shape) != expected:
-                raise ValueError(f"{name} must have shape (B={self.batch}, G={self.kv_heads}, T, {dim}), "
+                raise ValueError(f"{name} must have shape (B={self.batch}, G={self.num_kv_heads}, T, {dim}), "
                                  f"got {tuple(x.shape)}")
         if k.shape[2] != v.shape[2]:
             raise ValueError(f"k and v must add the same number of positions, got {tuple(k.shape)} and {tuple(v.shape)}")
@@ -108,7 +108,7 @@ class KVCache:
 
     def __repr__(self) -> str:
         kind = "growing" if self.max_len is None else f"max_len={self.max_len}"
-        return (f"KVCache(B={self.batch}, G={self.kv_heads}, S={self.length}, D={self.head_dim}, {kind}, "
+        return (f"KVCache(B={self.batch}, G={self.num_kv_heads}, S={self.length}, D={self.head_dim}, {kind}, "
                 f"dtype={self._k.dtype})")
 
 

@@ -232,7 +232,7 @@ class MultiHeadLatentAttention(nn.Module):
                 f"rope_dim={self.rope_dim}, latent_dim={self.latent_dim}, value_dim={self.value_dim}")
 
 
-def cache_numbers_per_token(kind: str, num_heads: int, head_dim: int, kv_heads: int | None = None,
+def cache_numbers_per_token(kind: str, num_heads: int, head_dim: int, num_kv_heads: int | None = None,
                             latent_dim: int | None = None, rope_dim: int | None = None) -> int:
     """Numbers cached per token and layer: "mha" 2 H D, "gqa" 2 G D, "mqa" 2 D, "mla" r + Dr.
 
@@ -248,9 +248,9 @@ def cache_numbers_per_token(kind: str, num_heads: int, head_dim: int, kv_heads: 
     if kind == "mqa":
         return 2 * head_dim
     if kind == "gqa":
-        if kv_heads is None:
-            raise ValueError("kind='gqa' needs kv_heads")
-        return 2 * require_positive_int(kv_heads, "kv_heads") * head_dim
+        if num_kv_heads is None:
+            raise ValueError("kind='gqa' needs num_kv_heads")
+        return 2 * require_positive_int(num_kv_heads, "num_kv_heads") * head_dim
     if kind == "mla":
         if latent_dim is None or rope_dim is None:
             raise ValueError("kind='mla' needs latent_dim and rope_dim")

@@ -9,7 +9,7 @@ Positions are "none", "sinusoidal", "learned" (both added to the embeddings) or 
 applied to queries and keys inside attention; see :mod:`mha_course.positions`). Rotary attention
 is :class:`RotaryMultiHeadAttention`, a subclass that only overrides the parent's
 ``place_queries_and_keys`` hook to rotate the split heads, so its checks, dropout and head
-ablation (``head_gate``) are the parent's own. With ``kv_heads=G`` the
+ablation (``head_gate``) are the parent's own. With ``num_kv_heads=G`` the
 self-attention is grouped-query attention (:class:`GroupedSelfAttention`, G key/value heads shared
 by the H query heads; multi-query when G = 1), for chapter 11's quality comparison.
 
@@ -47,7 +47,7 @@ class ModelConfig:
     positions: str = "learned"
     causal: bool = False
     mlp_ratio: int = 4
-    kv_heads: int | None = None
+    num_kv_heads: int | None = None
 
 
 DEFAULT_MODEL = ModelConfig(vocab_size=0, max_len=0)  # the defaults, read by signatures below
@@ -97,11 +97,11 @@ class GroupedSelfAttention(GroupedQueryAttention):
         return self.out_proj(merge_heads(heads)), weights  # (B, T, E), (B, H, T, T)
 
 
-def _attention(embed_dim: int, num_heads: int, rotary: bool, kv_heads: int | None = None) -> nn.Module:
-    if kv_heads is not None:
+def _attention(embed_dim: int, num_heads: int, rotary: bool, num_kv_heads: int | None = None) -> nn.Module:
+    if num_kv_heads is not None:
         if rotary:
-            raise ValueError("kv_heads (grouped-query attention) is not combined with rotary positions here")
-        return GroupedSelfAttention(embed_dim, num_heads, kv_heads)
+            raise ValueError("num_kv_heads (grouped-query attention) is not combined with rotary positions here")
+        return GroupedSelfAttention(embed_dim, num_heads, num_kv_heads)
     return (RotaryMultiHeadAttention if rotary else MultiHeadAttention)(embed_dim, num_heads)
 
 
@@ -125,10 +125,10 @@ class Block(nn.Module):
     """
 
     def __init__(self, embed_dim: int, num_heads: int, rotary: bool = False, cross: bool = False,
-                 mlp_ratio: int = 4, kv_heads: int | None = None):
+                 mlp_ratio: int = 4, num_kv_heads: int | None = None):
         super().__init__()
         self.ln_attn = nn.LayerNorm(embed_dim)
-        self.attn = _attention(embed_dim, num_heads, rotary, kv_heads)
+        self.attn = _attention(embed_dim, num_heads, rotary, num_kv_heads)
         self.ln_cross = nn.LayerNorm(embed_dim) if cross else None
         self.cross_attn = MultiHeadAttention(embed_dim, num_heads) if cross else None  # no positions across
         self.ln_mlp = nn.LayerNorm(embed_dim)
@@ -187,13 +187,13 @@ class TinyTransformer(nn.Module):
         positions: "none", "sinusoidal", "learned" or "rotary".
         causal: if True, position t attends only to positions <= t.
         mlp_ratio: MLP hidden size is mlp_ratio * E.
-        kv_heads: None for ordinary multi-head attention, or G (dividing H) for grouped-query
+        num_kv_heads: None for ordinary multi-head attention, or G (dividing H) for grouped-query
             attention with G key/value heads (1 = multi-query); not with rotary positions.
 
     forward(tokens (B, T) long) -> (logits (B, T, vocab_size), attention (L, B, H, T, T)).
 
     Raises:
-        ValueError: unknown positions, E not divisible by H, H not divisible by kv_heads, kv_heads
+        ValueError: unknown positions, E not divisible by H, H not divisible by num_kv_heads, num_kv_heads
             with rotary positions, tokens longer than max_len.
         TypeError: tokens not a long tensor.
     """
@@ -201,14 +201,14 @@ class TinyTransformer(nn.Module):
     def __init__(self, vocab_size: int, max_len: int, embed_dim: int = DEFAULT_MODEL.embed_dim,
                  num_heads: int = DEFAULT_MODEL.num_heads, num_layers: int = DEFAULT_MODEL.num_layers,
                  positions: str = DEFAULT_MODEL.positions, causal: bool = DEFAULT_MODEL.causal,
-                 mlp_ratio: int = DEFAULT_MODEL.mlp_ratio, kv_heads: int | None = DEFAULT_MODEL.kv_heads):
+                 mlp_ratio: int = DEFAULT_MODEL.mlp_ratio, num_kv_heads: int | None = DEFAULT_MODEL.num_kv_heads):
         super().__init__()
         self.config = ModelConfig(vocab_size, max_len, embed_dim, num_heads, num_layers, positions, causal,
-                                  mlp_ratio, kv_heads)
+                                  mlp_ratio, num_kv_heads)
         self.causal = causal
         self.embed = _Embedding(vocab_size, embed_dim, max_len, positions)
         self.blocks = nn.ModuleList(Block(embed_dim, num_heads, rotary=positions == "rotary", mlp_ratio=mlp_ratio,
-                                          kv_heads=kv_heads)
+                                          num_kv_heads=num_kv_heads)
                                     for _ in range(num_layers))
         self.ln_out = nn.LayerNorm(embed_dim)
         self.head = nn.Linear(embed_dim, vocab_size)

@@ -127,7 +127,7 @@ class PagedKVCache:
 
     Args:
         num_blocks: N, the blocks in the pool. block_size: P, positions per block.
-        kv_heads, head_dim: G and D; ``value_dim`` defaults to D. dtype, device: of the pools.
+        num_kv_heads, head_dim: G and D; ``value_dim`` defaults to D. dtype, device: of the pools.
 
     ``k_pool`` (N, G, P, D) and ``v_pool`` (N, G, P, Dv) hold every request's entries;
     ``tables[r]`` lists request r's physical blocks and ``lengths[r]`` its positions.
@@ -136,16 +136,16 @@ class PagedKVCache:
         TypeError / ValueError: sizes that are not positive ints.
     """
 
-    def __init__(self, num_blocks: int, block_size: int, kv_heads: int, head_dim: int,
+    def __init__(self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
                  value_dim: int | None = None, dtype: torch.dtype = torch.float32,
                  device: torch.device | str | None = None):
         value_dim = head_dim if value_dim is None else value_dim
-        for name, n in (("num_blocks", num_blocks), ("block_size", block_size), ("kv_heads", kv_heads),
+        for name, n in (("num_blocks", num_blocks), ("block_size", block_size), ("num_kv_heads", num_kv_heads),
                         ("head_dim", head_dim), ("value_dim", value_dim)):
             require_positive_int(n, name)
         self.block_size = block_size
-        self.k_pool = torch.zeros(num_blocks, kv_heads, block_size, head_dim, dtype=dtype, device=device)
-        self.v_pool = torch.zeros(num_blocks, kv_heads, block_size, value_dim, dtype=dtype, device=device)
+        self.k_pool = torch.zeros(num_blocks, num_kv_heads, block_size, head_dim, dtype=dtype, device=device)
+        self.v_pool = torch.zeros(num_blocks, num_kv_heads, block_size, value_dim, dtype=dtype, device=device)
         self.free_blocks: deque[int] = deque(range(num_blocks))
         self.tables: dict[int, list[int]] = {}
         self.lengths: dict[int, int] = {}

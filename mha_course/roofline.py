@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .cost import attention_flops
+from .validation import require_positive_int
 
 
 @dataclass(frozen=True)
@@ -91,18 +92,16 @@ def _predict(gpu: str, phase: str, flops: float, nbytes: float) -> Prediction:
 
 
 def _require_positive(**sizes: int) -> None:
+    """Each size a positive int (bools refused), else an error naming it, the expected and the actual."""
     for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-        if value <= 0:
-            raise ValueError(f"{name} must be positive, got {value}")
+        require_positive_int(value, name)
 
 
-def prefill(gpu: str, B: int, H: int, T: int, D: int, S: int | None = None, kv_heads: int | None = None,
+def prefill(gpu: str, B: int, H: int, T: int, D: int, S: int | None = None, num_kv_heads: int | None = None,
             causal: bool = False, element_bytes: int = 2, fused: bool = True) -> Prediction:
-    """Attention over T queries and S keys (S = T by default), H query heads, ``kv_heads`` K/V heads.
+    """Attention over T queries and S keys (S = T by default), H query heads, ``num_kv_heads`` K/V heads.
 
-    Bytes: Q and O (B, H, T, D) once each, K and V (B, kv_heads, S, D) once each; with ``fused=False``
+    Bytes: Q and O (B, H, T, D) once each, K and V (B, num_kv_heads, S, D) once each; with ``fused=False``
     also the (B, H, T, S) scores and weights, each written once and read once. FLOPs: 4 B H T S D,
     halved when causal, but only when fused (a materialised version computes the whole (T, S) matrix).
 
@@ -111,27 +110,27 @@ def prefill(gpu: str, B: int, H: int, T: int, D: int, S: int | None = None, kv_h
         TypeError: a size that is not an int.
     """
     S = T if S is None else S
-    kv_heads = H if kv_heads is None else kv_heads
-    _require_positive(B=B, H=H, T=T, D=D, S=S, kv_heads=kv_heads, element_bytes=element_bytes)
+    num_kv_heads = H if num_kv_heads is None else num_kv_heads
+    _require_positive(B=B, H=H, T=T, D=D, S=S, num_kv_heads=num_kv_heads, element_bytes=element_bytes)
     flops = attention_flops(B, H, T, D, S=S, causal=causal and fused)
-    elements = 2 * B * H * T * D + 2 * B * kv_heads * S * D + (0 if fused else 4 * B * H * T * S)
+    elements = 2 * B * H * T * D + 2 * B * num_kv_heads * S * D + (0 if fused else 4 * B * H * T * S)
     return _predict(gpu, "prefill" if fused else "prefill, materialised", flops, elements * element_bytes)
 
 
-def decode_step(gpu: str, B: int, H: int, S: int, D: int, kv_heads: int | None = None,
+def decode_step(gpu: str, B: int, H: int, S: int, D: int, num_kv_heads: int | None = None,
                 element_bytes: int = 2) -> Prediction:
     """One new token per sequence attending to a KV cache of S positions (the cache is read once).
 
-    Bytes: the new query and output (B, H, 1, D), and K and V of the cache (B, kv_heads, S, D).
-    FLOPs: 4 B H S D. With ``kv_heads`` = G < H each cached key serves H / G query heads, so the
+    Bytes: the new query and output (B, H, 1, D), and K and V of the cache (B, num_kv_heads, S, D).
+    FLOPs: 4 B H S D. With ``num_kv_heads`` = G < H each cached key serves H / G query heads, so the
     intensity is about H / G FLOPs per byte (2-byte elements).
 
     Raises:
         ValueError: unknown GPU, or a size that is not positive.
         TypeError: a size that is not an int.
     """
-    kv_heads = H if kv_heads is None else kv_heads
-    _require_positive(B=B, H=H, S=S, D=D, kv_heads=kv_heads, element_bytes=element_bytes)
+    num_kv_heads = H if num_kv_heads is None else num_kv_heads
+    _require_positive(B=B, H=H, S=S, D=D, num_kv_heads=num_kv_heads, element_bytes=element_bytes)
     flops = attention_flops(B, H, 1, D, S=S)
-    nbytes = (2 * B * H * D + 2 * B * kv_heads * S * D) * element_bytes
+    nbytes = (2 * B * H * D + 2 * B * num_kv_heads * S * D) * element_bytes
     return _predict(gpu, "decode", flops, nbytes)

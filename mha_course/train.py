@@ -167,7 +167,7 @@ def train_task(task: str | Task = "reverse", seed: int = 0, steps: int = DEFAULT
     """Build a model for ``task`` (seeded with ``seed``), train it, return (model, result).
 
     The one-call recipe the chapters use; ``model_options`` go to :func:`mha_course.model.build_model`
-    (embed_dim, num_heads, num_layers, positions, causal, kv_heads).
+    (embed_dim, num_heads, num_layers, positions, causal, num_kv_heads).
     """
     task = get_task(task) if isinstance(task, str) else task
     torch.manual_seed(seed)
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heads", type=int, default=DEFAULTS["num_heads"], help="attention heads H (default %(default)s)")
     parser.add_argument("--layers", type=int, default=DEFAULTS["num_layers"], help="transformer blocks L (default %(default)s)")
     parser.add_argument("--positions", default=DEFAULTS["positions"], choices=POSITIONS, help="positional information (default %(default)s)")
-    parser.add_argument("--kv-heads", type=int, default=None,
+    parser.add_argument("--kv-heads", dest="num_kv_heads", type=int, default=None,
                         help="key/value heads G for grouped-query attention (1 = multi-query; default: H, plain MHA)")
     parser.add_argument("--causal", action="store_true", help="causal self-attention (GPT-style)")
     parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seeds the weights and the data (default %(default)s)")
@@ -208,8 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--embed-dim ({args.embed_dim}) must be divisible by --heads ({args.heads}): E = H * D")
     if args.threads is not None and args.threads <= 0:
         parser.error(f"--threads must be a positive integer, got {args.threads}")
-    if args.kv_heads is not None and (args.kv_heads <= 0 or args.heads % args.kv_heads):
-        parser.error(f"--kv-heads must be a positive divisor of --heads ({args.heads}), got {args.kv_heads}")
+    if args.num_kv_heads is not None and (args.num_kv_heads <= 0 or args.heads % args.num_kv_heads):
+        parser.error(f"--kv-heads must be a positive divisor of --heads ({args.heads}), got {args.num_kv_heads}")
 
     torch.set_num_threads(args.threads or 1)
     task = get_task(args.task)
@@ -218,10 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         if task.encoder_decoder:
             parser.error("--causal applies to encoder-only tasks (the translate decoder is always causal)")
         options["causal"] = True
-    if args.kv_heads is not None:
+    if args.num_kv_heads is not None:
         if task.encoder_decoder or args.positions == "rotary":
             parser.error("--kv-heads applies to encoder-only tasks without rotary positions")
-        options["kv_heads"] = args.kv_heads
+        options["num_kv_heads"] = args.num_kv_heads
     print(f"task {task.name}: {task.description}")
     model, result = train_task(task, seed=args.seed, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
                                target_accuracy=args.target if args.target > 0 else None,

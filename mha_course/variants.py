@@ -110,7 +110,7 @@ def grouped_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return out.reshape(B, H, T, v.shape[-1]), weights.reshape(B, H, T, S)  # (B, H, T, Dv), (B, H, T, S)
 
 
-def kv_cache_bytes(batch: int, kv_heads: int, seq_len: int, head_dim: int,
+def kv_cache_bytes(batch: int, num_kv_heads: int, seq_len: int, head_dim: int,
                    dtype: torch.dtype = torch.float16, num_layers: int = 1) -> int:
     """Bytes a KV cache holds: 2 (k and v) * layers * B * G * S * D * element size.
 
@@ -119,11 +119,11 @@ def kv_cache_bytes(batch: int, kv_heads: int, seq_len: int, head_dim: int,
     Raises:
         ValueError: a size is negative or not an int.
     """
-    sizes = {"batch": batch, "kv_heads": kv_heads, "seq_len": seq_len, "head_dim": head_dim, "num_layers": num_layers}
+    sizes = {"batch": batch, "num_kv_heads": num_kv_heads, "seq_len": seq_len, "head_dim": head_dim, "num_layers": num_layers}
     for name, n in sizes.items():
         require_non_negative_int(n, name)
     item = torch.empty((), dtype=dtype).element_size()
-    return 2 * num_layers * batch * kv_heads * seq_len * head_dim * item
+    return 2 * num_layers * batch * num_kv_heads * seq_len * head_dim * item
 
 
 class GroupedQueryAttention(nn.Module):

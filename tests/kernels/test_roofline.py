@@ -28,8 +28,8 @@ def test_a_decoding_step_is_memory_bound_at_about_one_flop_per_byte():
 
 def test_grouped_and_multi_query_attention_cut_decoding_time_by_the_kv_head_ratio():
     mha = roofline.decode_step("A100 SXM 80GB", B=8, H=32, S=8192, D=128)
-    gqa = roofline.decode_step("A100 SXM 80GB", B=8, H=32, S=8192, D=128, kv_heads=8)
-    mqa = roofline.decode_step("A100 SXM 80GB", B=8, H=32, S=8192, D=128, kv_heads=1)
+    gqa = roofline.decode_step("A100 SXM 80GB", B=8, H=32, S=8192, D=128, num_kv_heads=8)
+    mqa = roofline.decode_step("A100 SXM 80GB", B=8, H=32, S=8192, D=128, num_kv_heads=1)
     assert mha.time_ms / gqa.time_ms == pytest.approx(4, rel=0.01)
     assert mha.time_ms / mqa.time_ms == pytest.approx(32, rel=0.05)
 
@@ -53,6 +53,6 @@ def test_materialised_prefill_stays_memory_bound_at_about_d_over_2_flops_per_byt
 
 
 def test_grouped_query_decoding_intensity_is_the_query_heads_per_kv_head():
-    for kv_heads in (32, 8, 1):
-        d = roofline.decode_step("H100 SXM", B=4, H=32, S=8192, D=128, kv_heads=kv_heads)
-        assert d.intensity == pytest.approx(32 / kv_heads, rel=0.01) and d.bound == "memory"
+    for num_kv_heads in (32, 8, 1):
+        d = roofline.decode_step("H100 SXM", B=4, H=32, S=8192, D=128, num_kv_heads=num_kv_heads)
+        assert d.intensity == pytest.approx(32 / num_kv_heads, rel=0.01) and d.bound == "memory"

@@ -62,7 +62,7 @@ def test_decoding_from_the_latent_cache_equals_causal_attention():
 def test_cache_numbers_per_token():
     H, D = 128, 128
     assert cache_numbers_per_token("mha", H, D) == 2 * 128 * 128
-    assert cache_numbers_per_token("gqa", H, D, kv_heads=8) == 2 * 8 * 128
+    assert cache_numbers_per_token("gqa", H, D, num_kv_heads=8) == 2 * 8 * 128
     assert cache_numbers_per_token("mqa", H, D) == 256
     assert cache_numbers_per_token("mla", H, D, latent_dim=512, rope_dim=64) == 576  # DeepSeek-V2
 
@@ -76,7 +76,7 @@ def test_bad_inputs_name_what_was_expected():
         MultiHeadLatentAttention(16, 2, 8.0)
     with pytest.raises(ValueError, match=r"\(B, T, E=24\)"):
         make()(torch.randn(1, 3, 16, dtype=torch.float64))
-    with pytest.raises(ValueError, match="needs kv_heads"):
+    with pytest.raises(ValueError, match="needs num_kv_heads"):
         cache_numbers_per_token("gqa", 4, 8)
     with pytest.raises(ValueError, match="kind must be"):
         cache_numbers_per_token("mlp", 4, 8)

@@ -76,11 +76,11 @@ def test_cache_rejects_bad_input_and_overflow():
         decode_step(torch.zeros(2, 4, 2, 8), torch.zeros(2, 4, 1, 8), torch.zeros(2, 4, 1, 8), cache)
 
 
-@pytest.mark.parametrize("kv_heads", [None, 2, 1])
-def test_decoding_a_module_equals_its_causal_forward(kv_heads):
+@pytest.mark.parametrize("num_kv_heads", [None, 2, 1])
+def test_decoding_a_module_equals_its_causal_forward(num_kv_heads):
     torch.manual_seed(2)
     E, H, N = 16, 4, 9
-    module = MultiHeadAttention(E, H) if kv_heads is None else GroupedQueryAttention(E, H, kv_heads)
+    module = MultiHeadAttention(E, H) if num_kv_heads is None else GroupedQueryAttention(E, H, num_kv_heads)
     module.eval()
     x = torch.randn(2, N, E)
     with torch.no_grad():

@@ -140,26 +140,26 @@ def test_bad_inputs_raise():
         TinyTransformer(10, 6, positions="alibi")
 
 
-@pytest.mark.parametrize("kv_heads", [1, 2, 4])
-def test_grouped_query_model_shares_key_value_heads(kv_heads):
+@pytest.mark.parametrize("num_kv_heads", [1, 2, 4])
+def test_grouped_query_model_shares_key_value_heads(num_kv_heads):
     torch.manual_seed(0)
-    model = TinyTransformer(10, 8, embed_dim=16, num_heads=4, num_layers=2, kv_heads=kv_heads, causal=True).eval()
+    model = TinyTransformer(10, 8, embed_dim=16, num_heads=4, num_layers=2, num_kv_heads=num_kv_heads, causal=True).eval()
     attn = model.attention_modules()[0]
     assert isinstance(attn, GroupedSelfAttention)
-    assert attn.k_proj.out_features == kv_heads * 4 and attn.v_proj.out_features == kv_heads * 4
+    assert attn.k_proj.out_features == num_kv_heads * 4 and attn.v_proj.out_features == num_kv_heads * 4
     tokens = torch.randint(10, (3, 8))
     logits, weights = model(tokens)
     assert logits.shape == (3, 8, 10) and weights.shape == (2, 3, 4, 8, 8)
     assert (torch.triu(weights[0, 0, 0], 1) == 0).all()  # causal
     # the module computes grouped-query attention: same as the variants' module with the same weights
     x = torch.randn(2, 5, 16)
-    reference = GroupedQueryAttention(16, 4, kv_heads)
+    reference = GroupedQueryAttention(16, 4, num_kv_heads)
     reference.load_state_dict(attn.state_dict())
     assert_close(attn(x)[0], reference(x)[0])
     # query heads h and h' of one group read the same keys: with K repeated, it is ordinary attention
     q = attn.q_proj(x).view(2, 5, 4, 4).transpose(1, 2)  # (B, H, T, D)
-    k = attn.k_proj(x).view(2, 5, kv_heads, 4).transpose(1, 2)  # (B, G, T, D)
-    v = attn.v_proj(x).view(2, 5, kv_heads, 4).transpose(1, 2)
+    k = attn.k_proj(x).view(2, 5, num_kv_heads, 4).transpose(1, 2)  # (B, G, T, D)
+    v = attn.v_proj(x).view(2, 5, num_kv_heads, 4).transpose(1, 2)
     heads, expected_weights = scaled_dot_product_attention(q, repeat_kv(k, 4), repeat_kv(v, 4))
     assert_close(attn(x)[1], expected_weights)
     assert_close(attn(x)[0], attn.out_proj(heads.transpose(1, 2).reshape(2, 5, 16)))
@@ -167,7 +167,7 @@ def test_grouped_query_model_shares_key_value_heads(kv_heads):
 
 def test_grouped_query_model_gates_and_rejects_bad_configs():
     torch.manual_seed(0)
-    model = TinyTransformer(10, 6, embed_dim=16, num_heads=4, num_layers=1, kv_heads=2).eval()
+    model = TinyTransformer(10, 6, embed_dim=16, num_heads=4, num_layers=1, num_kv_heads=2).eval()
     tokens = torch.randint(10, (2, 6))
     reference, _ = model(tokens)
     attn = model.attention_modules()[0]
@@ -179,8 +179,8 @@ def test_grouped_query_model_gates_and_rejects_bad_configs():
         attn.out_proj.weight[:, 4:8] = 0
     assert_close(model(tokens)[0], ablated)
     with pytest.raises(ValueError, match="rotary"):
-        TinyTransformer(10, 6, embed_dim=16, num_heads=4, positions="rotary", kv_heads=2)
+        TinyTransformer(10, 6, embed_dim=16, num_heads=4, positions="rotary", num_kv_heads=2)
     with pytest.raises(ValueError, match="H % G"):
-        TinyTransformer(10, 6, embed_dim=16, num_heads=4, kv_heads=3)
+        TinyTransformer(10, 6, embed_dim=16, num_heads=4, num_kv_heads=3)
     with pytest.raises(ValueError, match="self-attention only"):
         attn(torch.randn(1, 3, 16), torch.randn(1, 4, 16))

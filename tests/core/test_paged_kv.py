@@ -24,7 +24,7 @@ def test_gather_pages_against_a_loop_over_positions():
 def test_requests_of_different_lengths_share_one_pool_and_attend_exactly():
     torch.manual_seed(1)
     B, H, G, D, P = 3, 4, 2, 8, 4
-    cache = PagedKVCache(num_blocks=12, block_size=P, kv_heads=G, head_dim=D, dtype=torch.float64)
+    cache = PagedKVCache(num_blocks=12, block_size=P, num_kv_heads=G, head_dim=D, dtype=torch.float64)
     lengths, contiguous = [6, 11, 1], []
     requests = [cache.add_request() for _ in lengths]
     for t in range(max(lengths)):  # interleaved decoding: blocks of different requests alternate in the pool
@@ -53,7 +53,7 @@ def test_requests_of_different_lengths_share_one_pool_and_attend_exactly():
 
 
 def test_release_returns_blocks_and_a_full_pool_says_so():
-    cache = PagedKVCache(num_blocks=3, block_size=2, kv_heads=1, head_dim=2)
+    cache = PagedKVCache(num_blocks=3, block_size=2, num_kv_heads=1, head_dim=2)
     a, b = cache.add_request(), cache.add_request()
     cache.append(a, torch.ones(1, 4, 2), torch.ones(1, 4, 2))  # two blocks
     with pytest.raises(ValueError, match="out of blocks"):
