@@ -52,7 +52,7 @@ def main() -> int:
               f"cuDNN {torch.backends.cudnn.version()}, torch {torch.__version__}, triton {triton.__version__}, "
               f"python {platform.python_version()}")
     steps = [
-        [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/test_flash_triton.py"],
+        [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/kernels/test_flash_triton.py"],
         [sys.executable, "-m", "mha_course.bench", "--device", "cuda", "--dtype", "bfloat16", "--D", "128", "--T",
          "1024", "2048", "4096", "8192", "16384", "--json", "benchmarks/gpu_results.json", "--plot",
          "benchmarks/gpu_results.png"],

@@ -10,7 +10,7 @@ import pytest
 
 from mha_course.testing import prediction
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("*.ipynb"))
 
 
 def test_prediction_falls_back_only_while_the_learner_has_not_answered(capsys):

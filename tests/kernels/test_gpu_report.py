@@ -55,6 +55,7 @@ def compiled(tmp_path_factory):
     return json.loads(path.read_text()), proc.stdout
 
 
+@pytest.mark.slow
 def test_every_kernel_compiles_for_ampere_and_hopper(compiled):
     records, _ = compiled
     assert {(r["kernel"], r["arch"], r["head_dim"]) for r in records} == {
@@ -62,12 +63,14 @@ def test_every_kernel_compiles_for_ampere_and_hopper(compiled):
     assert all(r["ok"] and r["registers"] > 0 and r["triton_version"] == triton.__version__ for r in records)
 
 
+@pytest.mark.slow
 def test_no_kernel_spills(compiled):
     records, table = compiled
     spilling = [(r["kernel"], r["arch"], r["head_dim"], r["spill_bytes"]) for r in records if r["spill_bytes"]]
     assert spilling == [], table
 
 
+@pytest.mark.slow
 def test_hopper_matmuls_use_wgmma_and_ampere_mma_sync(compiled):
     records, table = compiled
     assert {r["tensor_cores"] for r in records if r["arch"] == "sm_90"} == {"wgmma"}, table

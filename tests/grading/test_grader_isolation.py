@@ -27,7 +27,7 @@ from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, tagged_processe
 
 from mha_course.grading import isolation
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parent
 MARKER = f"mha-redteam-{os.getpid()}"
 
@@ -147,6 +147,7 @@ def batch(tmp_path_factory):
             "csv": out / "grades.csv"}
 
 
+@pytest.mark.slow
 def test_the_batch_finishes_with_every_result(batch):
     assert batch["proc"].returncode == 0, batch["proc"].stderr[-3000:]
     assert set(batch["each"]) == set(batch["attacks"])
@@ -156,6 +157,7 @@ def test_the_batch_finishes_with_every_result(batch):
 
 @pytest.mark.parametrize("name", ["honest", "honest_classmate", "detached_sleeper", "kill_everything", "memory_hog",
                                   "disk_filler"])
+@pytest.mark.slow
 def test_honest_answers_score_in_full_whatever_else_the_notebook_does(batch, name):
     data = batch["each"][name]
     assert data["score"] == batch["attacks"][name][1], json.dumps(data, indent=1)[:3000]
@@ -163,16 +165,19 @@ def test_honest_answers_score_in_full_whatever_else_the_notebook_does(batch, nam
 
 @pytest.mark.parametrize("name", ["rewrite_library", "rewrite_classmate", "forge_results_after_exit", "fork_bomb",
                                   "read_a_secret_file", "find_solutions_on_disk", "network"])
+@pytest.mark.slow
 def test_no_attack_gains_a_point(batch, name):
     data = batch["each"][name]
     assert data["score"] <= batch["attacks"][name][1], json.dumps(data, indent=1)[:3000]
 
 
+@pytest.mark.slow
 def test_nothing_outside_the_scratch_folders_changed(batch):
     changed = {p for p in set(batch["before"]) | set(batch["after"]) if batch["before"].get(p) != batch["after"].get(p)}
     assert changed == set()
 
 
+@pytest.mark.slow
 def test_results_are_the_graders_and_stay_so(batch):
     assert batch["written"] and batch["final"] == batch["written"]
     merged = json.loads(batch["final"])
@@ -180,20 +185,24 @@ def test_results_are_the_graders_and_stay_so(batch):
     assert merged["extra_data"]["isolation"]["kind"] == "bubblewrap"
 
 
+@pytest.mark.slow
 def test_no_process_of_a_submission_is_left(batch):
     assert batch["left"] == []
 
 
+@pytest.mark.slow
 def test_what_the_sandbox_sees_is_not_the_disk(batch):
     """The listing a submission made of solutions/ and the submissions folder: neither exists in its view."""
     output = " ".join(t["output"] for t in batch["each"]["find_solutions_on_disk"]["tests"])
     assert "No such file or directory" in output and "a02_softmax" not in output and "honest" not in output
 
 
+@pytest.mark.slow
 def test_the_attack_shell_runs_inside_the_sandbox(batch):
     assert batch["each"]["shell_works"]["score"] == 6, json.dumps(batch["each"]["shell_works"], indent=1)[:2000]
 
 
+@pytest.mark.slow
 def test_the_view_holds_the_runtime_only(batch):
     output = " ".join(t["output"] for t in batch["each"]["list_the_grader"]["tests"])
     assert "sandbox.py" in output and "calls" in output  # the runtime is there ...
@@ -201,11 +210,13 @@ def test_the_view_holds_the_runtime_only(batch):
         assert hidden not in output, (hidden, output)  # ... the grader, the tests and the answers are not
 
 
+@pytest.mark.slow
 def test_memory_hog_is_stopped_and_explained(batch):
     notes = " ".join(batch["each"]["memory_hog"]["output"].splitlines())
     assert "MemoryError" in notes or "memory" in notes
 
 
+@pytest.mark.slow
 def test_isolation_is_reported(batch):
     assert "isolation" in batch["each"]["honest"]["extra_data"]
     assert batch["each"]["honest"]["extra_data"]["isolation"]["summary"].startswith("bubblewrap")

@@ -27,7 +27,7 @@ from grading_fake import require_sandbox, tagged_processes
 
 from mha_course.grading import registry
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MARKER = f"MHA_REDTEAM_{os.getpid()}"
 
 NO_SCAN = ("import sys\nfrom mha_course.grading import grader\nfrom mha_course.grading.scan import ScanReport\n"
@@ -248,12 +248,14 @@ def _exercise_max(data: dict, exercise: str) -> float:
     return sum(t["max_score"] for t in data["tests"] if t["name"].split(":")[0] == exercise)
 
 
+@pytest.mark.slow
 def test_grading_ran_to_the_end(batch):
     proc = batch["proc"]
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert set(batch["each"]) == set(SUBMISSIONS) | {f"bug_{n}" for n in BUGS}
 
 
+@pytest.mark.slow
 def test_results_json_is_the_graders_and_stays_so(batch):
     merged = json.loads(batch["after"])
     assert batch["after"] == batch["written"]
@@ -261,10 +263,12 @@ def test_results_json_is_the_graders_and_stays_so(batch):
     assert all({"name", "score", "max_score", "output", "visibility"} <= set(t) for t in merged["tests"])
 
 
+@pytest.mark.slow
 def test_no_submission_process_is_left(batch):
     assert batch["left"] == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SUBMISSIONS))
 def test_cheat_gains_nothing(batch, name):
     _, exercise, cap, _ = SUBMISSIONS[name]
@@ -274,11 +278,13 @@ def test_cheat_gains_nothing(batch, name):
         assert data["score"] < data["extra_data"]["max_score"]
 
 
+@pytest.mark.slow
 def test_honest_submission_gets_full_marks(batch):
     data = batch["each"]["honest"]
     assert data["score"] == data["extra_data"]["max_score"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(BUGS))
 def test_bug_loses_points(batch, name):
     _, exercise, _ = BUGS[name]
@@ -286,6 +292,7 @@ def test_bug_loses_points(batch, name):
     assert _exercise_score(data, exercise) < _exercise_max(data, exercise), json.dumps(data["tests"], indent=1)
 
 
+@pytest.mark.slow
 def test_refusals_are_explained(batch):
     each = batch["each"]
 
@@ -306,6 +313,7 @@ def test_refusals_are_explained(batch):
     assert "@triton.jit kernel" in outputs("triton_lookalike_kernel")
 
 
+@pytest.mark.slow
 def test_gradebook_has_every_submission(batch):
     with open(batch["csv"], newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -329,6 +337,7 @@ HONEST_IDIOMS = (
     "    return tuple(Pair(weights @ v, weights))\n")
 
 
+@pytest.mark.slow
 def test_honest_idioms_get_full_marks_with_every_defence_on(tmp_path):
     require_sandbox()
     nb = _inject(A03, define={"scaled_dot_product_attention": HONEST_IDIOMS}, replace=(  # the package-level names

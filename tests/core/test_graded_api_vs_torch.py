@@ -1,4 +1,4 @@
-"""Held-back randomized comparisons of the core graded API with PyTorch (seeded, one config per case).
+"""The graded API against PyTorch over seeded tables of configurations (one test per configuration).
 
 Covers softmax (any dim, huge logits, -inf entries, all -inf rows, four dtypes),
 scaled_dot_product_attention (bool/float masks in every broadcast layout, custom scale, 0-3 leading

@@ -105,7 +105,7 @@ def test_sandbox_modules_import_only_what_the_sandbox_holds(module, path, packag
     bad = _violations(path, module, package)
     assert not bad, ("a module that runs in the submission sandbox imports something it must not "
                      "(allowed: numpy, torch, math, typing, mha_course.grading.convert, "
-                     "mha_course.grading.calls.*, ...; see tests/test_grading_calls.py):\n  " + "\n  ".join(bad))
+                     "mha_course.grading.calls.*, ...; see tests/grading/test_grading_calls.py):\n  " + "\n  ".join(bad))
 
 
 def test_the_import_check_catches_a_forbidden_import(tmp_path):

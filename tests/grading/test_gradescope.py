@@ -12,7 +12,7 @@ from grading_fake import require_sandbox
 
 from mha_course import gradescope
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 INSTALLED: dict[str, Path] = {}
 
 
@@ -23,6 +23,7 @@ def bundle(tmp_path_factory):
     return path
 
 
+@pytest.mark.slow
 def test_bundle_holds_the_grader_and_nothing_a_student_must_not_see(bundle):
     names = zipfile.ZipFile(bundle).namelist()
     assert {"setup.sh", "run_autograder", "course/pyproject.toml", "course/requirements-grader.txt",
@@ -60,6 +61,7 @@ def test_validator_knows_gradescopes_fields_and_hidden_scores():
     assert "reveals the total" in gradescope.validate_results(leaky)[0]
 
 
+@pytest.mark.slow
 def test_simulated_gradescope_installs_and_grades_from_anywhere(bundle, tmp_path):
     require_sandbox()
     upload = tmp_path / "upload"
@@ -78,6 +80,7 @@ def test_simulated_gradescope_installs_and_grades_from_anywhere(bundle, tmp_path
     assert installed, "setup.sh did not install the course into the autograder's venv"
 
 
+@pytest.mark.slow
 def test_simulated_gradescope_reports_a_wrong_assignment(bundle, tmp_path):
     require_sandbox()
     if "root" not in INSTALLED:

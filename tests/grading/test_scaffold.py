@@ -14,7 +14,7 @@ from grading_fake import require_sandbox
 
 from mha_course.grading.scaffold import new_assignment, next_number
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +42,7 @@ def _grade(course, notebook):
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_new_assignment_files_and_numbering(course):
     root, env = course
     key = f"a{int(next_number(ROOT)):02d}_row_shift"
@@ -58,6 +59,7 @@ def test_new_assignment_files_and_numbering(course):
         new_assignment(root, "Row Shift")
 
 
+@pytest.mark.slow
 def test_new_assignment_grades_end_to_end(course):
     require_sandbox()
     root, _ = course

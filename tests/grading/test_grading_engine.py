@@ -1,6 +1,6 @@
-"""The grading engine on a fake assignment (tests/grading_fake.py): notebooks, self-check, grader, outputs.
+"""The grading engine on a fake assignment (grading_fake.py): notebooks, self-check, grader, outputs.
 
-Cheats have their own file (test_cheats.py); real course content is graded in test_assign_sync.py.
+Cheats have their own file (test_cheats.py); real course content is graded in tests/notebooks/test_assign_sync.py.
 """
 
 from __future__ import annotations
@@ -202,6 +202,7 @@ def graded(fake, tmp_path_factory):
     return dict(zip(names, results, strict=True))
 
 
+@pytest.mark.slow
 def test_good_submission_full_marks_and_hidden_flags(graded):
     r = graded["good"]
     assert r.error is None and r.assignment == "zz_fake" and r.version == 3
@@ -210,33 +211,39 @@ def test_good_submission_full_marks_and_hidden_flags(graded):
     assert r.exercise_scores() == {"fake_add": 4, "fake_double": 2}
 
 
+@pytest.mark.slow
 def test_renamed_copy_grades_the_same(graded):
     same = lambda r: [(t.name, t.score, t.output) for t in r.tests]  # noqa: E731
     assert same(graded["renamed"]) == same(graded["good"])
 
 
+@pytest.mark.slow
 def test_unedited_scores_zero_as_not_attempted(graded):
     r = graded["todo"]
     assert r.score == 0 and r.max_score == 6 and {t.status for t in r.tests} == {"not attempted"}
 
 
+@pytest.mark.slow
 def test_wrong_answer_loses_points_with_a_hint(graded):
     r = graded["wrong"]
     assert r.score == 2  # only the double exercise
     assert all(t.status == "failed" and "differ" in t.output for t in r.tests if t.exercise == "fake_add")
 
 
+@pytest.mark.slow
 def test_missing_target_is_explained(graded):
     r = graded["missing"]
     assert r.score == 4
     assert all("does not define 'double'" in t.output for t in r.tests if t.exercise == "fake_double")
 
 
+@pytest.mark.slow
 def test_version_mismatch_noted_magics_skipped(graded):
     assert graded["old"].score == 6 and any("version 1" in n for n in graded["old"].notes)
     assert graded["magic"].score == 6
 
 
+@pytest.mark.slow
 def test_unreadable_or_unidentified_notebooks_are_errors_not_crashes(graded):
     assert "metadata" in graded["nometa"].error and graded["nometa"].score == 0
     assert "not a readable notebook" in graded["garbage"].error
@@ -244,12 +251,14 @@ def test_unreadable_or_unidentified_notebooks_are_errors_not_crashes(graded):
     assert data["score"] == 0 and "Could not grade" in data["output"]
 
 
+@pytest.mark.slow
 def test_reference_import_is_blocked_and_explained(graded):
     r = graded["reference"]
     assert r.score == 6  # the import fails, the rest still runs
     assert any("mha_course.softmax" in n and "not available" in n for n in r.notes)
 
 
+@pytest.mark.slow
 def test_gradescope_json_gradebook_and_summary(graded):
     data = gradescope(graded["good"])
     assert set(data) >= {"score", "tests", "output", "execution_time"} and data["extra_data"]["max_score"] == 6

@@ -1,4 +1,4 @@
-"""Held-back randomized comparisons of MultiHeadAttention with torch.nn.MultiheadAttention.
+"""MultiHeadAttention against torch.nn.MultiheadAttention over a seeded table of configurations.
 
 Each seeded configuration converts weights one way (``from_torch`` of a module built with
 ``batch_first`` True or False, or ``to_torch``), picks self- or cross-attention (S != T), bias on or

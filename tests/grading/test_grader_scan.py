@@ -13,7 +13,7 @@ import pytest
 
 from mha_course.grading import notebook, registry, scan
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _findings(*sources: str, assignment: str = "a03_attention") -> scan.ScanReport:

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 LEFTOVERS = re.compile("|".join([
     r"\bseed (?:notes?|material)\b",         # the material the course was written from

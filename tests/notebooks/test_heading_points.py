@@ -15,7 +15,7 @@ import pytest
 
 from mha_course.grading import registry
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # From the files, not the registry: an exercise module that fails to import fails here, not vanishes.
 NOTEBOOKS = sorted(p.relative_to(ROOT) for folder in ("solutions", "exercises")
                    for p in (ROOT / folder).glob("*.ipynb"))

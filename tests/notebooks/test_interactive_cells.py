@@ -22,7 +22,7 @@ import nbformat
 import pytest
 from jupyter_client.manager import start_new_kernel
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted(p for folder in ("notebooks", "solutions", "exercises") for p in (ROOT / folder).glob("*.ipynb"))
 MAKERS = {"interactive", "head_picker"}
 WIDGET = "application/vnd.jupyter.widget-view+json"

@@ -49,7 +49,7 @@ finally:
 _fallback
 """
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 WITH_WIDGETS = sorted(p for p in [*(ROOT / "notebooks").glob("*.ipynb"), *(ROOT / "solutions").glob("*.ipynb")]
                       if "interactive(" in p.read_text() or "head_picker(" in p.read_text())
 
@@ -81,6 +81,7 @@ def test_the_replay_finds_a_stale_global_and_an_out_of_range_end():
     viz._MADE.clear()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", WITH_WIDGETS, ids=[f"{p.parent.name}/{p.name}" for p in WITH_WIDGETS])
 def test_every_slider_works_after_the_notebook_has_run(path):
     cells = [c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code"]

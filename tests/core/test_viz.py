@@ -4,6 +4,7 @@ import re
 import subprocess
 import sys
 
+import ipywidgets  # pinned in requirements.txt; its absence is simulated below
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
@@ -252,7 +253,6 @@ def test_plot_vectors_2d_keeps_close_labels_apart():
 
 
 def test_interactive_builds_a_widget_and_runs_the_function_once():
-    ipywidgets = pytest.importorskip("ipywidgets")
     calls = []
 
     def draw(tau=1.0, word="bank"):
@@ -267,7 +267,6 @@ def test_interactive_builds_a_widget_and_runs_the_function_once():
 
 
 def test_interactive_builds_controls_that_need_ipywidgets():
-    ipywidgets = pytest.importorskip("ipywidgets")
     seen = []
     widget = viz.interactive(lambda tau=1.0: seen.append(tau),
                              tau=lambda w: w.FloatLogSlider(value=0.1, base=10, min=-2, max=1))
@@ -276,8 +275,6 @@ def test_interactive_builds_controls_that_need_ipywidgets():
 
 
 def test_interactive_first_call_errors_propagate():
-    pytest.importorskip("ipywidgets")
-
     def broken(n=1):
         raise RuntimeError("drawing failed")
 

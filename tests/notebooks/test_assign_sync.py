@@ -17,7 +17,7 @@ import pytest
 from mha_course.grading import notebook, registry
 from mha_course.grading.grader import Limits, grade_many
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
 EXERCISES = sorted((ROOT / "exercises").glob("*.ipynb"))
 
@@ -63,6 +63,7 @@ def graded():
     return {(p.parent.name, p.name): r for p, r in zip(SOLUTIONS + EXERCISES, results, strict=True)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)
 def test_solution_gets_full_marks(graded, path):
     r = graded[("solutions", path.name)]
@@ -70,6 +71,7 @@ def test_solution_gets_full_marks(graded, path):
     assert r.error is None and r.max_score > 0 and r.score == r.max_score, "\n".join(lost + r.notes)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.name)
 def test_unedited_exercise_gets_zero(graded, path):
     r = graded[("exercises", path.name)]

@@ -1,4 +1,4 @@
-"""Cheats gain nothing and never stop a batch (on the fake assignment in tests/grading_fake.py).
+"""Cheats gain nothing and never stop a batch (on the fake assignment in grading_fake.py).
 
 Every cheat below is graded in ONE command-line run over a folder (``python -m mha_course.grade
 FOLDER --json ... --results-dir ...``), as an instructor would, with short limits. Each cheating
@@ -89,11 +89,13 @@ def outcome(tmp_path_factory):
     return status, json.loads(results_path.read_text()), each
 
 
+@pytest.mark.slow
 def test_batch_finishes_with_exit_zero(outcome):
     status, _, each = outcome
     assert status == 0 and set(each) == set(CHEATS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CHEATS))
 def test_cheat_gains_nothing(outcome, name):
     data = outcome[2][name]
@@ -101,12 +103,14 @@ def test_cheat_gains_nothing(outcome, name):
     assert data["score"] == CHEATS[name][1], json.dumps(data["tests"], indent=1)
 
 
+@pytest.mark.slow
 def test_results_json_is_the_graders_own(outcome):
     _, merged, each = outcome
     assert merged["score"] == sum(d["score"] for d in each.values()) < 100
     assert merged["extra_data"]["max_score"] == FULL * len(CHEATS)
 
 
+@pytest.mark.slow
 def test_cheats_are_explained(outcome):
     each = outcome[2]
 

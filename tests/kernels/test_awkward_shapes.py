@@ -1,4 +1,4 @@
-"""Held-back awkward shapes for the efficient paths: attention_backward, tiled_attention, triton_attention.
+"""Awkward shapes for the efficient paths, a seeded table: attention_backward, tiled_attention, triton_attention.
 
 Shapes where T is not a multiple of the block, T != S both ways, block size 1, causal, float16; the
 references are torch in float64 (autograd for gradients) on the same rounded inputs, held to the

@@ -1,6 +1,6 @@
 """A workshop's grading day: a class as a platform downloads it, a roster, reports, feedback, exports, regrades.
 
-Uses the fake assignment (tests/grading_fake.py) for the class, and real course notebooks where the
+Uses the fake assignment (grading_fake.py, beside this file) for the class, and real course notebooks where the
 hints of real exercises matter (feedback) or a real install does (the Gradescope bundle's dry run).
 """
 
@@ -26,7 +26,7 @@ from mha_course.grading.grader import Limits, SubmissionResult, grade_notebook
 from mha_course.grading.roster import read_roster
 from mha_course.grading.similarity import find_copies
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BAD_ADD = "def add_arrays(a, b):\n    return a - b\n"
 MOODLE = "Moodle-style roster: Identifier,Full name,Email address,Status,Grade,Maximum Grade"
 
@@ -99,6 +99,7 @@ def graded_class(fake, lms_class):
     return out
 
 
+@pytest.mark.slow
 def test_one_row_per_student_and_nothing_overwritten(graded_class):
     rows = _rows(graded_class / "grades.csv")
     assert sorted(rows) == ["Alice Martin", "Bob Li", "Carol Diaz", "Dan Wu", "Eve Stone", "Fay Oduya",
@@ -114,6 +115,7 @@ def test_one_row_per_student_and_nothing_overwritten(graded_class):
     assert by_student["Participant 2345"]["score"] < by_student["Participant 1234"]["score"] == 6
 
 
+@pytest.mark.slow
 def test_every_mess_gets_a_clear_row(graded_class):
     rows = _rows(graded_class / "grades.csv")
     assert "wrong assignment a01_dot_products, expected zz_fake" in rows["Carol Diaz"]["status"]
@@ -126,6 +128,7 @@ def test_every_mess_gets_a_clear_row(graded_class):
     assert "outside the submissions folder" in rows["Ivy Park"]["status"] and rows["Ivy Park"]["total"] == "0"
 
 
+@pytest.mark.slow
 def test_grades_for_the_platform_keep_its_columns(graded_class):
     rows = list(csv.DictReader((graded_class / "moodle.csv").open()))
     assert list(rows[0]) == ["Identifier", "Full name", "Email address", "Status", "Grade", "Maximum Grade"]
@@ -150,6 +153,7 @@ class _Page(html.parser.HTMLParser):
         self.text.append(data)
 
 
+@pytest.mark.slow
 def test_report_shows_a_histogram_and_the_misconceptions(graded_class):
     import matplotlib.image
 
@@ -168,6 +172,7 @@ def test_report_shows_a_histogram_and_the_misconceptions(graded_class):
     assert "![score histogram of zz_fake](report-zz_fake.png)" in md and (graded_class / "report-zz_fake.png").is_file()
 
 
+@pytest.mark.slow
 def test_feedback_file_per_submission(graded_class):
     files = sorted((graded_class / "feedback").iterdir())
     assert len(files) == 9
@@ -176,6 +181,7 @@ def test_feedback_file_per_submission(graded_class):
     assert bob.count("values differ from a + b") == 1  # one line per cause, not one per test
 
 
+@pytest.mark.slow
 def test_regrade_with_the_recorded_seed_and_overrides(fake, lms_class, graded_class):
     from mha_course.grade import main
 
@@ -268,6 +274,7 @@ def test_real_global_max_softmax_is_told_to_use_each_rows_maximum(tmp_path):
     assert causes and "each row's own maximum" in causes[0].example, [c.example for c in causes]
 
 
+@pytest.mark.slow
 def test_report_renders_in_a_headless_browser(graded_class, tmp_path):
     """Where Chromium is installed (not required by make test): the page renders with its blue histogram bars."""
     import subprocess

@@ -1,4 +1,4 @@
-"""The fake assignment's call functions (tests/grading_fake.py): the part that runs inside the sandbox.
+"""The fake assignment's call functions (grading_fake.py): the part that runs inside the sandbox.
 
 Like ``mha_course.grading.calls``, it imports only numpy, torch and ``mha_course.grading.convert``.
 """

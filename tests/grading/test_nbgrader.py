@@ -15,7 +15,7 @@ from grading_fake import require_sandbox
 from mha_course.grading import nbgrader_cells, notebook
 from mha_course.grading.grader import Limits, grade_notebook
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NBGRADER_BIN = ROOT / ".venv-nbgrader" / "bin"
 
 
@@ -45,6 +45,7 @@ def _nbgrader() -> Path:
     return tool
 
 
+@pytest.mark.slow
 def test_real_nbgrader_releases_a_notebook_this_grader_grades(tmp_path):
     tool = _nbgrader()
     require_sandbox()
