@@ -7,9 +7,9 @@
 
 Positions are "none", "sinusoidal", "learned" (both added to the embeddings) or "rotary" (RoPE,
 applied to queries and keys inside attention; see :mod:`mha_course.positions`). Rotary attention
-is :class:`RotaryMultiHeadAttention`, a subclass that only overrides the parent's
-``place_queries_and_keys`` hook to rotate the split heads, so its checks, dropout and head
-ablation (``head_gate``) are the parent's own. With ``num_kv_heads=G`` the
+is :class:`~mha_course.rope_layouts.RotaryMultiHeadAttention` (re-exported here), a subclass that
+only overrides the parent's ``place_queries_and_keys`` hook to rotate the split heads, so its
+checks, dropout and head ablation (``head_gate``) are the parent's own. With ``num_kv_heads=G`` the
 self-attention is grouped-query attention (:class:`GroupedSelfAttention`, G key/value heads shared
 by the H query heads; multi-query when G = 1), for chapter 11's quality comparison.
 
@@ -27,7 +27,8 @@ from torch import nn
 from .heads import gate_heads, merge_heads, split_heads
 from .masks import causal_mask, padding_mask
 from .mha import MultiHeadAttention
-from .positions import LearnedPositions, SinusoidalPositions, apply_rotary
+from .positions import LearnedPositions, SinusoidalPositions
+from .rope_layouts import RotaryMultiHeadAttention
 from .validation import require_rank, require_tensor
 from .variants import GroupedQueryAttention, grouped_query_attention
 
@@ -51,19 +52,6 @@ class ModelConfig:
 
 
 DEFAULT_MODEL = ModelConfig(vocab_size=0, max_len=0)  # the defaults, read by signatures below
-
-
-class RotaryMultiHeadAttention(MultiHeadAttention):
-    """MultiHeadAttention with rotary positions: q and k of each head are rotated (RoPE) by position.
-
-    Same parameters, arguments and returns as :class:`MultiHeadAttention`; queries sit at
-    positions 0 .. T-1 and keys at 0 .. S-1, so the score of query m and key n depends on their
-    offset n - m and on the content, never on m or n alone.
-    """
-
-    def place_queries_and_keys(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rotate q (B, H, T, D) and k (B, H, S, D) by their positions 0 .. T-1 and 0 .. S-1."""
-        return apply_rotary(q), apply_rotary(k)
 
 
 class GroupedSelfAttention(GroupedQueryAttention):

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from .mha import MultiHeadAttention
-from .positions import rotary_cos_sin
+from .positions import apply_rotary, rotary_cos_sin
 from .validation import require_int, require_positive_int, require_tensor
 
 LAYOUTS = ("interleaved", "half")
@@ -107,6 +107,19 @@ def convert_rope_rows(weight: torch.Tensor, num_heads: int, to: str = "half") ->
     return heads[:, perm.to(weight.device)].reshape(weight.shape).clone()  # (H*D, E) or (H*D,)
 
 
+class RotaryMultiHeadAttention(MultiHeadAttention):
+    """MultiHeadAttention with rotary positions: q and k of each head are rotated (RoPE) by position.
+
+    Same parameters, arguments and returns as :class:`MultiHeadAttention`; queries sit at
+    positions 0 .. T-1 and keys at 0 .. S-1, so the score of query m and key n depends on their
+    offset n - m and on the content, never on m or n alone.
+    """
+
+    def place_queries_and_keys(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotate q (B, H, T, D) and k (B, H, S, D) by their positions 0 .. T-1 and 0 .. S-1."""
+        return apply_rotary(q), apply_rotary(k)
+
+
 class RotateHalfMultiHeadAttention(MultiHeadAttention):
     """MultiHeadAttention with rotary positions in the rotate-half layout (as most released checkpoints).
 
@@ -130,8 +143,6 @@ def with_rope_layout(model: nn.Module, layout: str, convert_weights: bool) -> nn
         TypeError: the model's blocks do not use rotary attention.
         ValueError: unknown layout.
     """
-    from .model import RotaryMultiHeadAttention
-
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     classes = {RotaryMultiHeadAttention: "interleaved", RotateHalfMultiHeadAttention: "half"}
@@ -154,4 +165,4 @@ def with_rope_layout(model: nn.Module, layout: str, convert_weights: bool) -> nn
 
 
 __all__ = ["LAYOUTS", "apply_rotary_half", "interleaved_to_half_permutation", "convert_rope_rows",
-           "RotateHalfMultiHeadAttention", "with_rope_layout"]
+           "RotaryMultiHeadAttention", "RotateHalfMultiHeadAttention", "with_rope_layout"]
