@@ -26,7 +26,7 @@ import math
 
 import torch
 
-from .attention import check_mask, check_qkv, resolve_scale
+from .attention import check_mask, check_qkv, resolve_scale, scaled_dot_product_attention
 from .masks import causal_mask, mask_to_bias
 from .softmax import softmax
 from .validation import require_floating, require_tensor
@@ -134,8 +134,6 @@ class ManualAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, mask=None, scale=None, causal=False):
         """out (..., T, Dv) = softmax(q k^T * scale + mask [+ causal]) v; saves q, k, v for backward."""
-        from .attention import scaled_dot_product_attention
-
         if causal:
             T, S = q.shape[-2], k.shape[-2]
             cm = causal_mask(T, S, device=q.device)

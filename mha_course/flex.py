@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 import torch
 
+from .masks import causal_mask
 from .validation import check_qkv, require_int, require_positive_int, require_rank, require_tensor
 
 MaskMod = Callable[..., torch.Tensor]
@@ -289,8 +290,6 @@ def causal_conventions(T: int, S: int) -> dict[str, torch.Tensor]:
     flash-attn's ``causal=True``. With T > S, bottom-right leaves the first T - S queries no key.
     """
     from torch.nn.attention.bias import causal_lower_right, causal_upper_left
-
-    from .masks import causal_mask
 
     require_positive_int(T, "T")
     require_positive_int(S, "S")

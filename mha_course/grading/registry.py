@@ -21,6 +21,7 @@ import pkgutil
 from collections.abc import Iterator
 from typing import Any
 
+from .notebook import metadata
 from .spec import Assignment, Exercise
 
 _PACKAGE = "mha_course.grading.exercises"
@@ -93,8 +94,6 @@ def identify(nb: Any) -> Assignment:
 
     Raises LookupError when the notebook has no ``metadata["mha_course"]`` or names an unknown assignment.
     """
-    from .notebook import metadata
-
     meta = metadata(nb)
     if meta is None:
         raise LookupError("this notebook has no mha_course metadata (metadata['mha_course']['assignment']); "

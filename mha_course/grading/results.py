@@ -24,6 +24,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from .report import sections
 from .verdicts import SubmissionResult
 
 
@@ -187,8 +188,6 @@ def class_summary(results: list[SubmissionResult], limit: int = 8) -> str:
     and share of full marks, then its ``limit`` commonest misconceptions (the root causes of
     :mod:`.feedback`, counted in students). The full picture is ``--report``'s.
     """
-    from .report import sections
-
     graded = [r for r in results if not r.error]
     lines = [f"{len(results)} submission(s), {len(graded)} graded, {len(results) - len(graded)} could not be graded"]
     for section in sections(results):

@@ -12,6 +12,7 @@ import numpy as np
 from .. import hints
 from ..calls import a04_masks as calls
 from ..spec import Assignment, Case, Exercise
+from ._common import attention_alternatives
 
 # --- causal_mask ----------------------------------------------------------------------------------
 
@@ -171,8 +172,6 @@ def _ref_masked(inputs):
 
 
 def _diagnose_masked(got, expected, inputs, check_dtype=False):
-    from ._common import attention_alternatives
-
     mask = inputs["mask"]
     arrays, hint = hints.unpack(got, ("out", "weights"))
     if hint:

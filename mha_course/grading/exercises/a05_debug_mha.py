@@ -25,6 +25,7 @@ import numpy as np
 from .. import hints
 from ..calls import a05_debug_mha as calls
 from ..spec import Assignment, Case, Exercise
+from ._common import np_attention
 
 _LAYERS = calls.LAYERS  # one home: the call module
 
@@ -71,8 +72,6 @@ def _diagnose_layout(got, expected, inputs):
 def expected_output(inputs, scale=None, split="ok", merge="ok", transpose_kv=True, mask_mode="add",
                     value_from_keys=False):
     """The grader's computation of the repaired module (float64), with knobs for wrong repairs."""
-    from ._common import np_attention
-
     E, H = inputs["E"], inputs["H"]
 
     def lin(name, x):

@@ -22,7 +22,7 @@ import numpy as np
 from .. import hints
 from ..calls import a08_cross_attention as calls
 from ..spec import Assignment, Case, Exercise
-from ._common import projection_weights
+from ._common import np_mha, projection_weights
 from ._cross_mask import diagnose_mask, mask_alternatives, mask_picture
 from ._head_ablation import (
     diagnose_every_head,
@@ -130,8 +130,6 @@ def _ref_cross(inputs):
 
 
 def _diagnose_cross(got, expected, inputs):
-    from ._common import np_mha
-
     arrays, hint = hints.unpack(got, ("out", "weights"))
     if hint:
         return hint
