@@ -23,6 +23,7 @@ import numpy as np
 from .. import hints
 from ..calls import a15_ring_attention as calls
 from ..spec import Assignment, Case, Exercise
+from ._ring_twins import np_attend, np_merge, np_ring, np_step
 
 # --- inputs ---------------------------------------------------------------------------------------
 
@@ -53,7 +54,7 @@ def _step(lead, T, S, D, Dv, q_offset, k_offset, causal, seed, fresh=False, dtyp
         if fresh:
             out, lse = np.zeros((*lead, T, Dv)), np.full((*lead, T), -np.inf)
         else:  # what the queries saw in an earlier block of 5 keys, always visible
-            out, lse = _np_attend(q, rng.standard_normal((*lead, 5, D)), rng.standard_normal((*lead, 5, Dv)), None)
+            out, lse = np_attend(q, rng.standard_normal((*lead, 5, D)), rng.standard_normal((*lead, 5, Dv)), None)
         return {
             "q": q.astype(dtype),
             "k": k.astype(dtype),
@@ -77,89 +78,7 @@ def _ring(lead, T, D, Dv, world_size, causal, seed, dtype=np.float64):
     return make
 
 
-# --- float64 references with knobs for the classic slips (grader) -----------------------------------
-
-
-def _np_attend(q, k, v, visible, scale=None):
-    """(out, lse) of q over one block; visible (T, S) bool or None; rows with nothing visible: 0 and -inf."""
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = (q.astype(np.float64) @ np.swapaxes(k, -1, -2).astype(np.float64)) * scale
-    if visible is not None:
-        s = np.where(visible, s, -np.inf)
-    top = s.max(axis=-1, initial=-np.inf)
-    shift = np.where(np.isneginf(top), 0.0, top)
-    e = np.exp(s - shift[..., None])
-    total = e.sum(axis=-1)
-    with np.errstate(divide="ignore"):
-        lse = np.where(total > 0, np.log(np.where(total > 0, total, 1.0)) + shift, -np.inf)
-    return (e / np.where(total > 0, total, 1.0)[..., None]) @ v.astype(np.float64), lse
-
-
-def _np_merge(outs, lses, mode="ok"):
-    """The merge in float64; mode names a classic slip."""
-    outs, lses = np.asarray(outs, dtype=np.float64), np.asarray(lses, dtype=np.float64)
-    top = lses.max(axis=0)
-    shift = np.where(np.isneginf(top), 0.0, top)
-    w = np.exp(lses - shift)  # (n, ..., T): exp(lse_b - max)
-    total = w.sum(axis=0)
-    with np.errstate(divide="ignore"):
-        lse = np.where(total > 0, np.log(np.where(total > 0, total, 1.0)) + shift, -np.inf)
-    merged = (w / np.where(total > 0, total, 1.0))[..., None] * outs  # (n, ..., T, Dv)
-    if mode == "average":
-        return outs.mean(axis=0), lse
-    if mode == "unnormalised":  # the shift by the maximum, but no division by the sum
-        return (w[..., None] * outs).sum(axis=0), lse
-    if mode == "lse_max":
-        return merged.sum(axis=0), top
-    if mode == "lse_sum":
-        return merged.sum(axis=0), lses.sum(axis=0)
-    return merged.sum(axis=0), lse
-
-
-def _np_step(inputs, mode="ok"):
-    """One ring step in float64; mode names a classic slip."""
-    q, k, v, out, lse = (inputs[n] for n in ("q", "k", "v", "out", "lse"))
-    T, S = q.shape[-2], k.shape[-2]
-    qo, ko = inputs["q_offset"], inputs["k_offset"]
-    visible = None
-    if inputs["causal"] and mode != "no_mask":
-        rows = np.arange(T)[:, None] + (0 if mode == "local" else qo)
-        cols = np.arange(S)[None, :] + (0 if mode == "local" else ko)
-        visible = cols < rows if mode == "strict" else cols <= rows
-    out_b, lse_b = _np_attend(q, k, v, visible, 1.0 if mode == "no_scale" else None)
-    if mode == "no_merge":
-        return out_b, lse_b
-    merged = _np_merge([out, out_b], [lse, lse_b])
-    return (merged[0], lse) if mode == "old_lse" else merged
-
-
-def _np_ring(inputs, mode="ok"):
-    """A whole ring in float64, with ``mode``'s slip in every step; returns the full (out, lse)."""
-    q, k, v, W = inputs["q"], inputs["k"], inputs["v"], inputs["world_size"]
-    bounds = np.cumsum([0] + [len(c) for c in np.array_split(np.arange(q.shape[-2]), W)])
-    outs, lses = [], []
-    for r in range(W):
-        qa, qb = bounds[r], bounds[r + 1]
-        state = {
-            "out": np.zeros((*q.shape[:-2], qb - qa, v.shape[-1])),
-            "lse": np.full((*q.shape[:-2], qb - qa), -np.inf),
-        }
-        for step in range(W):
-            o = (r - step) % W
-            ka, kb = bounds[o], bounds[o + 1]
-            step_inputs = {
-                "q": q[..., qa:qb, :],
-                "k": k[..., ka:kb, :],
-                "v": v[..., ka:kb, :],
-                "q_offset": int(qa),
-                "k_offset": int(ka),
-                "causal": inputs["causal"],
-                **state,
-            }
-            state["out"], state["lse"] = _np_step(step_inputs, mode)
-        outs.append(state["out"])
-        lses.append(state["lse"])
-    return np.concatenate(outs, axis=-2), np.concatenate(lses, axis=-1)
+# --- references (the float64 twins with their slips are in ._ring_twins) ----------------------------
 
 
 def _ref_merge(inputs):
@@ -247,7 +166,7 @@ def _diagnose_merge(got, expected, inputs):
             return "exp(lse_b) overflows for lse_b near 500: subtract the largest lse_b first (exp(lse_b - max))"
 
     def alt(mode, part):
-        return lambda: _np_merge(outs, lses, mode)[part]
+        return lambda: np_merge(outs, lses, mode)[part]
 
     out_alts = [
         (
@@ -325,8 +244,8 @@ def _diagnose_with(simulate):
     return diagnose
 
 
-_diagnose_step = _diagnose_with(_np_step)
-_diagnose_ring = _diagnose_with(_np_ring)
+_diagnose_step = _diagnose_with(np_step)
+_diagnose_ring = _diagnose_with(np_ring)
 
 
 def _merge_cases():
