@@ -13,9 +13,11 @@ names that mistake instead of printing numbers.
 Everything here runs in the grader (and in the learner's own kernel for the self-check), never in
 the submission process: its sandbox holds the call functions (:mod:`mha_course.grading.calls`)
 and the conversions they use (:mod:`mha_course.grading.convert`), not this module.
-``to_numpy``, ``tensor_to_numpy``, ``to_numpy_pair``, ``load_linear`` and ``build_module`` now
-live in :mod:`.convert` and are re-exported here for older code. Only NumPy is imported at module top; the ``visualize`` hooks import
-:mod:`mha_course.viz` (matplotlib) only when the self-check draws, in the learner's own kernel.
+Re-exported here: the case inputs (``rng``, ``salted``, ``unchanged_case``, ... from
+:mod:`.case_inputs`), the advice for an error (``exception_hint``, from :mod:`.error_hints`) and,
+for older code, the conversions (``to_numpy``, ``build_module``, ... from :mod:`.convert`). Only
+NumPy is imported at module top; the ``visualize`` hooks import :mod:`mha_course.viz`
+(matplotlib) only when the self-check draws, in the learner's own kernel.
 """
 
 from __future__ import annotations

@@ -34,11 +34,11 @@ class NotebookRun:
         self.deadline = time.monotonic() + limits.submission_timeout
 
     def start(self) -> SubmissionProcess | None:
-        """A session whose notebook has run ("ready"), skipping cells that kill or hang it."""
+        """A submission process whose notebook has run ("ready"), skipping cells that kill or hang it."""
         deadline = min(time.monotonic() + self.limits.notebook_timeout, self.deadline)
         assignment = self.assignment
         while True:
-            session = SubmissionProcess(self.isolator, assignment, self.limits)
+            child = SubmissionProcess(self.isolator, assignment, self.limits)
             config = {"cells": self.cells, "skip": sorted(self.skip), "memory_mb": self.limits.memory_mb,
                       "provided": list(assignment.provided),
                       "extra_modules": sorted(m for m in call_modules(assignment)
@@ -47,28 +47,28 @@ class NotebookRun:
             current = None
             started = False
             try:
-                session.set_deadline(max(1.0, deadline - time.monotonic()), "the notebook time limit")
-                session.send(config)
+                child.set_deadline(max(1.0, deadline - time.monotonic()), "the notebook time limit")
+                child.send(config)
                 while True:
-                    message, _ = session.recv()
+                    message, _ = child.recv()
                     started = True
                     event = message.get("event")
                     if event == "cell":
                         current = int(message["index"])
                         left = deadline - time.monotonic()
-                        session.set_deadline(max(0.5, min(self.limits.cell_timeout, left)),
+                        child.set_deadline(max(0.5, min(self.limits.cell_timeout, left)),
                                              f"{min(self.limits.cell_timeout, max(left, 0)):.0f} s")
                     elif event == "cell_done":
                         if message.get("error"):
                             self.cell_errors[int(message["index"])] = str(message["error"])[:300]
                         current = None
                     elif event == "ready":
-                        return session
+                        return child
                     else:
                         raise Died("sent an unexpected message", "crashed")
             except Died as died:
-                startup = session.startup_error() if not started else ""
-                session.close()
+                startup = child.startup_error() if not started else ""
+                child.close()
                 if not started and died.kind == "crashed":
                     self.notes.append("the grader could not start the sandbox for this notebook"
                                       + (f" ({startup})" if startup else ""))
@@ -99,8 +99,8 @@ class NotebookRun:
                     results[(exercise.key, i)] = result_row(exercise, case, 0, "not run", (
                         f"not run: the submission used up its {self.limits.submission_timeout:g} s"))
                 break
-            session = self.start()
-            if session is None:
+            child = self.start()
+            if child is None:
                 for exercise, i, case in pending:
                     results[(exercise.key, i)] = result_row(exercise, case, 0, "not run",
                                                       "not run: the notebook could not be run")
@@ -113,23 +113,23 @@ class NotebookRun:
                             f"not run: {exercise.target} crashed or timed out in "
                             f"{self.crashes[exercise.key]} earlier cases"))
                         continue
-                    row = self._case(session, exercise, i, case)
+                    row = self._case(child, exercise, i, case)
                     results[(exercise.key, i)] = row
                     if row.status in ("timeout", "crashed", "memory"):
                         self.crashes[exercise.key] = self.crashes.get(exercise.key, 0) + 1
                         break  # a fresh process for the next case
             finally:
-                session.close()
+                child.close()
         return [results[(e.key, i)] for e, i, _ in jobs]
 
-    def _case(self, session: SubmissionProcess, exercise: Any, index: int, case: Any) -> TestResult:
+    def _case(self, child: SubmissionProcess, exercise: Any, index: int, case: Any) -> TestResult:
         """Run a case on its published inputs; if it passes and a seed is set, again on fresh ones."""
         try:
             inputs = case.make_inputs()
             packed = wire.pack(inputs)
         except Exception as exc:
             return result_row(exercise, case, 0, "failed", f"internal grader error while making inputs: {exc}")
-        row = self._run(session, exercise, index, case, inputs, packed)
+        row = self._run(child, exercise, index, case, inputs, packed)
         if row.status != "passed" or self.seed is None:
             return row
         try:
@@ -140,7 +140,7 @@ class NotebookRun:
             return result_row(exercise, case, 0, "failed", f"internal grader error while making inputs: {exc}")
         if fresh_packed == packed:
             return row  # a case with fixed inputs
-        again = self._run(session, exercise, index, case, fresh, fresh_packed)
+        again = self._run(child, exercise, index, case, fresh, fresh_packed)
         if again.status == "failed":
             return result_row(exercise, case, 0, "failed", (
                 "passes with the published inputs but not with fresh random inputs of the same kind (the "
@@ -148,16 +148,16 @@ class NotebookRun:
                 + again.output)[:1000])
         return again
 
-    def _run(self, session: SubmissionProcess, exercise: Any, index: int, case: Any, inputs: dict,
+    def _run(self, child: SubmissionProcess, exercise: Any, index: int, case: Any, inputs: dict,
              packed: tuple[dict, bytes]) -> TestResult:
         structure, blob = packed
         timeout = case.timeout_s or self.limits.case_timeout
         try:
-            session.set_deadline(timeout, f"{timeout:g} s")
-            session.send({"event": "case", "call": call_name(case), "target": exercise.target,
+            child.set_deadline(timeout, f"{timeout:g} s")
+            child.send({"event": "case", "call": call_name(case), "target": exercise.target,
                           "forbidden": list(exercise.forbidden), "inputs": structure}, blob)
-            reply, out = session.recv()
-            session.set_deadline(float("inf"), "")
+            reply, out = child.recv()
+            child.set_deadline(float("inf"), "")
         except Died as died:
             return result_row(exercise, case, 0, died.kind, died.reason)
         forbidden = [str(n) for n in reply.get("forbidden") or []]
