@@ -35,11 +35,11 @@ while os.getppid() == parent:
 def background_load(n: int) -> Iterator[list[int]]:
     """Keep ``n`` busy processes running (one core's worth each) while the ``with`` block runs; yields their pids.
 
-    They stop when the block ends, on Ctrl-C and on any exception too. They stay in the benchmark's
-    session, so the scheduler shares the cores among all runnable threads alike (as on macOS,
-    Windows, and Linux without autogroup); Linux with autogroup shares them among sessions first,
-    so a busy program started from another terminal takes a whole core (benchmarks/RESULTS.md
-    measures both).
+    They stop when the block ends, on Ctrl-C and on any exception too. They are started from the
+    benchmark's own terminal, so the scheduler shares the cores among all runnable threads alike
+    (as on macOS, Windows, and Linux without autogroup); Linux with autogroup shares them among
+    terminals (autogroups) first, so a busy program started from another terminal takes a whole
+    core (benchmarks/RESULTS.md measures both).
 
     Raises:
         TypeError: n is not an int. ValueError: n < 0.
