@@ -10,7 +10,7 @@ LAB_ARGS ?=
 NBGRADER_VENV := .venv-nbgrader
 NBGRADER_STAMP := $(NBGRADER_VENV)/.installed-stamp
 
-.PHONY: lab test lint sandbox nbgrader gpu-check clean-venv
+.PHONY: lab test lint format sandbox nbgrader gpu-check clean-venv
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,9 +47,15 @@ $(NBGRADER_STAMP): requirements-nbgrader.txt $(STAMP)
 
 nbgrader: $(NBGRADER_STAMP)
 
-# Style: ruff's lint rules (pyproject.toml [tool.ruff]); `make test` runs it before the tests.
+# Style: ruff's lint rules and its formatter (pyproject.toml [tool.ruff]); `make test` runs it before the tests.
+# `make format` lays the code out as the check expects.
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: $(STAMP)
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
 
 test: $(STAMP) sandbox $(NBGRADER_STAMP) lint
 	MHA_COURSE_REQUIRE_NBGRADER=1 $(PY) -m pytest -n 2 --dist loadfile --nbval-lax --nbval-current-env --nbval-cell-timeout=300 --timeout=900 --durations=15

@@ -44,22 +44,70 @@ def main() -> int:
     major, minor = torch.cuda.get_device_capability()
     arch = f"sm_{major}{minor}"
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                            capture_output=True, text=True).stdout.strip() or "unknown"
+    driver = (
+        subprocess.run(
+            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True
+        ).stdout.strip()
+        or "unknown"
+    )
     import triton
 
-    header = (f"device {torch.cuda.get_device_name()} ({arch}), driver {driver}, CUDA {torch.version.cuda}, "
-              f"cuDNN {torch.backends.cudnn.version()}, torch {torch.__version__}, triton {triton.__version__}, "
-              f"python {platform.python_version()}")
+    header = (
+        f"device {torch.cuda.get_device_name()} ({arch}), driver {driver}, CUDA {torch.version.cuda}, "
+        f"cuDNN {torch.backends.cudnn.version()}, torch {torch.__version__}, triton {triton.__version__}, "
+        f"python {platform.python_version()}"
+    )
     steps = [
         [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "tests/kernels/test_flash_triton.py"],
-        [sys.executable, "-m", "mha_course.bench", "--device", "cuda", "--dtype", "bfloat16", "--D", "128", "--T",
-         "1024", "2048", "4096", "8192", "16384", "--json", "benchmarks/gpu_results.json", "--plot",
-         "benchmarks/gpu_results.png"],
-        [sys.executable, "-m", "mha_course.bench", "--device", "cuda", "--dtype", "bfloat16", "--D", "128", "--T",
-         "1024", "4096", "16384", "--backward", "--json", "benchmarks/gpu_backward_results.json"],
-        [sys.executable, "-m", "mha_course.gpu_report", "--arch", arch if arch in ("sm_80", "sm_90", "sm_100")
-         else "sm_90", "--json", "benchmarks/gpu_report.json", "--quiet"],
+        [
+            sys.executable,
+            "-m",
+            "mha_course.bench",
+            "--device",
+            "cuda",
+            "--dtype",
+            "bfloat16",
+            "--D",
+            "128",
+            "--T",
+            "1024",
+            "2048",
+            "4096",
+            "8192",
+            "16384",
+            "--json",
+            "benchmarks/gpu_results.json",
+            "--plot",
+            "benchmarks/gpu_results.png",
+        ],
+        [
+            sys.executable,
+            "-m",
+            "mha_course.bench",
+            "--device",
+            "cuda",
+            "--dtype",
+            "bfloat16",
+            "--D",
+            "128",
+            "--T",
+            "1024",
+            "4096",
+            "16384",
+            "--backward",
+            "--json",
+            "benchmarks/gpu_backward_results.json",
+        ],
+        [
+            sys.executable,
+            "-m",
+            "mha_course.gpu_report",
+            "--arch",
+            arch if arch in ("sm_80", "sm_90", "sm_100") else "sm_90",
+            "--json",
+            "benchmarks/gpu_report.json",
+            "--quiet",
+        ],
     ]
     sections = [f"\n## GPU run, {stamp}\n\n{header}\n"]
     status = 0

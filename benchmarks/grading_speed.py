@@ -33,13 +33,25 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
 
-    print(f"notebook {args.notebook.name}; {os.cpu_count()} CPU cores visible; python {sys.version.split()[0]}; "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"notebook {args.notebook.name}; {os.cpu_count()} CPU cores visible; python {sys.version.split()[0]}; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
     with tempfile.TemporaryDirectory(prefix="mhag-bench-") as scratch:
         start = time.perf_counter()
         # results.json goes to a scratch file, as on Gradescope (never to a device such as /dev/null)
-        subprocess.run([sys.executable, "-m", "mha_course.grade", str(args.notebook), "--quiet",
-                        "--json", str(Path(scratch) / "results.json")], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mha_course.grade",
+                str(args.notebook),
+                "--quiet",
+                "--json",
+                str(Path(scratch) / "results.json"),
+            ],
+            check=True,
+        )
         single = time.perf_counter() - start
     print(f"one submission, cold start (python -m mha_course.grade): {single:.1f} s")
 
@@ -58,9 +70,11 @@ def main() -> None:
     full = sum(r.score == r.max_score > 0 for r in results)
     per = sorted(r.execution_time for r in results)
     print(f"isolation: {results[0].isolation.get('summary', '?')}")
-    print(f"class of {args.n} with {args.workers} workers: {total:.1f} s in all, {total / args.n:.2f} s per "
-          f"submission; each submission took {per[len(per) // 2]:.2f} s median, {per[-1]:.2f} s max (wall, in its "
-          f"worker); full marks: {full}/{args.n}")
+    print(
+        f"class of {args.n} with {args.workers} workers: {total:.1f} s in all, {total / args.n:.2f} s per "
+        f"submission; each submission took {per[len(per) // 2]:.2f} s median, {per[-1]:.2f} s max (wall, in its "
+        f"worker); full marks: {full}/{args.n}"
+    )
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ as a fraction of torch's fused CPU flash kernel (above 1: faster), float32, B = 
 - ``one loop, 1 thread``: the same on one intra-op thread, what a design that drops to one thread
   when ``os.getloadavg()`` is high would run under load;
 - ``worker threads``: the design kept, one single-threaded worker per intra-op thread taking
-  (heads, query block) items one at a time (``mha_course.worker_pool``).
+  (heads, query block) items one at a time (``mha_course.worker_pool``);
+- ``worker threads, 4x items``: the same with four times as many, smaller items per worker
+  (``tiling.ITEMS_PER_WORKER``), so a worker slowed by another process leaves more to the others.
 
 The figures depend on the machine and on what else runs on it: report them with the core count and
 the "other" column, the cores that other work kept busy while they were timed.
@@ -73,8 +75,22 @@ def designs(q, k, v, causal: bool) -> dict:
     def workers():
         return tiled_attention(q, k, v, causal=causal)
 
-    return {"torch flash": flash, "one loop, all threads": one_loop, "one loop, 4x tiles": one_loop_big,
-            "one loop, 1 thread": one_thread, "worker threads": workers}
+    def workers_more_items():
+        saved = tiling.ITEMS_PER_WORKER
+        tiling.ITEMS_PER_WORKER = 4 * saved  # smaller items: a slowed worker leaves more to the others
+        try:
+            return tiled_attention(q, k, v, causal=causal)
+        finally:
+            tiling.ITEMS_PER_WORKER = saved
+
+    return {
+        "torch flash": flash,
+        "one loop, all threads": one_loop,
+        "one loop, 4x tiles": one_loop_big,
+        "one loop, 1 thread": one_thread,
+        "worker threads": workers,
+        "worker threads, 4x items": workers_more_items,
+    }
 
 
 def measure(T: int, causal: bool, loads: list[int], repeats: int) -> dict:
@@ -107,18 +123,24 @@ def main(argv=None) -> None:
     parser.add_argument("--loads", type=int, nargs="+", default=[0, 1], help="busy processes, one run each")
     parser.add_argument("--causal", choices=["no", "yes", "both"], default="both")
     args = parser.parse_args(argv)
-    print(f"{os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, "
-          f"T = {args.T}, B = 1, H = 8, D = 64, float32, median of {args.repeats}")
+    print(
+        f"{os.cpu_count()} cores, torch {torch.__version__}, {torch.get_num_threads()} intra-op threads, "
+        f"T = {args.T}, B = 1, H = 8, D = 64, float32, median of {args.repeats}"
+    )
     for causal in {"no": [False], "yes": [True], "both": [False, True]}[args.causal]:
         results = measure(args.T, causal, args.loads, args.repeats)
         names = list(next(iter(results.values()))[0])
         head = ["causal" if causal else "non-causal"] + [("quiet" if n == 0 else f"load {n}") for n in args.loads]
         rows = [head]
         for name in names[1:]:
-            rows.append([name] + [f"{times['torch flash'] / times[name]:.2f}x ({times[name]:.0f} ms)"
-                                  for times, _ in results.values()])
+            rows.append(
+                [name]
+                + [f"{times['torch flash'] / times[name]:.2f}x ({times[name]:.0f} ms)" for times, _ in results.values()]
+            )
         rows.append(["torch flash"] + [f"1.00x ({times['torch flash']:.0f} ms)" for times, _ in results.values()])
-        rows.append(["other cores busy"] + ["n/a" if other is None else f"{other:.2f}" for _, other in results.values()])
+        rows.append(
+            ["other cores busy"] + ["n/a" if other is None else f"{other:.2f}" for _, other in results.values()]
+        )
         widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
         for row in rows:
             print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))

@@ -35,8 +35,9 @@ def _squeeze_leading(x: np.ndarray, rank: int, name: str, legend: str) -> np.nda
     while x.ndim > rank and x.shape[0] == 1:
         x = x[0]
     if x.ndim != rank:
-        raise ValueError(f"{name} must have shape {legend} ({rank} dims after dropping leading "
-                         f"size-1 dims), got {original}")
+        raise ValueError(
+            f"{name} must have shape {legend} ({rank} dims after dropping leading size-1 dims), got {original}"
+        )
     return x
 
 

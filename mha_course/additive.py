@@ -26,8 +26,14 @@ from .softmax import softmax
 from .validation import check_mask, require_positive_int, require_rank, require_tensor
 
 
-def additive_scores(q: torch.Tensor, k: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor,
-                    w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
+def additive_scores(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    w_q: torch.Tensor,
+    w_k: torch.Tensor,
+    w: torch.Tensor,
+    b: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Bahdanau's scores w^T tanh(q W_q + k W_k + b) for every query-key pair, shape (..., T, S).
 
     Args:
@@ -45,8 +51,10 @@ def additive_scores(q: torch.Tensor, k: torch.Tensor, w_q: torch.Tensor, w_k: to
     require_rank(w_k, 2, "w_k", "(D, A)")
     require_rank(w, 1, "w", "(A,)")
     if q.shape[-1] != w_q.shape[0] or k.shape[-1] != w_k.shape[0] or not w_q.shape[1] == w_k.shape[1] == w.shape[0]:
-        raise ValueError(f"need q (..., T, D), k (..., S, D), w_q and w_k (D, A), w (A,); got q {tuple(q.shape)}, "
-                         f"k {tuple(k.shape)}, w_q {tuple(w_q.shape)}, w_k {tuple(w_k.shape)}, w {tuple(w.shape)}")
+        raise ValueError(
+            f"need q (..., T, D), k (..., S, D), w_q and w_k (D, A), w (A,); got q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)}, w_q {tuple(w_q.shape)}, w_k {tuple(w_k.shape)}, w {tuple(w.shape)}"
+        )
     if b is not None:
         require_tensor(b, "b")
         if tuple(b.shape) != (w.shape[0],):
@@ -98,8 +106,14 @@ class Scorer(nn.Module):
         return weights @ v, weights  # (..., T, Dv), (..., T, S)
 
 
-def lookup_batch(n: int, num_keys: int = 16, dim: int = 16, noise: float = 0.3,
-                 generator: torch.Generator | None = None, relation_seed: int = 0):
+def lookup_batch(
+    n: int,
+    num_keys: int = 16,
+    dim: int = 16,
+    noise: float = 0.3,
+    generator: torch.Generator | None = None,
+    relation_seed: int = 0,
+):
     """A toy lookup both scorers can learn: find, among S random keys, the one the query describes.
 
     The query is R k_t + noise for a hidden target t and a fixed random rotation R (the same in every
@@ -127,8 +141,7 @@ def _relation(dim: int, seed: int) -> torch.Tensor:
     return torch.linalg.qr(torch.randn(dim, dim, generator=torch.Generator().manual_seed(seed)))[0]
 
 
-def fit(scorer: Scorer, steps: int = 300, batch_size: int = 64, lr: float = 1e-2, seed: int = 0,
-        **task) -> list[float]:
+def fit(scorer: Scorer, steps: int = 300, batch_size: int = 64, lr: float = 1e-2, seed: int = 0, **task) -> list[float]:
     """Train ``scorer`` to put its weight on the right key of :func:`lookup_batch` (cross-entropy
     of the scores); returns the held-out accuracy (argmax weight on the target) after each 25 steps.
 

@@ -49,9 +49,16 @@ def alibi_slopes(num_heads: int, dtype: torch.dtype = torch.float32) -> torch.Te
     return torch.tensor(slopes, dtype=torch.float64).to(dtype)  # (H,)
 
 
-def alibi_bias(num_heads: int, T: int, S: int | None = None, *, causal: bool = True,
-               slopes: torch.Tensor | None = None, dtype: torch.dtype = torch.float32,
-               device: torch.device | str | None = None) -> torch.Tensor:
+def alibi_bias(
+    num_heads: int,
+    T: int,
+    S: int | None = None,
+    *,
+    causal: bool = True,
+    slopes: torch.Tensor | None = None,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
     """The ALiBi float mask, shape (H, T, S): bias[h, i, j] = -m_h * (p_i - j), added to the scores.
 
     Query i sits at position p_i = i + S - T (the T queries are the *last* T of the S positions,
@@ -103,7 +110,9 @@ class AlibiMultiHeadAttention(MultiHeadAttention):
         T = query.shape[-2]
         if T > S:
             raise ValueError(f"ALiBi attention needs T <= S (queries are the last T positions), got T={T}, S={S}")
-        bias = alibi_bias(self.num_heads, T, S, causal=False, dtype=query.dtype, device=query.device)[None]  # (1, H, T, S)
+        bias = alibi_bias(self.num_heads, T, S, causal=False, dtype=query.dtype, device=query.device)[
+            None
+        ]  # (1, H, T, S)
         if mask is not None:
             require_tensor(mask, "mask")
             if mask.dim() == 3:
@@ -130,8 +139,9 @@ def use_alibi(model: nn.Module) -> nn.Module:
         raise TypeError("use_alibi needs a model built with positions='none': ALiBi replaces position vectors")
     for block in blocks:
         old = block.attn
-        new = AlibiMultiHeadAttention(old.embed_dim, old.num_heads, bias=old.q_proj.bias is not None,
-                                      dropout=old.dropout.p)
+        new = AlibiMultiHeadAttention(
+            old.embed_dim, old.num_heads, bias=old.q_proj.bias is not None, dropout=old.dropout.p
+        )
         new.load_state_dict(old.state_dict())
         block.attn = new.to(old.q_proj.weight.device)
     return model

@@ -26,13 +26,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m mha_course.assign",
         description="Generate the student notebooks (exercises/) from the solution notebooks (solutions/). "
-                    "Answers between '### BEGIN SOLUTION' and '### END SOLUTION' become '# YOUR CODE HERE' + "
-                    "'raise NotImplementedError()'; '### BEGIN HIDDEN TESTS' .. '### END HIDDEN TESTS' regions are "
-                    "removed; outputs are cleared; the assignment metadata is kept.")
-    parser.add_argument("--solutions", default="solutions", type=Path, help="folder of solution notebooks (default: solutions)")
+        "Answers between '### BEGIN SOLUTION' and '### END SOLUTION' become '# YOUR CODE HERE' + "
+        "'raise NotImplementedError()'; '### BEGIN HIDDEN TESTS' .. '### END HIDDEN TESTS' regions are "
+        "removed; outputs are cleared; the assignment metadata is kept.",
+    )
+    parser.add_argument(
+        "--solutions", default="solutions", type=Path, help="folder of solution notebooks (default: solutions)"
+    )
     parser.add_argument("--exercises", default="exercises", type=Path, help="folder to write (default: exercises)")
-    parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 if exercises/ differs from what would be written")
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if exercises/ differs from what would be written"
+    )
     args = parser.parse_args(argv)
     if not args.solutions.is_dir():
         print(f"error: {args.solutions} is not a folder", file=sys.stderr)
@@ -60,10 +64,12 @@ def main(argv: list[str] | None = None) -> int:
 def _new(argv: list[str]) -> int:
     from .grading.scaffold import new_assignment
 
-    parser = argparse.ArgumentParser(prog="python -m mha_course.assign new",
-                                     description="Start a new assignment: a working example of a solution "
-                                                 "notebook, its exercise module and call module, the generated "
-                                                 "exercise notebook and a README line, all ready to edit.")
+    parser = argparse.ArgumentParser(
+        prog="python -m mha_course.assign new",
+        description="Start a new assignment: a working example of a solution "
+        "notebook, its exercise module and call module, the generated "
+        "exercise notebook and a README line, all ready to edit.",
+    )
     parser.add_argument("name", help="lowercase identifier, e.g. row_shift (the key becomes aNN_row_shift)")
     parser.add_argument("--title", help="the assignment's title (default: the name in words)")
     parser.add_argument("--root", type=Path, default=Path("."), help="the course's folder (default: here)")

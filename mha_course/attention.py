@@ -16,9 +16,9 @@ from .softmax import softmax, softmax_np
 from .validation import broadcast_leading, check_mask, check_qkv, resolve_scale  # noqa: F401 (checks: also attention's API)
 
 
-def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                                 mask: torch.Tensor | None = None,
-                                 scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def scaled_dot_product_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, scale: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(q k^T * scale + mask) v, returning the output and the attention weights.
 
     Args:
@@ -57,9 +57,9 @@ def scaled_dot_product_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     return out.to(q.dtype), weights.to(q.dtype)
 
 
-def scaled_dot_product_attention_np(q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                                    mask: np.ndarray | None = None,
-                                    scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+def scaled_dot_product_attention_np(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None = None, scale: float | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """NumPy twin of :func:`scaled_dot_product_attention` (same shapes, mask convention and zero rows).
 
     Args:

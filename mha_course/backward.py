@@ -54,9 +54,15 @@ def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
     return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)  # (..., S, S)
 
 
-def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_out: torch.Tensor,
-                       mask: torch.Tensor | None = None, scale: float | None = None,
-                       causal: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def attention_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    grad_out: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    scale: float | None = None,
+    causal: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of out = softmax(q k^T * scale + mask) v with respect to q, k and v.
 
     Computes dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = dS K * scale,
@@ -90,8 +96,9 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_o
         lead = tuple(torch.broadcast_shapes(lead, mask.shape[:-2]))
     expected = (*lead, T, v.shape[-1])
     if tuple(grad_out.shape) != expected:
-        raise ValueError(f"grad_out must have the output's shape (..., T, Dv) = {expected}, "
-                         f"got {tuple(grad_out.shape)}")
+        raise ValueError(
+            f"grad_out must have the output's shape (..., T, Dv) = {expected}, got {tuple(grad_out.shape)}"
+        )
     scale = resolve_scale(scale, D)
     work = torch.promote_types(q.dtype, torch.float32)
     q32, k32, v32, do = (x.detach().to(work) for x in (q, k, v, grad_out))
@@ -111,8 +118,7 @@ def attention_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grad_o
     ds = p * (dp - row_dot)  # (..., T, S)
     dq = torch.matmul(ds, k32) * scale  # (..., T, D)
     dk = torch.matmul(ds.transpose(-2, -1), q32) * scale  # (..., S, D)
-    return (_sum_to(dq, q.shape).to(q.dtype), _sum_to(dk, k.shape).to(k.dtype),
-            _sum_to(dv, v.shape).to(v.dtype))
+    return (_sum_to(dq, q.shape).to(q.dtype), _sum_to(dk, k.shape).to(k.dtype), _sum_to(dv, v.shape).to(v.dtype))
 
 
 def _sum_to(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
@@ -137,8 +143,9 @@ class ManualAttention(torch.autograd.Function):
         if causal:
             T, S = q.shape[-2], k.shape[-2]
             cm = causal_mask(T, S, device=q.device)
-            mask_f = cm if mask is None else (mask & cm if mask.dtype == torch.bool
-                                              else mask + mask_to_bias(cm, mask.dtype))
+            mask_f = (
+                cm if mask is None else (mask & cm if mask.dtype == torch.bool else mask + mask_to_bias(cm, mask.dtype))
+            )
         else:
             mask_f = mask
         out, _ = scaled_dot_product_attention(q, k, v, mask_f, scale)
@@ -154,8 +161,14 @@ class ManualAttention(torch.autograd.Function):
         return dq, dk, dv, None, None, None
 
 
-def manual_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-                     scale: float | None = None, causal: bool = False) -> torch.Tensor:
+def manual_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    scale: float | None = None,
+    causal: bool = False,
+) -> torch.Tensor:
     """out = softmax(q k^T * scale + mask) v, differentiable through :func:`attention_backward`.
 
     Args:

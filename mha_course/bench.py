@@ -57,12 +57,22 @@ from .cost import attention_flops, attention_memory_bytes, peak_memory_mib
 from .machine_load import background_load, check_load, cpu_seconds, load_average, other_load
 
 BACKWARD_FLOP_FACTOR = 3.0  # forward + backward FLOPs / forward FLOPs (see the module docstring)
-DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
-          "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
 # defaults per device: (dtype, B, H, D, sequence lengths)
-DEFAULTS = {"cpu": ("float32", 1, 8, 64, [1024, 2048, 4096]),
-            "cuda": ("bfloat16", 4, 16, 128, [1024, 2048, 4096, 8192, 16384])}
+DEFAULTS = {
+    "cpu": ("float32", 1, 8, 64, [1024, 2048, 4096]),
+    "cuda": ("bfloat16", 4, 16, 128, [1024, 2048, 4096, 8192, 16384]),
+}
 QUICK_T = [128, 256]
+
+
 def _interleaved_ms(calls: dict[str, Callable[[], object]], repeats: int, device: str) -> dict[str, float]:
     """Median ms of each call, timed in turns: round r times every call once."""
     cuda = torch.device(device).type == "cuda"
@@ -79,12 +89,24 @@ def _interleaved_ms(calls: dict[str, Callable[[], object]], repeats: int, device
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None = None, H: int | None = None,
-                  D: int | None = None, Ts: list[int] | None = None, causal_modes: tuple[bool, ...] = (False, True),
-                  repeats: int = 3, warmup: int = 1, block_size: int | None = None, only: list[str] | None = None,
-                  max_materialized_gib: float = 4.0, measure_memory: bool = True, backward: bool = False,
-                  background_loads: tuple[int, ...] = (0,),
-                  log: Callable[[str], None] = print) -> tuple[list[dict], list[str]]:
+def run_benchmark(
+    device: str = "cpu",
+    dtype: str | None = None,
+    B: int | None = None,
+    H: int | None = None,
+    D: int | None = None,
+    Ts: list[int] | None = None,
+    causal_modes: tuple[bool, ...] = (False, True),
+    repeats: int = 3,
+    warmup: int = 1,
+    block_size: int | None = None,
+    only: list[str] | None = None,
+    max_materialized_gib: float = 4.0,
+    measure_memory: bool = True,
+    backward: bool = False,
+    background_loads: tuple[int, ...] = (0,),
+    log: Callable[[str], None] = print,
+) -> tuple[list[dict], list[str]]:
     """Time every implementation at every (T, causal); return (records, notes about skipped runs).
 
     Args:
@@ -130,15 +152,18 @@ def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None =
             # accuracy reference: torch's SDPA on float32 copies, default backend
             sdpa = lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             reference = (with_backward(sdpa, grad_out.float()) if backward else sdpa)(
-                q.float(), k.float(), v.float(), causal)
+                q.float(), k.float(), v.float(), causal
+            )
             for load in background_loads:
                 with background_load(load) as helpers:
                     calls, found = {}, {}
                     for impl in impls:
                         label = f"{impl.name} T={T} causal={causal}" + (f" background_load={load}" if load else "")
                         if impl.name in MATERIALIZING and matrix_gib > max_materialized_gib:
-                            notes.append(f"{label}: skipped, one (B, H, T, S) matrix is {matrix_gib:.1f} GiB "
-                                         f"> --max-materialized-gib {max_materialized_gib}")
+                            notes.append(
+                                f"{label}: skipped, one (B, H, T, S) matrix is {matrix_gib:.1f} GiB "
+                                f"> --max-materialized-gib {max_materialized_gib}"
+                            )
                             continue
                         fn = with_backward(impl.fn, grad_out) if backward else impl.fn
                         call = lambda fn=fn, q=q, k=k, v=v, causal=causal: fn(q, k, v, causal)
@@ -147,7 +172,11 @@ def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None =
                         except (RuntimeError, ValueError, TypeError) as err:  # a backend refusing this config
                             notes.append(f"{label}: skipped, {type(err).__name__}: {str(err).splitlines()[0][:160]}")
                             continue
-                        max_err = float((out.float() - reference).abs().max()) if out.shape == reference.shape else float("nan")
+                        max_err = (
+                            float((out.float() - reference).abs().max())
+                            if out.shape == reference.shape
+                            else float("nan")
+                        )
                         del out
                         for _ in range(max(0, warmup - 1)):
                             call()
@@ -158,13 +187,25 @@ def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None =
                     other = other_load(before, cpu_seconds(helpers))
                 for name, ms in ms_by_impl.items():
                     impl, label, max_err, peak = found[name]
-                    record = {"impl": impl.name, "backend": impl.backend, "device": device, "dtype": dtype_name(torch_dtype),
-                              "B": B, "H": H, "T": T, "D": D, "causal": causal,
-                              "pass": "forward+backward" if backward else "forward", "ms": round(ms, 4),
-                              "tflops": round(flops / (ms * 1e-3) / 1e12, 6),
-                              "peak_mib": None if peak is None else round(peak, 2),
-                              "max_abs_err": max_err, "repeats": repeats, "background_load": load,
-                              "other_load": None if other is None else round(other, 2)}
+                    record = {
+                        "impl": impl.name,
+                        "backend": impl.backend,
+                        "device": device,
+                        "dtype": dtype_name(torch_dtype),
+                        "B": B,
+                        "H": H,
+                        "T": T,
+                        "D": D,
+                        "causal": causal,
+                        "pass": "forward+backward" if backward else "forward",
+                        "ms": round(ms, 4),
+                        "tflops": round(flops / (ms * 1e-3) / 1e12, 6),
+                        "peak_mib": None if peak is None else round(peak, 2),
+                        "max_abs_err": max_err,
+                        "repeats": repeats,
+                        "background_load": load,
+                        "other_load": None if other is None else round(other, 2),
+                    }
                     records.append(record)
                     log(f"  {label}: {ms:.2f} ms, peak {record['peak_mib']} MiB")
     add_ratios(records, device)
@@ -172,34 +213,62 @@ def run_benchmark(device: str = "cpu", dtype: str | None = None, B: int | None =
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mha_course.bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", choices=sorted(TORCH_BACKENDS), default=None,
-                        help="cpu or cuda (default: cuda when available)")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default=None, help="default: float32 on CPU, bfloat16 on CUDA")
-    parser.add_argument("--T", type=int, nargs="+", default=None, help="sequence lengths (S = T); default CPU 1024 2048 4096")
+    parser = argparse.ArgumentParser(
+        prog="python -m mha_course.bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--device", choices=sorted(TORCH_BACKENDS), default=None, help="cpu or cuda (default: cuda when available)"
+    )
+    parser.add_argument(
+        "--dtype", choices=sorted(DTYPES), default=None, help="default: float32 on CPU, bfloat16 on CUDA"
+    )
+    parser.add_argument(
+        "--T", type=int, nargs="+", default=None, help="sequence lengths (S = T); default CPU 1024 2048 4096"
+    )
     parser.add_argument("--B", type=int, default=None, help="batch (default: CPU 1, CUDA 4)")
     parser.add_argument("--H", type=int, default=None, help="heads (default: CPU 8, CUDA 16)")
     parser.add_argument("--D", type=int, default=None, help="head dim (default: CPU 64, CUDA 128)")
     parser.add_argument("--causal", choices=["both", "yes", "no"], default="both", help="which masks to run")
-    parser.add_argument("--repeats", type=int, default=None, help="timed calls per measurement (median; default 5, quick 2)")
-    parser.add_argument("--block-size", type=int, default=None,
-                        help="block of tiled attention (default: tiled_attention's own choice)")
-    parser.add_argument("--impl", nargs="+", default=None,
-                        help="keep only these implementations (names or prefixes: naive, tiled, torch.sdpa, triton, ...)")
-    parser.add_argument("--max-materialized-gib", type=float, default=4.0,
-                        help="skip (B, H, T, S)-matrix implementations beyond this matrix size (default 4)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="CPU threads for torch (default: torch's choice, usually one per core)")
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="timed calls per measurement (median; default 5, quick 2)"
+    )
+    parser.add_argument(
+        "--block-size", type=int, default=None, help="block of tiled attention (default: tiled_attention's own choice)"
+    )
+    parser.add_argument(
+        "--impl",
+        nargs="+",
+        default=None,
+        help="keep only these implementations (names or prefixes: naive, tiled, torch.sdpa, triton, ...)",
+    )
+    parser.add_argument(
+        "--max-materialized-gib",
+        type=float,
+        default=4.0,
+        help="skip (B, H, T, S)-matrix implementations beyond this matrix size (default 4)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="CPU threads for torch (default: torch's choice, usually one per core)",
+    )
     parser.add_argument("--no-memory", action="store_true", help="skip the peak-memory call")
-    parser.add_argument("--backward", action="store_true",
-                        help="time forward + gradients of q, k, v (a training step's attention)")
+    parser.add_argument(
+        "--backward", action="store_true", help="time forward + gradients of q, k, v (a training step's attention)"
+    )
     parser.add_argument("--json", metavar="PATH", help="write the records as a JSON list")
     parser.add_argument("--plot", metavar="PATH", help="save time and memory against T (PNG, PDF, SVG)")
     parser.add_argument("--quick", action="store_true", help=f"a smoke run: T = {QUICK_T}, 2 repeats")
-    parser.add_argument("--background-load", type=int, nargs="+", default=[0], metavar="N",
-                        help="busy processes beside the benchmark, one run per value for every configuration; "
-                             "e.g. 0 1: quiet, then beside one busy process (default 0)")
+    parser.add_argument(
+        "--background-load",
+        type=int,
+        nargs="+",
+        default=[0],
+        metavar="N",
+        help="busy processes beside the benchmark, one run per value for every configuration; "
+        "e.g. 0 1: quiet, then beside one busy process (default 0)",
+    )
     args = parser.parse_args(argv)
     if min(args.background_load) < 0:
         parser.error(f"--background-load: numbers of busy processes must be >= 0, got {args.background_load}")
@@ -215,18 +284,31 @@ def main(argv: list[str] | None = None) -> int:
     print("command: python -m mha_course.bench " + " ".join(sys.argv[1:] if argv is None else argv))
     print("load average (1, 5, 15 min) before: " + load_average())
     try:
-        records, notes = run_benchmark(device, args.dtype, args.B, args.H, args.D, Ts, causal_modes,
-                                       repeats=repeats, block_size=args.block_size, only=args.impl,
-                                       max_materialized_gib=args.max_materialized_gib,
-                                       measure_memory=not args.no_memory, backward=args.backward,
-                                       background_loads=tuple(args.background_load))
+        records, notes = run_benchmark(
+            device,
+            args.dtype,
+            args.B,
+            args.H,
+            args.D,
+            Ts,
+            causal_modes,
+            repeats=repeats,
+            block_size=args.block_size,
+            only=args.impl,
+            max_materialized_gib=args.max_materialized_gib,
+            measure_memory=not args.no_memory,
+            backward=args.backward,
+            background_loads=tuple(args.background_load),
+        )
     except ValueError as err:
         parser.error(str(err))
     if records:
         r0 = records[0]
-        print(f"\nshapes: q, k, v (B={r0['B']}, H={r0['H']}, T, D={r0['D']}), dtype {r0['dtype']}, device {device}, "
-              f"median of {repeats}; {r0['pass']}; FLOPs = 4*B*H*T^2*D (halved when causal)"
-              + (f", x{BACKWARD_FLOP_FACTOR:g} for forward+backward" if args.backward else ""))
+        print(
+            f"\nshapes: q, k, v (B={r0['B']}, H={r0['H']}, T, D={r0['D']}), dtype {r0['dtype']}, device {device}, "
+            f"median of {repeats}; {r0['pass']}; FLOPs = 4*B*H*T^2*D (halved when causal)"
+            + (f", x{BACKWARD_FLOP_FACTOR:g} for forward+backward" if args.backward else "")
+        )
         print(format_table(records, device))
         summary = format_load_summary(records, device)
         if summary:
@@ -240,8 +322,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {len(records)} records to {args.json}")
     if args.plot and records:
         r0 = records[0]
-        plot_records(records, args.plot, title=f"{r0['pass']}, {device} {r0['dtype']} B={r0['B']} H={r0['H']} D={r0['D']}, "
-                                               f"torch {env['torch']}, {env.get('gpu', env.get('cpu', ''))}")
+        plot_records(
+            records,
+            args.plot,
+            title=f"{r0['pass']}, {device} {r0['dtype']} B={r0['B']} H={r0['H']} D={r0['D']}, "
+            f"torch {env['torch']}, {env.get('gpu', env.get('cpu', ''))}",
+        )
         print(f"wrote plot to {args.plot}")
     return 0
 

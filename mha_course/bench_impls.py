@@ -18,8 +18,10 @@ import torch.nn.functional as F
 from .attention import scaled_dot_product_attention
 from .masks import causal_mask
 
-TORCH_BACKENDS = {"cpu": ("FLASH_ATTENTION", "MATH"),
-                  "cuda": ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH")}
+TORCH_BACKENDS = {
+    "cpu": ("FLASH_ATTENTION", "MATH"),
+    "cuda": ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"),
+}
 
 
 MATERIALIZING = ("naive", "mha_course.sdpa", "torch.sdpa[MATH]")  # hold (B, H, T, S) matrices
@@ -28,8 +30,8 @@ MATERIALIZING = ("naive", "mha_course.sdpa", "torch.sdpa[MATH]")  # hold (B, H, 
 @dataclass
 class Impl:
     name: str
-    backend: str                      # what actually runs, in words
-    fn: Callable[..., torch.Tensor]   # fn(q, k, v, causal) -> out (B, H, T, D)
+    backend: str  # what actually runs, in words
+    fn: Callable[..., torch.Tensor]  # fn(q, k, v, causal) -> out (B, H, T, D)
 
 
 def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
@@ -45,6 +47,7 @@ def with_backward(fn: Callable[..., torch.Tensor], grad_out: torch.Tensor) -> Ca
 
     The inputs are detached into fresh leaves on every call, so repeated calls time the same work.
     """
+
     def step(q, k, v, causal):
         leaves = [x.detach().requires_grad_() for x in (q, k, v)]
         out = fn(*leaves, causal)
@@ -60,16 +63,25 @@ def available_impls(device: str, block_size: int | None) -> tuple[list[Impl], li
 
     impls = [
         Impl("naive", "torch matmul + softmax", naive_attention),
-        Impl("mha_course.sdpa", "mha_course.scaled_dot_product_attention",
-             lambda q, k, v, causal: scaled_dot_product_attention(
-                 q, k, v, mask=causal_mask(q.shape[-2], k.shape[-2], device=q.device) if causal else None)[0]),
+        Impl(
+            "mha_course.sdpa",
+            "mha_course.scaled_dot_product_attention",
+            lambda q, k, v, causal: scaled_dot_product_attention(
+                q, k, v, mask=causal_mask(q.shape[-2], k.shape[-2], device=q.device) if causal else None
+            )[0],
+        ),
     ]
     notes = []
     try:
         from .tiled import tiled_attention
 
-        impls.append(Impl("tiled", f"mha_course.tiled_attention(block_size={block_size or 'default'})",
-                          lambda q, k, v, causal: tiled_attention(q, k, v, block_size, causal=causal)))
+        impls.append(
+            Impl(
+                "tiled",
+                f"mha_course.tiled_attention(block_size={block_size or 'default'})",
+                lambda q, k, v, causal: tiled_attention(q, k, v, block_size, causal=causal),
+            )
+        )
     except ImportError as err:
         notes.append(f"tiled: skipped, mha_course.tiled is not importable ({err})")
     for backend in TORCH_BACKENDS[device]:
@@ -87,8 +99,13 @@ def available_impls(device: str, block_size: int | None) -> tuple[list[Impl], li
         try:
             from .kernels import triton_attention
 
-            impls.append(Impl("triton", "mha_course.triton_attention (autotuned)",
-                              lambda q, k, v, causal: triton_attention(q, k, v, causal=causal)))
+            impls.append(
+                Impl(
+                    "triton",
+                    "mha_course.triton_attention (autotuned)",
+                    lambda q, k, v, causal: triton_attention(q, k, v, causal=causal),
+                )
+            )
         except (ImportError, RuntimeError) as err:
             notes.append(f"triton: skipped ({err})")
     else:

@@ -7,8 +7,10 @@ import platform
 import torch
 
 #: Every record gets vs_<baseline> = baseline ms / ms for each of these that ran in the same run.
-BASELINES = {"cpu": ("torch.sdpa[FLASH_ATTENTION]",),
-             "cuda": ("torch.sdpa[FLASH_ATTENTION]", "torch.sdpa[CUDNN_ATTENTION]")}
+BASELINES = {
+    "cpu": ("torch.sdpa[FLASH_ATTENTION]",),
+    "cuda": ("torch.sdpa[FLASH_ATTENTION]", "torch.sdpa[CUDNN_ATTENTION]"),
+}
 
 
 def add_ratios(records: list[dict], device: str) -> None:
@@ -24,24 +26,44 @@ def format_table(records: list[dict], device: str) -> str:
     """A plain-text table, one row per record, with the ratio columns."""
     bases = [b for b in BASELINES[device] if any(r["impl"] == b for r in records)]
     loaded = any(r.get("background_load") for r in records)  # then two more columns: load and other load
-    head = ["T", "causal", "impl", "ms", "TFLOP/s", "peak MiB", "max|err|"] + [f"x {b.split('[')[-1].rstrip(']')}" for b in bases]
+    head = ["T", "causal", "impl", "ms", "TFLOP/s", "peak MiB", "max|err|"] + [
+        f"x {b.split('[')[-1].rstrip(']')}" for b in bases
+    ]
     head[2:2] = ["load", "other"] if loaded else []
     rows = [head]
     for r in records:
         peak = "n/a" if r["peak_mib"] is None else f"{r['peak_mib']:.1f}"
         ratios = ["-" if r.get(f"vs_{b}") is None else f"{r[f'vs_{b}']:.2f}" for b in bases]
         other = "n/a" if r.get("other_load") is None else f"{r['other_load']:.2f}"
-        rows.append([str(r["T"]), str(r["causal"]), *([str(r.get("background_load", 0)), other] if loaded else []),
-                     r["impl"], f"{r['ms']:.2f}", f"{r['tflops']:.3f}", peak, f"{r['max_abs_err']:.1e}", *ratios])
+        rows.append(
+            [
+                str(r["T"]),
+                str(r["causal"]),
+                *([str(r.get("background_load", 0)), other] if loaded else []),
+                r["impl"],
+                f"{r['ms']:.2f}",
+                f"{r['tflops']:.3f}",
+                peak,
+                f"{r['max_abs_err']:.1e}",
+                *ratios,
+            ]
+        )
     name_col = head.index("impl")
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(w) if i == name_col else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
-             for row in rows]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if i == name_col else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
     lines.insert(1, "-" * len(lines[0]))
     note = "x BASELINE = baseline ms / ms (above 1: faster than torch's SDPA with that backend, same run)"
     if loaded:
-        note += ("\nload = busy processes started beside the benchmark; other = cores busy with other work "
-                 "while it was timed")
+        note += (
+            "\nload = busy processes started beside the benchmark; other = cores busy with other work "
+            "while it was timed"
+        )
     return "\n".join(lines + [note])
 
 
@@ -57,20 +79,31 @@ def format_load_summary(records: list[dict], device: str) -> str:
     ratio = {(r["impl"], r["T"], r["causal"], r.get("background_load", 0)): r.get(f"vs_{base}") for r in records}
     keys = list(dict.fromkeys((r["impl"], r["T"], r["causal"]) for r in records if r["impl"] != base))
     head = ["impl", "T", "causal"] + [("quiet" if n == 0 else f"load {n}") for n in loads]
-    rows = [head] + [[name, str(T), str(causal)]
-                     + ["-" if ratio.get((name, T, causal, n)) is None else f"{ratio[(name, T, causal, n)]:.2f}"
-                        for n in loads] for name, T, causal in keys]
+    rows = [head] + [
+        [name, str(T), str(causal)]
+        + ["-" if ratio.get((name, T, causal, n)) is None else f"{ratio[(name, T, causal, n)]:.2f}" for n in loads]
+        for name, T, causal in keys
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True)))
-             for row in rows]
+    lines = [
+        "  ".join(
+            cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in rows
+    ]
     lines.insert(1, "-" * len(lines[0]))
     others = []
     for n in loads:  # how quiet the machine was apart from the benchmark and its helpers
-        seen = [r["other_load"] for r in records if r.get("background_load", 0) == n and r.get("other_load") is not None]
+        seen = [
+            r["other_load"] for r in records if r.get("background_load", 0) == n and r.get("other_load") is not None
+        ]
         others.append(f"{'quiet' if n == 0 else f'load {n}'} {max(seen):.2f}" if seen else "")
     others = [o for o in others if o]
-    return "\n".join([f"x {base.split('[')[-1].rstrip(']')} at each background load (busy processes), same run:"]
-                      + lines + (["most cores busy with other work while timed: " + ", ".join(others)] if others else []))
+    return "\n".join(
+        [f"x {base.split('[')[-1].rstrip(']')} at each background load (busy processes), same run:"]
+        + lines
+        + (["most cores busy with other work while timed: " + ", ".join(others)] if others else [])
+    )
 
 
 def plot_records(records: list[dict], path: str, title: str = "") -> None:
@@ -84,7 +117,7 @@ def plot_records(records: list[dict], path: str, title: str = "") -> None:
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 4.5))
     names = sorted({r["impl"] for r in records})
     colors = {name: f"C{i % 10}" for i, name in enumerate(names)}  # one colour per implementation
-    for (name, causal) in sorted({(r["impl"], r["causal"]) for r in records}):
+    for name, causal in sorted({(r["impl"], r["causal"]) for r in records}):
         rows = sorted((r for r in records if r["impl"] == name and r["causal"] == causal), key=lambda r: r["T"])
         style = dict(ls="--" if causal else "-", marker="s" if causal else "o", color=colors[name])
         label = f"{name}{' causal' if causal else ''}"
@@ -109,8 +142,14 @@ def environment(device: str) -> dict[str, str]:
     """Versions and hardware named in the header of every run."""
     import numpy as np
 
-    env = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
-           "platform": platform.platform(), "device": device, "torch threads": str(torch.get_num_threads())}
+    env = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "numpy": np.__version__,
+        "platform": platform.platform(),
+        "device": device,
+        "torch threads": str(torch.get_num_threads()),
+    }
     if device == "cuda":
         env["gpu"] = torch.cuda.get_device_name()
         env["cuda"] = str(torch.version.cuda)

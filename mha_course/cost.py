@@ -58,8 +58,9 @@ def attention_flops(B: int, H: int, T: int, D: int, S: int | None = None, causal
     return total / 2 if causal else total
 
 
-def attention_memory_bytes(B: int, H: int, T: int, D: int, S: int | None = None,
-                           dtype: torch.dtype = torch.float32) -> dict[str, int]:
+def attention_memory_bytes(
+    B: int, H: int, T: int, D: int, S: int | None = None, dtype: torch.dtype = torch.float32
+) -> dict[str, int]:
     """Analytic memory of one attention call, in bytes.
 
     Returns a dict with:
@@ -84,8 +85,9 @@ def attention_memory_bytes(B: int, H: int, T: int, D: int, S: int | None = None,
     }
 
 
-def time_ms(fn: Callable[[], object], repeats: int = 5, warmup: int = 1,
-            device: torch.device | str | None = None) -> float:
+def time_ms(
+    fn: Callable[[], object], repeats: int = 5, warmup: int = 1, device: torch.device | str | None = None
+) -> float:
     """Median wall time of ``fn()`` in milliseconds, after ``warmup`` untimed calls.
 
     Args:
@@ -212,5 +214,12 @@ def _release_free_heap() -> None:
 
 _fix_mmap_threshold()  # at import, before large tensors come and go
 
-__all__ = ["attention_flops", "attention_memory_bytes", "time_ms", "peak_memory_mib",
-           "cpu_peak_memory_supported", "loglog_slope", "MIB"]
+__all__ = [
+    "attention_flops",
+    "attention_memory_bytes",
+    "time_ms",
+    "peak_memory_mib",
+    "cpu_peak_memory_supported",
+    "loglog_slope",
+    "MIB",
+]

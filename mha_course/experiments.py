@@ -98,8 +98,7 @@ def score_variance_vs_dim(dims: Sequence[int], n_samples: int = 10_000, seed: in
     return {"dims": np.array(dims), "unscaled": np.array(unscaled), "scaled": np.array(scaled)}
 
 
-def softmax_saturation(dims: Sequence[int], num_keys: int = 16, n_samples: int = 2_000,
-                       seed: int = 0) -> dict:
+def softmax_saturation(dims: Sequence[int], num_keys: int = 16, n_samples: int = 2_000, seed: int = 0) -> dict:
     """How peaked softmax(q . K) is, with and without the 1/sqrt(D) scale.
 
     For each D, draws n_samples queries q (D,) and key sets K (S, D) with N(0, 1) entries and
@@ -124,8 +123,7 @@ def softmax_saturation(dims: Sequence[int], num_keys: int = 16, n_samples: int =
     dims = _check_dims(dims)
     _check_positive(num_keys=num_keys, n_samples=n_samples)
     generator = torch.Generator().manual_seed(seed)
-    result = {name: [] for name in ("max_weight_unscaled", "max_weight_scaled",
-                                    "entropy_unscaled", "entropy_scaled")}
+    result = {name: [] for name in ("max_weight_unscaled", "max_weight_scaled", "entropy_unscaled", "entropy_scaled")}
     for D in dims:
         scores = _random_scores(D, num_keys, n_samples, generator)  # (N, S)
         for tag, scale in (("unscaled", 1.0), ("scaled", 1.0 / math.sqrt(D))):
@@ -140,8 +138,7 @@ def softmax_saturation(dims: Sequence[int], num_keys: int = 16, n_samples: int =
     return out
 
 
-def softmax_gradient_norm(dims: Sequence[int], num_keys: int = 16, n_samples: int = 2_000,
-                          seed: int = 0) -> dict:
+def softmax_gradient_norm(dims: Sequence[int], num_keys: int = 16, n_samples: int = 2_000, seed: int = 0) -> dict:
     """Size of the softmax's Jacobian ||d softmax(s) / d s||_F for random scores, scaled vs unscaled.
 
     J = diag(p) - p p^T is what every gradient flowing from the attention weights back to the
@@ -178,8 +175,9 @@ def softmax_gradient_norm(dims: Sequence[int], num_keys: int = 16, n_samples: in
     return out
 
 
-def _retrieval_batch(batch: int, num_pairs: int, num_keys: int, num_values: int,
-                     generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+def _retrieval_batch(
+    batch: int, num_pairs: int, num_keys: int, num_values: int, generator: torch.Generator
+) -> tuple[torch.Tensor, ...]:
     """One batch of the associative-recall task; see :func:`train_retrieval`.
 
     Returns keys (B, S), values (B, S), the query symbol (B,), its answer (B,) and which pair
@@ -192,9 +190,20 @@ def _retrieval_batch(batch: int, num_pairs: int, num_keys: int, num_values: int,
     return keys, values, keys[rows, target], values[rows, target], target
 
 
-def train_retrieval(scaled: bool = True, d_k: int = 256, steps: int = 300, seed: int = 0, *,
-                    d_model: int = 32, num_pairs: int = 16, num_keys: int = 32, num_values: int = 16,
-                    batch: int = 32, lr: float = 3e-3, qk_init_scale: float = 1.0) -> dict:
+def train_retrieval(
+    scaled: bool = True,
+    d_k: int = 256,
+    steps: int = 300,
+    seed: int = 0,
+    *,
+    d_model: int = 32,
+    num_pairs: int = 16,
+    num_keys: int = 32,
+    num_values: int = 16,
+    batch: int = 32,
+    lr: float = 3e-3,
+    qk_init_scale: float = 1.0,
+) -> dict:
     """Train a one-layer attention model on associative recall, with or without the 1/sqrt(D) scale.
 
     Task: a sequence of ``num_pairs`` (key, value) symbol pairs with distinct keys, and a query
@@ -231,8 +240,15 @@ def train_retrieval(scaled: bool = True, d_k: int = 256, steps: int = 300, seed:
         TypeError / ValueError: sizes not positive ints, num_pairs > num_keys, lr <= 0,
             qk_init_scale <= 0.
     """
-    _check_positive(d_k=d_k, steps=steps, d_model=d_model, num_pairs=num_pairs, num_keys=num_keys,
-                    num_values=num_values, batch=batch)
+    _check_positive(
+        d_k=d_k,
+        steps=steps,
+        d_model=d_model,
+        num_pairs=num_pairs,
+        num_keys=num_keys,
+        num_values=num_values,
+        batch=batch,
+    )
     if num_pairs > num_keys:
         raise ValueError(f"num_pairs={num_pairs} distinct keys need num_keys >= num_pairs, got {num_keys}")
     if not lr > 0:
@@ -240,20 +256,24 @@ def train_retrieval(scaled: bool = True, d_k: int = 256, steps: int = 300, seed:
     if not qk_init_scale > 0:
         raise ValueError(f"qk_init_scale must be > 0, got {qk_init_scale}")
     with single_thread():
-        return _train_retrieval(scaled, d_k, steps, seed, d_model, num_pairs, num_keys, num_values,
-                                batch, lr, qk_init_scale)
+        return _train_retrieval(
+            scaled, d_k, steps, seed, d_model, num_pairs, num_keys, num_values, batch, lr, qk_init_scale
+        )
 
 
-def _train_retrieval(scaled, d_k, steps, seed, d_model, num_pairs, num_keys, num_values, batch, lr,
-                     qk_init_scale) -> dict:
+def _train_retrieval(
+    scaled, d_k, steps, seed, d_model, num_pairs, num_keys, num_values, batch, lr, qk_init_scale
+) -> dict:
     generator = torch.Generator().manual_seed(seed)
     key_embedding = torch.randn(num_keys, d_model, generator=generator)  # (num_keys, d_model)
     value_embedding = torch.randn(num_values, d_model, generator=generator)  # (num_values, d_model)
     qk_std = qk_init_scale / math.sqrt(d_model)
-    params = [torch.randn(d_model, d_k, generator=generator) * qk_std,  # W_Q
-              torch.randn(d_model, d_k, generator=generator) * qk_std,  # W_K
-              torch.randn(d_model, d_model, generator=generator) / math.sqrt(d_model),  # W_V
-              torch.randn(d_model, num_values, generator=generator) / math.sqrt(d_model)]  # W_O
+    params = [
+        torch.randn(d_model, d_k, generator=generator) * qk_std,  # W_Q
+        torch.randn(d_model, d_k, generator=generator) * qk_std,  # W_K
+        torch.randn(d_model, d_model, generator=generator) / math.sqrt(d_model),  # W_V
+        torch.randn(d_model, num_values, generator=generator) / math.sqrt(d_model),
+    ]  # W_O
     for p in params:
         p.requires_grad_(True)
     w_q, w_k, w_v, w_o = params
@@ -263,8 +283,7 @@ def _train_retrieval(scaled, d_k, steps, seed, d_model, num_pairs, num_keys, num
     scale = 1.0 / math.sqrt(d_k) if scaled else 1.0
     losses, accuracies, max_weights, correct_weights = [], [], [], []
     for step in range(1, steps + 1):
-        keys, values, query, answer, asked = _retrieval_batch(batch, num_pairs, num_keys, num_values,
-                                                              generator)
+        keys, values, query, answer, asked = _retrieval_batch(batch, num_pairs, num_keys, num_values, generator)
         # Score each query against every symbol of the (small) key vocabulary, then pick the
         # sequence's keys: the same numbers as projecting every token, without any (B, S, D) tensor.
         q = key_embedding[query] @ w_q  # (B, D)
@@ -280,12 +299,16 @@ def _train_retrieval(scaled, d_k, steps, seed, d_model, num_pairs, num_keys, num
             for p, g, m, s in zip(params, grads, first_moment, second_moment, strict=True):
                 m.mul_(beta1).add_(g, alpha=1 - beta1)
                 s.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-                m_hat = m / (1 - beta1 ** step)
-                s_hat = s / (1 - beta2 ** step)
+                m_hat = m / (1 - beta1**step)
+                s_hat = s / (1 - beta2**step)
                 p.sub_(lr * m_hat / (s_hat.sqrt() + eps))
         losses.append(loss.item())
         accuracies.append(float((logits.argmax(-1) == answer).float().mean()))
         max_weights.append(float(weights.detach().amax(-1).mean()))
         correct_weights.append(float(weights.detach().gather(1, asked[:, None]).mean()))
-    return {"loss": np.array(losses), "accuracy": np.array(accuracies),
-            "max_weight": np.array(max_weights), "correct_weight": np.array(correct_weights)}
+    return {
+        "loss": np.array(losses),
+        "accuracy": np.array(accuracies),
+        "max_weight": np.array(max_weights),
+        "correct_weight": np.array(correct_weights),
+    }

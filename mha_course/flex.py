@@ -193,16 +193,18 @@ def mask_from_mod(mask_mod: MaskMod, B: int, H: int, T: int, S: int, device=None
     return mask_mod(b, h, q, kv).expand(B, H, T, S).to(torch.bool)  # (B, H, T, S)
 
 
-def bias_from_score_mod(score_mod: ScoreMod, B: int, H: int, T: int, S: int,
-                        dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+def bias_from_score_mod(
+    score_mod: ScoreMod, B: int, H: int, T: int, S: int, dtype: torch.dtype = torch.float32, device=None
+) -> torch.Tensor:
     """The float mask (B, H, T, S) of an additive ``score_mod``: score_mod(0, b, h, q, kv).
 
     Only for score_mods of the form score + bias(b, h, q, kv) (ALiBi, relative biases); a
     score_mod that scales or clips the score is not a mask.
     """
     if not callable(score_mod):
-        raise TypeError(f"score_mod must be a function (score, b, h, q_idx, kv_idx) -> score, "
-                        f"got {type(score_mod).__name__}")
+        raise TypeError(
+            f"score_mod must be a function (score, b, h, q_idx, kv_idx) -> score, got {type(score_mod).__name__}"
+        )
     b, h, q, kv = _grid(B, H, T, S, device)
     zero = torch.zeros((), dtype=dtype, device=device)
     return score_mod(zero, b, h, q, kv).expand(B, H, T, S).to(dtype)  # (B, H, T, S)
@@ -236,13 +238,21 @@ def make_block_mask(mask_mod: MaskMod, B: int, H: int, T: int, S: int, block_siz
         require_positive_int(n, name)
     from torch.nn.attention.flex_attention import create_block_mask
 
-    return create_block_mask(mask_mod, B, H, T, S, device=device if device is not None else "cpu",
-                             BLOCK_SIZE=block_size)
+    return create_block_mask(
+        mask_mod, B, H, T, S, device=device if device is not None else "cpu", BLOCK_SIZE=block_size
+    )
 
 
-def flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, score_mod: ScoreMod | None = None,
-                   mask_mod: MaskMod | None = None, block_mask=None, compiled: bool = False,
-                   block_size: int = 128) -> torch.Tensor:
+def flex_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    score_mod: ScoreMod | None = None,
+    mask_mod: MaskMod | None = None,
+    block_mask=None,
+    compiled: bool = False,
+    block_size: int = 128,
+) -> torch.Tensor:
     """Run torch's FlexAttention with an optional ``score_mod`` and a mask; returns out (B, H, T, Dv).
 
     Args:
@@ -297,11 +307,26 @@ def causal_conventions(T: int, S: int) -> dict[str, torch.Tensor]:
         warnings.simplefilter("ignore")  # torch warns that lower-right with T > S gives NaN rows
         lower_right = causal_lower_right(T, S)._materialize()
         upper_left = causal_upper_left(T, S)._materialize()
-    return {"top-left (course default)": causal_mask(T, S), "bottom-right (course, diagonal=S-T)":
-            causal_mask(T, S, diagonal=S - T), "torch causal_upper_left": upper_left,
-            "torch causal_lower_right": lower_right}
+    return {
+        "top-left (course default)": causal_mask(T, S),
+        "bottom-right (course, diagonal=S-T)": causal_mask(T, S, diagonal=S - T),
+        "torch causal_upper_left": upper_left,
+        "torch causal_lower_right": lower_right,
+    }
 
 
-__all__ = ["flex_available", "compile_support", "causal_mod", "padding_mod", "sliding_window_mod", "document_mod",
-           "alibi_score_mod", "and_mods", "mask_from_mod", "bias_from_score_mod", "make_block_mask", "flex_attention",
-           "causal_conventions"]
+__all__ = [
+    "flex_available",
+    "compile_support",
+    "causal_mod",
+    "padding_mod",
+    "sliding_window_mod",
+    "document_mod",
+    "alibi_score_mod",
+    "and_mods",
+    "mask_from_mod",
+    "bias_from_score_mod",
+    "make_block_mask",
+    "flex_attention",
+    "causal_conventions",
+]

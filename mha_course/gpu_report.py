@@ -63,7 +63,7 @@ class Record:
     num_stages: int
     causal: bool
     ok: bool
-    variant: str = ""         # other constexprs of the config, e.g. "TWO_PASS"
+    variant: str = ""  # other constexprs of the config, e.g. "TWO_PASS"
     registers: int = 0
     spill_stores: int = 0
     spill_loads: int = 0
@@ -75,7 +75,7 @@ class Record:
     compile_s: float = 0.0
     error: str = ""
     triton_version: str = ""
-    ptx: str = field(default="", repr=False)   # kept only when asked (compile_record(keep_ptx=True))
+    ptx: str = field(default="", repr=False)  # kept only when asked (compile_record(keep_ptx=True))
 
     @property
     def spill_bytes(self) -> int:
@@ -88,6 +88,7 @@ class Record:
 
 
 # --- the kernels and how to describe their arguments ----------------------------------------------------
+
 
 def kernels() -> dict[str, tuple[Any, Any]]:
     """name -> (the jitted kernel, the function listing its autotune configs)."""
@@ -127,29 +128,63 @@ def signature(kernel: Any, dtype: str) -> dict[str, str]:
 def constants(head_dim: int, block_m: int, block_n: int, causal: bool, dtype: str) -> dict[str, Any]:
     """The constexpr arguments, as :func:`mha_course.kernels.triton_attention` passes them."""
     block_d = max(16, 1 << (head_dim - 1).bit_length())
-    return {"D": head_dim, "DV": head_dim, "BLOCK_D": block_d, "BLOCK_DV": block_d, "BLOCK_M": block_m,
-            "BLOCK_N": block_n, "CAUSAL": causal, "PRECISION": "ieee" if dtype == "float32" else "tf32"}
+    return {
+        "D": head_dim,
+        "DV": head_dim,
+        "BLOCK_D": block_d,
+        "BLOCK_DV": block_d,
+        "BLOCK_M": block_m,
+        "BLOCK_N": block_n,
+        "CAUSAL": causal,
+        "PRECISION": "ieee" if dtype == "float32" else "tf32",
+    }
 
 
-def compile_record(name: str, kernel: Any, arch: str, dtype: str, head_dim: int, config: Any, causal: bool,
-                   ptxas: Path, keep_ptx: bool = False) -> Record:
+def compile_record(
+    name: str,
+    kernel: Any,
+    arch: str,
+    dtype: str,
+    head_dim: int,
+    config: Any,
+    causal: bool,
+    ptxas: Path,
+    keep_ptx: bool = False,
+) -> Record:
     """Compile one kernel for one target and config; a failure is a record with ``ok=False``, never a raise."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     block_m, block_n = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
-    record = Record(name, arch, dtype, head_dim, block_m, block_n, config.num_warps, config.num_stages, causal,
-                    ok=False, triton_version=triton.__version__,
-                    variant=" ".join(k for k, v in config.kwargs.items() if k not in ("BLOCK_M", "BLOCK_N") and v))
+    record = Record(
+        name,
+        arch,
+        dtype,
+        head_dim,
+        block_m,
+        block_n,
+        config.num_warps,
+        config.num_stages,
+        causal,
+        ok=False,
+        triton_version=triton.__version__,
+        variant=" ".join(k for k, v in config.kwargs.items() if k not in ("BLOCK_M", "BLOCK_N") and v),
+    )
     target = TARGETS[arch]
     start = time.perf_counter()
     try:
         extra = {k: v for k, v in config.kwargs.items() if k not in ("BLOCK_M", "BLOCK_N")}  # e.g. TWO_PASS
-        source = ASTSource(fn=kernel, signature=signature(kernel, dtype),
-                           constexprs={**constants(head_dim, block_m, block_n, causal, dtype), **extra})
-        compiled = triton.compile(source, target=GPUTarget("cuda", target.arch, 32),
-                                  options={"num_warps": config.num_warps, "num_stages": config.num_stages})
+        source = ASTSource(
+            fn=kernel,
+            signature=signature(kernel, dtype),
+            constexprs={**constants(head_dim, block_m, block_n, causal, dtype), **extra},
+        )
+        compiled = triton.compile(
+            source,
+            target=GPUTarget("cuda", target.arch, 32),
+            options={"num_warps": config.num_warps, "num_stages": config.num_stages},
+        )
         ptx = compiled.asm["ptx"]
         usage = ptxas_usage(ptx, ptxas)
     except Exception as exc:  # reported, and the command exits 1
@@ -167,8 +202,15 @@ def compile_record(name: str, kernel: Any, arch: str, dtype: str, head_dim: int,
     return record
 
 
-def sweep(archs: list[str], dtypes: list[str], head_dims: list[int], names: list[str], first_only: bool = False,
-          causal: bool = False, progress: bool = True) -> list[Record]:
+def sweep(
+    archs: list[str],
+    dtypes: list[str],
+    head_dims: list[int],
+    names: list[str],
+    first_only: bool = False,
+    causal: bool = False,
+    progress: bool = True,
+) -> list[Record]:
     """Compile every (kernel, arch, dtype, head_dim, config) combination; see :func:`compile_record`."""
     from tqdm import tqdm
 
@@ -178,22 +220,28 @@ def sweep(archs: list[str], dtypes: list[str], head_dims: list[int], names: list
     for name in names:
         kernel, configs = table[name]
         chosen = configs()[:1] if first_only else configs()
-        jobs += [(name, kernel, arch, dtype, d, c) for arch in archs for dtype in dtypes for d in head_dims
-                 for c in chosen]
-    return [compile_record(name, kernel, arch, dtype, d, c, causal, ptxas)
-            for name, kernel, arch, dtype, d, c in tqdm(jobs, desc="compiling", unit="kernel", disable=not progress)]
+        jobs += [
+            (name, kernel, arch, dtype, d, c) for arch in archs for dtype in dtypes for d in head_dims for c in chosen
+        ]
+    return [
+        compile_record(name, kernel, arch, dtype, d, c, causal, ptxas)
+        for name, kernel, arch, dtype, d, c in tqdm(jobs, desc="compiling", unit="kernel", disable=not progress)
+    ]
 
 
-def compiled_view(kernel: str = "forward", arch: str = "sm_90", dtype: str = "float16", head_dim: int = 64,
-                  timeout: float = 300) -> dict[str, Any]:
+def compiled_view(
+    kernel: str = "forward", arch: str = "sm_90", dtype: str = "float16", head_dim: int = 64, timeout: float = 300
+) -> dict[str, Any]:
     """What ``kernel``'s first autotune config becomes on ``arch``, compiled in a fresh process (any machine).
 
     Returns the :class:`Record` fields plus ``ptx_lines`` (the PTX's line count) and ``excerpt``
     (:func:`ptx_excerpt`). Used by chapter 13, whose kernel runs in Triton's interpreter: the
     compiler needs a process that did not choose the interpreter.
     """
-    code = ("import json\nfrom mha_course import gpu_report as g\n"
-            f"print(json.dumps(g._compiled_view_here({kernel!r}, {arch!r}, {dtype!r}, {head_dim!r})))")
+    code = (
+        "import json\nfrom mha_course import gpu_report as g\n"
+        f"print(json.dumps(g._compiled_view_here({kernel!r}, {arch!r}, {dtype!r}, {head_dim!r})))"
+    )
     env = dict(os.environ, TRITON_INTERPRET="0")
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
@@ -218,30 +266,42 @@ def _as_json(record: Record) -> dict[str, Any]:
 
 def format_table(records: list[Record]) -> str:
     """A fixed-width table, one row per record."""
-    header = (f"{'kernel':8} {'arch':6} {'dtype':8} {'D':>4} {'config (M, N, warps, stages)':29} {'regs':>5} "
-              f"{'spill B':>8} {'smem KiB':>9} {'tensor cores':12} {'warps/SM':>8} {'occ.':>5}")
+    header = (
+        f"{'kernel':8} {'arch':6} {'dtype':8} {'D':>4} {'config (M, N, warps, stages)':29} {'regs':>5} "
+        f"{'spill B':>8} {'smem KiB':>9} {'tensor cores':12} {'warps/SM':>8} {'occ.':>5}"
+    )
     lines = [header, "-" * len(header)]
     for r in records:
         if not r.ok:
             lines.append(f"{r.kernel:8} {r.arch:6} {r.dtype:8} {r.head_dim:>4} {r.config:29} FAILED: {r.error}")
             continue
-        lines.append(f"{r.kernel:8} {r.arch:6} {r.dtype:8} {r.head_dim:>4} {r.config:29} {r.registers:>5} "
-                     f"{r.spill_bytes:>8} {r.shared_bytes / 1024:>9.1f} {r.tensor_cores:12} {r.warps_per_sm:>8} "
-                     f"{r.occupancy:>5.0%}")
+        lines.append(
+            f"{r.kernel:8} {r.arch:6} {r.dtype:8} {r.head_dim:>4} {r.config:29} {r.registers:>5} "
+            f"{r.spill_bytes:>8} {r.shared_bytes / 1024:>9.1f} {r.tensor_cores:12} {r.warps_per_sm:>8} "
+            f"{r.occupancy:>5.0%}"
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (1 if a kernel failed to compile)."""
-    parser = argparse.ArgumentParser(prog="python -m mha_course.gpu_report", description=(
-        "Compile the course's Triton kernels for real GPU targets on this machine (no GPU needed) and report "
-        "registers, spills, shared memory, tensor-core instructions and occupancy."))
+    parser = argparse.ArgumentParser(
+        prog="python -m mha_course.gpu_report",
+        description=(
+            "Compile the course's Triton kernels for real GPU targets on this machine (no GPU needed) and report "
+            "registers, spills, shared memory, tensor-core instructions and occupancy."
+        ),
+    )
     parser.add_argument("--arch", nargs="+", default=["sm_80", "sm_90"], choices=sorted(TARGETS))
     parser.add_argument("--dtype", nargs="+", default=["float16", "bfloat16"], choices=sorted(DTYPES))
     parser.add_argument("--head-dim", nargs="+", type=int, default=[64, 128])
     parser.add_argument("--kernel", nargs="+", default=["forward", "dkdv", "dq"], choices=["forward", "dkdv", "dq"])
-    parser.add_argument("--configs", choices=["all", "first"], default="all",
-                        help="every config of each kernel's autotune list (default), or only the first")
+    parser.add_argument(
+        "--configs",
+        choices=["all", "first"],
+        default="all",
+        help="every config of each kernel's autotune list (default), or only the first",
+    )
     parser.add_argument("--causal", action="store_true", help="compile the causal variant")
     parser.add_argument("--json", type=Path, help="write the records here")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -255,14 +315,24 @@ def main(argv: list[str] | None = None) -> int:
     if runtime.INTERPRETED or runtime.IMPORTED_TOO_EARLY:
         # the kernels were decorated for the interpreter: compile in a fresh process that uses the compiler
         env = dict(os.environ, TRITON_INTERPRET="0")
-        return subprocess.run([sys.executable, "-m", "mha_course.gpu_report", *(argv if argv is not None else
-                                                                                sys.argv[1:])], env=env).returncode
-    records = sweep(args.arch, args.dtype, args.head_dim, args.kernel, first_only=args.configs == "first",
-                    causal=args.causal, progress=not args.quiet)
+        return subprocess.run(
+            [sys.executable, "-m", "mha_course.gpu_report", *(argv if argv is not None else sys.argv[1:])], env=env
+        ).returncode
+    records = sweep(
+        args.arch,
+        args.dtype,
+        args.head_dim,
+        args.kernel,
+        first_only=args.configs == "first",
+        causal=args.causal,
+        progress=not args.quiet,
+    )
     print(format_table(records))
     spilling = [r for r in records if r.ok and r.spill_bytes]
-    print(f"{len(records)} kernels compiled for {', '.join(args.arch)}; {len(spilling)} spill; "
-          f"{sum(not r.ok for r in records)} failed")
+    print(
+        f"{len(records)} kernels compiled for {', '.join(args.arch)}; {len(spilling)} spill; "
+        f"{sum(not r.ok for r in records)} failed"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps([_as_json(r) for r in records], indent=1) + "\n")

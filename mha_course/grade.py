@@ -94,65 +94,124 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m mha_course.grade",
         description="Grade submission notebooks, each in its own sandbox. A folder is a class: each first-level "
-                    "folder or file is one student. Exit status 0 whenever grading ran (failing tests are not an "
-                    "error), 2 for a usage error, 3 when submissions cannot be isolated here.")
+        "folder or file is one student. Exit status 0 whenever grading ran (failing tests are not an "
+        "error), 2 for a usage error, 3 when submissions cannot be isolated here.",
+    )
     parser.add_argument("submissions", nargs="+", help="notebooks, or folders of a class (searched recursively)")
-    parser.add_argument("--assignment", metavar="KEY",
-                        help="grade this assignment only (e.g. a04_masks): other assignments' notebooks, missing "
-                             "notebooks and unreadable files get a row saying so")
-    parser.add_argument("--one-submission", action="store_true",
-                        help="everything given is one student's submission (a Gradescope upload)")
-    parser.add_argument("--roster", type=Path,
-                        help="class list CSV (id column, optional name and match columns; a Canvas or Moodle "
-                             "export works) to name each student")
-    parser.add_argument("--overrides", type=Path,
-                        help="CSV of student,exercise,points,reason rows (points 'waive' to excuse) applied to "
-                             "this run")
+    parser.add_argument(
+        "--assignment",
+        metavar="KEY",
+        help="grade this assignment only (e.g. a04_masks): other assignments' notebooks, missing "
+        "notebooks and unreadable files get a row saying so",
+    )
+    parser.add_argument(
+        "--one-submission",
+        action="store_true",
+        help="everything given is one student's submission (a Gradescope upload)",
+    )
+    parser.add_argument(
+        "--roster",
+        type=Path,
+        help="class list CSV (id column, optional name and match columns; a Canvas or Moodle "
+        "export works) to name each student",
+    )
+    parser.add_argument(
+        "--overrides",
+        type=Path,
+        help="CSV of student,exercise,points,reason rows (points 'waive' to excuse) applied to this run",
+    )
     parser.add_argument("--csv", type=Path, help="write the gradebook (one row per student and assignment)")
-    parser.add_argument("--report", type=Path,
-                        help="write the class report here (HTML), with a Markdown twin and histograms beside it")
+    parser.add_argument(
+        "--report", type=Path, help="write the class report here (HTML), with a Markdown twin and histograms beside it"
+    )
     parser.add_argument("--feedback-dir", type=Path, help="write one Markdown feedback file per submission here")
-    parser.add_argument("--grades-out", type=Path,
-                        help="write the roster back with a grade column filled in (for the platform's import)")
-    parser.add_argument("--grade-column", help="the grade column of --grades-out (default: 'Grade' when the "
-                                               "roster has one, as Moodle's worksheet does, else the assignment key)")
+    parser.add_argument(
+        "--grades-out",
+        type=Path,
+        help="write the roster back with a grade column filled in (for the platform's import)",
+    )
+    parser.add_argument(
+        "--grade-column",
+        help="the grade column of --grades-out (default: 'Grade' when the "
+        "roster has one, as Moodle's worksheet does, else the assignment key)",
+    )
     parser.add_argument("--summary", type=Path, help="write the per-test class summary (text) here")
-    parser.add_argument("--results-dir", type=Path,
-                        help="write one Gradescope results.json per submission here (names unique per student)")
-    parser.add_argument("--json", type=Path,
-                        help="write Gradescope's results.json here (several notebooks: one merged result)")
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        help="write one Gradescope results.json per submission here (names unique per student)",
+    )
+    parser.add_argument(
+        "--json", type=Path, help="write Gradescope's results.json here (several notebooks: one merged result)"
+    )
     parser.add_argument("--workers", type=int, default=2, help="submissions graded in parallel (default 2)")
-    parser.add_argument("--case-timeout", type=float, default=Limits.case_timeout,
-                        help=f"seconds per test case (default {Limits.case_timeout:g})")
-    parser.add_argument("--cell-timeout", type=float, default=Limits.cell_timeout,
-                        help=f"seconds per notebook cell (default {Limits.cell_timeout:g})")
-    parser.add_argument("--notebook-timeout", type=float, default=Limits.notebook_timeout,
-                        help=f"seconds for all cells of a notebook (default {Limits.notebook_timeout:g})")
-    parser.add_argument("--submission-timeout", type=float, default=Limits.submission_timeout,
-                        help=f"seconds for everything of one submission (default {Limits.submission_timeout:g})")
-    parser.add_argument("--batch-timeout", type=float, default=None,
-                        help="seconds for the whole run; submissions not started by then are reported as not "
-                             "graded (default: no limit)")
-    parser.add_argument("--memory-mb", type=int, default=Limits.memory_mb,
-                        help=f"memory a submission may allocate beyond the grader's own, MiB (default "
-                             f"{Limits.memory_mb})")
-    parser.add_argument("--seed", type=int, default=None,
-                        help="salt of the fresh random inputs every passing test is run on again (default: a new "
-                             "one each run, printed at the end; pass it to reproduce a run)")
-    parser.add_argument("--unsafe-no-isolation", action="store_true",
-                        help="grade even where bubblewrap's sandbox cannot run: submissions then run as plain "
-                             "processes that can read and change this machine's files (only for code you trust)")
-    parser.add_argument("--quiet", action="store_true",
-                        help="no progress bar, no per-test table and no line per notebook (the class summary "
-                             "and the --seed to reproduce the run are still printed)")
+    parser.add_argument(
+        "--case-timeout",
+        type=float,
+        default=Limits.case_timeout,
+        help=f"seconds per test case (default {Limits.case_timeout:g})",
+    )
+    parser.add_argument(
+        "--cell-timeout",
+        type=float,
+        default=Limits.cell_timeout,
+        help=f"seconds per notebook cell (default {Limits.cell_timeout:g})",
+    )
+    parser.add_argument(
+        "--notebook-timeout",
+        type=float,
+        default=Limits.notebook_timeout,
+        help=f"seconds for all cells of a notebook (default {Limits.notebook_timeout:g})",
+    )
+    parser.add_argument(
+        "--submission-timeout",
+        type=float,
+        default=Limits.submission_timeout,
+        help=f"seconds for everything of one submission (default {Limits.submission_timeout:g})",
+    )
+    parser.add_argument(
+        "--batch-timeout",
+        type=float,
+        default=None,
+        help="seconds for the whole run; submissions not started by then are reported as not "
+        "graded (default: no limit)",
+    )
+    parser.add_argument(
+        "--memory-mb",
+        type=int,
+        default=Limits.memory_mb,
+        help=f"memory a submission may allocate beyond the grader's own, MiB (default {Limits.memory_mb})",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="salt of the fresh random inputs every passing test is run on again (default: a new "
+        "one each run, printed at the end; pass it to reproduce a run)",
+    )
+    parser.add_argument(
+        "--unsafe-no-isolation",
+        action="store_true",
+        help="grade even where bubblewrap's sandbox cannot run: submissions then run as plain "
+        "processes that can read and change this machine's files (only for code you trust)",
+    )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar, no per-test table and no line per notebook (the class summary "
+        "and the --seed to reproduce the run are still printed)",
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = _parser().parse_args(argv)
-    fail_json = (lambda text: write_json(args.json, {"score": 0, "max_score": 0, "output": text, "tests": []})) \
-        if args.json else (lambda text: None)  # Gradescope still gets a result it can show
+    fail_json = (
+        (lambda text: write_json(args.json, {"score": 0, "max_score": 0, "output": text, "tests": []}))
+        if args.json
+        else (lambda text: None)
+    )  # Gradescope still gets a result it can show
     try:
         if args.assignment:
             registry.get_assignment(args.assignment)
@@ -170,21 +229,33 @@ def main(argv: list[str] | None = None) -> int:
         fail_json("No notebook was found in the submission.")
         return 2
     missing = _identify(rows, roster)
-    limits = Limits(case_timeout=args.case_timeout, cell_timeout=args.cell_timeout,
-                    notebook_timeout=args.notebook_timeout, memory_mb=args.memory_mb,
-                    submission_timeout=args.submission_timeout, batch_timeout=args.batch_timeout)
+    limits = Limits(
+        case_timeout=args.case_timeout,
+        cell_timeout=args.cell_timeout,
+        notebook_timeout=args.notebook_timeout,
+        memory_mb=args.memory_mb,
+        submission_timeout=args.submission_timeout,
+        batch_timeout=args.batch_timeout,
+    )
     try:
         isolator = Isolator(unsafe_no_isolation=args.unsafe_no_isolation)
     except IsolationError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        fail_json("The grader could not isolate submissions on this machine; ask your instructor ("
-                  + str(exc)[:300] + ")")
+        fail_json(
+            "The grader could not isolate submissions on this machine; ask your instructor (" + str(exc)[:300] + ")"
+        )
         return 3
     if not args.quiet or not isolator.walls.isolated:
         print(f"isolation: {isolator.walls.summary()}", file=sys.stderr if not isolator.walls.isolated else sys.stdout)
     try:
-        results = grade_many(rows, limits, workers=args.workers, progress=not args.quiet and len(rows) > 1,
-                             seed=-1 if args.seed is None else args.seed, isolator=isolator)
+        results = grade_many(
+            rows,
+            limits,
+            workers=args.workers,
+            progress=not args.quiet and len(rows) > 1,
+            seed=-1 if args.seed is None else args.seed,
+            isolator=isolator,
+        )
     finally:
         isolator.close()
     apply_overrides(results, overrides)
@@ -226,8 +297,7 @@ def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None,
         write_grades(args.grades_out, roster, grades, column, write_atomic)
         print(f"grades for import: {args.grades_out} (column {column!r})")
     elif args.grades_out:
-        print("--grades-out needs --roster (the platform's class list, written back with the grades)",
-              file=sys.stderr)
+        print("--grades-out needs --roster (the platform's class list, written back with the grades)", file=sys.stderr)
     if args.summary:
         write_atomic(args.summary, class_summary(results) + "\n")
         print(f"class summary: {args.summary}")

@@ -38,10 +38,32 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 #: What the grader imports at run time (the report's matplotlib included; triton for a13's kernels).
 GRADER_PACKAGES = ("torch", "numpy", "matplotlib", "tqdm", "nbformat", "psutil", "triton")
 VISIBILITIES = {"hidden", "after_due_date", "after_published", "visible"}
-TOP_FIELDS = {"score", "execution_time", "output", "output_format", "test_output_format", "test_name_format",
-              "visibility", "stdout_visibility", "extra_data", "tests", "leaderboard"}
-TEST_FIELDS = {"score", "max_score", "status", "name", "name_format", "number", "output", "output_format",
-               "tags", "visibility", "extra_data"}
+TOP_FIELDS = {
+    "score",
+    "execution_time",
+    "output",
+    "output_format",
+    "test_output_format",
+    "test_name_format",
+    "visibility",
+    "stdout_visibility",
+    "extra_data",
+    "tests",
+    "leaderboard",
+}
+TEST_FIELDS = {
+    "score",
+    "max_score",
+    "status",
+    "name",
+    "name_format",
+    "number",
+    "output",
+    "output_format",
+    "tags",
+    "visibility",
+    "extra_data",
+}
 
 SETUP_SH = r"""#!/usr/bin/env bash
 # Gradescope runs this once, as root, to build the autograder's image. It finds its files from
@@ -84,9 +106,11 @@ cd "$ROOT/results"
 
 def grader_requirements() -> str:
     """Pins of the grader's run-time packages, as installed here (what the tests ran with)."""
-    lines = ["# The grader's run-time packages, pinned to what the course's tests ran with.",
-             "# torch's CPU build: its own index serves 2.13.0+cpu, preferred to PyPI's CUDA build.",
-             "--extra-index-url https://download.pytorch.org/whl/cpu"]
+    lines = [
+        "# The grader's run-time packages, pinned to what the course's tests ran with.",
+        "# torch's CPU build: its own index serves 2.13.0+cpu, preferred to PyPI's CUDA build.",
+        "--extra-index-url https://download.pytorch.org/whl/cpu",
+    ]
     for name in GRADER_PACKAGES:
         try:
             version = metadata.version(name).split("+")[0]
@@ -104,11 +128,16 @@ def build(assignment: str, output: Path, unsafe_no_isolation: bool = False) -> P
     key = registry.get_assignment(assignment).key
     extra = "--unsafe-no-isolation" if unsafe_no_isolation else ""
     project = PACKAGE_DIR.parent
-    manifest = {"assignment": key, "version": registry.get_assignment(key).version,
-                "built": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "python": sys.version.split()[0]}
+    manifest = {
+        "assignment": key,
+        "version": registry.get_assignment(key).version,
+        "built": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "python": sys.version.split()[0],
+    }
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(output, "w", zipfile.ZIP_DEFLATED) as bundle:
+
         def add_text(name: str, text: str, executable: bool = False) -> None:
             info = zipfile.ZipInfo(name, date_time=time.localtime()[:6])
             info.external_attr = (0o755 if executable else 0o644) << 16
@@ -116,8 +145,9 @@ def build(assignment: str, output: Path, unsafe_no_isolation: bool = False) -> P
             bundle.writestr(info, text)
 
         add_text("setup.sh", SETUP_SH.replace("@ASSIGNMENT@", key), executable=True)
-        add_text("run_autograder", RUN_AUTOGRADER.replace("@ASSIGNMENT@", key).replace("@EXTRA@", extra),
-                 executable=True)
+        add_text(
+            "run_autograder", RUN_AUTOGRADER.replace("@ASSIGNMENT@", key).replace("@EXTRA@", extra), executable=True
+        )
         for path in sorted(PACKAGE_DIR.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
                 bundle.write(path, f"course/mha_course/{path.relative_to(PACKAGE_DIR).as_posix()}")
@@ -185,8 +215,9 @@ def validate_results(data: object) -> list[str]:
         most = sum(t.get("max_score", 0) for t in tests if isinstance(t, dict))
         leaks = [f"{total:g} / {most:g}", f"{total:g}/{most:g}", f"out of {most:g}"]
         text = "\n".join(visible_text)
-        problems += [f"visible text reveals the total including hidden tests ({leak!r})" for leak in leaks
-                     if leak in text]
+        problems += [
+            f"visible text reveals the total including hidden tests ({leak!r})" for leak in leaks if leak in text
+        ]
     return problems
 
 
@@ -199,8 +230,15 @@ def _plant_packages(venv: Path) -> None:
     (lib / "_grader_packages_from_build_env.pth").write_text("\n".join(sorted(here)) + "\n")
 
 
-def simulate(bundle: Path, submission: Path, root: Path | None = None, reuse_packages: bool = True,
-             keep: bool = False, timeout: float = 1800, setup: bool = True) -> tuple[dict, list[str], Path]:
+def simulate(
+    bundle: Path,
+    submission: Path,
+    root: Path | None = None,
+    reuse_packages: bool = True,
+    keep: bool = False,
+    timeout: float = 1800,
+    setup: bool = True,
+) -> tuple[dict, list[str], Path]:
     """Run the autograder like Gradescope: (results.json data, problems, root used).
 
     ``root`` (default: a new temporary folder) gets source/, submission/, results/, run_autograder;
@@ -225,19 +263,22 @@ def simulate(bundle: Path, submission: Path, root: Path | None = None, reuse_pac
         (root / "results").mkdir(exist_ok=True)
         env = dict(os.environ, AUTOGRADER_ROOT=str(root))
         env.pop("VIRTUAL_ENV", None)
-        env["PATH"] = os.pathsep.join(p for p in env.get("PATH", "").split(os.pathsep)
-                                      if not p.startswith(str(Path(sys.prefix))))
+        env["PATH"] = os.pathsep.join(
+            p for p in env.get("PATH", "").split(os.pathsep) if not p.startswith(str(Path(sys.prefix)))
+        )
         if (root / "results" / "results.json").exists():
             (root / "results" / "results.json").unlink()
         if reuse_packages and setup:
             _plant_packages(root / "venv")
         elsewhere = tempfile.mkdtemp(prefix="cwd-")
         for script in ((source / "setup.sh",) if setup else ()) + (root / "run_autograder",):
-            done = subprocess.run(["bash", str(script)], cwd=elsewhere, env=env, capture_output=True, text=True,
-                                  timeout=timeout)
+            done = subprocess.run(
+                ["bash", str(script)], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=timeout
+            )
             if done.returncode != 0:
-                raise RuntimeError(f"{script.name} failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n"
-                                   f"{done.stderr[-3000:]}")
+                raise RuntimeError(
+                    f"{script.name} failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+                )
         shutil.rmtree(elsewhere, ignore_errors=True)
         results = root / "results" / "results.json"
         if not results.is_file():
@@ -250,28 +291,38 @@ def simulate(bundle: Path, submission: Path, root: Path | None = None, reuse_pac
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mha_course.gradescope",
-                                     description="Build a Gradescope autograder for one assignment, or run one "
-                                                 "locally the way Gradescope does.")
+    parser = argparse.ArgumentParser(
+        prog="python -m mha_course.gradescope",
+        description="Build a Gradescope autograder for one assignment, or run one locally the way Gradescope does.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     b = sub.add_parser("build", help="write autograder.zip for one assignment")
     b.add_argument("--assignment", required=True, metavar="KEY", help="e.g. a02_softmax")
     b.add_argument("-o", "--output", type=Path, help="the zip to write (default: build/autograder-KEY.zip)")
-    b.add_argument("--unsafe-no-isolation", action="store_true",
-                   help="grade even where Gradescope's container forbids bubblewrap (Gradescope's container is "
-                        "then the only wall; the bundle holds no solutions)")
+    b.add_argument(
+        "--unsafe-no-isolation",
+        action="store_true",
+        help="grade even where Gradescope's container forbids bubblewrap (Gradescope's container is "
+        "then the only wall; the bundle holds no solutions)",
+    )
     s = sub.add_parser("simulate", help="run a bundle's setup.sh and run_autograder on a submission folder")
     s.add_argument("bundle", type=Path)
     s.add_argument("submission", type=Path, help="the folder a student uploads (becomes /autograder/submission)")
     s.add_argument("--root", type=Path, help="the folder standing in for /autograder (default: a temporary one)")
-    s.add_argument("--download-packages", action="store_true",
-                   help="let setup.sh download every package instead of reusing this environment's")
+    s.add_argument(
+        "--download-packages",
+        action="store_true",
+        help="let setup.sh download every package instead of reusing this environment's",
+    )
     s.add_argument("--keep", action="store_true", help="keep the temporary /autograder folder")
     args = parser.parse_args(argv)
     if args.command == "build":
         try:
-            path = build(args.assignment, args.output or Path("build") / f"autograder-{args.assignment}.zip",
-                         args.unsafe_no_isolation)
+            path = build(
+                args.assignment,
+                args.output or Path("build") / f"autograder-{args.assignment}.zip",
+                args.unsafe_no_isolation,
+            )
         except KeyError as exc:
             print(f"error: {exc.args[0]}", file=sys.stderr)
             return 2
@@ -279,8 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path}: {len(z.namelist())} files for {args.assignment} (no solutions/, exercises/, tests/)")
         return 0
     try:
-        data, problems, root = simulate(args.bundle, args.submission, args.root, not args.download_packages,
-                                        args.keep)
+        data, problems, root = simulate(args.bundle, args.submission, args.root, not args.download_packages, args.keep)
     except (RuntimeError, subprocess.SubprocessError, OSError, zipfile.BadZipFile) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -27,8 +27,9 @@ def set_ticks(ax, labels: list[str] | None, n: int, axis: str, show_labels: bool
         labels = [""] * len(positions)
     if axis == "x":
         rotate = max((len(s) for s in labels), default=0) > 3
-        ax.set_xticklabels(labels, rotation=60 if rotate else 0, ha="right" if rotate else "center",
-                           rotation_mode="anchor")
+        ax.set_xticklabels(
+            labels, rotation=60 if rotate else 0, ha="right" if rotate else "center", rotation_mode="anchor"
+        )
     else:
         ax.set_yticklabels(labels)
 
@@ -56,12 +57,32 @@ def cmap_with_nan(cmap):
     return cmap.with_extremes(bad=NAN_COLOR)
 
 
-def draw_heatmap(ax, matrix, query_labels, key_labels, *, cmap, vmin, vmax, annotate,
-             show_x=True, show_y=True, colorbar=True, colorbar_label=None, axis_names=("query (T)", "key (S)")):
+def draw_heatmap(
+    ax,
+    matrix,
+    query_labels,
+    key_labels,
+    *,
+    cmap,
+    vmin,
+    vmax,
+    annotate,
+    show_x=True,
+    show_y=True,
+    colorbar=True,
+    colorbar_label=None,
+    axis_names=("query (T)", "key (S)"),
+):
     """Draw one (T, S) heatmap on ``ax``; returns the image. ``axis_names``: (rows, columns) labels."""
     T, S = matrix.shape
-    image = ax.imshow(np.ma.masked_invalid(matrix), cmap=cmap_with_nan(cmap), vmin=vmin, vmax=vmax,
-                      aspect="auto", interpolation="nearest")
+    image = ax.imshow(
+        np.ma.masked_invalid(matrix),
+        cmap=cmap_with_nan(cmap),
+        vmin=vmin,
+        vmax=vmax,
+        aspect="auto",
+        interpolation="nearest",
+    )
     set_ticks(ax, key_labels, S, "x", show_x)
     set_ticks(ax, query_labels, T, "y", show_y)
     if show_x:

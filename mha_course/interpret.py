@@ -25,7 +25,9 @@ from .train import evaluate
 
 def _gates(model) -> list[torch.Tensor]:
     if not hasattr(model, "attention_modules"):
-        raise TypeError(f"model must have attention_modules() (TinyTransformer, EncoderDecoder), got {type(model).__name__}")
+        raise TypeError(
+            f"model must have attention_modules() (TinyTransformer, EncoderDecoder), got {type(model).__name__}"
+        )
     return [module.head_gate for module in model.attention_modules()]
 
 
@@ -46,7 +48,9 @@ def ablate(model, heads):
     try:
         for layer, head in heads:
             if not (0 <= layer < len(gates) and 0 <= head < gates[layer].numel()):
-                raise ValueError(f"(layer, head) must be within (L={len(gates)}, H={gates[0].numel()}), got ({layer}, {head})")
+                raise ValueError(
+                    f"(layer, head) must be within (L={len(gates)}, H={gates[0].numel()}), got ({layer}, {head})"
+                )
             gates[layer][head] = 0.0
         yield model
     finally:
@@ -120,7 +124,7 @@ def previous_token_attention(model, data: TaskData) -> np.ndarray:
     model.eval()
     _, attention = run_model(model, data)  # (L, B, H, T, S)
     T = attention.shape[-2]
-    diagonal = torch.diagonal(attention[..., 1:, :T - 1], dim1=-2, dim2=-1)  # (L, B, H, T-1)
+    diagonal = torch.diagonal(attention[..., 1:, : T - 1], dim1=-2, dim2=-1)  # (L, B, H, T-1)
     return diagonal.mean(dim=(1, 3)).numpy()
 
 
@@ -169,17 +173,22 @@ def attention_grid(model, task: Task, data: TaskData, index: int = 0, title: str
     one = _select(data, index)
     _, attention = run_model(model, one)  # (L, 1, H, T, S)
     query, key = example_labels(task, one, 0)
-    return plot_attention_grid(attention[:, 0], query_labels=query, key_labels=key,
-                               title=title or f"{task.name}: attention of every head")
+    return plot_attention_grid(
+        attention[:, 0], query_labels=query, key_labels=key, title=title or f"{task.name}: attention of every head"
+    )
 
 
 def _select(data: TaskData, index: int) -> TaskData:
     if not 0 <= index < len(data):
         raise ValueError(f"index must be in [0, {len(data)}), got {index}")
     pick = slice(index, index + 1)
-    return TaskData(data.inputs[pick], data.targets[pick], data.source_pos[pick],
-                    None if data.source is None else data.source[pick],
-                    None if data.source_lengths is None else data.source_lengths[pick])
+    return TaskData(
+        data.inputs[pick],
+        data.targets[pick],
+        data.source_pos[pick],
+        None if data.source is None else data.source[pick],
+        None if data.source_lengths is None else data.source_lengths[pick],
+    )
 
 
 def plot_ablation(table: dict, ax=None, title: str = "accuracy with one head switched off"):
@@ -210,7 +219,9 @@ def plot_ablation(table: dict, ax=None, title: str = "accuracy with one head swi
     return ax
 
 
-def plot_relation_attention(mass: np.ndarray, relations, ax=None, title: str = "attention mass on each relation's target"):
+def plot_relation_attention(
+    mass: np.ndarray, relations, ax=None, title: str = "attention mass on each relation's target"
+):
     """Heatmap of :func:`relation_attention` (L, H, R): rows are heads, columns relations. Returns the Axes.
 
     Raises:
@@ -255,8 +266,12 @@ def head_picker(model, task: Task, data: TaskData):
 
     def show(example=0, layer=0, head=0):
         query, key = example_labels(task, data, example)
-        ax = plot_attention(attention[layer, example, head], query_labels=query, key_labels=key,
-                            title=f"layer {layer}, head {head}, example {example}")
+        ax = plot_attention(
+            attention[layer, example, head],
+            query_labels=query,
+            key_labels=key,
+            title=f"layer {layer}, head {head}, example {example}",
+        )
         plt.show()
         return ax
 
@@ -268,6 +283,9 @@ def head_picker(model, task: Task, data: TaskData):
         return fig
     from .viz import interactive
 
-    return interactive(show, example=lambda w: w.IntSlider(value=0, min=0, max=max(N - 1, 0)),
-                       layer=lambda w: w.IntSlider(value=0, min=0, max=L - 1),
-                       head=lambda w: w.IntSlider(value=0, min=0, max=H - 1))
+    return interactive(
+        show,
+        example=lambda w: w.IntSlider(value=0, min=0, max=max(N - 1, 0)),
+        layer=lambda w: w.IntSlider(value=0, min=0, max=L - 1),
+        head=lambda w: w.IntSlider(value=0, min=0, max=H - 1),
+    )

@@ -29,13 +29,16 @@ def _check(x_query, x_train, bandwidth, y_train=None):
         require_tensor(y_train, "y_train")
         require_floating(y_train, "y_train")
         if y_train.shape[:1] != x_train.shape:
-            raise ValueError(f"y_train must have one target per training point, shape (S={x_train.shape[0]}, ...), "
-                             f"got {tuple(y_train.shape)}")
+            raise ValueError(
+                f"y_train must have one target per training point, shape (S={x_train.shape[0]}, ...), "
+                f"got {tuple(y_train.shape)}"
+            )
     require_positive_number(bandwidth, "bandwidth")
 
 
-def nadaraya_watson(x_query: torch.Tensor, x_train: torch.Tensor, y_train: torch.Tensor,
-                    bandwidth: float) -> tuple[torch.Tensor, torch.Tensor]:
+def nadaraya_watson(
+    x_query: torch.Tensor, x_train: torch.Tensor, y_train: torch.Tensor, bandwidth: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Gaussian-kernel regression: weights = softmax(-(x - x_i)^2 / (2 h^2)), prediction = weights @ y.
 
     Args:
@@ -57,8 +60,9 @@ def nadaraya_watson(x_query: torch.Tensor, x_train: torch.Tensor, y_train: torch
     return weights @ y_train.to(weights.dtype), weights
 
 
-def as_attention(x_query: torch.Tensor, x_train: torch.Tensor,
-                 bandwidth: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def as_attention(
+    x_query: torch.Tensor, x_train: torch.Tensor, bandwidth: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The same regression as dot-product attention: (q (T, 1), k (S, 1), float mask (1, S)).
 
     ``scaled_dot_product_attention(q, k, y_train[:, None], mask=bias, scale=1.0)`` then gives the

@@ -39,11 +39,23 @@ class KVCache:
         ValueError: a size is not positive.
     """
 
-    def __init__(self, batch: int, num_kv_heads: int, head_dim: int, max_len: int | None = None,
-                 value_dim: int | None = None, dtype: torch.dtype = torch.float32,
-                 device: torch.device | str | None = None):
+    def __init__(
+        self,
+        batch: int,
+        num_kv_heads: int,
+        head_dim: int,
+        max_len: int | None = None,
+        value_dim: int | None = None,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ):
         value_dim = head_dim if value_dim is None else value_dim
-        for name, n in (("batch", batch), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim), ("value_dim", value_dim)):
+        for name, n in (
+            ("batch", batch),
+            ("num_kv_heads", num_kv_heads),
+            ("head_dim", head_dim),
+            ("value_dim", value_dim),
+        ):
             require_positive_int(n, name)
         if max_len is not None:
             require_non_negative_int(max_len, "max_len")
@@ -77,10 +89,13 @@ class KVCache:
             require_rank(x, 4, name, "(B, G, T, D)")
             expected = (self.batch, self.num_kv_heads, x.shape[2], dim)
             if tuple(x.shape) != expected:
-                raise ValueError(f"{name} must have shape (B={self.batch}, G={self.num_kv_heads}, T, {dim}), "
-                                 f"got {tuple(x.shape)}")
+                raise ValueError(
+                    f"{name} must have shape (B={self.batch}, G={self.num_kv_heads}, T, {dim}), got {tuple(x.shape)}"
+                )
         if k.shape[2] != v.shape[2]:
-            raise ValueError(f"k and v must add the same number of positions, got {tuple(k.shape)} and {tuple(v.shape)}")
+            raise ValueError(
+                f"k and v must add the same number of positions, got {tuple(k.shape)} and {tuple(v.shape)}"
+            )
         new = k.shape[2]
         if self.max_len is None:
             self._k = torch.cat([self._k, k.to(self._k.dtype)], dim=2)  # (B, G, S + T, D)
@@ -88,8 +103,8 @@ class KVCache:
         else:
             if self.length + new > self.max_len:
                 raise ValueError(f"cache is full: {self.length} + {new} positions exceed max_len={self.max_len}")
-            self._k[:, :, self.length: self.length + new] = k
-            self._v[:, :, self.length: self.length + new] = v
+            self._k[:, :, self.length : self.length + new] = k
+            self._v[:, :, self.length : self.length + new] = v
         self.length += new
         return self.keys, self.values
 
@@ -108,12 +123,15 @@ class KVCache:
 
     def __repr__(self) -> str:
         kind = "growing" if self.max_len is None else f"max_len={self.max_len}"
-        return (f"KVCache(B={self.batch}, G={self.num_kv_heads}, S={self.length}, D={self.head_dim}, {kind}, "
-                f"dtype={self._k.dtype})")
+        return (
+            f"KVCache(B={self.batch}, G={self.num_kv_heads}, S={self.length}, D={self.head_dim}, {kind}, "
+            f"dtype={self._k.dtype})"
+        )
 
 
-def decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache,
-                scale: float | None = None) -> torch.Tensor:
+def decode_step(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache, scale: float | None = None
+) -> torch.Tensor:
     """Append the new positions' k, v to ``cache`` and attend the new queries to every cached key.
 
     Args:
@@ -143,8 +161,9 @@ def decode_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCach
     return grouped_query_attention(q, keys.to(q.dtype), values.to(q.dtype), mask=mask, scale=scale)[0]
 
 
-def decode_self_attention(mha: torch.nn.Module, x: torch.Tensor, use_cache: bool = True,
-                          max_len: int | None = None) -> torch.Tensor:
+def decode_self_attention(
+    mha: torch.nn.Module, x: torch.Tensor, use_cache: bool = True, max_len: int | None = None
+) -> torch.Tensor:
     """Run causal self-attention over x one position at a time, as a decoder does.
 
     With ``use_cache`` each step projects only the new token and calls :func:`decode_step`; without
@@ -175,7 +194,7 @@ def decode_self_attention(mha: torch.nn.Module, x: torch.Tensor, use_cache: bool
     if use_cache:
         cache = KVCache(B, G, E // H, max_len=max_len, dtype=x.dtype, device=x.device)
         for t in range(N):
-            x_t = x[:, t: t + 1]  # (B, 1, E)
+            x_t = x[:, t : t + 1]  # (B, 1, E)
             q = split_heads(mha.q_proj(x_t), H)  # (B, H, 1, D)
             k = split_heads(mha.k_proj(x_t), G)  # (B, G, 1, D)
             v = split_heads(mha.v_proj(x_t), G)  # (B, G, 1, D)

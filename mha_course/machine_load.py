@@ -48,8 +48,11 @@ def background_load(n: int) -> Iterator[list[int]]:
     helpers = []
     try:
         for _ in range(n):
-            helpers.append(subprocess.Popen([sys.executable, "-c", _SPIN, str(os.getpid())],
-                                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE))
+            helpers.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", _SPIN, str(os.getpid())], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE
+                )
+            )
         for helper in helpers:
             helper.stdout.read(1)  # spinning from now on (b"" if it died, which the timing then shows)
         yield [helper.pid for helper in helpers]
@@ -79,7 +82,9 @@ def cpu_seconds(helpers: list[int]) -> tuple[float, float, float] | None:
                 ours += sum(int(x) for x in f.read().rsplit(")", 1)[1].split()[11:13]) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return None
-    busy = sum(fields[:8]) - fields[3] - fields[4]  # all but idle and iowait (user nice system idle iowait irq softirq steal)
+    busy = (
+        sum(fields[:8]) - fields[3] - fields[4]
+    )  # all but idle and iowait (user nice system idle iowait irq softirq steal)
     return busy / os.sysconf("SC_CLK_TCK"), ours, time.monotonic()
 
 

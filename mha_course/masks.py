@@ -16,8 +16,9 @@ import torch
 from .validation import require_int, require_rank, require_tensor
 
 
-def causal_mask(T: int, S: int | None = None, *, diagonal: int = 0,
-                device: torch.device | str | None = None) -> torch.Tensor:
+def causal_mask(
+    T: int, S: int | None = None, *, diagonal: int = 0, device: torch.device | str | None = None
+) -> torch.Tensor:
     """Boolean causal mask, True where query i may attend to key j, i.e. j <= i + diagonal.
 
     With ``diagonal=0`` the mask is aligned top-left, like ``is_causal=True`` in torch's SDPA:

@@ -43,8 +43,10 @@ class MultiHeadAttention(nn.Module):
         require_int(embed_dim, "embed_dim")
         require_int(num_heads, "num_heads")
         if embed_dim <= 0 or num_heads <= 0 or embed_dim % num_heads:
-            raise ValueError(f"embed_dim must be a positive multiple of num_heads, got embed_dim={embed_dim}, "
-                             f"num_heads={num_heads} (E = H * D needs E % H == 0)")
+            raise ValueError(
+                f"embed_dim must be a positive multiple of num_heads, got embed_dim={embed_dim}, "
+                f"num_heads={num_heads} (E = H * D needs E % H == 0)"
+            )
         self.embed_dim = embed_dim
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
@@ -56,8 +58,13 @@ class MultiHeadAttention(nn.Module):
         # Per-head on/off switch used by head ablation (chapter 07); all ones means "no ablation".
         self.register_buffer("head_gate", torch.ones(num_heads), persistent=False)
 
-    def forward(self, query: torch.Tensor, key: torch.Tensor | None = None, value: torch.Tensor | None = None,
-                mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor | None = None,
+        value: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Attend from ``query`` to ``key``/``value`` (self-attention when they are omitted).
 
         Args:
@@ -96,19 +103,29 @@ class MultiHeadAttention(nn.Module):
         """(key, value, mask) with defaults filled in, after checking types, ranks, sizes and the mask."""
         key = query if key is None else key
         value = key if value is None else value
-        for name, x, legend in (("query", query, "(B, T, E)"), ("key", key, "(B, S, E)"), ("value", value, "(B, S, E)")):
+        for name, x, legend in (
+            ("query", query, "(B, T, E)"),
+            ("key", key, "(B, S, E)"),
+            ("value", value, "(B, S, E)"),
+        ):
             require_tensor(x, name)
             require_floating(x, name)
             if x.dtype != self.q_proj.weight.dtype:
-                raise TypeError(f"{name} must have the module's dtype {self.q_proj.weight.dtype}, got {x.dtype} "
-                                f"(convert one of them with .to(dtype))")
+                raise TypeError(
+                    f"{name} must have the module's dtype {self.q_proj.weight.dtype}, got {x.dtype} "
+                    f"(convert one of them with .to(dtype))"
+                )
             require_rank(x, 3, name, legend)
             if x.shape[-1] != self.embed_dim:
                 raise ValueError(f"{name} must have shape {legend} with E={self.embed_dim}, got {tuple(x.shape)}")
         if key.shape[:2] != value.shape[:2]:
-            raise ValueError(f"key and value must have the same (B, S), got key {tuple(key.shape)} and value {tuple(value.shape)}")
+            raise ValueError(
+                f"key and value must have the same (B, S), got key {tuple(key.shape)} and value {tuple(value.shape)}"
+            )
         if query.shape[0] != key.shape[0]:
-            raise ValueError(f"query and key must have the same batch B, got query {tuple(query.shape)} and key {tuple(key.shape)}")
+            raise ValueError(
+                f"query and key must have the same batch B, got query {tuple(query.shape)} and key {tuple(key.shape)}"
+            )
         if mask is not None:
             mask = self._check_mask(mask, query.shape[0], query.shape[1], key.shape[1])
         return key, value, mask
@@ -145,7 +162,9 @@ class MultiHeadAttention(nn.Module):
         if not isinstance(module, nn.MultiheadAttention):
             raise TypeError(f"module must be a torch.nn.MultiheadAttention, got {type(module).__name__}")
         if not module._qkv_same_embed_dim:
-            raise ValueError(f"kdim/vdim must equal embed_dim={module.embed_dim}, got kdim={module.kdim}, vdim={module.vdim}")
+            raise ValueError(
+                f"kdim/vdim must equal embed_dim={module.embed_dim}, got kdim={module.kdim}, vdim={module.vdim}"
+            )
         if module.bias_k is not None or module.add_zero_attn:
             raise ValueError("add_bias_kv and add_zero_attn have no counterpart in MultiHeadAttention")
         has_bias = module.in_proj_bias is not None
@@ -172,11 +191,14 @@ class MultiHeadAttention(nn.Module):
         Every MultiHeadAttention has a torch twin, so this raises nothing of its own.
         """
         has_bias = self.q_proj.bias is not None
-        theirs = nn.MultiheadAttention(self.embed_dim, self.num_heads, dropout=self.dropout.p, bias=has_bias,
-                                       batch_first=True)
+        theirs = nn.MultiheadAttention(
+            self.embed_dim, self.num_heads, dropout=self.dropout.p, bias=has_bias, batch_first=True
+        )
         theirs = theirs.to(device=self.q_proj.weight.device, dtype=self.q_proj.weight.dtype)
         with torch.no_grad():
-            theirs.in_proj_weight.copy_(torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight]))  # (3E, E)
+            theirs.in_proj_weight.copy_(
+                torch.cat([self.q_proj.weight, self.k_proj.weight, self.v_proj.weight])
+            )  # (3E, E)
             theirs.out_proj.weight.copy_(self.out_proj.weight)
             if has_bias:
                 theirs.in_proj_bias.copy_(torch.cat([self.q_proj.bias, self.k_proj.bias, self.v_proj.bias]))  # (3E,)

@@ -87,8 +87,15 @@ class MultiHeadLatentAttention(nn.Module):
             head_dim, or an odd rope_dim.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, latent_dim: int, head_dim: int | None = None,
-                 rope_dim: int | None = None, value_dim: int | None = None):
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        latent_dim: int,
+        head_dim: int | None = None,
+        rope_dim: int | None = None,
+        value_dim: int | None = None,
+    ):
         super().__init__()
         require_positive_int(embed_dim, "embed_dim")
         require_positive_int(num_heads, "num_heads")
@@ -170,12 +177,19 @@ class MultiHeadLatentAttention(nn.Module):
         k = split_heads(self.k_up(latent), self.num_heads)  # (B, H, T, D): re-created from the latent
         v = split_heads(self.v_up(latent), self.num_heads)  # (B, H, T, Dv)
         k_rope = rope_key[:, None].expand(B, self.num_heads, T, self.rope_dim)  # (B, H, T, Dr): one key, all heads
-        heads, weights = scaled_dot_product_attention(torch.cat([q, q_rope], -1), torch.cat([k, k_rope], -1), v,
-                                                      mask=mask, scale=self.scale)  # (B, H, T, Dv), (B, H, T, T)
+        heads, weights = scaled_dot_product_attention(
+            torch.cat([q, q_rope], -1), torch.cat([k, k_rope], -1), v, mask=mask, scale=self.scale
+        )  # (B, H, T, Dv), (B, H, T, T)
         return self.out_proj(merge_heads(heads)), weights  # (B, T, E)
 
-    def attend_latents(self, x: torch.Tensor, positions: torch.Tensor, latent: torch.Tensor,
-                       rope_key: torch.Tensor, mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def attend_latents(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        latent: torch.Tensor,
+        rope_key: torch.Tensor,
+        mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Absorbed form: queries x (B, T, E) at ``positions`` attend to cached latents (B, S, r) and
         rotary keys (B, S, Dr) without re-creating any key or value.
 
@@ -194,8 +208,10 @@ class MultiHeadLatentAttention(nn.Module):
         query_to_latent, latent_to_output = self.absorbed_matrices()  # (H, E, r), (H, r, E)
         q_latent = torch.einsum("bte,her->bhtr", x, query_to_latent)  # (B, H, T, r)
         _, q_rope = self._queries(x, positions)  # (B, H, T, Dr)
-        scores = (q_latent @ latent[:, None].transpose(-1, -2)  # (B, H, T, S): content, in latent space
-                  + q_rope @ rope_key[:, None].transpose(-1, -2)) * self.scale  # plus the shared rotary key
+        scores = (
+            q_latent @ latent[:, None].transpose(-1, -2)  # (B, H, T, S): content, in latent space
+            + q_rope @ rope_key[:, None].transpose(-1, -2)
+        ) * self.scale  # plus the shared rotary key
         bias = mask_to_bias(mask, scores.dtype)
         if bias is not None:
             scores = scores + bias
@@ -228,12 +244,20 @@ class MultiHeadLatentAttention(nn.Module):
         return self.attend_latents(x, positions, latent, rope_key, mask=mask)[0]
 
     def extra_repr(self) -> str:
-        return (f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, head_dim={self.head_dim}, "
-                f"rope_dim={self.rope_dim}, latent_dim={self.latent_dim}, value_dim={self.value_dim}")
+        return (
+            f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, head_dim={self.head_dim}, "
+            f"rope_dim={self.rope_dim}, latent_dim={self.latent_dim}, value_dim={self.value_dim}"
+        )
 
 
-def cache_numbers_per_token(kind: str, num_heads: int, head_dim: int, num_kv_heads: int | None = None,
-                            latent_dim: int | None = None, rope_dim: int | None = None) -> int:
+def cache_numbers_per_token(
+    kind: str,
+    num_heads: int,
+    head_dim: int,
+    num_kv_heads: int | None = None,
+    latent_dim: int | None = None,
+    rope_dim: int | None = None,
+) -> int:
     """Numbers cached per token and layer: "mha" 2 H D, "gqa" 2 G D, "mqa" 2 D, "mla" r + Dr.
 
     Multiply by the element size (2 bytes in bfloat16) for bytes.

@@ -112,8 +112,15 @@ class Block(nn.Module):
     between the two: x + MHA(LN(x), memory, memory).
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, rotary: bool = False, cross: bool = False,
-                 mlp_ratio: int = 4, num_kv_heads: int | None = None):
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        rotary: bool = False,
+        cross: bool = False,
+        mlp_ratio: int = 4,
+        num_kv_heads: int | None = None,
+    ):
         super().__init__()
         self.ln_attn = nn.LayerNorm(embed_dim)
         self.attn = _attention(embed_dim, num_heads, rotary, num_kv_heads)
@@ -149,8 +156,10 @@ class _Embedding(nn.Module):
             raise ValueError(f"positions must be one of {POSITIONS}, got {positions!r}")
         self.tokens = nn.Embedding(vocab_size, embed_dim)
         self.max_len = max_len
-        self.positions = {"sinusoidal": lambda: SinusoidalPositions(max_len, embed_dim),
-                          "learned": lambda: LearnedPositions(max_len, embed_dim)}.get(positions, lambda: None)()
+        self.positions = {
+            "sinusoidal": lambda: SinusoidalPositions(max_len, embed_dim),
+            "learned": lambda: LearnedPositions(max_len, embed_dim),
+        }.get(positions, lambda: None)()
 
     def forward(self, tokens):
         require_tensor(tokens, "tokens")
@@ -186,18 +195,28 @@ class TinyTransformer(nn.Module):
         TypeError: tokens not a long tensor.
     """
 
-    def __init__(self, vocab_size: int, max_len: int, embed_dim: int = DEFAULT_MODEL.embed_dim,
-                 num_heads: int = DEFAULT_MODEL.num_heads, num_layers: int = DEFAULT_MODEL.num_layers,
-                 positions: str = DEFAULT_MODEL.positions, causal: bool = DEFAULT_MODEL.causal,
-                 mlp_ratio: int = DEFAULT_MODEL.mlp_ratio, num_kv_heads: int | None = DEFAULT_MODEL.num_kv_heads):
+    def __init__(
+        self,
+        vocab_size: int,
+        max_len: int,
+        embed_dim: int = DEFAULT_MODEL.embed_dim,
+        num_heads: int = DEFAULT_MODEL.num_heads,
+        num_layers: int = DEFAULT_MODEL.num_layers,
+        positions: str = DEFAULT_MODEL.positions,
+        causal: bool = DEFAULT_MODEL.causal,
+        mlp_ratio: int = DEFAULT_MODEL.mlp_ratio,
+        num_kv_heads: int | None = DEFAULT_MODEL.num_kv_heads,
+    ):
         super().__init__()
-        self.config = ModelConfig(vocab_size, max_len, embed_dim, num_heads, num_layers, positions, causal,
-                                  mlp_ratio, num_kv_heads)
+        self.config = ModelConfig(
+            vocab_size, max_len, embed_dim, num_heads, num_layers, positions, causal, mlp_ratio, num_kv_heads
+        )
         self.causal = causal
         self.embed = _Embedding(vocab_size, embed_dim, max_len, positions)
-        self.blocks = nn.ModuleList(Block(embed_dim, num_heads, rotary=positions == "rotary", mlp_ratio=mlp_ratio,
-                                          num_kv_heads=num_kv_heads)
-                                    for _ in range(num_layers))
+        self.blocks = nn.ModuleList(
+            Block(embed_dim, num_heads, rotary=positions == "rotary", mlp_ratio=mlp_ratio, num_kv_heads=num_kv_heads)
+            for _ in range(num_layers)
+        )
         self.ln_out = nn.LayerNorm(embed_dim)
         self.head = nn.Linear(embed_dim, vocab_size)
 
@@ -236,21 +255,30 @@ class EncoderDecoder(nn.Module):
     Set ``mask_source_padding = False`` to see what happens when padding is not masked.
     """
 
-    def __init__(self, vocab_size: int, max_len: int, embed_dim: int = DEFAULT_MODEL.embed_dim,
-                 num_heads: int = DEFAULT_MODEL.num_heads, num_layers: int = 1,
-                 positions: str = DEFAULT_MODEL.positions, mlp_ratio: int = DEFAULT_MODEL.mlp_ratio):
+    def __init__(
+        self,
+        vocab_size: int,
+        max_len: int,
+        embed_dim: int = DEFAULT_MODEL.embed_dim,
+        num_heads: int = DEFAULT_MODEL.num_heads,
+        num_layers: int = 1,
+        positions: str = DEFAULT_MODEL.positions,
+        mlp_ratio: int = DEFAULT_MODEL.mlp_ratio,
+    ):
         super().__init__()
         # one layer on each side by default: the copy-with-a-twist tasks of chapter 08 need no more
-        self.config = ModelConfig(vocab_size, max_len, embed_dim, num_heads, num_layers, positions,
-                                  mlp_ratio=mlp_ratio)
+        self.config = ModelConfig(vocab_size, max_len, embed_dim, num_heads, num_layers, positions, mlp_ratio=mlp_ratio)
         rotary = positions == "rotary"
         self.mask_source_padding = True
         self.src_embed = _Embedding(vocab_size, embed_dim, max_len, positions)
         self.tgt_embed = _Embedding(vocab_size, embed_dim, max_len, positions)
-        self.encoder = nn.ModuleList(Block(embed_dim, num_heads, rotary, mlp_ratio=mlp_ratio) for _ in range(num_layers))
+        self.encoder = nn.ModuleList(
+            Block(embed_dim, num_heads, rotary, mlp_ratio=mlp_ratio) for _ in range(num_layers)
+        )
         self.ln_memory = nn.LayerNorm(embed_dim)
-        self.decoder = nn.ModuleList(Block(embed_dim, num_heads, rotary, cross=True, mlp_ratio=mlp_ratio)
-                                     for _ in range(num_layers))
+        self.decoder = nn.ModuleList(
+            Block(embed_dim, num_heads, rotary, cross=True, mlp_ratio=mlp_ratio) for _ in range(num_layers)
+        )
         self.ln_out = nn.LayerNorm(embed_dim)
         self.head = nn.Linear(embed_dim, vocab_size)
 
@@ -275,8 +303,11 @@ class EncoderDecoder(nn.Module):
             x, w, c = block(x, mask=causal_mask(T, device=inputs.device), memory=memory, memory_mask=pad)
             decoder_weights.append(w)
             cross_weights.append(c)
-        attention = {"encoder": torch.stack(encoder_weights), "decoder": torch.stack(decoder_weights),
-                     "cross": torch.stack(cross_weights)}
+        attention = {
+            "encoder": torch.stack(encoder_weights),
+            "decoder": torch.stack(decoder_weights),
+            "cross": torch.stack(cross_weights),
+        }
         return self.head(self.ln_out(x)), attention
 
 

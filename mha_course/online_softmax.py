@@ -25,8 +25,9 @@ from .attention import check_qkv, resolve_scale
 from .validation import require_floating, require_positive_int, require_tensor
 
 
-def online_softmax_update(m: torch.Tensor, l: torch.Tensor,
-                          x_block: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def online_softmax_update(
+    m: torch.Tensor, l: torch.Tensor, x_block: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fold one block of scores into the running maximum and sum.
 
         m_new = max(m, max_j x_block_j)
@@ -50,8 +51,10 @@ def online_softmax_update(m: torch.Tensor, l: torch.Tensor,
         require_tensor(t, name)
         require_floating(t, name)
     if m.shape != l.shape or tuple(x_block.shape[:-1]) != tuple(m.shape):
-        raise ValueError(f"m and l must have shape (...,) = x_block.shape[:-1]; got m {tuple(m.shape)}, "
-                         f"l {tuple(l.shape)}, x_block {tuple(x_block.shape)}")
+        raise ValueError(
+            f"m and l must have shape (...,) = x_block.shape[:-1]; got m {tuple(m.shape)}, "
+            f"l {tuple(l.shape)}, x_block {tuple(x_block.shape)}"
+        )
     m_new = torch.maximum(m, x_block.amax(dim=-1)) if x_block.shape[-1] else m.clone()
     # Shift by 0 where a row has seen nothing but -inf: exp(-inf - 0) = 0 instead of NaN.
     shift = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
@@ -88,14 +91,20 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
     m = torch.full(work.shape[:-1], -math.inf, dtype=work.dtype, device=x.device)  # (...,)
     l = torch.zeros_like(m)  # (...,)
     for j0 in range(0, work.shape[-1], block_size):
-        m, l, _ = online_softmax_update(m, l, work[..., j0:j0 + block_size])
+        m, l, _ = online_softmax_update(m, l, work[..., j0 : j0 + block_size])
     shift = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
     probs = torch.exp(work - shift.unsqueeze(-1)) / torch.where(l == 0, torch.ones_like(l), l).unsqueeze(-1)
     return probs.to(x.dtype)
 
 
-def online_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int = 64,
-                             causal: bool = False, scale: float | None = None) -> torch.Tensor:
+def online_softmax_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    block_size: int = 64,
+    causal: bool = False,
+    scale: float | None = None,
+) -> torch.Tensor:
     """Attention by the textbook online-softmax loop (readable; slow in Python).
 
     For each block of queries: start with m = -inf, l = 0, acc = 0; for each block of keys:
@@ -125,23 +134,21 @@ def online_softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     out = torch.zeros(*lead, T, v.shape[-1], dtype=work, device=q.device)  # (..., T, Dv)
     for i0 in range(0, T, block_size):
-        q_blk = q[..., i0:i0 + block_size, :]  # (..., bq, D)
+        q_blk = q[..., i0 : i0 + block_size, :]  # (..., bq, D)
         rows = torch.arange(i0, i0 + q_blk.shape[-2], device=q.device)  # (bq,)
         m = torch.full((*lead, q_blk.shape[-2]), -math.inf, dtype=work, device=q.device)  # (..., bq)
         l = torch.zeros_like(m)
-        acc = torch.zeros_like(out[..., i0:i0 + block_size, :])  # (..., bq, Dv)
+        acc = torch.zeros_like(out[..., i0 : i0 + block_size, :])  # (..., bq, Dv)
         for j0 in range(0, S, block_size):
             if causal and j0 > rows[-1]:
                 break  # every later key is in every query's future
-            s = q_blk @ k[..., j0:j0 + block_size, :].transpose(-2, -1) * scale  # (..., bq, bk)
+            s = q_blk @ k[..., j0 : j0 + block_size, :].transpose(-2, -1) * scale  # (..., bq, bk)
             if causal:
                 cols = torch.arange(j0, j0 + s.shape[-1], device=q.device)  # (bk,)
                 s = s.masked_fill(cols[None, :] > rows[:, None], -math.inf)
             m, l, correction = online_softmax_update(m, l, s)
             shift = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
             p = torch.exp(s - shift.unsqueeze(-1))  # (..., bq, bk)
-            acc = acc * correction.unsqueeze(-1) + p @ v[..., j0:j0 + block_size, :]
-        out[..., i0:i0 + block_size, :] = acc / torch.where(l == 0, torch.ones_like(l), l).unsqueeze(-1)
+            acc = acc * correction.unsqueeze(-1) + p @ v[..., j0 : j0 + block_size, :]
+        out[..., i0 : i0 + block_size, :] = acc / torch.where(l == 0, torch.ones_like(l), l).unsqueeze(-1)
     return out.to(in_dtype)
-
-

@@ -73,8 +73,14 @@ def gather_pages(pool: torch.Tensor, block_table: torch.Tensor, length: int) -> 
     return pages.transpose(0, 1).reshape(G, n * P, D)[:, :length]  # (G, n*P, D) -> (G, S, D)
 
 
-def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_tables: torch.Tensor,
-                    lengths, scale: float | None = None) -> torch.Tensor:
+def paged_attention(
+    q: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    block_tables: torch.Tensor,
+    lengths,
+    scale: float | None = None,
+) -> torch.Tensor:
     """Attention of each request's newest T queries over its keys and values stored in pages.
 
     Request b has ``lengths[b]`` positions; its queries are the last T of them (T = 1 when decoding),
@@ -103,8 +109,10 @@ def paged_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
     B, H, T, D = q.shape
     N, G, P, _ = k_pool.shape
     if v_pool.shape[:3] != k_pool.shape[:3] or k_pool.shape[3] != D:
-        raise ValueError(f"need k_pool (N, G, P, D={D}) and v_pool (N, G, P, Dv) of one (N, G, P), got "
-                         f"{tuple(k_pool.shape)} and {tuple(v_pool.shape)}")
+        raise ValueError(
+            f"need k_pool (N, G, P, D={D}) and v_pool (N, G, P, Dv) of one (N, G, P), got "
+            f"{tuple(k_pool.shape)} and {tuple(v_pool.shape)}"
+        )
     if block_tables.shape[0] != B:
         raise ValueError(f"block_tables must have one row per request (B={B}), got {tuple(block_tables.shape)}")
     lengths = torch.as_tensor(lengths)
@@ -136,12 +144,24 @@ class PagedKVCache:
         TypeError / ValueError: sizes that are not positive ints.
     """
 
-    def __init__(self, num_blocks: int, block_size: int, num_kv_heads: int, head_dim: int,
-                 value_dim: int | None = None, dtype: torch.dtype = torch.float32,
-                 device: torch.device | str | None = None):
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        num_kv_heads: int,
+        head_dim: int,
+        value_dim: int | None = None,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ):
         value_dim = head_dim if value_dim is None else value_dim
-        for name, n in (("num_blocks", num_blocks), ("block_size", block_size), ("num_kv_heads", num_kv_heads),
-                        ("head_dim", head_dim), ("value_dim", value_dim)):
+        for name, n in (
+            ("num_blocks", num_blocks),
+            ("block_size", block_size),
+            ("num_kv_heads", num_kv_heads),
+            ("head_dim", head_dim),
+            ("value_dim", value_dim),
+        ):
             require_positive_int(n, name)
         self.block_size = block_size
         self.k_pool = torch.zeros(num_blocks, num_kv_heads, block_size, head_dim, dtype=dtype, device=device)
@@ -248,9 +268,13 @@ def memory_report(lengths, max_len: int, block_size: int) -> dict[str, float]:
     used = sum(lengths)
     contiguous = len(lengths) * max_len
     paged = sum(math.ceil(n / block_size) for n in lengths) * block_size
-    return {"used": used, "contiguous": contiguous, "paged": paged,
-            "contiguous_waste": 1 - used / contiguous if contiguous else 0.0,
-            "paged_waste": 1 - used / paged if paged else 0.0}
+    return {
+        "used": used,
+        "contiguous": contiguous,
+        "paged": paged,
+        "contiguous_waste": 1 - used / contiguous if contiguous else 0.0,
+        "paged_waste": 1 - used / paged if paged else 0.0,
+    }
 
 
 __all__ = ["physical_slot", "gather_pages", "paged_attention", "PagedKVCache", "memory_report"]

@@ -21,8 +21,7 @@ from torch import nn
 from .validation import require_min_rank, require_positive_int, require_tensor
 
 
-def sinusoidal_positions(T: int, E: int, base: float = 10000.0,
-                         dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def sinusoidal_positions(T: int, E: int, base: float = 10000.0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The fixed sinusoidal table of "Attention Is All You Need", shape (T, E).
 
         PE[p, 2i] = sin(p / base^(2i/E)),   PE[p, 2i+1] = cos(p / base^(2i/E))
@@ -114,8 +113,9 @@ def rotary_angles(positions: torch.Tensor, D: int, base: float = 10000.0) -> tor
     return positions.to(torch.float64)[:, None] * theta[None, :]  # (T, D/2)
 
 
-def rotary_cos_sin(x: torch.Tensor, positions: torch.Tensor | None = None,
-                   base: float = 10000.0) -> tuple[torch.Tensor, torch.Tensor]:
+def rotary_cos_sin(
+    x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """cos and sin (T, D/2) of every pair's angle for x (..., T, D), in x's dtype, after checking both inputs.
 
     Shared by both RoPE layouts (this module's interleaved pairs, :mod:`mha_course.rope_layouts`' halves).
@@ -138,8 +138,7 @@ def rotary_cos_sin(x: torch.Tensor, positions: torch.Tensor | None = None,
     return torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
 
 
-def apply_rotary(x: torch.Tensor, positions: torch.Tensor | None = None,
-                 base: float = 10000.0) -> torch.Tensor:
+def apply_rotary(x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0) -> torch.Tensor:
     """Rotate each coordinate pair of x by its position's angle (RoPE), same shape as x.
 
         y[p, 2i]   = x[p, 2i] cos(p theta_i) - x[p, 2i+1] sin(p theta_i)

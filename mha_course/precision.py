@@ -40,9 +40,16 @@ def format_table() -> list[dict[str, object]]:
     rows = []
     for dtype in FORMATS:
         info = torch.finfo(dtype)
-        rows.append({"dtype": str(dtype).removeprefix("torch."), "bits": info.bits, "eps": info.eps,
-                     "max": info.max, "smallest_normal": info.smallest_normal,
-                     "decimal_digits": round(-math.log10(info.eps), 1)})
+        rows.append(
+            {
+                "dtype": str(dtype).removeprefix("torch."),
+                "bits": info.bits,
+                "eps": info.eps,
+                "max": info.max,
+                "smallest_normal": info.smallest_normal,
+                "decimal_digits": round(-math.log10(info.eps), 1),
+            }
+        )
     return rows
 
 
@@ -63,8 +70,9 @@ def round_to_tf32(x: torch.Tensor) -> torch.Tensor:
     return rounded.view(torch.float32).reshape(x.shape)
 
 
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, compute: torch.dtype,
-               matmul_inputs=None) -> torch.Tensor:
+def _attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, compute: torch.dtype, matmul_inputs=None
+) -> torch.Tensor:
     """softmax(q k^T / sqrt(D)) v with every operation in ``compute`` (stable: max subtracted).
 
     ``matmul_inputs``, if given, is applied to both operands of each matmul (e.g. :func:`round_to_tf32`).
@@ -97,16 +105,25 @@ def attention_errors(T: int = 512, D: int = 64, magnitude: float = 1.0, seed: in
         q, k, v = (x.to(dtype) for x in base)  # the inputs every variant gets
         exact = _attention(q, k, v, torch.float64)
         if dtype == torch.float32:
-            variants = {"ieee": _attention(q, k, v, torch.float32),
-                        "tf32": _attention(q, k, v, torch.float32, matmul_inputs=round_to_tf32)}
+            variants = {
+                "ieee": _attention(q, k, v, torch.float32),
+                "tf32": _attention(q, k, v, torch.float32, matmul_inputs=round_to_tf32),
+            }
         else:
-            variants = {"accumulate16": _attention(q, k, v, dtype),
-                        "accumulate32": _attention(q, k, v, torch.float32).to(dtype)}
+            variants = {
+                "accumulate16": _attention(q, k, v, dtype),
+                "accumulate32": _attention(q, k, v, torch.float32).to(dtype),
+            }
             with torch.autocast("cpu", dtype=dtype):
                 variants["autocast"] = _attention(q.float(), k.float(), v.float(), torch.float32)
         for name, out in variants.items():
             error = (out.double() - exact).abs()
-            rows.append({"dtype": str(dtype).removeprefix("torch."), "variant": name,
-                         "max_error": float(error.nan_to_num(float("inf")).max()),
-                         "finite": bool(torch.isfinite(out).all())})
+            rows.append(
+                {
+                    "dtype": str(dtype).removeprefix("torch."),
+                    "variant": name,
+                    "max_error": float(error.nan_to_num(float("inf")).max()),
+                    "finite": bool(torch.isfinite(out).all()),
+                }
+            )
     return rows

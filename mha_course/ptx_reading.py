@@ -20,14 +20,14 @@ from pathlib import Path
 class Target:
     """The per-SM limits that bound occupancy (NVIDIA CUDA C Programming Guide, compute capabilities)."""
 
-    arch: int                 # 80, 90, 100
-    name: str                 # the GPU it stands for
+    arch: int  # 80, 90, 100
+    name: str  # the GPU it stands for
     registers_per_sm: int = 65536
     max_warps_per_sm: int = 64
     max_blocks_per_sm: int = 32
     shared_per_sm: int = 228 * 1024
-    shared_reserved_per_block: int = 1024   # the driver keeps 1 KiB of shared memory per block (sm_80+)
-    register_granule: int = 256             # registers are allocated per warp in units of 256
+    shared_reserved_per_block: int = 1024  # the driver keeps 1 KiB of shared memory per block (sm_80+)
+    register_granule: int = 256  # registers are allocated per warp in units of 256
 
 
 TARGETS = {
@@ -64,8 +64,12 @@ def ptxas_usage(ptx: str, ptxas: Path) -> dict[str, int]:
     with tempfile.TemporaryDirectory(prefix="mha-ptx-") as tmp:
         source = Path(tmp) / "kernel.ptx"
         source.write_text(ptx)
-        proc = subprocess.run([str(ptxas), "-v", "--gpu-name", target[1], str(source), "-o", str(Path(tmp) / "k.cubin")],
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [str(ptxas), "-v", "--gpu-name", target[1], str(source), "-o", str(Path(tmp) / "k.cubin")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     text = proc.stdout + proc.stderr
     if proc.returncode != 0:
         raise RuntimeError(f"ptxas failed: {text.strip()[-500:]}")
@@ -73,12 +77,16 @@ def ptxas_usage(ptx: str, ptxas: Path) -> dict[str, int]:
     frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", text)
     if registers is None or frame is None:
         raise RuntimeError(f"could not read ptxas -v: {text.strip()[-500:]}")
-    return {"registers": int(registers[1]), "stack": int(frame[1]), "spill_stores": int(frame[2]),
-            "spill_loads": int(frame[3])}
+    return {
+        "registers": int(registers[1]),
+        "stack": int(frame[1]),
+        "spill_stores": int(frame[2]),
+        "spill_loads": int(frame[3]),
+    }
 
 
 def tensor_core_instruction(ptx: str) -> str:
-    """"wgmma" (Hopper's warpgroup MMA), "mma.sync" (Ampere-style), or "none": what the matmuls became."""
+    """ "wgmma" (Hopper's warpgroup MMA), "mma.sync" (Ampere-style), or "none": what the matmuls became."""
     if "wgmma.mma_async" in ptx:
         return "wgmma"
     if re.search(r"\bmma\.sync\b", ptx):
@@ -97,8 +105,9 @@ def occupancy(target: Target, registers: int, shared_bytes: int, num_warps: int)
     return warps, warps / target.max_warps_per_sm
 
 
-def ptx_excerpt(ptx: str, patterns: tuple[str, ...] = ("wgmma.mma_async", "mma.sync", "ex2.approx"),
-                per_pattern: int = 2) -> list[str]:
+def ptx_excerpt(
+    ptx: str, patterns: tuple[str, ...] = ("wgmma.mma_async", "mma.sync", "ex2.approx"), per_pattern: int = 2
+) -> list[str]:
     """A few PTX lines that show what the matmuls and exponentials became (first lines of each kind)."""
     lines = [line.strip() for line in ptx.splitlines()]
     shown = []

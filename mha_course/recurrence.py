@@ -42,8 +42,11 @@ def path_table(T: int, D: int, kernel: int = 3, window: int = 4) -> dict[str, di
     return {
         "self-attention": {"work": T * T * D, "sequential": 1, "path": 1},
         "recurrent": {"work": T * D * D, "sequential": T, "path": T},
-        f"convolutional (k={kernel})": {"work": kernel * T * D * D, "sequential": 1,
-                                        "path": max(1, math.ceil(math.log(T, kernel)))},
+        f"convolutional (k={kernel})": {
+            "work": kernel * T * D * D,
+            "sequential": 1,
+            "path": max(1, math.ceil(math.log(T, kernel))),
+        },
         f"self-attention, window {window}": {"work": window * T * D, "sequential": 1, "path": math.ceil(T / window)},
     }
 
@@ -83,7 +86,9 @@ def matched_gru(vocab_size: int, parameters: int, num_layers: int = 1) -> GRUTag
     require_positive_int(parameters, "parameters")
 
     def count(hidden: int) -> int:  # embedding V*h, GRU 3 gates: layer 1 has 3(h*h + h*h + 2h), head h*V + V
-        return vocab_size * hidden + num_layers * 3 * (2 * hidden * hidden + 2 * hidden) + hidden * vocab_size + vocab_size
+        return (
+            vocab_size * hidden + num_layers * 3 * (2 * hidden * hidden + 2 * hidden) + hidden * vocab_size + vocab_size
+        )
 
     if count(1) > parameters:
         raise ValueError(f"no GRU fits in {parameters} parameters (width 1 needs {count(1)})")

@@ -11,9 +11,9 @@ import math
 import torch
 
 
-def attention_loop_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                             mask: torch.Tensor | None = None,
-                             scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_loop_reference(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, scale: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Float64 attention by explicit loops, with the course's conventions.
 
     Args:

@@ -50,12 +50,24 @@ class GPU:
 
 
 GPUS = {
-    "H100 SXM": GPU("H100 SXM", 989.4e12, 3.35e12, "NVIDIA H100 Tensor Core GPU datasheet: 989 TFLOP/s bf16 "
-                    "dense (1979 with sparsity), 3.35 TB/s HBM3"),
-    "A100 SXM 80GB": GPU("A100 SXM 80GB", 312e12, 2.039e12, "NVIDIA A100 Tensor Core GPU datasheet: 312 TFLOP/s "
-                         "bf16 dense (624 with sparsity), 2039 GB/s HBM2e"),
-    "L4": GPU("L4", 121e12, 300e9, "NVIDIA L4 Tensor Core GPU datasheet: 242 TFLOP/s bf16 with sparsity (121 "
-              "dense), 300 GB/s GDDR6"),
+    "H100 SXM": GPU(
+        "H100 SXM",
+        989.4e12,
+        3.35e12,
+        "NVIDIA H100 Tensor Core GPU datasheet: 989 TFLOP/s bf16 dense (1979 with sparsity), 3.35 TB/s HBM3",
+    ),
+    "A100 SXM 80GB": GPU(
+        "A100 SXM 80GB",
+        312e12,
+        2.039e12,
+        "NVIDIA A100 Tensor Core GPU datasheet: 312 TFLOP/s bf16 dense (624 with sparsity), 2039 GB/s HBM2e",
+    ),
+    "L4": GPU(
+        "L4",
+        121e12,
+        300e9,
+        "NVIDIA L4 Tensor Core GPU datasheet: 242 TFLOP/s bf16 with sparsity (121 dense), 300 GB/s GDDR6",
+    ),
 }
 
 
@@ -64,13 +76,13 @@ class Prediction:
     """What the roofline says about one attention call on one GPU."""
 
     gpu: str
-    phase: str            # "prefill" | "prefill, materialised" | "decode"
+    phase: str  # "prefill" | "prefill, materialised" | "decode"
     flops: float
     bytes: float
-    intensity: float      # FLOPs per byte
+    intensity: float  # FLOPs per byte
     ridge: float
-    bound: str            # "compute" | "memory"
-    time_ms: float        # the roofline's lower bound on the time
+    bound: str  # "compute" | "memory"
+    time_ms: float  # the roofline's lower bound on the time
 
     @property
     def compute_ms(self) -> float:
@@ -87,8 +99,16 @@ def _predict(gpu: str, phase: str, flops: float, nbytes: float) -> Prediction:
     device = GPUS[gpu]
     intensity = flops / nbytes
     time_s = max(flops / device.bf16_flops, nbytes / device.bandwidth)
-    return Prediction(gpu, phase, flops, nbytes, intensity, device.ridge,
-                      "compute" if intensity > device.ridge else "memory", time_s * 1e3)
+    return Prediction(
+        gpu,
+        phase,
+        flops,
+        nbytes,
+        intensity,
+        device.ridge,
+        "compute" if intensity > device.ridge else "memory",
+        time_s * 1e3,
+    )
 
 
 def _require_positive(**sizes: int) -> None:
@@ -97,8 +117,18 @@ def _require_positive(**sizes: int) -> None:
         require_positive_int(value, name)
 
 
-def prefill(gpu: str, B: int, H: int, T: int, D: int, S: int | None = None, num_kv_heads: int | None = None,
-            causal: bool = False, element_bytes: int = 2, fused: bool = True) -> Prediction:
+def prefill(
+    gpu: str,
+    B: int,
+    H: int,
+    T: int,
+    D: int,
+    S: int | None = None,
+    num_kv_heads: int | None = None,
+    causal: bool = False,
+    element_bytes: int = 2,
+    fused: bool = True,
+) -> Prediction:
     """Attention over T queries and S keys (S = T by default), H query heads, ``num_kv_heads`` K/V heads.
 
     Bytes: Q and O (B, H, T, D) once each, K and V (B, num_kv_heads, S, D) once each; with ``fused=False``
@@ -117,8 +147,9 @@ def prefill(gpu: str, B: int, H: int, T: int, D: int, S: int | None = None, num_
     return _predict(gpu, "prefill" if fused else "prefill, materialised", flops, elements * element_bytes)
 
 
-def decode_step(gpu: str, B: int, H: int, S: int, D: int, num_kv_heads: int | None = None,
-                element_bytes: int = 2) -> Prediction:
+def decode_step(
+    gpu: str, B: int, H: int, S: int, D: int, num_kv_heads: int | None = None, element_bytes: int = 2
+) -> Prediction:
     """One new token per sequence attending to a KV cache of S positions (the cache is read once).
 
     Bytes: the new query and output (B, H, 1, D), and K and V of the cache (B, num_kv_heads, S, D).

@@ -34,8 +34,7 @@ from .validation import require_int, require_positive_int, require_tensor
 LAYOUTS = ("interleaved", "half")
 
 
-def apply_rotary_half(x: torch.Tensor, positions: torch.Tensor | None = None,
-                      base: float = 10000.0) -> torch.Tensor:
+def apply_rotary_half(x: torch.Tensor, positions: torch.Tensor | None = None, base: float = 10000.0) -> torch.Tensor:
     """RoPE in the rotate-half layout: pair i is (x[i], x[i + D/2]), rotated by p * theta_i.
 
         y[p, i]       = x[p, i] cos(p theta_i) - x[p, i + D/2] sin(p theta_i)
@@ -55,7 +54,7 @@ def apply_rotary_half(x: torch.Tensor, positions: torch.Tensor | None = None,
     """
     cos, sin = rotary_cos_sin(x, positions, base)  # (T, D/2) each; checks x and positions
     D = x.shape[-1]
-    first, second = x[..., : D // 2], x[..., D // 2:]  # (..., T, D/2) each
+    first, second = x[..., : D // 2], x[..., D // 2 :]  # (..., T, D/2) each
     return torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)  # (..., T, D)
 
 
@@ -164,5 +163,12 @@ def with_rope_layout(model: nn.Module, layout: str, convert_weights: bool) -> nn
     return new_model
 
 
-__all__ = ["LAYOUTS", "apply_rotary_half", "interleaved_to_half_permutation", "convert_rope_rows",
-           "RotaryMultiHeadAttention", "RotateHalfMultiHeadAttention", "with_rope_layout"]
+__all__ = [
+    "LAYOUTS",
+    "apply_rotary_half",
+    "interleaved_to_half_permutation",
+    "convert_rope_rows",
+    "RotaryMultiHeadAttention",
+    "RotateHalfMultiHeadAttention",
+    "with_rope_layout",
+]

@@ -18,8 +18,9 @@ import torch
 from .validation import require_non_negative_int, require_positive_int, require_rank, require_tensor
 
 
-def streaming_mask(T: int, window: int, sinks: int = 0, S: int | None = None,
-                   device: torch.device | str | None = None) -> torch.Tensor:
+def streaming_mask(
+    T: int, window: int, sinks: int = 0, S: int | None = None, device: torch.device | str | None = None
+) -> torch.Tensor:
     """Boolean mask (T, S) of sliding-window attention with ``sinks`` always-visible first keys.
 
     Query i sits at position p_i = i + S - T (the last T of S positions); key j is visible when
@@ -103,10 +104,13 @@ class StreamingKVCache:
             require_rank(x, 4, name, "(B, G, T, D)")
         if k.shape[:3] != v.shape[:3]:
             raise ValueError(f"k and v must share (B, G, T), got {tuple(k.shape)} and {tuple(v.shape)}")
-        if self._k is not None and (k.shape[:2] != self._k.shape[:2] or k.shape[3] != self._k.shape[3]
-                                    or v.shape[3] != self._v.shape[3]):
-            raise ValueError(f"k and v must match the cache's (B, G, ., D) = {tuple(self._k.shape)}, "
-                             f"got {tuple(k.shape)} and {tuple(v.shape)}")
+        if self._k is not None and (
+            k.shape[:2] != self._k.shape[:2] or k.shape[3] != self._k.shape[3] or v.shape[3] != self._v.shape[3]
+        ):
+            raise ValueError(
+                f"k and v must match the cache's (B, G, ., D) = {tuple(self._k.shape)}, "
+                f"got {tuple(k.shape)} and {tuple(v.shape)}"
+            )
         new_positions = torch.arange(self.seen, self.seen + k.shape[2])
         self.seen += k.shape[2]
         keys = k if self._k is None else torch.cat([self._k, k], dim=2)  # (B, G, S + T, D)

@@ -71,8 +71,7 @@ def softmax_np(x: np.ndarray, axis: int = -1) -> np.ndarray:
         ValueError: ``axis`` is out of range for ``x``'s shape.
     """
     if not isinstance(x, np.ndarray) or not np.issubdtype(x.dtype, np.floating):
-        raise TypeError(f"x must be a floating-point numpy.ndarray, got {type(x).__name__} "
-                        f"{getattr(x, 'dtype', '')}")
+        raise TypeError(f"x must be a floating-point numpy.ndarray, got {type(x).__name__} {getattr(x, 'dtype', '')}")
     axis = require_int(axis, "axis")
     rank = max(x.ndim, 1)
     if not -rank <= axis < rank:

@@ -157,8 +157,10 @@ class TwoRelationsTask(Task):
         self.vocab += [f"{p}/{q}" for p in range(num_values) for q in range(num_values)]
         self.relation_names = ("previous token", "next letter")
         self.seq_len = num_keys
-        self.description = ("items like 'c5': each answers 'p/q', p = value of the item before it, "
-                            "q = value of the item with the next letter")
+        self.description = (
+            "items like 'c5': each answers 'p/q', p = value of the item before it, "
+            "q = value of the item with the next letter"
+        )
 
     def _sample(self, n, generator):
         K, V = self.num_keys, self.num_values
@@ -246,7 +248,7 @@ class GrammarTask(Task):
                 roles["time"] = len(words)
                 words.append(time[b])
             words.append(".")
-            inputs[b, :len(words)] = torch.tensor([self.index[w] for w in words])
+            inputs[b, : len(words)] = torch.tensor([self.index[w] for w in words])
             for r, (at, to) in enumerate((("subject", "object"), ("verb", "subject"), ("time", "verb"))):
                 source_pos[b, roles[at], r] = roles[to]
                 targets[b, roles[at]] = inputs[b, roles[to]]
@@ -268,7 +270,9 @@ class TranslateTask(Task):
     def __init__(self, min_len: int = 4, max_len: int = 8, num_words: int = 10):
         super().__init__()
         if not 1 <= min_len <= max_len or not 1 <= num_words <= 26:
-            raise ValueError(f"need 1 <= min_len <= max_len and 1 <= num_words <= 26, got {min_len}, {max_len}, {num_words}")
+            raise ValueError(
+                f"need 1 <= min_len <= max_len and 1 <= num_words <= 26, got {min_len}, {max_len}, {num_words}"
+            )
         self.min_len, self.max_len, self.num_words = min_len, max_len, num_words
         lower = [chr(ord("a") + i) for i in range(num_words)]
         self.vocab = ["<pad>", "<s>"] + lower + [w.upper() for w in lower]
@@ -309,8 +313,9 @@ class RecentDigitTask(Task):
     def __init__(self, length: int = 16, window: int = 3, digit_rate: float = 0.2):
         super().__init__()
         if length < 1 or window < 1 or not 0.0 < digit_rate <= 1.0:
-            raise ValueError(f"need length >= 1, window >= 1 and 0 < digit_rate <= 1, got {length}, {window}, "
-                             f"{digit_rate}")
+            raise ValueError(
+                f"need length >= 1, window >= 1 and 0 < digit_rate <= 1, got {length}, {window}, {digit_rate}"
+            )
         self.length, self.window, self.digit_rate = length, window, digit_rate
         self.vocab = [str(i) for i in range(10)] + [chr(ord("a") + i) for i in range(10)] + ["-", "<s>"]
         self.none, self.bos = 20, 21
@@ -343,6 +348,7 @@ class RecentDigitTask(Task):
         targets = torch.cat([torch.full((n, 1), IGNORE), answer], dim=1)  # (N, T)
         source_pos = torch.cat([torch.full((n, 1), -1), where], dim=1)[..., None]  # (N, T, 1)
         return TaskData(inputs, targets, source_pos)
+
 
 TASKS = {
     "reverse": lambda **kw: SequenceTask("reverse", **kw),

@@ -48,16 +48,20 @@ def assert_close(actual, expected, *, dtype=None, what: str = "values") -> None:
     atol, rtol = tolerance(dtype if dtype is not None else a.dtype)
     a64, e64 = a.detach().cpu().to(torch.float64), e.detach().cpu().to(torch.float64)
     if not torch.equal(torch.isnan(a64), torch.isnan(e64)):
-        raise AssertionError(f"{what}: NaN in {int(torch.isnan(a64).sum())} places, expected {int(torch.isnan(e64).sum())}")
+        raise AssertionError(
+            f"{what}: NaN in {int(torch.isnan(a64).sum())} places, expected {int(torch.isnan(e64).sum())}"
+        )
     finite = ~torch.isnan(e64)
     excess = (a64 - e64).abs() - (atol + rtol * e64.abs())
     excess = torch.where(finite & (a64 != e64), excess, torch.full_like(excess, -1.0))  # equal infs match
     excess = torch.where(torch.isnan(excess), torch.full_like(excess, float("inf")), excess)  # inf vs -inf
     if a64.numel() and float(excess.max()) > 0:
         worst = np.unravel_index(int(excess.argmax()), tuple(a64.shape))
-        raise AssertionError(f"{what}: mismatch at {tuple(int(i) for i in worst)}: got {float(a64[worst]):.6g}, "
-                             f"expected {float(e64[worst]):.6g} (atol={atol}, rtol={rtol}); "
-                             f"max abs diff {float((a64 - e64)[finite].abs().max()):.3g}")
+        raise AssertionError(
+            f"{what}: mismatch at {tuple(int(i) for i in worst)}: got {float(a64[worst]):.6g}, "
+            f"expected {float(e64[worst]):.6g} (atol={atol}, rtol={rtol}); "
+            f"max abs diff {float((a64 - e64)[finite].abs().max()):.3g}"
+        )
 
 
 def prediction(value: Any, course_answer: Any, name: str = "your prediction") -> Any:

@@ -83,9 +83,15 @@ from .worker_pool import run_items
 _LOW, _HIGH = 2.0**-60, 2.0**60  # where l must end for the unshifted pass to be exact
 
 
-def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    block_size: int | tuple[int, int] | None = None, causal: bool = False,
-                    scale: float | None = None, return_lse: bool = False):
+def tiled_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    block_size: int | tuple[int, int] | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    return_lse: bool = False,
+):
     """softmax(q k^T * scale) v computed tile by tile with the online softmax; never builds (T, S).
 
     Args:
@@ -201,7 +207,7 @@ def _row_max(q_blk, k3, tiles, i0: int, scratch) -> torch.Tensor:
     """
     m = torch.full(q_blk.shape[:2], -math.inf, dtype=q_blk.dtype, device=q_blk.device)  # (N, nq)
     for tile in tiles:
-        rows = m[:, tile[0]:]  # a view: written in place
+        rows = m[:, tile[0] :]  # a view: written in place
         torch.maximum(rows, tile_scores(q_blk, k3, tile, i0, scratch).amax(dim=-1), out=rows)
     return m
 

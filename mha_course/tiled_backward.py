@@ -67,15 +67,23 @@ def tiled_backward(q, k, v, out, lse, grad_out, blocks, causal: bool, scale: flo
                 for tile in key_tiles(i0, i1, S, bk, causal):
                     r0, j0, j1, _ = tile
                     rows, nk = i1 - i0 - r0, j1 - j0
-                    p = torch.baddbmm(neg_lse[:, r0:], q_blk[:, r0:], k_h[:, j0:j1].transpose(1, 2),
-                                      out=scratch[: g * rows * nk].view(g, rows, nk))  # s2 - lse2, (g, rows, nk)
+                    p = torch.baddbmm(
+                        neg_lse[:, r0:],
+                        q_blk[:, r0:],
+                        k_h[:, j0:j1].transpose(1, 2),
+                        out=scratch[: g * rows * nk].view(g, rows, nk),
+                    )  # s2 - lse2, (g, rows, nk)
                     p.exp2_()  # the P tile
                     drop_future(p, tile, i0)  # P = 0 in the causal future
                     dv_h[:, j0:j1].baddbmm_(p.transpose(1, 2), g_blk[:, r0:])  # += P^T dO
-                    ds = torch.baddbmm(neg_delta[:, r0:], g_blk[:, r0:], v_h[:, j0:j1].transpose(1, 2),
-                                       out=dp_buf[: g * rows * nk].view(g, rows, nk))  # dP - delta = dO V^T - delta
+                    ds = torch.baddbmm(
+                        neg_delta[:, r0:],
+                        g_blk[:, r0:],
+                        v_h[:, j0:j1].transpose(1, 2),
+                        out=dp_buf[: g * rows * nk].view(g, rows, nk),
+                    )  # dP - delta = dO V^T - delta
                     ds.mul_(p)  # dS = P * (dP - delta)
-                    dq_h[:, i0 + r0:i1].baddbmm_(ds, k_h[:, j0:j1])  # += dS K
+                    dq_h[:, i0 + r0 : i1].baddbmm_(ds, k_h[:, j0:j1])  # += dS K
                     dk_h[:, j0:j1].baddbmm_(ds.transpose(1, 2), q_raw[:, r0:])  # += dS^T Q
 
         run_items(worker, work_items(N, T, group, bq, causal), workers)

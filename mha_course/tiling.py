@@ -46,14 +46,17 @@ WORKER_BLOCKS = (2048, 256)
 #: part of its share to the others only if there are items left to take.
 ITEMS_PER_WORKER = 4
 
+
 def blocks_from(block_size, q, k, v, causal: bool) -> tuple[int, int]:
     """(block_q, block_k) from ``block_size``, or for None the one-thread default (see TILE_SCORES)."""
     if block_size is None:
         return default_blocks(math.prod(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])), causal)
-    pair = (block_size, block_size) if isinstance(block_size, int) and not isinstance(block_size, bool) \
-        else block_size
-    if not isinstance(pair, (tuple, list)) or len(pair) != 2 or \
-            any(isinstance(b, bool) or not isinstance(b, int) for b in pair):
+    pair = (block_size, block_size) if isinstance(block_size, int) and not isinstance(block_size, bool) else block_size
+    if (
+        not isinstance(pair, (tuple, list))
+        or len(pair) != 2
+        or any(isinstance(b, bool) or not isinstance(b, int) for b in pair)
+    ):
         raise TypeError(f"block_size must be an int, a pair of ints (block_q, block_k) or None, got {block_size!r}")
     if min(pair) < 1:
         raise ValueError(f"block sizes must be >= 1, got {block_size!r}")
@@ -97,8 +100,11 @@ def plan(blocks, N: int, T: int, S: int, D: int, causal: bool, device) -> tuple[
 def work_items(N: int, T: int, group: int, bq: int, causal: bool) -> list[tuple[int, int, int, int]]:
     """(h0, h1, i0, i1): heads h0..h1-1 and queries i0..i1-1. Causal: the last, costliest query blocks first."""
     starts = range(0, T, bq)
-    return [(h0, min(N, h0 + group), i0, min(T, i0 + bq))
-            for i0 in (reversed(starts) if causal else starts) for h0 in range(0, N, group)]
+    return [
+        (h0, min(N, h0 + group), i0, min(T, i0 + bq))
+        for i0 in (reversed(starts) if causal else starts)
+        for h0 in range(0, N, group)
+    ]
 
 
 def key_tiles(i0: int, i1: int, S: int, bk: int, causal: bool) -> list[tuple[int, int, int, bool]]:
@@ -111,8 +117,9 @@ def key_tiles(i0: int, i1: int, S: int, bk: int, causal: bool) -> list[tuple[int
         return [(0, j0, min(S, j0 + bk), False) for j0 in range(0, S, bk)]
     past, end = min(i0, S), min(i1, S)  # keys < i0: seen by all; keys >= i1: seen by none
     width = min(bk, -(-(i1 - i0) // DIAGONAL_SPLIT))  # ceil(nq / DIAGONAL_SPLIT)
-    return ([(0, j0, min(past, j0 + bk), False) for j0 in range(0, past, bk)]
-            + [(j0 - i0, j0, min(end, j0 + width), True) for j0 in range(past, end, width)])
+    return [(0, j0, min(past, j0 + bk), False) for j0 in range(0, past, bk)] + [
+        (j0 - i0, j0, min(end, j0 + width), True) for j0 in range(past, end, width)
+    ]
 
 
 def tile_scores(q_blk, k3, tile, i0: int, scratch, mask: bool = True) -> torch.Tensor:

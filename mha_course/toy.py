@@ -22,19 +22,19 @@ FEATURES: tuple[str, ...] = ("finance", "nature", "action", "time")
 
 #                  finance nature action time
 _TABLE: dict[str, tuple[float, float, float, float]] = {
-    "bank":      (0.75, 0.55, 0.05, 0.00),
-    "money":     (0.95, 0.05, 0.00, 0.00),
-    "loan":      (0.90, 0.10, 0.10, 0.05),
-    "cash":      (0.85, 0.00, 0.00, 0.00),
-    "river":     (0.05, 0.95, 0.10, 0.00),
-    "water":     (0.00, 0.90, 0.05, 0.00),
-    "shore":     (0.15, 0.80, 0.00, 0.00),
-    "approved":  (0.30, 0.00, 0.90, 0.20),
-    "paid":      (0.50, 0.00, 0.80, 0.10),
-    "flows":     (0.05, 0.50, 0.80, 0.00),
+    "bank": (0.75, 0.55, 0.05, 0.00),
+    "money": (0.95, 0.05, 0.00, 0.00),
+    "loan": (0.90, 0.10, 0.10, 0.05),
+    "cash": (0.85, 0.00, 0.00, 0.00),
+    "river": (0.05, 0.95, 0.10, 0.00),
+    "water": (0.00, 0.90, 0.05, 0.00),
+    "shore": (0.15, 0.80, 0.00, 0.00),
+    "approved": (0.30, 0.00, 0.90, 0.20),
+    "paid": (0.50, 0.00, 0.80, 0.10),
+    "flows": (0.05, 0.50, 0.80, 0.00),
     "yesterday": (0.00, 0.00, 0.20, 0.95),
-    "today":     (0.00, 0.00, 0.10, 0.90),
-    "the":       (0.05, 0.05, 0.05, 0.05),  # a function word: short, points nowhere in particular
+    "today": (0.00, 0.00, 0.10, 0.90),
+    "the": (0.05, 0.05, 0.05, 0.05),  # a function word: short, points nowhere in particular
 }
 
 # The example sentence used across the course (punctuation left out: it has no toy vector).

@@ -82,11 +82,19 @@ class TrainConfig:
 DEFAULT_TRAINING = TrainConfig()
 
 
-def train(model: nn.Module, task: Task, steps: int = DEFAULT_TRAINING.steps,
-          batch_size: int = DEFAULT_TRAINING.batch_size, lr: float = DEFAULT_TRAINING.lr, seed: int = 0,
-          target_accuracy: float | None = DEFAULT_TRAINING.target_accuracy,
-          eval_every: int = DEFAULT_TRAINING.eval_every, eval_size: int = DEFAULT_TRAINING.eval_size,
-          progress: bool = True, weight_decay: float = DEFAULT_TRAINING.weight_decay) -> TrainResult:
+def train(
+    model: nn.Module,
+    task: Task,
+    steps: int = DEFAULT_TRAINING.steps,
+    batch_size: int = DEFAULT_TRAINING.batch_size,
+    lr: float = DEFAULT_TRAINING.lr,
+    seed: int = 0,
+    target_accuracy: float | None = DEFAULT_TRAINING.target_accuracy,
+    eval_every: int = DEFAULT_TRAINING.eval_every,
+    eval_size: int = DEFAULT_TRAINING.eval_size,
+    progress: bool = True,
+    weight_decay: float = DEFAULT_TRAINING.weight_decay,
+) -> TrainResult:
     """Train ``model`` on fresh batches of ``task`` with AdamW; stop early at ``target_accuracy``.
 
     Args:
@@ -107,8 +115,12 @@ def train(model: nn.Module, task: Task, steps: int = DEFAULT_TRAINING.steps,
     Raises:
         ValueError: non-positive steps, batch_size, eval_every or eval_size.
     """
-    for name, value in (("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every),
-                        ("eval_size", eval_size)):
+    for name, value in (
+        ("steps", steps),
+        ("batch_size", batch_size),
+        ("eval_every", eval_every),
+        ("eval_size", eval_size),
+    ):
         require_positive_int(value, name)
     start = time.perf_counter()
     generator = torch.Generator().manual_seed(seed)
@@ -137,8 +149,14 @@ def train(model: nn.Module, task: Task, steps: int = DEFAULT_TRAINING.steps,
         losses.append(loss.detach().item())  # detached: a plain float, no autograd graph kept alive
         if step % eval_every == 0 or step == steps:
             scores = evaluate(model, held_out, task)
-            history.append({"step": step, "loss": losses[-1], "accuracy": scores["accuracy"],
-                            "seconds": time.perf_counter() - start})
+            history.append(
+                {
+                    "step": step,
+                    "loss": losses[-1],
+                    "accuracy": scores["accuracy"],
+                    "seconds": time.perf_counter() - start,
+                }
+            )
             if bar is not None:
                 bar.set_postfix(loss=f"{losses[-1]:.3f}", acc=f"{scores['accuracy']:.3f}")
             if target_accuracy is not None and scores["accuracy"] >= target_accuracy:
@@ -154,16 +172,31 @@ def train(model: nn.Module, task: Task, steps: int = DEFAULT_TRAINING.steps,
 
 
 # The command line's defaults: the two configurations' plus the task and the seed.
-DEFAULTS = dict(task="reverse", seed=0, steps=DEFAULT_TRAINING.steps, batch_size=DEFAULT_TRAINING.batch_size,
-                lr=DEFAULT_TRAINING.lr, target=DEFAULT_TRAINING.target_accuracy,
-                embed_dim=DEFAULT_MODEL.embed_dim, num_heads=DEFAULT_MODEL.num_heads,
-                num_layers=DEFAULT_MODEL.num_layers, positions=DEFAULT_MODEL.positions)
+DEFAULTS = dict(
+    task="reverse",
+    seed=0,
+    steps=DEFAULT_TRAINING.steps,
+    batch_size=DEFAULT_TRAINING.batch_size,
+    lr=DEFAULT_TRAINING.lr,
+    target=DEFAULT_TRAINING.target_accuracy,
+    embed_dim=DEFAULT_MODEL.embed_dim,
+    num_heads=DEFAULT_MODEL.num_heads,
+    num_layers=DEFAULT_MODEL.num_layers,
+    positions=DEFAULT_MODEL.positions,
+)
 
 
-def train_task(task: str | Task = "reverse", seed: int = 0, steps: int = DEFAULT_TRAINING.steps,
-               batch_size: int = DEFAULT_TRAINING.batch_size, lr: float = DEFAULT_TRAINING.lr,
-               target_accuracy: float | None = DEFAULT_TRAINING.target_accuracy, progress: bool = False,
-               eval_every: int = DEFAULT_TRAINING.eval_every, **model_options) -> tuple[nn.Module, TrainResult]:
+def train_task(
+    task: str | Task = "reverse",
+    seed: int = 0,
+    steps: int = DEFAULT_TRAINING.steps,
+    batch_size: int = DEFAULT_TRAINING.batch_size,
+    lr: float = DEFAULT_TRAINING.lr,
+    target_accuracy: float | None = DEFAULT_TRAINING.target_accuracy,
+    progress: bool = False,
+    eval_every: int = DEFAULT_TRAINING.eval_every,
+    **model_options,
+) -> tuple[nn.Module, TrainResult]:
     """Build a model for ``task`` (seeded with ``seed``), train it, return (model, result).
 
     The one-call recipe the chapters use; ``model_options`` go to :func:`mha_course.model.build_model`
@@ -172,8 +205,17 @@ def train_task(task: str | Task = "reverse", seed: int = 0, steps: int = DEFAULT
     task = get_task(task) if isinstance(task, str) else task
     torch.manual_seed(seed)
     model = build_model(task, **model_options)
-    result = train(model, task, steps=steps, batch_size=batch_size, lr=lr, seed=seed,
-                   target_accuracy=target_accuracy, progress=progress, eval_every=eval_every)
+    result = train(
+        model,
+        task,
+        steps=steps,
+        batch_size=batch_size,
+        lr=lr,
+        seed=seed,
+        target_accuracy=target_accuracy,
+        progress=progress,
+        eval_every=eval_every,
+    )
     return model, result
 
 
@@ -181,27 +223,65 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m mha_course.train",
         description="Train the course's tiny transformer on a synthetic task (CPU is fine) and report "
-                    "held-out accuracy and wall time. Tasks: " + ", ".join(sorted(TASKS)) + ".")
-    parser.add_argument("--task", default=DEFAULTS["task"], choices=sorted(TASKS), help="which task (default %(default)s)")
-    parser.add_argument("--steps", type=int, default=DEFAULTS["steps"], help="maximum optimiser steps (default %(default)s)")
-    parser.add_argument("--batch-size", type=int, default=DEFAULTS["batch_size"], help="examples per step (default %(default)s)")
+        "held-out accuracy and wall time. Tasks: " + ", ".join(sorted(TASKS)) + ".",
+    )
+    parser.add_argument(
+        "--task", default=DEFAULTS["task"], choices=sorted(TASKS), help="which task (default %(default)s)"
+    )
+    parser.add_argument(
+        "--steps", type=int, default=DEFAULTS["steps"], help="maximum optimiser steps (default %(default)s)"
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=DEFAULTS["batch_size"], help="examples per step (default %(default)s)"
+    )
     parser.add_argument("--lr", type=float, default=DEFAULTS["lr"], help="AdamW learning rate (default %(default)s)")
-    parser.add_argument("--embed-dim", type=int, default=DEFAULTS["embed_dim"], help="model dimension E (default %(default)s)")
-    parser.add_argument("--heads", type=int, default=DEFAULTS["num_heads"], help="attention heads H (default %(default)s)")
-    parser.add_argument("--layers", type=int, default=DEFAULTS["num_layers"], help="transformer blocks L (default %(default)s)")
-    parser.add_argument("--positions", default=DEFAULTS["positions"], choices=POSITIONS, help="positional information (default %(default)s)")
-    parser.add_argument("--kv-heads", dest="num_kv_heads", type=int, default=None,
-                        help="key/value heads G for grouped-query attention (1 = multi-query; default: H, plain MHA)")
+    parser.add_argument(
+        "--embed-dim", type=int, default=DEFAULTS["embed_dim"], help="model dimension E (default %(default)s)"
+    )
+    parser.add_argument(
+        "--heads", type=int, default=DEFAULTS["num_heads"], help="attention heads H (default %(default)s)"
+    )
+    parser.add_argument(
+        "--layers", type=int, default=DEFAULTS["num_layers"], help="transformer blocks L (default %(default)s)"
+    )
+    parser.add_argument(
+        "--positions",
+        default=DEFAULTS["positions"],
+        choices=POSITIONS,
+        help="positional information (default %(default)s)",
+    )
+    parser.add_argument(
+        "--kv-heads",
+        dest="num_kv_heads",
+        type=int,
+        default=None,
+        help="key/value heads G for grouped-query attention (1 = multi-query; default: H, plain MHA)",
+    )
     parser.add_argument("--causal", action="store_true", help="causal self-attention (GPT-style)")
-    parser.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="seeds the weights and the data (default %(default)s)")
-    parser.add_argument("--target", type=float, default=DEFAULTS["target"],
-                        help="stop once held-out accuracy reaches this (default %(default)s; 0 or less: run all steps)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default 1: a model this small gains nothing from more, and loses a lot when cores are shared)")
+    parser.add_argument(
+        "--seed", type=int, default=DEFAULTS["seed"], help="seeds the weights and the data (default %(default)s)"
+    )
+    parser.add_argument(
+        "--target",
+        type=float,
+        default=DEFAULTS["target"],
+        help="stop once held-out accuracy reaches this (default %(default)s; 0 or less: run all steps)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default 1: a model this small gains nothing from more, and loses a lot when cores are shared)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     args = parser.parse_args(argv)
-    for flag, value in (("--steps", args.steps), ("--batch-size", args.batch_size), ("--embed-dim", args.embed_dim),
-                        ("--heads", args.heads), ("--layers", args.layers)):
+    for flag, value in (
+        ("--steps", args.steps),
+        ("--batch-size", args.batch_size),
+        ("--embed-dim", args.embed_dim),
+        ("--heads", args.heads),
+        ("--layers", args.layers),
+    ):
         if value <= 0:
             parser.error(f"{flag} must be a positive integer, got {value}")
     if args.embed_dim % args.heads:
@@ -223,12 +303,21 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--kv-heads applies to encoder-only tasks without rotary positions")
         options["num_kv_heads"] = args.num_kv_heads
     print(f"task {task.name}: {task.description}")
-    model, result = train_task(task, seed=args.seed, steps=args.steps, batch_size=args.batch_size, lr=args.lr,
-                               target_accuracy=args.target if args.target > 0 else None,
-                               progress=not args.no_progress, **options)
+    model, result = train_task(
+        task,
+        seed=args.seed,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        target_accuracy=args.target if args.target > 0 else None,
+        progress=not args.no_progress,
+        **options,
+    )
     parameters = sum(p.numel() for p in model.parameters())
-    print(f"{parameters:,} parameters, {result.steps} steps, {torch.get_num_threads()} threads; held-out accuracy "
-          + ", ".join(f"{name} {acc:.3f}" for name, acc in result.relation_accuracy.items()))
+    print(
+        f"{parameters:,} parameters, {result.steps} steps, {torch.get_num_threads()} threads; held-out accuracy "
+        + ", ".join(f"{name} {acc:.3f}" for name, acc in result.relation_accuracy.items())
+    )
     print(result.summary())
     return 0
 

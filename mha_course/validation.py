@@ -93,11 +93,15 @@ def check_qkv(q, k, v) -> tuple[int, int, int]:
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must have the same last dim D: q {tuple(q.shape)} is (..., T, {q.shape[-1]}), "
-                         f"k {tuple(k.shape)} is (..., S, {k.shape[-1]})")
+        raise ValueError(
+            f"q and k must have the same last dim D: q {tuple(q.shape)} is (..., T, {q.shape[-1]}), "
+            f"k {tuple(k.shape)} is (..., S, {k.shape[-1]})"
+        )
     if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same length S: k {tuple(k.shape)} has S={k.shape[-2]}, "
-                         f"v {tuple(v.shape)} has S={v.shape[-2]}")
+        raise ValueError(
+            f"k and v must have the same length S: k {tuple(k.shape)} has S={k.shape[-2]}, "
+            f"v {tuple(v.shape)} has S={v.shape[-2]}"
+        )
     broadcast_leading({"q": tuple(q.shape[:-2]), "k": tuple(k.shape[:-2]), "v": tuple(v.shape[:-2])})
     return q.shape[-2], k.shape[-2], q.shape[-1]
 
@@ -118,15 +122,16 @@ def check_mask(mask, T: int, S: int, batch_shape: tuple[int, ...] | None = None)
     if mask.dtype != torch.bool and not mask.is_floating_point():
         raise TypeError(f"mask must be bool (True = may attend) or floating (added to scores), got dtype {mask.dtype}")
     trailing = tuple(mask.shape[-2:])  # the (T, S) part; a 1-D mask is (S,)
-    expected = (T, S)[-len(trailing):] if trailing else ()
+    expected = (T, S)[-len(trailing) :] if trailing else ()
     if any(m not in (1, e) for m, e in zip(trailing, expected, strict=True)):
         raise ValueError(f"mask must broadcast to scores (..., T={T}, S={S}), got {tuple(mask.shape)}")
     if batch_shape is not None and mask.dim() > 2:
         try:
             torch.broadcast_shapes(tuple(batch_shape), tuple(mask.shape[:-2]))
         except RuntimeError:
-            raise ValueError(f"mask must broadcast to scores {(*batch_shape, T, S)} (..., T, S), "
-                             f"got {tuple(mask.shape)}") from None
+            raise ValueError(
+                f"mask must broadcast to scores {(*batch_shape, T, S)} (..., T, S), got {tuple(mask.shape)}"
+            ) from None
 
 
 def resolve_scale(scale: float | None, D: int) -> float:

@@ -52,14 +52,15 @@ def repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     require_int(num_heads, "num_heads")
     G = x.shape[-3]
     if G == 0 or num_heads <= 0 or num_heads % G:
-        raise ValueError(f"num_heads H={num_heads} must be a positive multiple of the G={G} key/value heads "
-                         f"of x {tuple(x.shape)}")
+        raise ValueError(
+            f"num_heads H={num_heads} must be a positive multiple of the G={G} key/value heads of x {tuple(x.shape)}"
+        )
     return x.repeat_interleave(num_heads // G, dim=-3)  # (..., H, S, D)
 
 
-def grouped_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                            mask: torch.Tensor | None = None,
-                            scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def grouped_query_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, scale: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention with H query heads sharing G key/value heads (GQA; MQA when G = 1).
 
     out[:, h] = softmax(q[:, h] k[:, g]^T * scale + mask) v[:, g] with g = h // (H / G); equivalent to
@@ -85,13 +86,17 @@ def grouped_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     B, H, T, D = q.shape
     G = k.shape[1]
     if v.shape[1] != G or G == 0 or H % G:
-        raise ValueError(f"k and v must share G key/value heads dividing H={H}: q {tuple(q.shape)}, "
-                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")
+        raise ValueError(
+            f"k and v must share G key/value heads dividing H={H}: q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
     if k.shape[0] != B or v.shape[0] != B:
         raise ValueError(f"batch sizes differ: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
     if k.shape[-1] != D or v.shape[2] != k.shape[2]:
-        raise ValueError(f"need q (B, H, T, D), k (B, G, S, D), v (B, G, S, Dv) with one D and one S, "
-                         f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+        raise ValueError(
+            f"need q (B, H, T, D), k (B, G, S, D), v (B, G, S, Dv) with one D and one S, "
+            f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
     check_qkv(q, k[:, :1], v[:, :1])  # dtypes (G is broadcast below, not here)
     R = H // G  # query heads per key/value head
     qg = q.reshape(B, G, R, T, D)  # (B, G, H/G, T, D): heads h = g * R + r
@@ -103,15 +108,17 @@ def grouped_query_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             mask4 = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))  # (B|1, H|1, T|1, S|1)
             if mask4.shape[1] not in (1, H):
                 raise ValueError(f"mask's head dim must be 1 or H={H}, got {tuple(mask.shape)}")
-            mask = mask4.reshape(mask4.shape[0], G, R, *mask4.shape[2:]) if mask4.shape[1] == H \
-                else mask4.unsqueeze(2)  # (B|1, G|1, R|1, T, S)
+            mask = (
+                mask4.reshape(mask4.shape[0], G, R, *mask4.shape[2:]) if mask4.shape[1] == H else mask4.unsqueeze(2)
+            )  # (B|1, G|1, R|1, T, S)
     out, weights = scaled_dot_product_attention(qg, k.unsqueeze(2), v.unsqueeze(2), mask=mask, scale=scale)
     S = k.shape[2]
     return out.reshape(B, H, T, v.shape[-1]), weights.reshape(B, H, T, S)  # (B, H, T, Dv), (B, H, T, S)
 
 
-def kv_cache_bytes(batch: int, num_kv_heads: int, seq_len: int, head_dim: int,
-                   dtype: torch.dtype = torch.float16, num_layers: int = 1) -> int:
+def kv_cache_bytes(
+    batch: int, num_kv_heads: int, seq_len: int, head_dim: int, dtype: torch.dtype = torch.float16, num_layers: int = 1
+) -> int:
     """Bytes a KV cache holds: 2 (k and v) * layers * B * G * S * D * element size.
 
     The cached keys and values are (B, G, S, D) each, per layer.
@@ -119,7 +126,13 @@ def kv_cache_bytes(batch: int, num_kv_heads: int, seq_len: int, head_dim: int,
     Raises:
         ValueError: a size is negative or not an int.
     """
-    sizes = {"batch": batch, "num_kv_heads": num_kv_heads, "seq_len": seq_len, "head_dim": head_dim, "num_layers": num_layers}
+    sizes = {
+        "batch": batch,
+        "num_kv_heads": num_kv_heads,
+        "seq_len": seq_len,
+        "head_dim": head_dim,
+        "num_layers": num_layers,
+    }
     for name, n in sizes.items():
         require_non_negative_int(n, name)
     item = torch.empty((), dtype=dtype).element_size()
@@ -200,8 +213,9 @@ class GroupedQueryAttention(nn.Module):
 # ----------------------------------------------------------------------------- sliding window
 
 
-def sliding_window_mask(T: int, window: int, S: int | None = None, causal: bool = False,
-                        device: torch.device | str | None = None) -> torch.Tensor:
+def sliding_window_mask(
+    T: int, window: int, S: int | None = None, causal: bool = False, device: torch.device | str | None = None
+) -> torch.Tensor:
     """Boolean local-attention mask (T, S): True where |i - j| <= window (0 <= i - j <= window if causal).
 
     Raises:
@@ -219,9 +233,15 @@ def sliding_window_mask(T: int, window: int, S: int | None = None, causal: bool 
     return offset.abs() <= window
 
 
-def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
-                             causal: bool = False, scale: float | None = None,
-                             method: str = "banded") -> torch.Tensor:
+def sliding_window_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    window: int,
+    causal: bool = False,
+    scale: float | None = None,
+    method: str = "banded",
+) -> torch.Tensor:
     """Local (Longformer-style) self-attention: query i attends to keys j with |i - j| <= window.
 
     ``method="banded"`` cuts the sequence into blocks of c = max(window, 16) queries; each block
@@ -285,9 +305,13 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 # ----------------------------------------------------------------------------- low rank
 
 
-def linformer_projections(S: int, rank: int, kind: str = "gaussian",
-                          generator: torch.Generator | None = None,
-                          dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+def linformer_projections(
+    S: int,
+    rank: int,
+    kind: str = "gaussian",
+    generator: torch.Generator | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The (r, S) matrices E (for keys) and F (for values) of Linformer-style attention.
 
     kind="gaussian": independent N(0, 1/r) entries (a random Johnson-Lindenstrauss projection, the
@@ -318,8 +342,9 @@ def linformer_projections(S: int, rank: int, kind: str = "gaussian",
     raise ValueError(f"kind must be 'gaussian' or 'pool', got {kind!r}")
 
 
-def linformer_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, E: torch.Tensor, F: torch.Tensor,
-                        scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def linformer_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, E: torch.Tensor, F: torch.Tensor, scale: float | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(q (E k)^T * scale) (F v): attention over r projected keys instead of S keys.
 
     Args:
@@ -346,5 +371,13 @@ def linformer_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, E: to
     return scaled_dot_product_attention(q, k_low, v_low, scale=scale)
 
 
-__all__ = ["repeat_kv", "grouped_query_attention", "kv_cache_bytes", "GroupedQueryAttention",
-           "sliding_window_mask", "sliding_window_attention", "linformer_projections", "linformer_attention"]
+__all__ = [
+    "repeat_kv",
+    "grouped_query_attention",
+    "kv_cache_bytes",
+    "GroupedQueryAttention",
+    "sliding_window_mask",
+    "sliding_window_attention",
+    "linformer_projections",
+    "linformer_attention",
+]

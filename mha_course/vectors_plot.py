@@ -19,13 +19,13 @@ def _label_positions(tips: np.ndarray, names: list[str], span: float) -> list[tu
 
     Returns one (x, y, horizontal alignment) per tip.
     """
-    line = 0.055 * span                          # height of one line of 10-pt text, in data units
-    char = 0.028 * span                          # width of one character
+    line = 0.055 * span  # height of one line of 10-pt text, in data units
+    char = 0.028 * span  # width of one character
     placed: list[tuple[float, float, float]] = []  # (left, right, y) of the names written so far
     spots: list[tuple[float, float, str]] = []
     for (x, y), name in zip(tips, names, strict=True):
         length = float(np.hypot(x, y)) or 1.0
-        ux, uy = x / length, y / length            # direction of the arrow
+        ux, uy = x / length, y / length  # direction of the arrow
         px, py = x + 0.04 * span * ux, y + 0.04 * span * uy
         width = char * len(name)
         if ux > 0.35:
@@ -34,10 +34,11 @@ def _label_positions(tips: np.ndarray, names: list[str], span: float) -> list[tu
             align, left = "right", px - width
         else:
             align, left = "center", px - width / 2
-            py += 0.5 * line * np.sign(uy)         # clear the arrow head
-        for _ in range(len(placed) + 1):         # every placed name can push this one at most once
-            clash = [qy for qleft, qright, qy in placed
-                     if abs(qy - py) < line and left < qright and qleft < left + width]
+            py += 0.5 * line * np.sign(uy)  # clear the arrow head
+        for _ in range(len(placed) + 1):  # every placed name can push this one at most once
+            clash = [
+                qy for qleft, qright, qy in placed if abs(qy - py) < line and left < qright and qleft < left + width
+            ]
             if not clash:
                 break
             nearest = min(clash, key=lambda qy: abs(qy - py))
@@ -47,8 +48,15 @@ def _label_positions(tips: np.ndarray, names: list[str], span: float) -> list[tu
             placed.append((left, left + width, py))
     return spots
 
-def plot_vectors_2d(vectors, labels: Sequence[str] | None = None, query=None,
-                    query_label: str = "query", ax=None, title: str | None = None):
+
+def plot_vectors_2d(
+    vectors,
+    labels: Sequence[str] | None = None,
+    query=None,
+    query_label: str = "query",
+    ax=None,
+    title: str | None = None,
+):
     """Arrows from the origin for 2-D vectors (keys), and optionally a query arrow in red.
 
     Args:
@@ -89,17 +97,14 @@ def plot_vectors_2d(vectors, labels: Sequence[str] | None = None, query=None,
         tips.append(query)
     spots = _label_positions(np.array(tips), [name or "" for name in names], span)
     for i, (x, y) in enumerate(keys):
-        ax.annotate("", xy=(x, y), xytext=(0, 0),
-                    arrowprops=dict(arrowstyle="-|>", color="tab:blue", lw=1.5))
+        ax.annotate("", xy=(x, y), xytext=(0, 0), arrowprops=dict(arrowstyle="-|>", color="tab:blue", lw=1.5))
         if labels is not None:
             px, py, align = spots[i]
             ax.text(px, py, labels[i], color="tab:blue", fontsize=10, ha=align, va="center")
     if query is not None:
-        ax.annotate("", xy=tuple(query), xytext=(0, 0),
-                    arrowprops=dict(arrowstyle="-|>", color="tab:red", lw=2.2))
+        ax.annotate("", xy=tuple(query), xytext=(0, 0), arrowprops=dict(arrowstyle="-|>", color="tab:red", lw=2.2))
         px, py, align = spots[-1]
-        ax.text(px, py, query_label, color="tab:red", fontsize=10, fontweight="bold", ha=align,
-                va="center")
+        ax.text(px, py, query_label, color="tab:red", fontsize=10, fontweight="bold", ha=align, va="center")
     lo = np.minimum(everything.min(axis=0), 0) * 1.25
     ax.set_xlim(min(lo[0], -0.1 * span), span)
     ax.set_ylim(min(lo[1], -0.1 * span), span)

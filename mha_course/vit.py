@@ -45,7 +45,7 @@ def shapes(n: int, size: int = 16, noise: float = 0.3, generator: torch.Generato
         h, w = extent[label]
         top = int(corner[i, 0] * (size - h + 1))
         left = int(corner[i, 1] * (size - w + 1))
-        images[i, 0, top: top + h, left: left + w] += 1.0
+        images[i, 0, top : top + h, left : left + w] += 1.0
     return images, labels
 
 
@@ -80,11 +80,23 @@ class TinyViT(nn.Module):
         ValueError: the image size is not a multiple of the patch size, or sizes are not positive.
     """
 
-    def __init__(self, image_size: int = 16, patch_size: int = 4, channels: int = 1, num_classes: int = len(SHAPES),
-                 embed_dim: int = 32, num_heads: int = 4, num_layers: int = 2):
+    def __init__(
+        self,
+        image_size: int = 16,
+        patch_size: int = 4,
+        channels: int = 1,
+        num_classes: int = len(SHAPES),
+        embed_dim: int = 32,
+        num_heads: int = 4,
+        num_layers: int = 2,
+    ):
         super().__init__()
-        for name, n in (("image_size", image_size), ("patch_size", patch_size), ("channels", channels),
-                        ("num_classes", num_classes)):
+        for name, n in (
+            ("image_size", image_size),
+            ("patch_size", patch_size),
+            ("channels", channels),
+            ("num_classes", num_classes),
+        ):
             require_positive_int(n, name)
         if image_size % patch_size:
             raise ValueError(f"image_size {image_size} must be a multiple of patch_size {patch_size}")
@@ -108,8 +120,9 @@ class TinyViT(nn.Module):
         return self.head(self.ln_out(x[:, 0])), torch.stack(weights)  # (B, classes), (L, B, H, N+1, N+1)
 
 
-def fit_vit(model: TinyViT, steps: int = 300, batch_size: int = 64, lr: float = 3e-3, seed: int = 0,
-            eval_every: int = 50) -> list[float]:
+def fit_vit(
+    model: TinyViT, steps: int = 300, batch_size: int = 64, lr: float = 3e-3, seed: int = 0, eval_every: int = 50
+) -> list[float]:
     """Train on fresh batches of :func:`shapes`; returns held-out accuracy (1000 images) every ``eval_every`` steps.
 
     Raises:

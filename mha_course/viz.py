@@ -26,10 +26,16 @@ from .heatmap import draw_heatmap, set_ticks, value_range
 _DIFF_COLOR_FLOOR = 1e-3
 
 
-def plot_attention(weights, query_labels: Sequence[str] | None = None,
-                   key_labels: Sequence[str] | None = None, ax=None, title: str | None = None,
-                   cmap: str = "viridis", annotate: bool | None = None,
-                   colorbar_label: str | None = "weight"):
+def plot_attention(
+    weights,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    ax=None,
+    title: str | None = None,
+    cmap: str = "viridis",
+    annotate: bool | None = None,
+    colorbar_label: str | None = "weight",
+):
     """Heatmap of one attention matrix: cell (t, s) is how much query t attends to key s.
 
     Args:
@@ -62,19 +68,33 @@ def plot_attention(weights, query_labels: Sequence[str] | None = None,
         height = min(10.0, 1.5 + 0.45 * T)
         _, ax = plt.subplots(figsize=(max(width, 3.5), max(height, 2.5)), layout="constrained")
     vmin, vmax = value_range(matrix)
-    draw_heatmap(ax, matrix, query_labels, key_labels, cmap=cmap, vmin=vmin, vmax=vmax,
-             annotate=annotate, colorbar_label=colorbar_label)
+    draw_heatmap(
+        ax,
+        matrix,
+        query_labels,
+        key_labels,
+        cmap=cmap,
+        vmin=vmin,
+        vmax=vmax,
+        annotate=annotate,
+        colorbar_label=colorbar_label,
+    )
     if title is not None:
         ax.set_title(title)
     return ax
 
 
-def plot_attention_grid(weights, row_labels: Sequence[str] | None = None,
-                        col_labels: Sequence[str] | None = None,
-                        query_labels: Sequence[str] | None = None,
-                        key_labels: Sequence[str] | None = None, title: str | None = None,
-                        cmap: str = "viridis", annotate: bool = False,
-                        colorbar_label: str | None = "weight"):
+def plot_attention_grid(
+    weights,
+    row_labels: Sequence[str] | None = None,
+    col_labels: Sequence[str] | None = None,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    title: str | None = None,
+    cmap: str = "viridis",
+    annotate: bool = False,
+    colorbar_label: str | None = "weight",
+):
     """A grid of heatmaps: one row of heads (H, T, S), or layers x heads (L, H, T, S).
 
     All panels share one colour scale and one colorbar, so heads can be compared by eye.
@@ -115,16 +135,25 @@ def plot_attention_grid(weights, row_labels: Sequence[str] | None = None,
     key_labels = _check_labels(key_labels, S, "key_labels", "key (S)")
 
     panel = min(3.2, max(1.8, 0.3 * max(T, S)))
-    fig, axes = plt.subplots(L, H, figsize=(panel * H + 1.2, panel * L + 0.6), squeeze=False,
-                             layout="constrained")
+    fig, axes = plt.subplots(L, H, figsize=(panel * H + 1.2, panel * L + 0.6), squeeze=False, layout="constrained")
     vmin, vmax = value_range(grid)
     image = None
     for layer in range(L):
         for head in range(H):
             ax = axes[layer, head]
-            image = draw_heatmap(ax, grid[layer, head], query_labels, key_labels, cmap=cmap,
-                             vmin=vmin, vmax=vmax, annotate=annotate, show_x=layer == L - 1,
-                             show_y=head == 0, colorbar=False)
+            image = draw_heatmap(
+                ax,
+                grid[layer, head],
+                query_labels,
+                key_labels,
+                cmap=cmap,
+                vmin=vmin,
+                vmax=vmax,
+                annotate=annotate,
+                show_x=layer == L - 1,
+                show_y=head == 0,
+                colorbar=False,
+            )
             name = col_labels[head] if not row_labels[layer] else f"{row_labels[layer]}, {col_labels[head]}"
             ax.set_title(name, fontsize=10)
     bar = fig.colorbar(image, ax=axes, shrink=0.8)
@@ -149,10 +178,17 @@ def _worst_slice(yours: np.ndarray, expected: np.ndarray) -> tuple[np.ndarray, n
     return flat_y[worst], flat_e[worst], index
 
 
-def plot_side_by_side(yours, expected, query_labels: Sequence[str] | None = None,
-                      key_labels: Sequence[str] | None = None, title: str | None = None,
-                      names: tuple[str, str] = ("yours", "expected"), annotate: bool | None = None,
-                      value_name: str = "weight", axis_names: tuple[str, str] = ("query (T)", "key (S)")):
+def plot_side_by_side(
+    yours,
+    expected,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    title: str | None = None,
+    names: tuple[str, str] = ("yours", "expected"),
+    annotate: bool | None = None,
+    value_name: str = "weight",
+    axis_names: tuple[str, str] = ("query (T)", "key (S)"),
+):
     """Three panels: your weights, the expected weights, and their difference (yours - expected).
 
     Used by the self-check when a learner's attention weights are wrong: the difference panel
@@ -197,8 +233,18 @@ def plot_side_by_side(yours, expected, query_labels: Sequence[str] | None = None
         annotate = T * S <= 36
     vmin, vmax = value_range(mine, ref)
     for ax, matrix, name in zip(axes[:2], (mine, ref), names, strict=True):
-        draw_heatmap(ax, matrix, query_labels, key_labels, cmap="viridis", vmin=vmin, vmax=vmax,
-                 annotate=annotate, colorbar_label=value_name, axis_names=axis_names)
+        draw_heatmap(
+            ax,
+            matrix,
+            query_labels,
+            key_labels,
+            cmap="viridis",
+            vmin=vmin,
+            vmax=vmax,
+            annotate=annotate,
+            colorbar_label=value_name,
+            axis_names=axis_names,
+        )
         nan_count = int(np.isnan(matrix).sum())
         ax.set_title(name if not nan_count else f"{name} ({nan_count} NaN, magenta)")
     difference = mine - ref
@@ -208,8 +254,18 @@ def plot_side_by_side(yours, expected, query_labels: Sequence[str] | None = None
     # (1e-8 between two correct implementations) stays white instead of filling the colour scale.
     floor = _DIFF_COLOR_FLOOR * max(vmax - vmin, abs(vmin), abs(vmax), 1e-12)
     limit = max(largest, floor)
-    draw_heatmap(axes[2], difference, query_labels, key_labels, cmap="RdBu_r", vmin=-limit, vmax=limit,
-             annotate=annotate, colorbar_label="difference", axis_names=axis_names)
+    draw_heatmap(
+        axes[2],
+        difference,
+        query_labels,
+        key_labels,
+        cmap="RdBu_r",
+        vmin=-limit,
+        vmax=limit,
+        annotate=annotate,
+        colorbar_label="difference",
+        axis_names=axis_names,
+    )
     axes[2].set_title(f"{names[0]} - {names[1]} (max |diff| {largest:.2g})")
     suptitle = title or ""
     if index:
@@ -220,9 +276,15 @@ def plot_side_by_side(yours, expected, query_labels: Sequence[str] | None = None
     return fig
 
 
-def plot_mask(mask, query_labels: Sequence[str] | None = None,
-              key_labels: Sequence[str] | None = None, ax=None, title: str | None = None,
-              true_label: str = "may attend", false_label: str = "blocked"):
+def plot_mask(
+    mask,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
+    ax=None,
+    title: str | None = None,
+    true_label: str = "may attend",
+    false_label: str = "blocked",
+):
     """Picture of a boolean mask: True cells blue, False cells grey, and a legend saying what each means.
 
     By default the legend reads the course's convention (True = may attend). For a mask in
@@ -254,18 +316,27 @@ def plot_mask(mask, query_labels: Sequence[str] | None = None,
 
     array = _to_numpy(mask, "mask")
     if array.dtype != bool:
-        raise TypeError(f"mask must be boolean (True = may attend), got dtype {array.dtype}; "
-                        "draw a float (additive) mask with plot_attention")
+        raise TypeError(
+            f"mask must be boolean (True = may attend), got dtype {array.dtype}; "
+            "draw a float (additive) mask with plot_attention"
+        )
     matrix = _squeeze_leading(array, 2, "mask", "(T, S)")
     T, S = matrix.shape
     query_labels = _check_labels(query_labels, T, "query_labels", "query (T)")
     key_labels = _check_labels(key_labels, S, "key_labels", "key (S)")
     if ax is None:
-        _, ax = plt.subplots(figsize=(max(3.5, min(10.0, 2.0 + 0.4 * S)),
-                                      max(3.0, min(10.0, 1.8 + 0.4 * T))), layout="constrained")
+        _, ax = plt.subplots(
+            figsize=(max(3.5, min(10.0, 2.0 + 0.4 * S)), max(3.0, min(10.0, 1.8 + 0.4 * T))), layout="constrained"
+        )
     false_color, true_color = "#d9d9d9", "#2c7fb8"
-    ax.imshow(matrix.astype(int), cmap=ListedColormap([false_color, true_color]), vmin=0, vmax=1,
-              aspect="equal", interpolation="nearest")
+    ax.imshow(
+        matrix.astype(int),
+        cmap=ListedColormap([false_color, true_color]),
+        vmin=0,
+        vmax=1,
+        aspect="equal",
+        interpolation="nearest",
+    )
     # thin white grid lines between cells so single cells can be counted
     ax.set_xticks(np.arange(-0.5, S, 1), minor=True)
     ax.set_yticks(np.arange(-0.5, T, 1), minor=True)
@@ -275,9 +346,16 @@ def plot_mask(mask, query_labels: Sequence[str] | None = None,
     set_ticks(ax, query_labels, T, "y")
     ax.set_xlabel("key (S)")
     ax.set_ylabel("query (T)")
-    ax.legend(handles=[Patch(color=true_color, label=f"True: {true_label}"),
-                       Patch(color=false_color, label=f"False: {false_label}")],
-              loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, fontsize=9)
+    ax.legend(
+        handles=[
+            Patch(color=true_color, label=f"True: {true_label}"),
+            Patch(color=false_color, label=f"False: {false_label}"),
+        ],
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+        borderaxespad=0.0,
+        fontsize=9,
+    )
     if title is not None:
         ax.set_title(title)
     return ax

@@ -46,13 +46,13 @@ def interactive(function, static: Sequence[dict] = ({},), **controls):
     if not callable(function):
         raise TypeError(f"function must be callable, got {type(function).__name__}")
     if isinstance(static, dict) or not all(isinstance(kwargs, dict) for kwargs in static):
-        raise TypeError("static must be a sequence of keyword-argument dicts, e.g. [{'tau': 0.5}], "
-                        f"got {static!r}")
+        raise TypeError(f"static must be a sequence of keyword-argument dicts, e.g. [{{'tau': 0.5}}], got {static!r}")
     try:
         import ipywidgets
     except ImportError:
-        shown = "; ".join("(" + (", ".join(f"{k}={v!r}" for k, v in kwargs.items()) or "defaults") + ")"
-                          for kwargs in static)
+        shown = "; ".join(
+            "(" + (", ".join(f"{k}={v!r}" for k, v in kwargs.items()) or "defaults") + ")" for kwargs in static
+        )
         print(f"ipywidgets is not installed, so no sliders; fixed settings instead: {shown}")
         for kwargs in static:
             function(**kwargs)
@@ -70,8 +70,10 @@ def interactive(function, static: Sequence[dict] = ({},), **controls):
 
     # keep the learner's parameter names and defaults visible to interactive()'s introspection
     call.__signature__ = inspect.signature(function)
-    controls = {name: control(ipywidgets) if callable(control) and not isinstance(control, ipywidgets.Widget)
-                else control for name, control in controls.items()}
+    controls = {
+        name: control(ipywidgets) if callable(control) and not isinstance(control, ipywidgets.Widget) else control
+        for name, control in controls.items()
+    }
     widget = ipywidgets.interactive(call, **controls)
     if failures:
         raise failures[0]
@@ -97,7 +99,7 @@ def _settings_to_try(widget) -> list[dict]:
         if hasattr(control, "min") and hasattr(control, "max"):
             ends = [control.min, control.max]
             if hasattr(control, "base"):  # a log slider: min and max are exponents
-                ends = [control.base ** control.min, control.base ** control.max]
+                ends = [control.base**control.min, control.base**control.max]
             values = ends
         elif hasattr(control, "options"):
             values = list(getattr(control, "_options_values", ()))[:6]
@@ -131,13 +133,14 @@ def replay_interactive() -> int:
     plt.show = lambda *args, **kwargs: plt.close("all")
     try:
         for function, widget, static in list(_MADE.values()):
-            for kwargs in (_settings_to_try(widget) if widget is not None else static):
+            for kwargs in _settings_to_try(widget) if widget is not None else static:
                 calls += 1
                 try:
                     function(**kwargs)
                 except Exception as error:  # collected: report every broken setting at once
-                    problems.append(f"{getattr(function, '__name__', function)}({kwargs}): "
-                                    f"{type(error).__name__}: {error}")
+                    problems.append(
+                        f"{getattr(function, '__name__', function)}({kwargs}): {type(error).__name__}: {error}"
+                    )
                 finally:
                     plt.close("all")
     finally:

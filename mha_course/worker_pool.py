@@ -74,8 +74,12 @@ class WorkerPool:
                 try:
                     while self.size < n:
                         ready = threading.Event()
-                        threading.Thread(target=self._serve, args=(self._tasks, ready), daemon=True,
-                                         name=f"mha_course.tiled-{self.size}").start()
+                        threading.Thread(
+                            target=self._serve,
+                            args=(self._tasks, ready),
+                            daemon=True,
+                            name=f"mha_course.tiled-{self.size}",
+                        ).start()
                         ready.wait()
                         self.size += 1
                 except RuntimeError:  # "can't start new thread" (a process limit): work with those there are

@@ -4,7 +4,6 @@ MPLBACKEND is deliberately not set in the environment: notebook kernels inherit 
 figures would vanish from the outputs.
 """
 
-
 import matplotlib
 
 matplotlib.use("Agg")

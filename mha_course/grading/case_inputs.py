@@ -47,6 +47,7 @@ def salted(salt: int | None) -> Iterator[None]:
 
 # --- "inputs unchanged" cases (judged in the grader) -----------------------------------------------
 
+
 def same_bits(got: Any, expected: Any) -> bool:
     """``got`` is ``expected`` bit for bit: both arrays, same shape, same dtype, same bytes (NaN matches NaN)."""
     if not isinstance(got, np.ndarray):
@@ -55,9 +56,12 @@ def same_bits(got: Any, expected: Any) -> bool:
     return got.shape == expected.shape and got.dtype == expected.dtype and got.tobytes() == expected.tobytes()
 
 
-def unchanged_case(reference: Callable[[Any], Any], diagnose: Callable[[Any, Any, Any], str | None],
-                   message: str, names: Sequence[str] | Callable[[Any], Sequence[np.ndarray]]
-                   ) -> tuple[Callable[[Any], Any], Callable[[Any, Any, Any], str | None]]:
+def unchanged_case(
+    reference: Callable[[Any], Any],
+    diagnose: Callable[[Any, Any, Any], str | None],
+    message: str,
+    names: Sequence[str] | Callable[[Any], Sequence[np.ndarray]],
+) -> tuple[Callable[[Any], Any], Callable[[Any, Any, Any], str | None]]:
     """(reference, diagnose) for a case whose ``call`` returns :func:`~.convert.with_inputs_after`'s pair.
 
     The call sends back (result, the objects it passed to the target, read after the call); whether
@@ -67,6 +71,7 @@ def unchanged_case(reference: Callable[[Any], Any], diagnose: Callable[[Any, Any
     only if nothing changed (else ``message``) *and* the result is right, so a function that returns
     nothing useful earns nothing here.
     """
+
     def before(inputs: Any) -> tuple[np.ndarray, ...]:
         if callable(names):
             return tuple(np.asarray(a) for a in names(inputs))

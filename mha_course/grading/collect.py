@@ -46,10 +46,10 @@ class Submission:
 
     key: str
     student: str
-    path: Path | None = None               # the notebook to grade; None when ``problem`` says why not
-    assignment: str | None = None          # what its metadata says (None: no metadata)
-    grade_as: str | None = None            # grade as this assignment although the metadata is missing
-    problem: str | None = None             # the reason nothing is graded
+    path: Path | None = None  # the notebook to grade; None when ``problem`` says why not
+    assignment: str | None = None  # what its metadata says (None: no metadata)
+    grade_as: str | None = None  # grade as this assignment although the metadata is missing
+    problem: str | None = None  # the reason nothing is graded
     notes: list[str] = field(default_factory=list)
     student_id: str = ""
     student_name: str = ""
@@ -57,9 +57,9 @@ class Submission:
 
 @dataclass
 class _File:
-    rel: str           # relative to the root, POSIX
+    rel: str  # relative to the root, POSIX
     path: Path
-    kind: str          # notebook | fallback | other | broken | outside | folder
+    kind: str  # notebook | fallback | other | broken | outside | folder
     assignment: str | None = None
     unreadable: str | None = None
 
@@ -132,15 +132,18 @@ def _student_of(rel: str) -> str:
 
 def _pick(candidates: list[_File], notebook_name: str | None) -> tuple[_File, list[_File]]:
     """The notebook graded among several of one assignment: the expected file name, else the newest."""
+
     def rank(f: _File):
         named = notebook_name is not None and Path(f.rel).name == notebook_name
         return (not named, -f.path.stat().st_mtime, f.rel)
+
     ordered = sorted(candidates, key=rank)
     return ordered[0], ordered[1:]
 
 
-def _rows_for(student: str, files: list[_File], expected: str | None,
-              notebook_names: dict[str, str]) -> list[Submission]:
+def _rows_for(
+    student: str, files: list[_File], expected: str | None, notebook_names: dict[str, str]
+) -> list[Submission]:
     """One student's rows: one per assignment found (only ``expected`` when given)."""
     notes = []
     for f in files:
@@ -159,16 +162,19 @@ def _rows_for(student: str, files: list[_File], expected: str | None,
     fallback = [f for f in readable if f.kind == "fallback"]
 
     def row(chosen: _File, key: str, others: list[_File], extra: list[str]) -> Submission:
-        sub = Submission(key=chosen.rel, student=student, path=chosen.path, assignment=chosen.assignment,
-                         notes=list(notes) + extra)
+        sub = Submission(
+            key=chosen.rel, student=student, path=chosen.path, assignment=chosen.assignment, notes=list(notes) + extra
+        )
         if chosen.assignment is None:
             sub.grade_as = key
             sub.notes.append(f"{chosen.rel} has no assignment metadata; graded as {key}, as asked")
         if chosen.kind == "fallback":
             sub.notes.append(f"graded {chosen.rel}, a checkpoint or copy: nothing else was submitted for {key}")
         for other in others:
-            sub.notes.append(f"also submitted {other.rel} for {key}: not graded (one notebook per student "
-                             f"and assignment; graded {chosen.rel})")
+            sub.notes.append(
+                f"also submitted {other.rel} for {key}: not graded (one notebook per student "
+                f"and assignment; graded {chosen.rel})"
+            )
         return sub
 
     keys = [expected] if expected else sorted({f.assignment for f in readable if f.assignment})
@@ -180,7 +186,8 @@ def _rows_for(student: str, files: list[_File], expected: str | None,
         ignored = [f for f in fallback if f.assignment in (key, None)]
         if not pool:
             pool = [f for f in fallback if f.assignment == key] or (
-                [f for f in fallback if f.assignment is None] if expected else [])
+                [f for f in fallback if f.assignment is None] if expected else []
+            )
             ignored = []
         if pool:
             chosen, others = _pick(pool, notebook_names.get(key))
@@ -189,8 +196,10 @@ def _rows_for(student: str, files: list[_File], expected: str | None,
     if expected and not rows:
         wrong = sorted({f.assignment for f in readable if f.assignment and f.assignment != expected})
         if wrong:
-            problem = (f"wrong assignment {', '.join(wrong)}, expected {expected} "
-                       f"({', '.join(f.rel for f in readable if f.assignment in wrong)})")
+            problem = (
+                f"wrong assignment {', '.join(wrong)}, expected {expected} "
+                f"({', '.join(f.rel for f in readable if f.assignment in wrong)})"
+            )
         elif notes:
             problem = f"no notebook for {expected} could be graded: {'; '.join(notes)}"
             notes = []  # said in the problem already
@@ -200,18 +209,31 @@ def _rows_for(student: str, files: list[_File], expected: str | None,
     elif not expected:
         unknown = [f for f in regular if f.assignment is None]
         for f in unknown:
-            rows.append(Submission(key=f.rel, student=student, path=f.path, notes=list(notes),
-                                   problem=f"{f.rel} has no assignment metadata (pass --assignment KEY to "
-                                           "grade it as one)"))
+            rows.append(
+                Submission(
+                    key=f.rel,
+                    student=student,
+                    path=f.path,
+                    notes=list(notes),
+                    problem=f"{f.rel} has no assignment metadata (pass --assignment KEY to grade it as one)",
+                )
+            )
         if not rows:
-            problem = (f"no notebook submitted (found: {', '.join(f.rel for f in files)})" if files
-                       else "no notebook submitted (empty folder)")
+            problem = (
+                f"no notebook submitted (found: {', '.join(f.rel for f in files)})"
+                if files
+                else "no notebook submitted (empty folder)"
+            )
             rows.append(Submission(key=student, student=student, problem=problem, notes=notes))
     return rows
 
 
-def collect(paths: list[str | Path], assignment: str | None = None, one_submission: bool = False,
-            notebook_names: dict[str, str] | None = None) -> list[Submission]:
+def collect(
+    paths: list[str | Path],
+    assignment: str | None = None,
+    one_submission: bool = False,
+    notebook_names: dict[str, str] | None = None,
+) -> list[Submission]:
     """The submissions under ``paths``, one row per student (and per assignment without ``assignment``).
 
     Args:

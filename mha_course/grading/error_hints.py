@@ -21,21 +21,29 @@ def exception_hint(error: str, inputs: Any = None) -> str | None:
     """
     text = str(error)
     sizes = _query_key_lengths(inputs)
-    if re.search(r"shapes cannot be multiplied|size mismatch|mismatch in its core dimension|matmul: Input operand",
-                 text):
-        return ("the inner sizes of a matrix product do not match: did you forget a transpose? On batched "
-                "tensors use k.transpose(-2, -1) (k.T reverses *every* axis), and check which side of each "
-                "product is (T, .) and which (S, .)")
-    match = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", text) or \
-        re.search(r"could not be broadcast together with shapes \(([\d, ]*)\) \(([\d, ]*)\)", text)
+    if re.search(
+        r"shapes cannot be multiplied|size mismatch|mismatch in its core dimension|matmul: Input operand", text
+    ):
+        return (
+            "the inner sizes of a matrix product do not match: did you forget a transpose? On batched "
+            "tensors use k.transpose(-2, -1) (k.T reverses *every* axis), and check which side of each "
+            "product is (T, .) and which (S, .)"
+        )
+    match = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", text) or re.search(
+        r"could not be broadcast together with shapes \(([\d, ]*)\) \(([\d, ]*)\)", text
+    )
     if match:
         a, b = match.group(1), match.group(2)
         if sizes and {a.strip(), b.strip()} == {str(sizes[0]), str(sizes[1])} and sizes[0] != sizes[1]:
-            return (f"a size {sizes[0]} met a size {sizes[1]}: here T = {sizes[0]} queries and S = {sizes[1]} keys; "
-                    "check that every axis you use has the length you mean (scores are (T, S))")
-        return ("shapes do not broadcast: did you forget keepdims=True (keepdim=True in torch) in a sum or a max, "
-                "so that the reduced axis stays as size 1? Or use .T on a batched tensor (it reverses every axis: "
-                "use .transpose(-2, -1))?")
+            return (
+                f"a size {sizes[0]} met a size {sizes[1]}: here T = {sizes[0]} queries and S = {sizes[1]} keys; "
+                "check that every axis you use has the length you mean (scores are (T, S))"
+            )
+        return (
+            "shapes do not broadcast: did you forget keepdims=True (keepdim=True in torch) in a sum or a max, "
+            "so that the reduced axis stays as size 1? Or use .T on a batched tensor (it reverses every axis: "
+            "use .transpose(-2, -1))?"
+        )
     return None
 
 

@@ -22,8 +22,13 @@ from .scan import parse
 from .verdicts import SubmissionResult, TestResult
 
 #: Hints that only say *that* something is wrong, not what: shown after the specific ones.
-GENERIC = ("values differ from the expected ones", "passes with the published inputs but not with fresh",
-           "not attempted", "NotImplementedError", "rows do not sum to 1")
+GENERIC = (
+    "values differ from the expected ones",
+    "passes with the published inputs but not with fresh",
+    "not attempted",
+    "NotImplementedError",
+    "rows do not sum to 1",
+)
 
 
 def cause_of(output: str) -> str:
@@ -48,7 +53,7 @@ class Cause:
 
     exercise: str
     text: str
-    example: str                      # one full hint, numbers included
+    example: str  # one full hint, numbers included
     tests: list[TestResult] = field(default_factory=list)
 
     @property
@@ -88,8 +93,9 @@ def defining_cells(cells: list[tuple[int, str]], targets: list[str]) -> dict[str
     return found
 
 
-def feedback_markdown(result: SubmissionResult, cells: list[tuple[int, str]] | None = None,
-                      targets: dict[str, str] | None = None) -> str:
+def feedback_markdown(
+    result: SubmissionResult, cells: list[tuple[int, str]] | None = None, targets: dict[str, str] | None = None
+) -> str:
     """One submission's feedback as Markdown.
 
     Args:
@@ -98,12 +104,19 @@ def feedback_markdown(result: SubmissionResult, cells: list[tuple[int, str]] | N
         targets: exercise key -> the name the exercise grades (function or class).
     """
     who = result.student_name or result.student or Path(result.path).name
-    lines = [f"# Feedback: {result.title or result.assignment or 'submission'}", "",
-             f"**{who}**, `{result.key or Path(result.path).name}`", ""]
+    lines = [
+        f"# Feedback: {result.title or result.assignment or 'submission'}",
+        "",
+        f"**{who}**, `{result.key or Path(result.path).name}`",
+        "",
+    ]
     if result.error:
         return "\n".join(lines + [f"This submission could not be graded: {result.error}", ""])
-    lines += [f"**{result.score:g} / {result.max_score:g} points** (assignment {result.assignment}, "
-              f"version {result.version}). Tests marked *hidden* ran only in the grader.", ""]
+    lines += [
+        f"**{result.score:g} / {result.max_score:g} points** (assignment {result.assignment}, "
+        f"version {result.version}). Tests marked *hidden* ran only in the grader.",
+        "",
+    ]
     where = defining_cells(cells or [], list((targets or {}).values()))
     causes = root_causes(result)
     raw = result.raw_exercise_scores()
@@ -120,8 +133,10 @@ def feedback_markdown(result: SubmissionResult, cells: list[tuple[int, str]] | N
         for cause in mine:
             names = ", ".join(t.case + (" (hidden)" if t.hidden else "") for t in cause.tests)
             prefix = "Also: " if cause.generic and any(not c.generic for c in mine) else ""
-            lines.append(f"- {prefix}{cause.example}  \n  _{len(cause.tests)} test(s), "
-                         f"{cause.points_lost:g} point(s): {names}_" + (f"; look at {cell}" if cell else ""))
+            lines.append(
+                f"- {prefix}{cause.example}  \n  _{len(cause.tests)} test(s), "
+                f"{cause.points_lost:g} point(s): {names}_" + (f"; look at {cell}" if cell else "")
+            )
         lines.append("")
     extra = [n for n in result.notes if not n.startswith("ignored ")]
     if extra:

@@ -53,20 +53,26 @@ __all__ = ["Isolator", "Limits", "SubmissionResult", "TestResult", "grade_many",
 def _static_verdicts(report: ScanReport, assignment: Any) -> tuple[str | None, dict[str, str], list[str]]:
     notes = list(report.syntax_errors)
     for f in report.imports:
-        notes.append(f"{f.where()}: imports {f.name}, which is not available in the grader (it holds the course's "
-                     "reference answers); write that part yourself")
+        notes.append(
+            f"{f.where()}: imports {f.name}, which is not available in the grader (it holds the course's "
+            "reference answers); write that part yourself"
+        )
     tamper = None
     if report.tampering:
         listed = "; ".join(f"{f.name} ({f.where()})" for f in report.tampering[:5])
-        tamper = (f"0 points: this notebook reaches into the grader or the interpreter ({listed}). None of this is "
-                  "needed for the exercises; remove it and resubmit, or ask your instructor to review")
+        tamper = (
+            f"0 points: this notebook reaches into the grader or the interpreter ({listed}). None of this is "
+            "needed for the exercises; remove it and resubmit, or ask your instructor to review"
+        )
     blocked = {}
     for key, findings in report.forbidden.items():
         exercise = next(e for e in assignment.exercises if e.key == key)
         listed = ", ".join(sorted({f.name for f in findings}))
         where = findings[0].where()
-        blocked[key] = (f"this exercise asks you to write {exercise.target} yourself; it uses {listed} ({where}), "
-                        "which is not allowed here")
+        blocked[key] = (
+            f"this exercise asks you to write {exercise.target} yourself; it uses {listed} ({where}), "
+            "which is not allowed here"
+        )
     return tamper, blocked, notes
 
 
@@ -77,9 +83,14 @@ def new_seed() -> int:
     return secrets.randbits(31)
 
 
-def grade_notebook(path: str | Path, limits: Limits | None = None, isolator: Isolator | None = None,
-                   seed: int | None = -1, unsafe_no_isolation: bool = False,
-                   grade_as: str | None = None) -> SubmissionResult:
+def grade_notebook(
+    path: str | Path,
+    limits: Limits | None = None,
+    isolator: Isolator | None = None,
+    seed: int | None = -1,
+    unsafe_no_isolation: bool = False,
+    grade_as: str | None = None,
+) -> SubmissionResult:
     """Grade one submission notebook; never raises for a bad submission.
 
     Args:
@@ -99,8 +110,9 @@ def grade_notebook(path: str | Path, limits: Limits | None = None, isolator: Iso
     own = isolator is None
     isolator = isolator or Isolator(unsafe_no_isolation)
     start = time.monotonic()
-    result = SubmissionResult(path=str(path), seed=new_seed() if seed == -1 else seed,
-                              isolation=isolator.walls.as_dict())
+    result = SubmissionResult(
+        path=str(path), seed=new_seed() if seed == -1 else seed, isolation=isolator.walls.as_dict()
+    )
     try:
         _grade_into(result, Path(path), limits, isolator, grade_as)
     except Exception as exc:  # the grader's own failure: report it, never crash the batch
@@ -112,17 +124,20 @@ def grade_notebook(path: str | Path, limits: Limits | None = None, isolator: Iso
     return result
 
 
-MAX_NOTEBOOK_BYTES = 16 * 2**20   # a notebook file larger than this is not read at all
-MAX_CODE_BYTES = 512 * 2**10      # all code cells together (course notebooks hold about 20 KiB): bounds the scan
+MAX_NOTEBOOK_BYTES = 16 * 2**20  # a notebook file larger than this is not read at all
+MAX_CODE_BYTES = 512 * 2**10  # all code cells together (course notebooks hold about 20 KiB): bounds the scan
 
 
-def _grade_into(result: SubmissionResult, path: Path, limits: Limits, isolator: Isolator,
-                grade_as: str | None = None) -> None:
+def _grade_into(
+    result: SubmissionResult, path: Path, limits: Limits, isolator: Isolator, grade_as: str | None = None
+) -> None:
     try:
         size = path.stat().st_size
         if size > MAX_NOTEBOOK_BYTES:
-            raise ValueError(f"{path.name} is {size / 2**20:.1f} MiB; the grader reads notebooks of at most "
-                             f"{MAX_NOTEBOOK_BYTES // 2**20} MiB (clear the outputs and resubmit)")
+            raise ValueError(
+                f"{path.name} is {size / 2**20:.1f} MiB; the grader reads notebooks of at most "
+                f"{MAX_NOTEBOOK_BYTES // 2**20} MiB (clear the outputs and resubmit)"
+            )
         nb = notebook.load(path)
         meta = notebook.metadata(nb)
         if meta is None and grade_as:
@@ -136,14 +151,18 @@ def _grade_into(result: SubmissionResult, path: Path, limits: Limits, isolator: 
     result.assignment, result.title, result.version = assignment.key, assignment.title, meta.version
     result.max_points = float(assignment.max_points)
     if meta.version != assignment.version:
-        result.notes.append(f"this notebook is version {meta.version} of {assignment.key}; the grader has version "
-                            f"{assignment.version} (graded with the grader's tests)")
+        result.notes.append(
+            f"this notebook is version {meta.version} of {assignment.key}; the grader has version "
+            f"{assignment.version} (graded with the grader's tests)"
+        )
     grading = NotebookRun(path, nb, assignment, limits, isolator, result.seed)
     jobs = [(e, i, c) for e in assignment.exercises for i, c in enumerate(e.cases)]
     code_bytes = sum(len(source.encode("utf-8", "replace")) for _, source in grading.cells)
     if code_bytes > MAX_CODE_BYTES:
-        too_big = (f"0 points: the notebook's code is {code_bytes / 2**10:.0f} KiB; the grader accepts at most "
-                   f"{MAX_CODE_BYTES // 2**10} KiB of code (the exercises need a few KiB)")
+        too_big = (
+            f"0 points: the notebook's code is {code_bytes / 2**10:.0f} KiB; the grader accepts at most "
+            f"{MAX_CODE_BYTES // 2**10} KiB of code (the exercises need a few KiB)"
+        )
         result.tests = [result_row(e, c, 0, "not run", too_big) for e, _, c in jobs]
         result.notes.append(too_big)
         return
@@ -160,9 +179,15 @@ def _grade_into(result: SubmissionResult, path: Path, limits: Limits, isolator: 
         result.notes.append(f"cell {index + 1} raised {error}")
 
 
-def grade_many(paths: Iterable[str | Path | Submission], limits: Limits | None = None, workers: int = 2,
-               progress: bool = True, seed: int | None = -1, unsafe_no_isolation: bool = False,
-               isolator: Isolator | None = None) -> list[SubmissionResult]:
+def grade_many(
+    paths: Iterable[str | Path | Submission],
+    limits: Limits | None = None,
+    workers: int = 2,
+    progress: bool = True,
+    seed: int | None = -1,
+    unsafe_no_isolation: bool = False,
+    isolator: Isolator | None = None,
+) -> list[SubmissionResult]:
     """Grade many notebooks with ``workers`` threads (each drives one sandbox at a time) and a progress bar.
 
     ``paths`` holds notebook paths or :class:`~.collect.Submission` rows (whose student, key and
@@ -183,19 +208,31 @@ def grade_many(paths: Iterable[str | Path | Submission], limits: Limits | None =
     own = isolator is None
     isolator = isolator or Isolator(unsafe_no_isolation)
     try:
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool, \
-                tqdm(total=len(paths), desc="grading", unit="nb", disable=not progress) as bar:
+        with (
+            ThreadPoolExecutor(max_workers=max(1, workers)) as pool,
+            tqdm(total=len(paths), desc="grading", unit="nb", disable=not progress) as bar,
+        ):
+
             def one(item):
                 sub = item if isinstance(item, Submission) else None
                 path = (sub.path or sub.key) if sub else item
                 if sub is not None and sub.problem:
-                    r = SubmissionResult(path=str(path), seed=seed, isolation=isolator.walls.as_dict(),
-                                         assignment=sub.assignment, error=sub.problem)
+                    r = SubmissionResult(
+                        path=str(path),
+                        seed=seed,
+                        isolation=isolator.walls.as_dict(),
+                        assignment=sub.assignment,
+                        error=sub.problem,
+                    )
                     with contextlib.suppress(KeyError):  # the row still shows what it was out of
                         r.max_points = float(registry.get_assignment(sub.assignment or "").max_points)
                 elif time.monotonic() > deadline:
-                    r = SubmissionResult(path=str(path), seed=seed, isolation=isolator.walls.as_dict(), error=(
-                        f"not graded: the batch's time limit ({limits.batch_timeout:g} s) ran out first"))
+                    r = SubmissionResult(
+                        path=str(path),
+                        seed=seed,
+                        isolation=isolator.walls.as_dict(),
+                        error=(f"not graded: the batch's time limit ({limits.batch_timeout:g} s) ran out first"),
+                    )
                 else:
                     r = grade_notebook(path, limits, isolator, seed, grade_as=sub.grade_as if sub else None)
                 if sub is not None:

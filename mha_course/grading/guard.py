@@ -52,13 +52,16 @@ def reject_subclasses(value: Any, depth: int = 0) -> None:
     if depth > 6:
         return
     if isinstance(value, np.ndarray) and type(value) is not np.ndarray:
-        raise RejectedOutput(f"your code returned {type(value).__module__}.{type(value).__qualname__}, a subclass "
-                             "of numpy.ndarray; return a plain array (the grader compares plain values only)")
+        raise RejectedOutput(
+            f"your code returned {type(value).__module__}.{type(value).__qualname__}, a subclass "
+            "of numpy.ndarray; return a plain array (the grader compares plain values only)"
+        )
     torch = sys.modules.get("torch")
-    if torch is not None and isinstance(value, torch.Tensor) and type(value) not in (torch.Tensor,
-                                                                                     torch.nn.Parameter):
-        raise RejectedOutput(f"your code returned {type(value).__module__}.{type(value).__qualname__}, a subclass "
-                             "of torch.Tensor; return a plain tensor (the grader compares plain values only)")
+    if torch is not None and isinstance(value, torch.Tensor) and type(value) not in (torch.Tensor, torch.nn.Parameter):
+        raise RejectedOutput(
+            f"your code returned {type(value).__module__}.{type(value).__qualname__}, a subclass "
+            "of torch.Tensor; return a plain tensor (the grader compares plain values only)"
+        )
     if isinstance(value, (tuple, list)):
         for item in value[:10_000]:
             reject_subclasses(item, depth + 1)
@@ -131,13 +134,21 @@ def explain(names: list[str], ops: list[str] = ()) -> str:
     """The learner-facing sentence for forbidden calls (names, else the fused ATen operators seen)."""
     if set(names) & set(AUTOGRAD):
         others = sorted(set(names) - set(AUTOGRAD))
-        return ("this exercise asks you to derive the gradients by hand; your code used autograd ("
-                + (f"{', '.join(others)}; " if others else "") + "a tensor with requires_grad, torch.autograd or "
-                "torch.func), which is not allowed here (0 points for this case)")
-    listed = ", ".join(sorted(set(names))) if names else (
-        f"torch's fused kernel {', '.join(ops)} (it computes what you are asked to write inside it)")
-    return (f"this exercise asks you to write it yourself; your code called {listed}, which is not allowed "
-            "here (0 points for this case)")
+        return (
+            "this exercise asks you to derive the gradients by hand; your code used autograd ("
+            + (f"{', '.join(others)}; " if others else "")
+            + "a tensor with requires_grad, torch.autograd or "
+            "torch.func), which is not allowed here (0 points for this case)"
+        )
+    listed = (
+        ", ".join(sorted(set(names)))
+        if names
+        else (f"torch's fused kernel {', '.join(ops)} (it computes what you are asked to write inside it)")
+    )
+    return (
+        f"this exercise asks you to write it yourself; your code called {listed}, which is not allowed "
+        "here (0 points for this case)"
+    )
 
 
 def op_name(func: Any) -> str:
@@ -166,8 +177,13 @@ def same_family(op: str, forbidden: str) -> bool:
 
 # torch kernels that compute a forbidden function inside them, under another name
 _FUSED_WITH = {
-    "softmax": ("scaled_dot_product", "multi_head_attention", "flash_attention", "efficient_attention",
-                "cudnn_attention"),
+    "softmax": (
+        "scaled_dot_product",
+        "multi_head_attention",
+        "flash_attention",
+        "efficient_attention",
+        "cudnn_attention",
+    ),
 }
 
 
@@ -194,8 +210,8 @@ class Tripwire:
 
     def __init__(self) -> None:
         self._armed: frozenset[str] = frozenset()
-        self.hits: list[str] = []      # forbidden names called (torch API, wrappers)
-        self.ops: list[str] = []       # fused operators that compute a forbidden function inside
+        self.hits: list[str] = []  # forbidden names called (torch API, wrappers)
+        self.ops: list[str] = []  # fused operators that compute a forbidden function inside
         self._by_id: dict[int, str] = {}
         self._installed: list[tuple[Any, str, Any]] = []
 
@@ -310,7 +326,11 @@ class Tripwire:
 
         tripwire = self
         op_name, same_family, _requires_grad, _ = getattr(self, "_helpers", None) or (
-            globals()["op_name"], globals()["same_family"], globals()["_requires_grad"], None)
+            globals()["op_name"],
+            globals()["same_family"],
+            globals()["_requires_grad"],
+            None,
+        )
         fused = [n for n in names if n.startswith("torch.") and n.rsplit(".", 1)[-1].strip("_").lower() in _FUSED_WITH]
         by_name = [n for n in names if n.startswith("torch.") and n not in AUTOGRAD]
         no_autograd = [n for n in names if n in AUTOGRAD]

@@ -35,6 +35,7 @@ from .error_hints import exception_hint, with_exception_hint  # noqa: F401
 
 # --- helpers for ``diagnose`` (run in the grader) ------------------------------------------------
 
+
 def tolerance(dtype: Any) -> tuple[float, float]:
     """(atol, rtol) for a dtype from the library's one table (:data:`mha_course.testing.TOLERANCES`);
     dtypes it has no entry for (integers, bool) get float32's, as answers are compared as floats."""
@@ -69,7 +70,8 @@ def unpack(got: Any, names: Sequence[str]) -> tuple[list[np.ndarray] | None, str
     """Split a returned tuple into arrays; (None, hint) when it is not a tuple of that length."""
     if not isinstance(got, (list, tuple)) or len(got) != len(names):
         return None, f"expected a tuple ({', '.join(names)}), got {type(got).__name__}" + (
-            f" of length {len(got)}" if isinstance(got, (list, tuple)) else "")
+            f" of length {len(got)}" if isinstance(got, (list, tuple)) else ""
+        )
     arrays = []
     for item, name in zip(got, names, strict=True):
         arr, hint = as_array(item, name)
@@ -98,7 +100,11 @@ def shape_hint(got: np.ndarray, expected: np.ndarray, what: str, legend: str | N
     if got.shape == expected.shape:
         return None
     hint = f"{what}: shape expected {fmt_shape(expected.shape, legend)}, got {fmt_shape(got.shape)}"
-    if got.ndim == expected.ndim >= 2 and got.shape[:-2] == expected.shape[:-2] and got.shape[-2:] == expected.shape[-2:][::-1]:
+    if (
+        got.ndim == expected.ndim >= 2
+        and got.shape[:-2] == expected.shape[:-2]
+        and got.shape[-2:] == expected.shape[-2:][::-1]
+    ):
         hint += " (the last two axes are swapped: transposed?)"
     elif got.ndim < expected.ndim:
         hint += " (a dimension is missing: did you drop an axis, or not keep the leading batch dims?)"
@@ -115,9 +121,11 @@ def finite_hint(got: np.ndarray, expected: np.ndarray, what: str) -> str | None:
     if not bad.any():
         return None
     kind = "NaN" if np.isnan(got[bad]).any() else "inf"
-    return (f"{what}: {kind} in {int(bad.sum())} of {got.size} entries where the expected values are finite "
-            f"(exp of large numbers overflows: subtract the maximum first; a row with nothing to attend to "
-            f"must give zeros, not 0/0)")
+    return (
+        f"{what}: {kind} in {int(bad.sum())} of {got.size} entries where the expected values are finite "
+        f"(exp of large numbers overflows: subtract the maximum first; a row with nothing to attend to "
+        f"must give zeros, not 0/0)"
+    )
 
 
 def dtype_hint(got: np.ndarray, expected: np.ndarray, what: str) -> str | None:
@@ -126,8 +134,10 @@ def dtype_hint(got: np.ndarray, expected: np.ndarray, what: str) -> str | None:
         return None
     hint = f"{what}: dtype expected {expected.dtype}, got {got.dtype}"
     if got.dtype == np.float64 and expected.dtype == np.float32:
-        hint += (" (something promoted your float32 values: in NumPy 2, np.sqrt(D) is a float64 scalar "
-                 "that does this; use math.sqrt(D) or cast back)")
+        hint += (
+            " (something promoted your float32 values: in NumPy 2, np.sqrt(D) is a float64 scalar "
+            "that does this; use math.sqrt(D) or cast back)"
+        )
     elif expected.dtype == np.bool_:
         hint += " (return a boolean mask: True where a query may attend)"
     return hint
@@ -138,8 +148,10 @@ def value_hint(got: np.ndarray, expected: np.ndarray, what: str) -> str:
     diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))
     diff = np.where(np.isnan(diff), np.inf, diff)
     worst = np.unravel_index(int(np.argmax(diff)), diff.shape) if diff.size else ()
-    return (f"{what}: values differ from the expected ones; worst at index {tuple(int(i) for i in worst)}: "
-            f"got {float(got[worst]):.5g}, expected {float(expected[worst]):.5g}")
+    return (
+        f"{what}: values differ from the expected ones; worst at index {tuple(int(i) for i in worst)}: "
+        f"got {float(got[worst]):.5g}, expected {float(expected[worst]):.5g}"
+    )
 
 
 def first_match(got: np.ndarray, alternatives: Sequence[tuple[Any, str]], dtype: Any = None) -> str | None:
@@ -173,8 +185,10 @@ def rows_sum_hint(weights: np.ndarray, axis: int = -1, what: str = "weights") ->
     for other in range(weights.ndim):
         if other != axis % weights.ndim and weights.shape[other] > 1:
             if np.allclose(weights.astype(np.float64).sum(axis=other), 1.0, atol=1e-3):
-                return (f"{what}: the values sum to 1 along axis {other}, not along axis {axis}: "
-                        f"softmax over the wrong axis?")
+                return (
+                    f"{what}: the values sum to 1 along axis {other}, not along axis {axis}: "
+                    f"softmax over the wrong axis?"
+                )
     finite = sums[np.isfinite(sums)]
     spread = f"from {finite.min():.4g} to {finite.max():.4g}" if finite.size else "are NaN/inf"
     return f"{what}: rows do not sum to 1 (row sums {spread})"
@@ -197,9 +211,15 @@ def mask_hint(weights: np.ndarray, allowed: np.ndarray, what: str = "weights") -
     return f"{what}: nonzero weight on keys the mask blocks: is the mask ignored, or applied after softmax?"
 
 
-def compare(got: Any, expected: Any, what: str, legend: str | None = None,
-            alternatives: Sequence[tuple[Any, str]] = (), check_dtype: bool = False,
-            dtype: Any = None) -> str | None:
+def compare(
+    got: Any,
+    expected: Any,
+    what: str,
+    legend: str | None = None,
+    alternatives: Sequence[tuple[Any, str]] = (),
+    check_dtype: bool = False,
+    dtype: Any = None,
+) -> str | None:
     """The usual pipeline: type, shape, NaN/inf, known mistakes, values, (dtype).
 
     Args:
@@ -226,18 +246,25 @@ def compare(got: Any, expected: Any, what: str, legend: str | None = None,
         if match:
             return f"{what}: {match}"
         if hint is None and exp.dtype == np.float64 and close(arr, exp, np.float32):
-            return (f"{what}: only float32-accurate for float64 inputs: did you compute in float32 "
-                    "(.float(), astype(np.float32))? keep the input's precision")
+            return (
+                f"{what}: only float32-accurate for float64 inputs: did you compute in float32 "
+                "(.float(), astype(np.float32))? keep the input's precision"
+            )
         return hint or value_hint(arr, exp, what)
     if check_dtype:
         return dtype_hint(arr, exp, what)
     return None
 
 
-def compare_pair(got: Any, expected: Sequence[np.ndarray], names: tuple[str, str] = ("out", "weights"),
-                 legends: tuple[str | None, str | None] = (None, None),
-                 alternatives: tuple[Sequence, Sequence] = ((), ()), check_dtype: bool = False,
-                 dtype: Any = None) -> str | None:
+def compare_pair(
+    got: Any,
+    expected: Sequence[np.ndarray],
+    names: tuple[str, str] = ("out", "weights"),
+    legends: tuple[str | None, str | None] = (None, None),
+    alternatives: tuple[Sequence, Sequence] = ((), ()),
+    check_dtype: bool = False,
+    dtype: Any = None,
+) -> str | None:
     """:func:`compare` for a returned pair such as (out, weights); also spots the swapped order."""
     arrays, hint = unpack(got, names)
     if hint:
@@ -253,8 +280,13 @@ def compare_pair(got: Any, expected: Sequence[np.ndarray], names: tuple[str, str
     return compare(a, ea, names[0], legends[0], alternatives[0], check_dtype, dtype)
 
 
-def _side_by_side(got: Any, expected: Any, title: str, value_name: str = "weight",
-                  axis_names: tuple[str, str] = ("query (T)", "key (S)")) -> Any:
+def _side_by_side(
+    got: Any,
+    expected: Any,
+    title: str,
+    value_name: str = "weight",
+    axis_names: tuple[str, str] = ("query (T)", "key (S)"),
+) -> Any:
     """viz.plot_side_by_side of the learner's and the expected (..., T, S) arrays, or None.
 
     None when ``got`` is not numeric, has another shape than ``expected`` (the shape hint says
@@ -282,8 +314,9 @@ def pair_heatmaps(index: int, title: str = "attention weights") -> Callable[[Any
     return visualize
 
 
-def single_heatmaps(title: str, value_name: str = "weight",
-                    axis_names: tuple[str, str] = ("query (T)", "key (S)")) -> Callable[[Any, Any, Any], Any]:
+def single_heatmaps(
+    title: str, value_name: str = "weight", axis_names: tuple[str, str] = ("query (T)", "key (S)")
+) -> Callable[[Any, Any, Any], Any]:
     """A ``visualize`` hook: yours / expected / difference heatmaps of a single returned array.
 
     ``value_name`` and ``axis_names`` say what the colour and the (row, column) axes are, when the

@@ -44,20 +44,22 @@ from typing import Any
 from .limits import RUNTIME_MB, Resources, _Cgroup, _count_own_tasks, _rlimits, cgroup_available  # noqa: F401
 from .view import PACKAGE_DIR, RUNTIME_FILES, IsolationError, build_view, view_modules  # noqa: F401
 
-SCRATCH = "/scratch"                                 # the submission's writable tmpfs
-VIEW_EXTRA = "/run/grader"                           # extra modules (an assignment registered from elsewhere)
+SCRATCH = "/scratch"  # the submission's writable tmpfs
+VIEW_EXTRA = "/run/grader"  # extra modules (an assignment registered from elsewhere)
 NOBODY = 65534
 
-INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap; "
-                "it needs unprivileged user namespaces, or root)")
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap; "
+    "it needs unprivileged user namespaces, or root)"
+)
 
 
 @dataclass(frozen=True)
 class Walls:
     """What isolated the submissions of a grading run (reported in the output and in results.json)."""
 
-    kind: str                                   # "bubblewrap" | "none"
-    detail: str = ""                            # bubblewrap's version, or why there is none
+    kind: str  # "bubblewrap" | "none"
+    detail: str = ""  # bubblewrap's version, or why there is none
     limits: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -66,11 +68,15 @@ class Walls:
 
     def summary(self) -> str:
         if not self.isolated:
-            return (f"NO ISOLATION ({self.detail}): submissions ran as plain processes that could read and change "
-                    "this machine's files; use only for code you trust")
+            return (
+                f"NO ISOLATION ({self.detail}): submissions ran as plain processes that could read and change "
+                "this machine's files; use only for code you trust"
+            )
         limits = ", ".join(f"{k} {v}" for k, v in self.limits.items())
-        return (f"{self.detail}: own mount, PID, IPC and network namespaces, uid {NOBODY}, no capabilities, "
-                f"read-only view of the runtime only; limits: {limits}")
+        return (
+            f"{self.detail}: own mount, PID, IPC and network namespaces, uid {NOBODY}, no capabilities, "
+            f"read-only view of the runtime only; limits: {limits}"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "detail": self.detail, "limits": dict(self.limits), "summary": self.summary()}
@@ -88,15 +94,34 @@ def probe() -> str | None:
     if bwrap is None:
         return f"bwrap was not found on PATH: {INSTALL_HINT}"
     try:
-        proc = subprocess.run([bwrap, *_namespace_args(), "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev",
-                               "--", "/bin/sh", "-c", "test \"$(id -u)\" = 65534"],
-                              capture_output=True, text=True, timeout=30)
+        proc = subprocess.run(
+            [
+                bwrap,
+                *_namespace_args(),
+                "--ro-bind",
+                "/",
+                "/",
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+                "--",
+                "/bin/sh",
+                "-c",
+                'test "$(id -u)" = 65534',
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not be started ({exc})"
     if proc.returncode != 0:
         why = (proc.stderr.strip().splitlines() or [f"it exited with status {proc.returncode}"])[-1]
-        return (f"bwrap refused to build a sandbox ({why}); inside a container, allow user namespaces "
-                "(e.g. docker run --security-opt seccomp=unconfined, or run the grader on the host)")
+        return (
+            f"bwrap refused to build a sandbox ({why}); inside a container, allow user namespaces "
+            "(e.g. docker run --security-opt seccomp=unconfined, or run the grader on the host)"
+        )
     return None
 
 
@@ -109,9 +134,22 @@ def bwrap_version() -> str:
 
 
 def _namespace_args() -> list[str]:
-    return ["--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-            "--unshare-cgroup-try", "--uid", str(NOBODY), "--gid", str(NOBODY), "--cap-drop", "ALL",
-            "--die-with-parent", "--new-session"]
+    return [
+        "--unshare-user",
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--uid",
+        str(NOBODY),
+        "--gid",
+        str(NOBODY),
+        "--cap-drop",
+        "ALL",
+        "--die-with-parent",
+        "--new-session",
+    ]
 
 
 # --- one sandbox ----------------------------------------------------------------------------------------
@@ -132,23 +170,47 @@ class Sandbox:
         self.cgroup = _Cgroup.create(name, res) if cgroup else None
         self.stderr = tempfile.TemporaryFile()
         python = [sys.executable, "-B", "-m", "mha_course.grading.sandbox", str(fd)]
-        env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
-               "MPLBACKEND": "Agg", "TRITON_INTERPRET": "1", "PYTHONDONTWRITEBYTECODE": "1",
-               "PYTHONNOUSERSITE": "1", "PYTHONHASHSEED": "0",
-               # a label the grader's own tests use to find any process a submission left behind
-               "MHA_COURSE_RUN_TAG": os.environ.get("MHA_COURSE_RUN_TAG", "")}
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "MPLBACKEND": "Agg",
+            "TRITON_INTERPRET": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONNOUSERSITE": "1",
+            "PYTHONHASHSEED": "0",
+            # a label the grader's own tests use to find any process a submission left behind
+            "MHA_COURSE_RUN_TAG": os.environ.get("MHA_COURSE_RUN_TAG", ""),
+        }
         if view is not None:
             # the package's parent too, for a course imported from a source folder rather than installed:
             # inside the sandbox that folder holds nothing but the view mounted over the package
-            env.update(HOME=SCRATCH, TMPDIR=SCRATCH, MPLCONFIGDIR=f"{SCRATCH}/.matplotlib",
-                       PYTHONPATH=f"{VIEW_EXTRA}/extra{os.pathsep}{PACKAGE_DIR.parent}")
-            command = [bwrap_path() or "bwrap", *_namespace_args(), *_mounts(view, res), "--chdir", SCRATCH,
-                       "--", *python]
+            env.update(
+                HOME=SCRATCH,
+                TMPDIR=SCRATCH,
+                MPLCONFIGDIR=f"{SCRATCH}/.matplotlib",
+                PYTHONPATH=f"{VIEW_EXTRA}/extra{os.pathsep}{PACKAGE_DIR.parent}",
+            )
+            command = [
+                bwrap_path() or "bwrap",
+                *_namespace_args(),
+                *_mounts(view, res),
+                "--chdir",
+                SCRATCH,
+                "--",
+                *python,
+            ]
         else:
             scratch = tempfile.mkdtemp(prefix="mhag-unsafe-")
             self.scratch = scratch
-            env.update(HOME=scratch, TMPDIR=scratch, MPLCONFIGDIR=os.path.join(scratch, ".matplotlib"),
-                       MHA_COURSE_SCRATCH=scratch, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+            env.update(
+                HOME=scratch,
+                TMPDIR=scratch,
+                MPLCONFIGDIR=os.path.join(scratch, ".matplotlib"),
+                MHA_COURSE_SCRATCH=scratch,
+                PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
+            )
             command = python
         limits = _rlimits(res)
         group = self.cgroup
@@ -160,9 +222,17 @@ class Sandbox:
                 with contextlib.suppress(ValueError, OSError):
                     resource.setrlimit(which, (value, value))
 
-        self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=self.stderr, pass_fds=(fd,), env=env, preexec_fn=prepare,
-                                     start_new_session=True, cwd="/" if view is not None else self.scratch)
+        self.proc = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=self.stderr,
+            pass_fds=(fd,),
+            env=env,
+            preexec_fn=prepare,
+            start_new_session=True,
+            cwd="/" if view is not None else self.scratch,
+        )
         self.pid = self.proc.pid
         self._closed = False
 
@@ -213,8 +283,20 @@ def _mounts(view: Path, res: Resources) -> list[str]:
     """bwrap arguments: the read-only system and Python, the view over mha_course, /scratch, /proc, /dev."""
     # The writable places first: a bind below them (a checkout under /tmp) then lands inside the tmpfs.
     size = str(res.scratch_mb * 2**20)
-    args: list[str] = ["--perms", "1777", "--size", size, "--tmpfs", "/tmp",
-                       "--perms", "1777", "--size", size, "--tmpfs", SCRATCH]
+    args: list[str] = [
+        "--perms",
+        "1777",
+        "--size",
+        size,
+        "--tmpfs",
+        "/tmp",
+        "--perms",
+        "1777",
+        "--size",
+        size,
+        "--tmpfs",
+        SCRATCH,
+    ]
     seen: set[str] = set()
 
     def ro(path: str | Path) -> None:
@@ -224,8 +306,18 @@ def _mounts(view: Path, res: Resources) -> list[str]:
         seen.add(p)
         args.extend(["--ro-bind", p, p])
 
-    for system in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache",
-                   "/etc/localtime", "/etc/alternatives"):
+    for system in (
+        "/usr",
+        "/bin",
+        "/sbin",
+        "/lib",
+        "/lib32",
+        "/lib64",
+        "/libx32",
+        "/etc/ld.so.cache",
+        "/etc/localtime",
+        "/etc/alternatives",
+    ):
         if os.path.islink(system):
             args.extend(["--symlink", os.readlink(system), system])
             seen.add(system)
@@ -237,8 +329,9 @@ def _mounts(view: Path, res: Resources) -> list[str]:
     # Package folders reached through a .pth file (a venv that reuses another's packages): only
     # folders named site-packages/dist-packages, never a source tree that sys.path may also hold.
     for entry in sys.path:
-        if os.path.basename(entry) in ("site-packages", "dist-packages") and \
-                not any(entry == s or entry.startswith(s + "/") for s in seen):
+        if os.path.basename(entry) in ("site-packages", "dist-packages") and not any(
+            entry == s or entry.startswith(s + "/") for s in seen
+        ):
             ro(entry)
     # the view replaces the real package wherever it lives (the repo, or site-packages)
     args.extend(["--ro-bind", str(view / "mha_course"), str(PACKAGE_DIR)])

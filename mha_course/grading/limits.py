@@ -20,11 +20,11 @@ from pathlib import Path
 class Resources:
     """Per-sandbox limits (the grader's :class:`~.grader.Limits` turned into numbers)."""
 
-    memory_mb: int = 2048        # the submission's own allocations, on top of the runtime (torch: ~0.5 GiB)
-    processes: int = 64          # tasks (processes and threads) in the sandbox
-    cpu_seconds: int = 900       # CPU time of the whole sandbox (the wall-clock watchdog usually acts first)
-    scratch_mb: int = 64         # the private tmpfs
-    file_mb: int = 64            # the largest file it may write
+    memory_mb: int = 2048  # the submission's own allocations, on top of the runtime (torch: ~0.5 GiB)
+    processes: int = 64  # tasks (processes and threads) in the sandbox
+    cpu_seconds: int = 900  # CPU time of the whole sandbox (the wall-clock watchdog usually acts first)
+    scratch_mb: int = 64  # the private tmpfs
+    file_mb: int = 64  # the largest file it may write
     open_files: int = 256
 
 
@@ -113,7 +113,7 @@ class _Cgroup:
 
 
 def cgroup_available() -> str | None:
-    """"cgroup v2" / "cgroup v1" when a per-sandbox cgroup can be made here, else None."""
+    """ "cgroup v2" / "cgroup v1" when a per-sandbox cgroup can be made here, else None."""
     group = _Cgroup.create(f"probe-{os.getpid()}", Resources())
     if group is None:
         return None
@@ -123,8 +123,12 @@ def cgroup_available() -> str | None:
 
 
 def _rlimits(res: Resources) -> list[tuple[int, int]]:
-    limits = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, res.file_mb * 2**20),
-              (resource.RLIMIT_NOFILE, res.open_files), (resource.RLIMIT_CPU, res.cpu_seconds)]
+    limits = [
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_FSIZE, res.file_mb * 2**20),
+        (resource.RLIMIT_NOFILE, res.open_files),
+        (resource.RLIMIT_CPU, res.cpu_seconds),
+    ]
     if os.getuid() != 0:  # root's processes are exempt from RLIMIT_NPROC; a cgroup limits them instead
         current = _count_own_tasks()
         limits.append((resource.RLIMIT_NPROC, current + res.processes))

@@ -38,9 +38,15 @@ def expected(cell: Any, index: int) -> dict | None:
     hidden_tests = "### BEGIN HIDDEN TESTS" in source
     if not (solution or hidden_tests):
         return None
-    return {"grade": hidden_tests, "grade_id": str(cell.get("id") or f"cell-{index}"), "locked": hidden_tests and not solution,
-            **({"points": 0} if hidden_tests else {}), "schema_version": SCHEMA_VERSION,
-            "solution": solution, "task": False}
+    return {
+        "grade": hidden_tests,
+        "grade_id": str(cell.get("id") or f"cell-{index}"),
+        "locked": hidden_tests and not solution,
+        **({"points": 0} if hidden_tests else {}),
+        "schema_version": SCHEMA_VERSION,
+        "solution": solution,
+        "task": False,
+    }
 
 
 def apply(nb: Any) -> int:

@@ -101,8 +101,7 @@ def _source(cell: Any) -> str:
     return src if isinstance(src, str) else ""
 
 
-def _replace_regions(lines: list[str], begin: str, end: str, stub: tuple[str, ...] | None,
-                     where: str) -> list[str]:
+def _replace_regions(lines: list[str], begin: str, end: str, stub: tuple[str, ...] | None, where: str) -> list[str]:
     """Replace each begin..end region (markers included) by ``stub`` at the marker's indentation."""
     out: list[str] = []
     start: int | None = None
@@ -197,8 +196,9 @@ def python_source(source: str) -> str:
         stripped = line.lstrip()
         indent = line[: len(line) - len(stripped)]
         is_magic = stripped.startswith(("%", "!")) or re.match(r"^[\w.]+\s*=\s*[!%]", stripped)
-        if is_magic or (stripped.endswith("?") and not stripped.startswith("#")
-                        and re.fullmatch(r"[\w.]+\?\??", stripped)):
+        if is_magic or (
+            stripped.endswith("?") and not stripped.startswith("#") and re.fullmatch(r"[\w.]+\?\??", stripped)
+        ):
             out.append(indent + "pass")
         else:
             out.append(line)
@@ -218,6 +218,7 @@ def code_cells(nb: Any) -> list[tuple[int, str]]:
 
 
 # --- the generator ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Generated:
@@ -251,8 +252,11 @@ def plan(solutions_dir: str | Path, exercises_dir: str | Path) -> list[Generated
 def stale_exercises(solutions_dir: str | Path, exercises_dir: str | Path) -> list[str]:
     """Human-readable reasons why ``exercises_dir`` differs from the generator's output ([] if none)."""
     planned = plan(solutions_dir, exercises_dir)
-    problems = [f"{g.exercise}: {'differs from' if g.exercise.exists() else 'missing, expected from'} "
-                f"{g.solution}" for g in planned if not g.up_to_date]
+    problems = [
+        f"{g.exercise}: {'differs from' if g.exercise.exists() else 'missing, expected from'} {g.solution}"
+        for g in planned
+        if not g.up_to_date
+    ]
     expected = {g.exercise.name for g in planned}
     for extra in sorted(Path(exercises_dir).glob("*.ipynb")):
         if extra.name not in expected:

@@ -22,13 +22,14 @@ from .verdicts import Limits, TestResult
 class NotebookRun:
     """The state of grading one submission (cells to skip, crashes so far, results)."""
 
-    def __init__(self, path: Path, nb: Any, assignment: Any, limits: Limits, isolator: Isolator,
-                 seed: int | None = None) -> None:
+    def __init__(
+        self, path: Path, nb: Any, assignment: Any, limits: Limits, isolator: Isolator, seed: int | None = None
+    ) -> None:
         self.path, self.nb, self.assignment, self.limits, self.isolator = path, nb, assignment, limits, isolator
         self.seed = seed
         self.cells = notebook.code_cells(nb)
         self.skip: set[int] = set()
-        self.crashes: dict[str, int] = {}   # exercise key -> crashes and timeouts so far
+        self.crashes: dict[str, int] = {}  # exercise key -> crashes and timeouts so far
         self.notes: list[str] = []
         self.cell_errors: dict[int, str] = {}
         self.deadline = time.monotonic() + limits.submission_timeout
@@ -39,11 +40,16 @@ class NotebookRun:
         assignment = self.assignment
         while True:
             child = SubmissionProcess(self.isolator, assignment, self.limits)
-            config = {"cells": self.cells, "skip": sorted(self.skip), "memory_mb": self.limits.memory_mb,
-                      "provided": list(assignment.provided),
-                      "extra_modules": sorted(m for m in call_modules(assignment)
-                                              if not m.startswith("mha_course.grading.calls.")),
-                      "forbidden": sorted({n for e in assignment.exercises for n in e.forbidden})}
+            config = {
+                "cells": self.cells,
+                "skip": sorted(self.skip),
+                "memory_mb": self.limits.memory_mb,
+                "provided": list(assignment.provided),
+                "extra_modules": sorted(
+                    m for m in call_modules(assignment) if not m.startswith("mha_course.grading.calls.")
+                ),
+                "forbidden": sorted({n for e in assignment.exercises for n in e.forbidden}),
+            }
             current = None
             started = False
             try:
@@ -56,8 +62,10 @@ class NotebookRun:
                     if event == "cell":
                         current = int(message["index"])
                         left = deadline - time.monotonic()
-                        child.set_deadline(max(0.5, min(self.limits.cell_timeout, left)),
-                                             f"{min(self.limits.cell_timeout, max(left, 0)):.0f} s")
+                        child.set_deadline(
+                            max(0.5, min(self.limits.cell_timeout, left)),
+                            f"{min(self.limits.cell_timeout, max(left, 0)):.0f} s",
+                        )
                     elif event == "cell_done":
                         if message.get("error"):
                             self.cell_errors[int(message["index"])] = str(message["error"])[:300]
@@ -70,16 +78,20 @@ class NotebookRun:
                 startup = child.startup_error() if not started else ""
                 child.close()
                 if not started and died.kind == "crashed":
-                    self.notes.append("the grader could not start the sandbox for this notebook"
-                                      + (f" ({startup})" if startup else ""))
+                    self.notes.append(
+                        "the grader could not start the sandbox for this notebook"
+                        + (f" ({startup})" if startup else "")
+                    )
                     return None
                 if current is None or current in self.skip or time.monotonic() > deadline:
-                    self.notes.append(f"your notebook could not be run to the end ({died.reason}); "
-                                      "the remaining tests were not run")
+                    self.notes.append(
+                        f"your notebook could not be run to the end ({died.reason}); the remaining tests were not run"
+                    )
                     return None
                 self.skip.add(current)
-                self.notes.append(f"cell {current + 1} {died.reason}; it was skipped and the notebook re-run "
-                                  "without it")
+                self.notes.append(
+                    f"cell {current + 1} {died.reason}; it was skipped and the notebook re-run without it"
+                )
 
     def run(self, jobs: list[tuple[Any, int, Any]], blocked: dict[str, str]) -> list[TestResult]:
         results: dict[tuple[str, int], TestResult] = {}
@@ -90,28 +102,46 @@ class NotebookRun:
         while pending:
             for job in [j for j in pending if self.crashes.get(j[0].key, 0) >= self.limits.max_crashes]:
                 pending.remove(job)
-                results[(job[0].key, job[1])] = result_row(job[0], job[2], 0, "not run", (
-                    f"not run: {job[0].target} crashed or timed out in {self.crashes[job[0].key]} earlier cases"))
+                results[(job[0].key, job[1])] = result_row(
+                    job[0],
+                    job[2],
+                    0,
+                    "not run",
+                    (f"not run: {job[0].target} crashed or timed out in {self.crashes[job[0].key]} earlier cases"),
+                )
             if not pending:
                 break
             if time.monotonic() > self.deadline:
                 for exercise, i, case in pending:
-                    results[(exercise.key, i)] = result_row(exercise, case, 0, "not run", (
-                        f"not run: the submission used up its {self.limits.submission_timeout:g} s"))
+                    results[(exercise.key, i)] = result_row(
+                        exercise,
+                        case,
+                        0,
+                        "not run",
+                        (f"not run: the submission used up its {self.limits.submission_timeout:g} s"),
+                    )
                 break
             child = self.start()
             if child is None:
                 for exercise, i, case in pending:
-                    results[(exercise.key, i)] = result_row(exercise, case, 0, "not run",
-                                                      "not run: the notebook could not be run")
+                    results[(exercise.key, i)] = result_row(
+                        exercise, case, 0, "not run", "not run: the notebook could not be run"
+                    )
                 break
             try:
                 while pending:
                     exercise, i, case = pending.pop(0)
                     if self.crashes.get(exercise.key, 0) >= self.limits.max_crashes:
-                        results[(exercise.key, i)] = result_row(exercise, case, 0, "not run", (
-                            f"not run: {exercise.target} crashed or timed out in "
-                            f"{self.crashes[exercise.key]} earlier cases"))
+                        results[(exercise.key, i)] = result_row(
+                            exercise,
+                            case,
+                            0,
+                            "not run",
+                            (
+                                f"not run: {exercise.target} crashed or timed out in "
+                                f"{self.crashes[exercise.key]} earlier cases"
+                            ),
+                        )
                         continue
                     row = self._case(child, exercise, i, case)
                     results[(exercise.key, i)] = row
@@ -142,20 +172,36 @@ class NotebookRun:
             return row  # a case with fixed inputs
         again = self._run(child, exercise, index, case, fresh, fresh_packed)
         if again.status == "failed":
-            return result_row(exercise, case, 0, "failed", (
-                "passes with the published inputs but not with fresh random inputs of the same kind (the "
-                "grader draws new numbers, so answers that depend on the exact published values fail): "
-                + again.output)[:1000])
+            return result_row(
+                exercise,
+                case,
+                0,
+                "failed",
+                (
+                    "passes with the published inputs but not with fresh random inputs of the same kind (the "
+                    "grader draws new numbers, so answers that depend on the exact published values fail): "
+                    + again.output
+                )[:1000],
+            )
         return again
 
-    def _run(self, child: SubmissionProcess, exercise: Any, index: int, case: Any, inputs: dict,
-             packed: tuple[dict, bytes]) -> TestResult:
+    def _run(
+        self, child: SubmissionProcess, exercise: Any, index: int, case: Any, inputs: dict, packed: tuple[dict, bytes]
+    ) -> TestResult:
         structure, blob = packed
         timeout = case.timeout_s or self.limits.case_timeout
         try:
             child.set_deadline(timeout, f"{timeout:g} s")
-            child.send({"event": "case", "call": call_name(case), "target": exercise.target,
-                          "forbidden": list(exercise.forbidden), "inputs": structure}, blob)
+            child.send(
+                {
+                    "event": "case",
+                    "call": call_name(case),
+                    "target": exercise.target,
+                    "forbidden": list(exercise.forbidden),
+                    "inputs": structure,
+                },
+                blob,
+            )
             reply, out = child.recv()
             child.set_deadline(float("inf"), "")
         except Died as died:
@@ -168,8 +214,13 @@ class NotebookRun:
             kind = reply.get("kind")
             if kind == "not_implemented":
                 return result_row(exercise, case, 0, "not attempted", "not attempted yet (NotImplementedError)")
-            return result_row(exercise, case, 0, "failed", hints.with_exception_hint(str(reply.get("error", "failed"))[:500],
-                                                                               inputs)[:900])
+            return result_row(
+                exercise,
+                case,
+                0,
+                "failed",
+                hints.with_exception_hint(str(reply.get("error", "failed"))[:500], inputs)[:900],
+            )
         try:
             got = wire.unpack(reply["structure"], out)
         except (ValueError, KeyError, TypeError) as exc:
@@ -182,5 +233,6 @@ class NotebookRun:
 
 def result_row(exercise: Any, case: Any, score: float, status: str, output: str) -> TestResult:
     """One row of the results: ``case`` of ``exercise`` with its ``score`` out of the case's points."""
-    return TestResult(exercise.key, exercise.title, case.name, float(case.points), float(score), status, output,
-                      bool(case.hidden))
+    return TestResult(
+        exercise.key, exercise.title, case.name, float(case.points), float(score), status, output, bool(case.hidden)
+    )

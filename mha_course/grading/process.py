@@ -37,7 +37,8 @@ class Isolator:
             raise isolation.IsolationError(
                 f"refusing to grade: {why}. Submissions are untrusted code; grade only inside bubblewrap's "
                 "sandbox, or pass --unsafe-no-isolation to run them as plain processes on this machine (only "
-                "for code you trust)")
+                "for code you trust)"
+            )
         self._lock = threading.Lock()
         self._views: dict[str, Path] = {}
         self._root = Path(tempfile.mkdtemp(prefix="mhag-views-"))
@@ -45,12 +46,27 @@ class Isolator:
             cgroup = isolation.cgroup_available()
             self.use_cgroup = cgroup is not None
             res = isolation.Resources()
-            processes = f"{res.processes} tasks ({cgroup})" if cgroup else (
-                f"{res.processes} more tasks (RLIMIT_NPROC)" if os.getuid() != 0 else "not limited (no writable cgroup)")
-            self.walls = isolation.Walls("bubblewrap", isolation.bwrap_version(), {
-                "memory": f"--memory-mb + {isolation.RUNTIME_MB} MiB for the runtime ({cgroup or 'RLIMIT_AS and the grader watch'})",
-                "processes": processes, "scratch": f"{res.scratch_mb} MiB tmpfs", "file size": f"{res.file_mb} MiB",
-                "CPU": f"{res.cpu_seconds} s", "network": "none"})
+            processes = (
+                f"{res.processes} tasks ({cgroup})"
+                if cgroup
+                else (
+                    f"{res.processes} more tasks (RLIMIT_NPROC)"
+                    if os.getuid() != 0
+                    else "not limited (no writable cgroup)"
+                )
+            )
+            self.walls = isolation.Walls(
+                "bubblewrap",
+                isolation.bwrap_version(),
+                {
+                    "memory": f"--memory-mb + {isolation.RUNTIME_MB} MiB for the runtime ({cgroup or 'RLIMIT_AS and the grader watch'})",
+                    "processes": processes,
+                    "scratch": f"{res.scratch_mb} MiB tmpfs",
+                    "file size": f"{res.file_mb} MiB",
+                    "CPU": f"{res.cpu_seconds} s",
+                    "network": "none",
+                },
+            )
         else:
             self.use_cgroup = False
             self.walls = isolation.Walls("none", why)
@@ -182,5 +198,3 @@ class SubmissionProcess:
             self.sandbox.close()
         with contextlib.suppress(OSError):
             self.sock.close()
-
-

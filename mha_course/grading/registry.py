@@ -96,8 +96,10 @@ def identify(nb: Any) -> Assignment:
     """
     meta = metadata(nb)
     if meta is None:
-        raise LookupError("this notebook has no mha_course metadata (metadata['mha_course']['assignment']); "
-                          "was it created from the course's exercises/ folder?")
+        raise LookupError(
+            "this notebook has no mha_course metadata (metadata['mha_course']['assignment']); "
+            "was it created from the course's exercises/ folder?"
+        )
     try:
         return get_assignment(meta.assignment)
     except KeyError as exc:

@@ -30,8 +30,8 @@ class Section:
     graded: list[SubmissionResult]
     problems: list[SubmissionResult]
     exercises: list[tuple[str, str, float, float, float]] = field(default_factory=list)  # key, title, mean, max, full
-    misconceptions: list[tuple[str, str, list[str]]] = field(default_factory=list)     # exercise, cause, students
-    copied: list[tuple[str, str]] = field(default_factory=list)                         # student, line
+    misconceptions: list[tuple[str, str, list[str]]] = field(default_factory=list)  # exercise, cause, students
+    copied: list[tuple[str, str]] = field(default_factory=list)  # student, line
 
     @property
     def scores(self) -> list[float]:
@@ -54,8 +54,7 @@ def sections(results: list[SubmissionResult]) -> list[Section]:
     out = []
     for key, group in sorted(by_key.items()):
         graded = [r for r in group if not r.error]
-        section = Section(key, next((r.title for r in graded if r.title), key), graded,
-                          [r for r in group if r.error])
+        section = Section(key, next((r.title for r in graded if r.title), key), graded, [r for r in group if r.error])
         per_exercise: dict[str, list[tuple[float, float]]] = defaultdict(list)
         titles: dict[str, str] = {}
         for r in graded:
@@ -64,14 +63,22 @@ def sections(results: list[SubmissionResult]) -> list[Section]:
             for exercise, (got, most) in r.raw_exercise_scores().items():
                 per_exercise[exercise].append((got, most))
         for exercise, pairs in per_exercise.items():
-            section.exercises.append((exercise, titles[exercise], statistics.fmean(g for g, _ in pairs),
-                                      max(m for _, m in pairs), sum(g >= m for g, m in pairs) / len(pairs)))
+            section.exercises.append(
+                (
+                    exercise,
+                    titles[exercise],
+                    statistics.fmean(g for g, _ in pairs),
+                    max(m for _, m in pairs),
+                    sum(g >= m for g, m in pairs) / len(pairs),
+                )
+            )
         students: dict[tuple[str, str], set[str]] = defaultdict(set)
         for r in graded:
             for cause in root_causes(r):
                 students[(cause.exercise, cause.text)].add(_who(r))
-        section.misconceptions = sorted(((e, c, sorted(s)) for (e, c), s in students.items()),
-                                        key=lambda item: (-len(item[2]), item[0], item[1]))
+        section.misconceptions = sorted(
+            ((e, c, sorted(s)) for (e, c), s in students.items()), key=lambda item: (-len(item[2]), item[0], item[1])
+        )
         section.copied = [(_who(r), line) for r in graded for line in r.copied]
         out.append(section)
     return out
@@ -102,22 +109,27 @@ def _summary(section: Section) -> str:
     scores = section.scores
     if not scores:
         return "no submission could be graded"
-    return (f"{len(scores)} graded, mean {statistics.fmean(scores):.1f} / {section.max_score:g}, "
-            f"median {statistics.median(scores):g}, min {min(scores):g}, max {max(scores):g}")
+    return (
+        f"{len(scores)} graded, mean {statistics.fmean(scores):.1f} / {section.max_score:g}, "
+        f"median {statistics.median(scores):g}, min {min(scores):g}, max {max(scores):g}"
+    )
 
 
 def _header(results: list[SubmissionResult], missing: list[str]) -> list[str]:
     seeds = sorted({r.seed for r in results if r.seed is not None})
     kinds = sorted({(r.isolation or {}).get("kind", "?") for r in results})
-    lines = [f"{len(results)} submission(s); fresh inputs drawn with --seed {', '.join(map(str, seeds)) or '-'}; "
-             f"isolation: {', '.join(kinds)}"]
+    lines = [
+        f"{len(results)} submission(s); fresh inputs drawn with --seed {', '.join(map(str, seeds)) or '-'}; "
+        f"isolation: {', '.join(kinds)}"
+    ]
     if missing:
         lines.append(f"{len(missing)} student(s) of the roster submitted nothing: {', '.join(missing)}")
     return lines
 
 
-def markdown_report(results: list[SubmissionResult], missing: list[str] = (),
-                    image_names: dict[str, str] | None = None) -> str:
+def markdown_report(
+    results: list[SubmissionResult], missing: list[str] = (), image_names: dict[str, str] | None = None
+) -> str:
     """The report as Markdown; ``image_names`` maps assignment keys to histogram files beside it."""
     lines = ["# Class report", "", *[f"{line}  " for line in _header(results, list(missing))], ""]
     for s in sections(results):
@@ -126,13 +138,17 @@ def markdown_report(results: list[SubmissionResult], missing: list[str] = (),
             lines += [f"![score histogram of {s.key}]({image_names[s.key]})", ""]
         if s.exercises:
             lines += ["| exercise | mean | max | full marks |", "|---|---|---|---|"]
-            lines += [f"| {title} (`{key}`) | {mean:.2f} | {most:g} | {full:.0%} |"
-                      for key, title, mean, most, full in s.exercises]
+            lines += [
+                f"| {title} (`{key}`) | {mean:.2f} | {most:g} | {full:.0%} |"
+                for key, title, mean, most, full in s.exercises
+            ]
             lines.append("")
         if s.misconceptions:
             lines += ["### Misconceptions (failures grouped by the hint that fired)", ""]
-            lines += [f"- **{len(who)} student(s)**, `{exercise}`: {cause} ({', '.join(who)})"
-                      for exercise, cause, who in s.misconceptions]
+            lines += [
+                f"- **{len(who)} student(s)**, `{exercise}`: {cause} ({', '.join(who)})"
+                for exercise, cause, who in s.misconceptions
+            ]
             lines.append("")
         if s.copied:
             lines += ["### Answers equal to the library's reference (not penalised; for your review)", ""]
@@ -150,21 +166,30 @@ def html_report(results: list[SubmissionResult], missing: list[str] = ()) -> str
     e = html.escape
     body = ["<h1>Class report</h1>", *[f"<p>{e(line)}</p>" for line in _header(results, list(missing))]]
     for s in sections(results):
-        body += [f"<section id='{e(s.key)}'><h2>{e(s.title)} (<code>{e(s.key)}</code>)</h2>",
-                 f"<p class='summary'>{e(_summary(s))}</p>"]
+        body += [
+            f"<section id='{e(s.key)}'><h2>{e(s.title)} (<code>{e(s.key)}</code>)</h2>",
+            f"<p class='summary'>{e(_summary(s))}</p>",
+        ]
         if s.graded:
             png = base64.b64encode(histogram_png(s)).decode("ascii")
-            body.append(f"<img class='histogram' alt='score histogram of {e(s.key)}' "
-                        f"src='data:image/png;base64,{png}'>")
+            body.append(
+                f"<img class='histogram' alt='score histogram of {e(s.key)}' src='data:image/png;base64,{png}'>"
+            )
         if s.exercises:
             body.append("<table><tr><th>exercise</th><th>mean</th><th>max</th><th>full marks</th></tr>")
-            body += [f"<tr><td>{e(title)} (<code>{e(key)}</code>)</td><td>{mean:.2f}</td><td>{most:g}</td>"
-                     f"<td>{full:.0%}</td></tr>" for key, title, mean, most, full in s.exercises]
+            body += [
+                f"<tr><td>{e(title)} (<code>{e(key)}</code>)</td><td>{mean:.2f}</td><td>{most:g}</td>"
+                f"<td>{full:.0%}</td></tr>"
+                for key, title, mean, most, full in s.exercises
+            ]
             body.append("</table>")
         if s.misconceptions:
             body.append("<h3>Misconceptions (failures grouped by the hint that fired)</h3><ul>")
-            body += [f"<li><b>{len(who)} student(s)</b>, <code>{e(exercise)}</code>: {e(cause)} "
-                     f"<small>({e(', '.join(who))})</small></li>" for exercise, cause, who in s.misconceptions]
+            body += [
+                f"<li><b>{len(who)} student(s)</b>, <code>{e(exercise)}</code>: {e(cause)} "
+                f"<small>({e(', '.join(who))})</small></li>"
+                for exercise, cause, who in s.misconceptions
+            ]
             body.append("</ul>")
         if s.copied:
             body.append("<h3>Answers equal to the library's reference (not penalised; for your review)</h3><ul>")
@@ -172,19 +197,25 @@ def html_report(results: list[SubmissionResult], missing: list[str] = ()) -> str
             body.append("</ul>")
         if s.problems:
             body.append("<h3>Not graded</h3><ul>")
-            body += [f"<li>{e(_who(r))} (<code>{e(r.key or r.path)}</code>): {e(r.error or '')}</li>"
-                     for r in s.problems]
+            body += [
+                f"<li>{e(_who(r))} (<code>{e(r.key or r.path)}</code>): {e(r.error or '')}</li>" for r in s.problems
+            ]
             body.append("</ul>")
         body.append("</section>")
-    style = ("body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.4}"
-             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:left}"
-             "img.histogram{display:block;margin:1em 0}")
-    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Class report</title>"
-            f"<style>{style}</style></head><body>" + "\n".join(body) + "</body></html>\n")
+    style = (
+        "body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.4}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:left}"
+        "img.histogram{display:block;margin:1em 0}"
+    )
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Class report</title>"
+        f"<style>{style}</style></head><body>" + "\n".join(body) + "</body></html>\n"
+    )
 
 
-def write_report(path: str | Path, results: list[SubmissionResult], missing: list[str], write_text,
-                 write_bytes) -> list[Path]:
+def write_report(
+    path: str | Path, results: list[SubmissionResult], missing: list[str], write_text, write_bytes
+) -> list[Path]:
     """Write ``path`` (HTML) and its Markdown twin (``.md``, with PNG histograms beside it); returns the files."""
     path = Path(path)
     written = [path]

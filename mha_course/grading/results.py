@@ -57,33 +57,56 @@ def headline(result: SubmissionResult) -> str:
     if not hidden:
         return f"{head}: {result.score:g} / {result.max_score:g} points"
     visible = [t for t in result.tests if not t.hidden]
-    return (f"{head}: visible tests {sum(t.score for t in visible):g} / {sum(t.points for t in visible):g} "
-            f"points; {len(hidden)} more tests ({sum(t.points for t in hidden):g} points) are graded after "
-            "grades are published")
+    return (
+        f"{head}: visible tests {sum(t.score for t in visible):g} / {sum(t.points for t in visible):g} "
+        f"points; {len(hidden)} more tests ({sum(t.points for t in hidden):g} points) are graded after "
+        "grades are published"
+    )
 
 
 def gradescope(result: SubmissionResult) -> dict:
     """One submission as Gradescope's results.json dictionary (the documented fields only, plus extra_data)."""
-    tests = [{"name": t.name, "number": number, "score": t.score, "max_score": t.points,
-              "status": "passed" if t.status == "passed" else "failed",
-              "output": t.output, "tags": [t.exercise, t.status.replace(" ", "_")],
-              "visibility": _visibility(t.hidden)}
-             for t, number in zip(result.tests, _numbers(result), strict=True)]
+    tests = [
+        {
+            "name": t.name,
+            "number": number,
+            "score": t.score,
+            "max_score": t.points,
+            "status": "passed" if t.status == "passed" else "failed",
+            "output": t.output,
+            "tags": [t.exercise, t.status.replace(" ", "_")],
+            "visibility": _visibility(t.hidden),
+        }
+        for t, number in zip(result.tests, _numbers(result), strict=True)
+    ]
     lines = [headline(result)]
     lines += [f"- {note}" for note in result.notes]
     if result.isolation and result.isolation.get("kind") != "bubblewrap":
         lines.append(f"- {result.isolation.get('summary', 'graded without isolation')}")
-    return {"score": result.score, "execution_time": round(result.execution_time, 3),
-            "output": "\n".join(lines), "visibility": "visible", "stdout_visibility": "hidden", "tests": tests,
-            "extra_data": {"max_score": result.max_score, **provenance(result)}}
+    return {
+        "score": result.score,
+        "execution_time": round(result.execution_time, 3),
+        "output": "\n".join(lines),
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": tests,
+        "extra_data": {"max_score": result.max_score, **provenance(result)},
+    }
 
 
 def provenance(result: SubmissionResult) -> dict:
     """What reproduces and explains a grade: who, which file, assignment, version, seed, isolation."""
-    return {"student": result.student, "student_id": result.student_id, "submission": result.key or result.path,
-            "assignment": result.assignment, "version": result.version, "seed": result.seed,
-            "isolation": result.isolation, "copied_reference": result.copied,
-            "overrides": {k: v for k, v in result.adjustments.items()}}
+    return {
+        "student": result.student,
+        "student_id": result.student_id,
+        "submission": result.key or result.path,
+        "assignment": result.assignment,
+        "version": result.version,
+        "seed": result.seed,
+        "isolation": result.isolation,
+        "copied_reference": result.copied,
+        "overrides": {k: v for k, v in result.adjustments.items()},
+    }
 
 
 def merged_gradescope(results: list[SubmissionResult]) -> dict:
@@ -91,15 +114,25 @@ def merged_gradescope(results: list[SubmissionResult]) -> dict:
     if len(results) == 1:
         return gradescope(results[0])
     parts = [gradescope(r) for r in results]
-    tests = [dict(t, name=f"{Path(r.path).name} | {t['name']}") for r, p in zip(results, parts, strict=True)
-             for t in p["tests"]]
-    return {"score": sum(p["score"] for p in parts),
-            "execution_time": round(sum(p["execution_time"] for p in parts), 3),
-            "output": "\n\n".join(p["output"] for p in parts), "visibility": "visible",
-            "stdout_visibility": "hidden", "tests": tests,
-            "extra_data": {"max_score": sum(p["extra_data"]["max_score"] for p in parts),
-                           "isolation": results[0].isolation, "seed": results[0].seed,
-                           "submissions": [p["extra_data"] for p in parts]}}
+    tests = [
+        dict(t, name=f"{Path(r.path).name} | {t['name']}")
+        for r, p in zip(results, parts, strict=True)
+        for t in p["tests"]
+    ]
+    return {
+        "score": sum(p["score"] for p in parts),
+        "execution_time": round(sum(p["execution_time"] for p in parts), 3),
+        "output": "\n\n".join(p["output"] for p in parts),
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": tests,
+        "extra_data": {
+            "max_score": sum(p["extra_data"]["max_score"] for p in parts),
+            "isolation": results[0].isolation,
+            "seed": results[0].seed,
+            "submissions": [p["extra_data"] for p in parts],
+        },
+    }
 
 
 def results_file_name(result: SubmissionResult) -> str:
@@ -151,20 +184,42 @@ def gradebook_rows(results: list[SubmissionResult]) -> tuple[list[str], list[dic
         for key in r.raw_exercise_scores():
             if key not in exercises:
                 exercises.append(key)
-    columns = ["student", "student_id", "name", "submission", "assignment", "version", *exercises, "total",
-               "max_score", "status", "copied_reference", "notes", "seed", "isolation"]
+    columns = [
+        "student",
+        "student_id",
+        "name",
+        "submission",
+        "assignment",
+        "version",
+        *exercises,
+        "total",
+        "max_score",
+        "status",
+        "copied_reference",
+        "notes",
+        "seed",
+        "isolation",
+    ]
     rows = []
     for r in results:
         scores = r.exercise_scores()
         waived = [k for k, v in r.adjustments.items() if v is None]
-        row = {"student": r.student or Path(r.path).name, "student_id": r.student_id, "name": r.student_name,
-               "submission": r.key or r.path, "assignment": r.assignment or "", "version": r.version or "",
-               **{k: f"{scores[k]:g}" if k in scores else ("waived" if k in waived else "") for k in exercises},
-               "total": f"{r.score:g}", "max_score": f"{r.max_score:g}",
-               "status": f"error: {r.error}" if r.error else "graded",
-               "copied_reference": "; ".join(r.copied), "notes": " | ".join(r.notes),
-               "seed": "" if r.seed is None else str(r.seed),
-               "isolation": (r.isolation or {}).get("kind", "")}
+        row = {
+            "student": r.student or Path(r.path).name,
+            "student_id": r.student_id,
+            "name": r.student_name,
+            "submission": r.key or r.path,
+            "assignment": r.assignment or "",
+            "version": r.version or "",
+            **{k: f"{scores[k]:g}" if k in scores else ("waived" if k in waived else "") for k in exercises},
+            "total": f"{r.score:g}",
+            "max_score": f"{r.max_score:g}",
+            "status": f"error: {r.error}" if r.error else "graded",
+            "copied_reference": "; ".join(r.copied),
+            "notes": " | ".join(r.notes),
+            "seed": "" if r.seed is None else str(r.seed),
+            "isolation": (r.isolation or {}).get("kind", ""),
+        }
         rows.append(row)
     return columns, rows
 
@@ -195,9 +250,15 @@ def class_summary(results: list[SubmissionResult], limit: int = 8) -> str:
         if not scores:
             lines.append(f"{section.key}: none graded")
             continue
-        median = scores[len(scores) // 2] if len(scores) % 2 else (scores[len(scores) // 2 - 1] + scores[len(scores) // 2]) / 2
-        lines.append(f"{section.key}: {len(scores)} graded, mean {sum(scores) / len(scores):.1f} / "
-                     f"{section.max_score:g}, median {median:g}")
+        median = (
+            scores[len(scores) // 2]
+            if len(scores) % 2
+            else (scores[len(scores) // 2 - 1] + scores[len(scores) // 2]) / 2
+        )
+        lines.append(
+            f"{section.key}: {len(scores)} graded, mean {sum(scores) / len(scores):.1f} / "
+            f"{section.max_score:g}, median {median:g}"
+        )
         for key, _title, mean, most, full in section.exercises:
             lines.append(f"  {key}: mean {mean:.1f} / {most:g}, full marks {full:.0%}")
         if not section.misconceptions:
@@ -215,8 +276,10 @@ def text_report(result: SubmissionResult) -> str:
     """A submission's verdicts as a plain-text table (what the CLI prints for one notebook)."""
     if result.error:
         return f"{result.path}: could not be graded: {result.error}"
-    lines = [f"{result.path}: {result.title} (version {result.version}): {result.score:g} / {result.max_score:g} "
-             f"points in {result.execution_time:.1f} s"]
+    lines = [
+        f"{result.path}: {result.title} (version {result.version}): {result.score:g} / {result.max_score:g} "
+        f"points in {result.execution_time:.1f} s"
+    ]
     for t in result.tests:
         mark = "PASS" if t.status == "passed" else t.status.upper()
         hidden = " (hidden)" if t.hidden else ""

@@ -80,19 +80,25 @@ def read_roster(path: str | Path) -> Roster:
     columns = list(reader.fieldnames or [])
     id_col, name_col, match_col = (_find(columns, w) for w in (_ID_COLUMNS, _NAME_COLUMNS, _MATCH_COLUMNS))
     if id_col is None:
-        raise ValueError(f"{path}: the roster needs an id column (one of {', '.join(_ID_COLUMNS)}); "
-                         f"found columns {columns}")
+        raise ValueError(
+            f"{path}: the roster needs an id column (one of {', '.join(_ID_COLUMNS)}); found columns {columns}"
+        )
     students = []
     for row in reader:
         if not (row.get(id_col) or "").strip():
             continue  # Canvas exports put "Points Possible" rows without an id
-        students.append(Student(row[id_col].strip(), (row.get(name_col) or "").strip() if name_col else "",
-                                (row.get(match_col) or "").strip() if match_col else "", dict(row)))
+        students.append(
+            Student(
+                row[id_col].strip(),
+                (row.get(name_col) or "").strip() if name_col else "",
+                (row.get(match_col) or "").strip() if match_col else "",
+                dict(row),
+            )
+        )
     return Roster(columns, students)
 
 
-def write_grades(path: str | Path, roster: Roster, grades: dict[str, float | None], column: str,
-                 write) -> None:
+def write_grades(path: str | Path, roster: Roster, grades: dict[str, float | None], column: str, write) -> None:
     """The roster as it came, with ``column`` (added if new) holding each student's grade.
 
     ``grades`` maps student ids to points (None or absent: left empty, e.g. no submission).
@@ -112,8 +118,8 @@ def write_grades(path: str | Path, roster: Roster, grades: dict[str, float | Non
 class Override:
     """An instructor's decision for one student: ``points`` for one exercise (or ``*``: the total)."""
 
-    student: str      # a student id, a student folder name or a submission key
-    exercise: str     # an exercise key, or "*" for the whole submission
+    student: str  # a student id, a student folder name or a submission key
+    exercise: str  # an exercise key, or "*" for the whole submission
     points: float | None  # None: waive (the exercise, or the submission, leaves the maximum too)
     reason: str
     assignment: str = ""  # empty: any assignment
@@ -143,8 +149,9 @@ def read_overrides(path: str | Path) -> list[Override]:
     reader = csv.DictReader(io.StringIO(Path(path).read_text(encoding="utf-8-sig")))
     need = {"student", "exercise", "points"}
     if not need <= {_norm(c) for c in reader.fieldnames or []}:
-        raise ValueError(f"{path}: overrides need the columns student, exercise, points (and reason); "
-                         f"found {reader.fieldnames}")
+        raise ValueError(
+            f"{path}: overrides need the columns student, exercise, points (and reason); found {reader.fieldnames}"
+        )
     out = []
     for number, row in enumerate(reader, start=2):
         row = {_norm(k): (v or "").strip() for k, v in row.items() if k}
@@ -152,8 +159,10 @@ def read_overrides(path: str | Path) -> list[Override]:
         try:
             points = None if raw in ("", "waive", "waived", "excused") else float(raw)
         except ValueError:
-            raise ValueError(f"{path}, line {number}: points must be a number or 'waive'; got {row['points']!r}") \
-                from None
-        out.append(Override(row["student"], row["exercise"] or "*", points, row.get("reason", ""),
-                            row.get("assignment", "")))
+            raise ValueError(
+                f"{path}, line {number}: points must be a number or 'waive'; got {row['points']!r}"
+            ) from None
+        out.append(
+            Override(row["student"], row["exercise"] or "*", points, row.get("reason", ""), row.get("assignment", ""))
+        )
     return out

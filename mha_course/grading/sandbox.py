@@ -43,9 +43,11 @@ from .guard import Tripwire, guarded
 SCRATCH = "/scratch"
 CALL_PACKAGE = "mha_course.grading.calls."
 
-_BLOCK_MESSAGE = ("{name} is not available while grading: it holds the course's reference answers, and this "
-                  "assignment asks you to write the code yourself (only `check` and the building blocks this "
-                  "assignment provides{provided} can be imported from mha_course)")
+_BLOCK_MESSAGE = (
+    "{name} is not available while grading: it holds the course's reference answers, and this "
+    "assignment asks you to write the code yourself (only `check` and the building blocks this "
+    "assignment provides{provided} can be imported from mha_course)"
+)
 
 
 class _Blocker(importlib.abc.MetaPathFinder):
@@ -81,13 +83,41 @@ def error_text(exc: BaseException) -> str:
     return text[:400]
 
 
-_DENIED_EVENTS = frozenset({
-    "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system", "os.startfile",
-    "subprocess.Popen", "pty.spawn", "resource.setrlimit", "resource.prlimit", "sys.settrace", "sys.setprofile",
-    "pickle.find_class", "marshal.load", "os.add_dll_directory", "webbrowser.open", "urllib.Request",
-})
-_DENIED_PREFIXES = ("socket.", "ctypes.", "os.exec", "os.spawn", "ftplib.", "http.", "smtplib.", "imaplib.",
-                    "poplib.", "nntplib.", "telnetlib.")
+_DENIED_EVENTS = frozenset(
+    {
+        "os.fork",
+        "os.forkpty",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.exec",
+        "os.system",
+        "os.startfile",
+        "subprocess.Popen",
+        "pty.spawn",
+        "resource.setrlimit",
+        "resource.prlimit",
+        "sys.settrace",
+        "sys.setprofile",
+        "pickle.find_class",
+        "marshal.load",
+        "os.add_dll_directory",
+        "webbrowser.open",
+        "urllib.Request",
+    }
+)
+_DENIED_PREFIXES = (
+    "socket.",
+    "ctypes.",
+    "os.exec",
+    "os.spawn",
+    "ftplib.",
+    "http.",
+    "smtplib.",
+    "imaplib.",
+    "poplib.",
+    "nntplib.",
+    "telnetlib.",
+)
 
 
 def _install_audit_hook() -> None:
@@ -97,8 +127,10 @@ def _install_audit_hook() -> None:
     sandbox would refuse or make pointless into a sentence an honest learner can act on. A refused
     operation raises PermissionError whose message says it is not available while grading.
     """
-    message = ("{what} is not available while grading: the grader runs your notebook in a sandbox "
-               "(no processes, signals to others, sockets, ctypes; files only in its scratch folder)")
+    message = (
+        "{what} is not available while grading: the grader runs your notebook in a sandbox "
+        "(no processes, signals to others, sockets, ctypes; files only in its scratch folder)"
+    )
     denied, prefixes = _DENIED_EVENTS, _DENIED_PREFIXES
 
     me = os.getpid()
@@ -155,13 +187,19 @@ def _call_function(name: str, extra: frozenset[str]) -> Any:
     return getattr(importlib.import_module(module_name), function)
 
 
-def _run_case(request: dict, namespace: dict, inputs: dict, tripwire: Tripwire, extra: frozenset[str]) -> tuple[dict, bytes]:
+def _run_case(
+    request: dict, namespace: dict, inputs: dict, tripwire: Tripwire, extra: frozenset[str]
+) -> tuple[dict, bytes]:
     target_name = str(request["target"])
     forbidden = tuple(str(n) for n in request.get("forbidden") or ())
     target = namespace.get(target_name)
     if target is None:
-        return {"ok": False, "kind": "missing", "error": f"your notebook does not define {target_name!r}",
-                "forbidden": []}, b""
+        return {
+            "ok": False,
+            "kind": "missing",
+            "error": f"your notebook does not define {target_name!r}",
+            "forbidden": [],
+        }, b""
     call = _call_function(request["call"], extra)
     try:
         with guarded(target) as guarded_target, tripwire.armed(forbidden):

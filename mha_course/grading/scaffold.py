@@ -112,27 +112,49 @@ def _cell(kind: str, source: str, cell_id: str) -> dict:
 
 def _solution(key: str, name: str, number: str, title: str) -> dict:
     cells = [
-        _cell("markdown", f"# Assignment {number} — {title}\n\nA softmax is computed stably by first subtracting "
-                          "each row's largest score: $s_{ij} - \\max_k s_{ik}$. The result has the same shape, "
-                          "and every row's largest entry becomes 0.", f"{key}-00"),
+        _cell(
+            "markdown",
+            f"# Assignment {number} — {title}\n\nA softmax is computed stably by first subtracting "
+            "each row's largest score: $s_{ij} - \\max_k s_{ik}$. The result has the same shape, "
+            "and every row's largest entry becomes 0.",
+            f"{key}-00",
+        ),
         _cell("code", "import numpy as np\n\nfrom mha_course import check", f"{key}-01"),
-        _cell("markdown", f"## 1. Subtract each row's maximum (5 points)\n\nWrite `{name}(scores)` for scores of "
-                          "shape (..., T, S): subtract from every row its own maximum (keep the dimensions, so "
-                          "that it broadcasts).", f"{key}-02"),
-        _cell("code", f'def {name}(scores):\n    """Each row minus its maximum.\n\n    Args:\n        scores: '
-                      'array of shape (..., T, S).\n\n    Returns:\n        array of the same shape; each row\'s '
-                      'largest entry is 0.\n    """\n    ### BEGIN SOLUTION\n    return scores - scores.max(axis=-1, '
-                      'keepdims=True)\n    ### END SOLUTION', f"{key}-03"),
+        _cell(
+            "markdown",
+            f"## 1. Subtract each row's maximum (5 points)\n\nWrite `{name}(scores)` for scores of "
+            "shape (..., T, S): subtract from every row its own maximum (keep the dimensions, so "
+            "that it broadcasts).",
+            f"{key}-02",
+        ),
+        _cell(
+            "code",
+            f'def {name}(scores):\n    """Each row minus its maximum.\n\n    Args:\n        scores: '
+            "array of shape (..., T, S).\n\n    Returns:\n        array of the same shape; each row's "
+            'largest entry is 0.\n    """\n    ### BEGIN SOLUTION\n    return scores - scores.max(axis=-1, '
+            "keepdims=True)\n    ### END SOLUTION",
+            f"{key}-03",
+        ),
         _cell("code", f'check("{name}", {name})', f"{key}-04"),
-        _cell("markdown", "## Check yourself\n\nEvery row of the result has a largest entry of exactly 0:",
-              f"{key}-05"),
+        _cell(
+            "markdown", "## Check yourself\n\nEvery row of the result has a largest entry of exactly 0:", f"{key}-05"
+        ),
         _cell("code", f"print({name}(np.array([[1.0, 3.0, 2.0], [-5.0, -7.0, -6.0]])))", f"{key}-06"),
-        _cell("code", f'### BEGIN HIDDEN TESTS\ncheck("{name}", {name}, include_hidden=True)\n### END HIDDEN TESTS',
-              f"{key}-07"),
+        _cell(
+            "code",
+            f'### BEGIN HIDDEN TESTS\ncheck("{name}", {name}, include_hidden=True)\n### END HIDDEN TESTS',
+            f"{key}-07",
+        ),
     ]
-    nb = {"cells": cells, "nbformat": 4, "nbformat_minor": 5, "metadata": {
-        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
-        "language_info": {"name": "python"}}}
+    nb = {
+        "cells": cells,
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {
+            "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+            "language_info": {"name": "python"},
+        },
+    }
     notebook.set_metadata(nb, key, 1)
     nbgrader_cells.apply(nb)
     return nb
@@ -170,8 +192,11 @@ def new_assignment(root: Path, name: str, title: str | None = None) -> list[Path
     key = f"a{number}_{name}"
     title = title or name.replace("_", " ")
     package = root / "mha_course" / "grading"
-    paths = {"solution": root / "solutions" / f"{key}.ipynb", "exercise": package / "exercises" / f"{key}.py",
-             "calls": package / "calls" / f"{key}.py"}
+    paths = {
+        "solution": root / "solutions" / f"{key}.ipynb",
+        "exercise": package / "exercises" / f"{key}.py",
+        "calls": package / "calls" / f"{key}.py",
+    }
     if any(p.name.removesuffix(p.suffix).split("_", 1)[-1] == name for p in (root / "solutions").glob("a*.ipynb")):
         raise ValueError(f"an assignment named {name!r} exists already in {root / 'solutions'}")
     fields = {"key": key, "name": name, "number": number, "title": title, "upper": name.upper()}

@@ -58,7 +58,7 @@ class Finding:
 @dataclass
 class ScanReport:
     tampering: list[Finding] = field(default_factory=list)
-    forbidden: dict[str, list[Finding]] = field(default_factory=dict)   # exercise key -> findings
+    forbidden: dict[str, list[Finding]] = field(default_factory=dict)  # exercise key -> findings
     imports: list[Finding] = field(default_factory=list)
     syntax_errors: list[str] = field(default_factory=list)
 
@@ -173,9 +173,14 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
             for imported in _imported_names(node):
                 if tampering(imported):
                     add(report.tampering, index, node, imported)
-                elif (imported.startswith("mha_course.") and imported not in ALLOWED_GRADING
-                      and not matches(_defining_module(imported), provided) and not (
-                          isinstance(node, ast.ImportFrom) and imported == node.module and node.module == "mha_course")):
+                elif (
+                    imported.startswith("mha_course.")
+                    and imported not in ALLOWED_GRADING
+                    and not matches(_defining_module(imported), provided)
+                    and not (
+                        isinstance(node, ast.ImportFrom) and imported == node.module and node.module == "mha_course"
+                    )
+                ):
                     add(report.imports, index, node, imported)
             if isinstance(node, ast.Name) and node.id in TAMPERING_BUILTINS:
                 add(report.tampering, index, node, node.id)

@@ -32,7 +32,7 @@ class Row:
     case: str
     points: float
     score: float
-    status: str          # "passed", "failed", "not attempted"
+    status: str  # "passed", "failed", "not attempted"
     hint: str
     hidden: bool = False
 
@@ -66,7 +66,9 @@ class CheckResult:
         lines = [f"{self.title} ({self.key}): {_fmt(self.score)} / {_fmt(self.max_score)} points"]
         for r in self.rows:
             mark = {"passed": "PASS", "failed": "FAIL"}.get(r.status, "TODO")
-            lines.append(f"  [{mark}] {_fmt(r.score)}/{_fmt(r.points)}  {r.case}" + (f"\n         -> {r.hint}" if r.hint else ""))
+            lines.append(
+                f"  [{mark}] {_fmt(r.score)}/{_fmt(r.points)}  {r.case}" + (f"\n         -> {r.hint}" if r.hint else "")
+            )
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -81,11 +83,14 @@ class CheckResult:
                 f"<tr><td style='text-align:left'>{html.escape(r.case)}{' (hidden)' if r.hidden else ''}</td>"
                 f"<td>{_fmt(r.score)} / {_fmt(r.points)}</td>"
                 f"<td style='color:{c};font-weight:bold'>{html.escape(r.status)}</td>"
-                f"<td style='text-align:left'>{html.escape(r.hint)}</td></tr>")
-        return (f"<p><b>{html.escape(self.title)}</b> (<code>{html.escape(self.key)}</code>): "
-                f"{_fmt(self.score)} / {_fmt(self.max_score)} points</p>"
-                "<table><tr><th style='text-align:left'>case</th><th>points</th><th>result</th>"
-                "<th style='text-align:left'>hint</th></tr>" + "".join(cells) + "</table>")
+                f"<td style='text-align:left'>{html.escape(r.hint)}</td></tr>"
+            )
+        return (
+            f"<p><b>{html.escape(self.title)}</b> (<code>{html.escape(self.key)}</code>): "
+            f"{_fmt(self.score)} / {_fmt(self.max_score)} points</p>"
+            "<table><tr><th style='text-align:left'>case</th><th>points</th><th>result</th>"
+            "<th style='text-align:left'>hint</th></tr>" + "".join(cells) + "</table>"
+        )
 
     def _ipython_display_(self) -> None:
         if not self._shown:  # check() already displayed it: do not show the table twice
@@ -122,15 +127,28 @@ def run_case(case: Any, obj: Any, forbidden: tuple[str, ...] = ()) -> tuple[Row,
         if tripwire.tripped:
             return Row(case.name, case.points, 0, "failed", tripwire.explanation(), case.hidden), None, inputs
     except NotImplementedError:
-        return Row(case.name, case.points, 0, "not attempted", "not attempted yet (the cell still raises "
-                   "NotImplementedError)", case.hidden), None, inputs
+        return (
+            Row(
+                case.name,
+                case.points,
+                0,
+                "not attempted",
+                "not attempted yet (the cell still raises NotImplementedError)",
+                case.hidden,
+            ),
+            None,
+            inputs,
+        )
     except Exception as exc:
         if tripwire.tripped:
             return Row(case.name, case.points, 0, "failed", tripwire.explanation(), case.hidden), None, inputs
         from .hints import with_exception_hint
 
-        return Row(case.name, case.points, 0, "failed", with_exception_hint(exception_line(exc), inputs),
-                   case.hidden), None, inputs
+        return (
+            Row(case.name, case.points, 0, "failed", with_exception_hint(exception_line(exc), inputs), case.hidden),
+            None,
+            inputs,
+        )
     hint = judge(case, got, inputs)
     if hint is None:
         return Row(case.name, case.points, case.points, "passed", "", case.hidden), got, inputs

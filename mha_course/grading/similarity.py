@@ -24,8 +24,8 @@ from pathlib import Path
 
 from .scan import parse
 
-MIN_TOKENS = 40   # a definition shorter than this is too small to tell copying from writing it
-NEAR = 0.9        # SequenceMatcher ratio from which a definition is reported as nearly identical
+MIN_TOKENS = 40  # a definition shorter than this is too small to tell copying from writing it
+NEAR = 0.9  # SequenceMatcher ratio from which a definition is reported as nearly identical
 
 _LIBRARY = Path(__file__).resolve().parents[1]
 
@@ -48,8 +48,12 @@ class _Normalise(ast.NodeTransformer):
     def _definition(self, node):
         node.name = self._rename(node.name)
         body = node.body
-        if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
-                and isinstance(body[0].value.value, str):
+        if (
+            body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(getattr(body[0], "value", None), ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
             body = body[1:] or [ast.Pass()]
         node.body = body
         if hasattr(node, "returns"):
@@ -104,8 +108,11 @@ def _definitions(cells: list[tuple[int, str]], targets: set[str]) -> list[tuple[
             tree = parse(source)
         except SyntaxError:
             continue
-        out += [(node.name, node) for node in tree.body
-                if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name in targets]
+        out += [
+            (node.name, node)
+            for node in tree.body
+            if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name in targets
+        ]
     return out
 
 

@@ -39,15 +39,15 @@ Inputs = dict[str, Any]
 class Case:
     """One graded test of one target."""
 
-    name: str                                   # shown in the results table, e.g. "rows sum to 1"
+    name: str  # shown in the results table, e.g. "rows sum to 1"
     points: float
-    make_inputs: Callable[[], Inputs]           # deterministic (seeded); plain data only
+    make_inputs: Callable[[], Inputs]  # deterministic (seeded); plain data only
     # Runs in the submission process: a function of a mha_course.grading.calls module, the only
     # course module (with mha_course.grading.convert) that process imports; never an exercise module's.
     call: Callable[[Any, Inputs], Any]
-    reference: Callable[[Inputs], Any]          # runs in the grader: the expected output
+    reference: Callable[[Inputs], Any]  # runs in the grader: the expected output
     diagnose: Callable[[Any, Any, Inputs], str | None]  # grader: None = passed, else a hint for the learner
-    hidden: bool = False                        # hidden cases run only in the grader, never in check()
+    hidden: bool = False  # hidden cases run only in the grader, never in check()
     # Self-check only (learner's own kernel): draw the learner's output beside the expected one,
     # e.g. two attention heatmaps; returns a matplotlib Figure or None.
     visualize: Callable[[Any, Any, Inputs], Any] | None = None
@@ -64,8 +64,8 @@ class Case:
 class Exercise:
     """A target the learner writes, and the cases that grade it."""
 
-    key: str                                    # used in check("key", obj), e.g. "softmax_np"
-    target: str                                 # the name defined in the notebook, e.g. "softmax_np"
+    key: str  # used in check("key", obj), e.g. "softmax_np"
+    target: str  # the name defined in the notebook, e.g. "softmax_np"
     title: str
     cases: tuple[Case, ...]
     # Dotted names the target must not use (e.g. "torch.nn.functional.scaled_dot_product_attention");
@@ -81,10 +81,10 @@ class Exercise:
 class Assignment:
     """One solution notebook and its exercises; ``key`` and ``version`` go into notebook metadata."""
 
-    key: str                                    # e.g. "a02_softmax"; recorded in the notebook's metadata
+    key: str  # e.g. "a02_softmax"; recorded in the notebook's metadata
     version: int
     title: str
-    notebook: str                               # file name under solutions/ and exercises/
+    notebook: str  # file name under solutions/ and exercises/
     exercises: tuple[Exercise, ...] = field(default_factory=tuple)
     # mha_course modules the notebook may import as building blocks from earlier assignments, e.g.
     # ("mha_course.softmax",) for the attention assignment. In the grader's submission process every

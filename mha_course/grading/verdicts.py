@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 class Limits:
     """Time and memory limits for one submission."""
 
-    case_timeout: float = 10.0        # seconds per case (a case's own timeout_s wins)
-    cell_timeout: float = 60.0        # seconds per notebook cell
-    notebook_timeout: float = 180.0   # seconds for all cells together
-    memory_mb: int = 2048             # extra memory the submission may allocate
+    case_timeout: float = 10.0  # seconds per case (a case's own timeout_s wins)
+    cell_timeout: float = 60.0  # seconds per notebook cell
+    notebook_timeout: float = 180.0  # seconds for all cells together
+    memory_mb: int = 2048  # extra memory the submission may allocate
     submission_timeout: float = 600.0  # seconds for everything of one submission (all its sandboxes)
     batch_timeout: float | None = None  # seconds for a whole grade_many run; later submissions are not graded
-    max_crashes: int = 2              # crashes/timeouts in one exercise before its other cases are skipped
+    max_crashes: int = 2  # crashes/timeouts in one exercise before its other cases are skipped
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class TestResult:
     case: str
     points: float
     score: float
-    status: str          # passed | failed | not attempted | timeout | crashed | memory | forbidden | not run
+    status: str  # passed | failed | not attempted | timeout | crashed | memory | forbidden | not run
     output: str
     hidden: bool
 
@@ -47,7 +47,7 @@ class SubmissionResult:
 
     path: str
     assignment: str | None = None
-    seed: int | None = None      # the salt of the fresh inputs (``--seed`` reproduces a grading run)
+    seed: int | None = None  # the salt of the fresh inputs (``--seed`` reproduces a grading run)
     title: str = ""
     version: int | None = None
     tests: list[TestResult] = field(default_factory=list)
@@ -55,7 +55,7 @@ class SubmissionResult:
     error: str | None = None
     execution_time: float = 0.0
     max_points: float = 0.0
-    isolation: dict = field(default_factory=dict)   # what walls the submission ran behind (Walls.as_dict)
+    isolation: dict = field(default_factory=dict)  # what walls the submission ran behind (Walls.as_dict)
     # Who and where (a class run; see collect.py): the path relative to the folder graded, the student.
     key: str = ""
     student: str = ""
@@ -94,6 +94,9 @@ class SubmissionResult:
     def max_score(self) -> float:
         if "*" in self.adjustments and self.adjustments["*"] is None:
             return 0.0
-        waived = sum(most for key, (_, most) in self.raw_exercise_scores().items()
-                     if key in self.adjustments and self.adjustments[key] is None)
+        waived = sum(
+            most
+            for key, (_, most) in self.raw_exercise_scores().items()
+            if key in self.adjustments and self.adjustments[key] is None
+        )
         return max(self.max_points, sum(t.points for t in self.tests)) - waived

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .scan import parse
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]   # mha_course/
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # mha_course/
 
 # Files of mha_course/grading/ that run inside the sandbox (everything else there is the grader's).
 RUNTIME_FILES = ("wire.py", "guard.py", "convert.py", "sandbox.py")
@@ -88,7 +88,11 @@ def _local_imports(path: Path, package: str) -> set[str]:
                 found.add(node.module)
         elif isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith("mha_course."))
-    return {m for m in found if m.startswith("mha_course.") and (PACKAGE_DIR.parent / (m.replace(".", "/") + ".py")).is_file()}
+    return {
+        m
+        for m in found
+        if m.startswith("mha_course.") and (PACKAGE_DIR.parent / (m.replace(".", "/") + ".py")).is_file()
+    }
 
 
 def view_modules(call_modules: list[str], provided: tuple[str, ...]) -> tuple[list[str], list[str]]:
@@ -101,7 +105,7 @@ def view_modules(call_modules: list[str], provided: tuple[str, ...]) -> tuple[li
         if name.startswith("mha_course."):
             todo.append(name)
         else:
-            extra.append(name)   # e.g. a test's own assignment module
+            extra.append(name)  # e.g. a test's own assignment module
     while todo:
         name = todo.pop()
         if name in inside or name in done:
@@ -120,8 +124,11 @@ def build_view(root: Path, call_modules: list[str], provided: tuple[str, ...]) -
     (root / "extra").mkdir(exist_ok=True)
     import mha_course
 
-    exports = {name: module for name, module in getattr(mha_course, "_EXPORTS", {}).items()
-               if f"mha_course.{module}" in inside and module != "grading.selfcheck"}
+    exports = {
+        name: module
+        for name, module in getattr(mha_course, "_EXPORTS", {}).items()
+        if f"mha_course.{module}" in inside and module != "grading.selfcheck"
+    }
     (package / "__init__.py").write_text(_PACKAGE_INIT.format(provided=tuple(provided), exports=exports))
     (package / "grading" / "__init__.py").write_text('"""The grader\'s submission runtime."""\n')
     (package / "grading" / "selfcheck.py").write_text(_SELFCHECK)

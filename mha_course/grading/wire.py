@@ -89,12 +89,19 @@ def pack(value: Any, max_bytes: int = MAX_BLOB_BYTES) -> tuple[dict, bytes]:
             if not all(type(k) is str for k in x):
                 raise RejectedOutput("a dict with non-string keys cannot be graded")
             return {"t": "dict", "items": {k: node(v, depth + 1) for k, v in x.items()}}
-        if isinstance(x, (np.ndarray, tuple, list, dict, int, float, str)) or "torch" in cls.__module__ \
-                or any("Tensor" in b.__name__ for b in cls.__mro__):
-            raise RejectedOutput(f"got {_describe(x)}; return a plain NumPy array / torch tensor / number, "
-                                 "not a subclass: the grader compares plain values only")
-        raise RejectedOutput(f"got an object of type {cls.__module__}.{cls.__qualname__}; return arrays, "
-                             "tensors, numbers, or tuples of them")
+        if (
+            isinstance(x, (np.ndarray, tuple, list, dict, int, float, str))
+            or "torch" in cls.__module__
+            or any("Tensor" in b.__name__ for b in cls.__mro__)
+        ):
+            raise RejectedOutput(
+                f"got {_describe(x)}; return a plain NumPy array / torch tensor / number, "
+                "not a subclass: the grader compares plain values only"
+            )
+        raise RejectedOutput(
+            f"got an object of type {cls.__module__}.{cls.__qualname__}; return arrays, "
+            "tensors, numbers, or tuples of them"
+        )
 
     structure = node(value, 0)
     return structure, b"".join(pieces)
@@ -127,7 +134,7 @@ def unpack(structure: Any, blob: bytes) -> Any:
         kind = n.get("t")
         if kind == "array":
             i = int(n["i"])
-            arr = np.load(io.BytesIO(blob[offsets[i]: offsets[i + 1]]), allow_pickle=False)
+            arr = np.load(io.BytesIO(blob[offsets[i] : offsets[i + 1]]), allow_pickle=False)
             if type(arr) is not np.ndarray:
                 raise ValueError("malformed array")
             return arr
@@ -154,6 +161,7 @@ def roundtrip(value: Any) -> Any:
 
 
 # --- frames on a socket ----------------------------------------------------------------------------
+
 
 def send(sock: socket.socket, message: dict, blob: bytes = b"") -> None:
     """Send one frame: a JSON message and an optional blob."""

@@ -31,20 +31,45 @@ from .runtime import INTERPRETED, LOG2E, LOG2E_K, ON_GPU, tl, triton
 
 def _load_tile(base, rows, stride_row, n_rows, cols, stride_col, n_cols):
     """The (len(rows), len(cols)) tile at base[rows, cols]; entries out of range read as 0."""
-    return tl.load(base + rows[:, None] * stride_row + cols[None, :] * stride_col,
-                   mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols), other=0.0)
+    return tl.load(
+        base + rows[:, None] * stride_row + cols[None, :] * stride_col,
+        mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols),
+        other=0.0,
+    )
 
 
 def _store_tile(base, rows, stride_row, n_rows, cols, stride_col, n_cols, tile):
     """Write the float32 tile to base[rows, cols] in base's dtype, skipping the padding."""
-    tl.store(base + rows[:, None] * stride_row + cols[None, :] * stride_col, tile.to(base.dtype.element_ty),
-             mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols))
+    tl.store(
+        base + rows[:, None] * stride_row + cols[None, :] * stride_col,
+        tile.to(base.dtype.element_ty),
+        mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols),
+    )
 
 
-
-def _probabilities_t(q_base, do_base, LSE, batch_head, k, keys, key_ok, start_m, offs_m, dims, dims_v,
-                     stride_qt, stride_qd, stride_ot, stride_od, T, qk_scale_log2,
-                     D: tl.constexpr, DV: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+def _probabilities_t(
+    q_base,
+    do_base,
+    LSE,
+    batch_head,
+    k,
+    keys,
+    key_ok,
+    start_m,
+    offs_m,
+    dims,
+    dims_v,
+    stride_qt,
+    stride_qd,
+    stride_ot,
+    stride_od,
+    T,
+    qk_scale_log2,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """One query block seen from a key block: (rows, q, dO, P^T tile), P rebuilt from the saved lse."""
     rows = start_m + offs_m  # (BLOCK_M,)
     row_ok = rows < T
@@ -61,14 +86,43 @@ def _probabilities_t(q_base, do_base, LSE, batch_head, k, keys, key_ok, start_m,
 
 
 def _dkdv_kernel(
-    Q, K, V, DO, LSE, DELTA, DK_OUT, DV_OUT,
-    stride_qb, stride_qh, stride_qt, stride_qd,
-    stride_kb, stride_kh, stride_ks, stride_kd,
-    stride_vb, stride_vh, stride_vs, stride_vd,
-    stride_ob, stride_oh, stride_ot, stride_od,
-    num_heads, T, S, scale, qk_scale_log2,
-    D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DK_OUT,
+    DV_OUT,
+    stride_qb,
+    stride_qh,
+    stride_qt,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_ks,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vs,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_ot,
+    stride_od,
+    num_heads,
+    T,
+    S,
+    scale,
+    qk_scale_log2,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
     TWO_PASS: tl.constexpr = False,
 ):
     """One program: dK and dV for BLOCK_N keys of one (batch, head), summed over every query block.
@@ -101,18 +155,58 @@ def _dkdv_kernel(
     if TWO_PASS:
         dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
         for start_m in range(first, T, BLOCK_M):
-            rows, q, do, p_t = _probabilities_t(q_base, do_base, LSE, batch_head, k, keys, key_ok, start_m, offs_m,
-                                                dims, dims_v, stride_qt, stride_qd, stride_ot, stride_od, T,
-                                                qk_scale_log2, D, DV, CAUSAL, PRECISION)
+            rows, q, do, p_t = _probabilities_t(
+                q_base,
+                do_base,
+                LSE,
+                batch_head,
+                k,
+                keys,
+                key_ok,
+                start_m,
+                offs_m,
+                dims,
+                dims_v,
+                stride_qt,
+                stride_qd,
+                stride_ot,
+                stride_od,
+                T,
+                qk_scale_log2,
+                D,
+                DV,
+                CAUSAL,
+                PRECISION,
+            )
             dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)  # (BLOCK_N, BLOCK_DV)
         _store_tile(dv_base, keys, stride_vs, S, dims_v, stride_vd, DV, dv)
     v = _load_tile(v_base, keys, stride_vs, S, dims_v, stride_vd, DV)  # (BLOCK_N, BLOCK_DV)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
     for start_m in range(first, T, BLOCK_M):
-        rows, q, do, p_t = _probabilities_t(q_base, do_base, LSE, batch_head, k, keys, key_ok, start_m, offs_m,
-                                            dims, dims_v, stride_qt, stride_qd, stride_ot, stride_od, T,
-                                            qk_scale_log2, D, DV, CAUSAL, PRECISION)
+        rows, q, do, p_t = _probabilities_t(
+            q_base,
+            do_base,
+            LSE,
+            batch_head,
+            k,
+            keys,
+            key_ok,
+            start_m,
+            offs_m,
+            dims,
+            dims_v,
+            stride_qt,
+            stride_qd,
+            stride_ot,
+            stride_od,
+            T,
+            qk_scale_log2,
+            D,
+            DV,
+            CAUSAL,
+            PRECISION,
+        )
         if not TWO_PASS:
             dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)  # (BLOCK_N, BLOCK_DV)
         delta = tl.load(DELTA + batch_head * T + rows, mask=rows < T, other=0.0)  # (BLOCK_M,)
@@ -127,14 +221,42 @@ def _dkdv_kernel(
 
 
 def _dq_kernel(
-    Q, K, V, DO, LSE, DELTA, DQ_OUT,
-    stride_qb, stride_qh, stride_qt, stride_qd,
-    stride_kb, stride_kh, stride_ks, stride_kd,
-    stride_vb, stride_vh, stride_vs, stride_vd,
-    stride_ob, stride_oh, stride_ot, stride_od,
-    num_heads, T, S, scale, qk_scale_log2,
-    D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+    Q,
+    K,
+    V,
+    DO,
+    LSE,
+    DELTA,
+    DQ_OUT,
+    stride_qb,
+    stride_qh,
+    stride_qt,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_ks,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vs,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_ot,
+    stride_od,
+    num_heads,
+    T,
+    S,
+    scale,
+    qk_scale_log2,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     """One program: dQ for BLOCK_M queries of one (batch, head), summed over every visible key block."""
     block_m = tl.program_id(0)
@@ -149,7 +271,9 @@ def _dq_kernel(
     row_ok = rows < T
 
     q = _load_tile(Q + b * stride_qb + h * stride_qh, rows, stride_qt, T, dims, stride_qd, D)  # (BLOCK_M, BLOCK_D)
-    do = _load_tile(DO + b * stride_ob + h * stride_oh, rows, stride_ot, T, dims_v, stride_od, DV)  # (BLOCK_M, BLOCK_DV)
+    do = _load_tile(
+        DO + b * stride_ob + h * stride_oh, rows, stride_ot, T, dims_v, stride_od, DV
+    )  # (BLOCK_M, BLOCK_DV)
     lse = tl.load(LSE + batch_head * T + rows, mask=row_ok, other=float("inf"))  # (BLOCK_M,)
     delta = tl.load(DELTA + batch_head * T + rows, mask=row_ok, other=0.0)  # (BLOCK_M,)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -186,8 +310,14 @@ def _dkdv_configs():
     Outputs are overwritten, never accumulated across launches, so autotuning's repeated launches are harmless."""
     return [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "TWO_PASS": True}, num_warps=w, num_stages=s)
-        for bm, bn, w, s in [(16, 64, 8, 2), (32, 64, 8, 2), (64, 64, 8, 2), (16, 64, 8, 3), (32, 64, 8, 3),
-                             (16, 64, 4, 2)]
+        for bm, bn, w, s in [
+            (16, 64, 8, 2),
+            (32, 64, 8, 2),
+            (64, 64, 8, 2),
+            (16, 64, 8, 3),
+            (32, 64, 8, 3),
+            (16, 64, 4, 2),
+        ]
     ]
 
 
@@ -196,8 +326,14 @@ def _dq_configs():
     accumulator, q and dO in registers without spills (BLOCK_M = 128, or 4 warps, spill at D = 128)."""
     return [
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bm, bn, w, s in [(64, 16, 8, 2), (64, 32, 8, 2), (64, 64, 8, 2), (64, 16, 8, 3), (64, 32, 8, 3),
-                             (64, 64, 8, 3)]
+        for bm, bn, w, s in [
+            (64, 16, 8, 2),
+            (64, 32, 8, 2),
+            (64, 64, 8, 2),
+            (64, 16, 8, 3),
+            (64, 32, 8, 3),
+            (64, 64, 8, 3),
+        ]
     ]
 
 
@@ -208,15 +344,27 @@ if triton is not None:
     _dkdv_jitted = triton.jit(_dkdv_kernel)
     _dq_jitted = triton.jit(_dq_kernel)
     _tuning_key = ["T", "S", "D", "DV", "CAUSAL"]
-    _dkdv_autotuned = (triton.autotune(configs=_dkdv_configs(), key=_tuning_key)(_dkdv_jitted)
-                       if ON_GPU and not INTERPRETED else None)
-    _dq_autotuned = (triton.autotune(configs=_dq_configs(), key=_tuning_key)(_dq_jitted)
-                     if ON_GPU and not INTERPRETED else None)
+    _dkdv_autotuned = (
+        triton.autotune(configs=_dkdv_configs(), key=_tuning_key)(_dkdv_jitted) if ON_GPU and not INTERPRETED else None
+    )
+    _dq_autotuned = (
+        triton.autotune(configs=_dq_configs(), key=_tuning_key)(_dq_jitted) if ON_GPU and not INTERPRETED else None
+    )
 
 
-def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                   lse: torch.Tensor, grad_out: torch.Tensor, causal: bool, scale: float,
-                   block_m: int | None = None, block_n: int | None = None, two_pass: bool = False):
+def flash_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    grad_out: torch.Tensor,
+    causal: bool,
+    scale: float,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    two_pass: bool = False,
+):
     """Launch the two backward kernels. Inputs are already checked (by ``triton_attention``).
 
     Args:
@@ -243,9 +391,14 @@ def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch
 
     strides = (*q.stride(), *k.stride(), *v.stride(), *grad_out.stride())
     shared = (H, T, S, scale, scale * LOG2E)
-    meta = dict(D=D, DV=Dv, BLOCK_D=max(16, triton.next_power_of_2(D)),
-                BLOCK_DV=max(16, triton.next_power_of_2(Dv)), CAUSAL=causal,
-                PRECISION="ieee" if q.dtype == torch.float32 else "tf32")
+    meta = dict(
+        D=D,
+        DV=Dv,
+        BLOCK_D=max(16, triton.next_power_of_2(D)),
+        BLOCK_DV=max(16, triton.next_power_of_2(Dv)),
+        CAUSAL=causal,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
+    )
     dkdv_args = (q, k, v, grad_out, lse, delta, dk, dv, *strides, *shared)
     dq_args = (q, k, v, grad_out, lse, delta, dq, *strides, *shared)
     if block_m is None and block_n is None and _dkdv_autotuned is not None:
@@ -254,8 +407,9 @@ def flash_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch
     else:
         block_m = block_m or (64 if ON_GPU else 32)
         block_n = block_n or (64 if ON_GPU else 32)
-        _dkdv_jitted[(triton.cdiv(S, block_n), B * H)](*dkdv_args, **meta, BLOCK_M=block_m, BLOCK_N=block_n,
-                                                       TWO_PASS=two_pass)
+        _dkdv_jitted[(triton.cdiv(S, block_n), B * H)](
+            *dkdv_args, **meta, BLOCK_M=block_m, BLOCK_N=block_n, TWO_PASS=two_pass
+        )
         _dq_jitted[(triton.cdiv(T, block_m), B * H)](*dq_args, **meta, BLOCK_M=block_m, BLOCK_N=block_n)
     return dq, dk, dv
 

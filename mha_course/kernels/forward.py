@@ -26,15 +26,39 @@ import torch
 from .runtime import INTERPRETED, LOG2E, LOG2E_K, ON_GPU, tl, triton
 
 
-def _attend_key_range(q, m_i, l_i, acc, k_base, v_base, rows, cols, dims, dims_v,
-                      stride_ks, stride_kd, stride_vs, stride_vd, S, qk_scale_log2, start, stop,
-                      D: tl.constexpr, DV: tl.constexpr, BLOCK_N: tl.constexpr,
-                      MASK_FUTURE: tl.constexpr, PRECISION: tl.constexpr):
+def _attend_key_range(
+    q,
+    m_i,
+    l_i,
+    acc,
+    k_base,
+    v_base,
+    rows,
+    cols,
+    dims,
+    dims_v,
+    stride_ks,
+    stride_kd,
+    stride_vs,
+    stride_vd,
+    S,
+    qk_scale_log2,
+    start,
+    stop,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASK_FUTURE: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
     """Fold key blocks [start, stop) into the running (m_i, l_i, acc) with the online softmax."""
     for start_n in range(start, stop, BLOCK_N):
         keys = start_n + cols  # (BLOCK_N,)
-        k = tl.load(k_base + keys[None, :] * stride_ks + dims[:, None] * stride_kd,
-                    mask=(keys[None, :] < S) & (dims[:, None] < D), other=0.0)  # (BLOCK_D, BLOCK_N) = K^T block
+        k = tl.load(
+            k_base + keys[None, :] * stride_ks + dims[:, None] * stride_kd,
+            mask=(keys[None, :] < S) & (dims[:, None] < D),
+            other=0.0,
+        )  # (BLOCK_D, BLOCK_N) = K^T block
         s = tl.dot(q, k, input_precision=PRECISION) * qk_scale_log2  # (BLOCK_M, BLOCK_N), base-2 scores
         visible = keys[None, :] < S
         if MASK_FUTURE:  # only the diagonal blocks need the causal comparison
@@ -47,22 +71,50 @@ def _attend_key_range(q, m_i, l_i, acc, k_base, v_base, rows, cols, dims, dims_v
         p = tl.math.exp2(s - m_shift[:, None])  # (BLOCK_M, BLOCK_N)
         rescale = tl.math.exp2(m_i - m_shift)  # how much the old statistics shrink
         l_i = l_i * rescale + tl.sum(p, 1)
-        v = tl.load(v_base + keys[:, None] * stride_vs + dims_v[None, :] * stride_vd,
-                    mask=(keys[:, None] < S) & (dims_v[None, :] < DV), other=0.0)  # (BLOCK_N, BLOCK_DV)
+        v = tl.load(
+            v_base + keys[:, None] * stride_vs + dims_v[None, :] * stride_vd,
+            mask=(keys[:, None] < S) & (dims_v[None, :] < DV),
+            other=0.0,
+        )  # (BLOCK_N, BLOCK_DV)
         acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
     return m_i, l_i, acc
 
 
 def _flash_forward_kernel(
-    Q, K, V, O, LSE,
-    stride_qb, stride_qh, stride_qt, stride_qd,
-    stride_kb, stride_kh, stride_ks, stride_kd,
-    stride_vb, stride_vh, stride_vs, stride_vd,
-    stride_ob, stride_oh, stride_ot, stride_od,
-    num_heads, T, S, qk_scale_log2,
-    D: tl.constexpr, DV: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+    Q,
+    K,
+    V,
+    O,
+    LSE,
+    stride_qb,
+    stride_qh,
+    stride_qt,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_ks,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vs,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_ot,
+    stride_od,
+    num_heads,
+    T,
+    S,
+    qk_scale_log2,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
     """One program: BLOCK_M queries of one (batch, head); streams every visible key block past them."""
     block_m = tl.program_id(0)
@@ -87,18 +139,83 @@ def _flash_forward_kernel(
     if CAUSAL:
         # Keys before this block's first query are visible to all its rows: no causal test needed.
         diagonal = tl.minimum(S, block_m * BLOCK_M)
-        m_i, l_i, acc = _attend_key_range(q, m_i, l_i, acc, k_base, v_base, rows, cols, dims, dims_v,
-                                          stride_ks, stride_kd, stride_vs, stride_vd, S, qk_scale_log2,
-                                          0, diagonal, D, DV, BLOCK_N, False, PRECISION)
+        m_i, l_i, acc = _attend_key_range(
+            q,
+            m_i,
+            l_i,
+            acc,
+            k_base,
+            v_base,
+            rows,
+            cols,
+            dims,
+            dims_v,
+            stride_ks,
+            stride_kd,
+            stride_vs,
+            stride_vd,
+            S,
+            qk_scale_log2,
+            0,
+            diagonal,
+            D,
+            DV,
+            BLOCK_N,
+            False,
+            PRECISION,
+        )
         # The diagonal blocks; keys past the block's last query are invisible to every row: skipped.
-        m_i, l_i, acc = _attend_key_range(q, m_i, l_i, acc, k_base, v_base, rows, cols, dims, dims_v,
-                                          stride_ks, stride_kd, stride_vs, stride_vd, S, qk_scale_log2,
-                                          diagonal, tl.minimum(S, (block_m + 1) * BLOCK_M),
-                                          D, DV, BLOCK_N, True, PRECISION)
+        m_i, l_i, acc = _attend_key_range(
+            q,
+            m_i,
+            l_i,
+            acc,
+            k_base,
+            v_base,
+            rows,
+            cols,
+            dims,
+            dims_v,
+            stride_ks,
+            stride_kd,
+            stride_vs,
+            stride_vd,
+            S,
+            qk_scale_log2,
+            diagonal,
+            tl.minimum(S, (block_m + 1) * BLOCK_M),
+            D,
+            DV,
+            BLOCK_N,
+            True,
+            PRECISION,
+        )
     else:
-        m_i, l_i, acc = _attend_key_range(q, m_i, l_i, acc, k_base, v_base, rows, cols, dims, dims_v,
-                                          stride_ks, stride_kd, stride_vs, stride_vd, S, qk_scale_log2,
-                                          0, S, D, DV, BLOCK_N, False, PRECISION)
+        m_i, l_i, acc = _attend_key_range(
+            q,
+            m_i,
+            l_i,
+            acc,
+            k_base,
+            v_base,
+            rows,
+            cols,
+            dims,
+            dims_v,
+            stride_ks,
+            stride_kd,
+            stride_vs,
+            stride_vd,
+            S,
+            qk_scale_log2,
+            0,
+            S,
+            D,
+            DV,
+            BLOCK_N,
+            False,
+            PRECISION,
+        )
 
     # Rows with no visible key (l = 0) give zeros, the library's convention for fully masked rows.
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
@@ -128,8 +245,11 @@ if triton is not None:
     _attend_key_range = triton.jit(_attend_key_range)  # the kernel calls it by this global name
     _jitted = triton.jit(_flash_forward_kernel)
     # Autotune needs a live GPU driver; under the interpreter block sizes are chosen by the caller.
-    _autotuned = (triton.autotune(configs=_gpu_configs(), key=["T", "S", "D", "DV", "CAUSAL"])(_jitted)
-                  if ON_GPU and not INTERPRETED else None)
+    _autotuned = (
+        triton.autotune(configs=_gpu_configs(), key=["T", "S", "D", "DV", "CAUSAL"])(_jitted)
+        if ON_GPU and not INTERPRETED
+        else None
+    )
 
 
 def _check_blocks(block_m, block_n, causal):
@@ -148,11 +268,15 @@ def _forward(q4, k4, v4, causal, scale, block_m, block_n):
     lse = torch.empty((B, H, T), dtype=torch.float32, device=q4.device)  # (B, H, T)
     if T == 0 or B * H == 0:
         return out, lse
-    args = (q4, k4, v4, out, lse, *q4.stride(), *k4.stride(), *v4.stride(), *out.stride(),
-            H, T, S, scale * LOG2E)
-    meta = dict(D=D, DV=Dv, BLOCK_D=max(16, triton.next_power_of_2(D)),
-                BLOCK_DV=max(16, triton.next_power_of_2(Dv)), CAUSAL=causal,
-                PRECISION="ieee" if q4.dtype == torch.float32 else "tf32")
+    args = (q4, k4, v4, out, lse, *q4.stride(), *k4.stride(), *v4.stride(), *out.stride(), H, T, S, scale * LOG2E)
+    meta = dict(
+        D=D,
+        DV=Dv,
+        BLOCK_D=max(16, triton.next_power_of_2(D)),
+        BLOCK_DV=max(16, triton.next_power_of_2(Dv)),
+        CAUSAL=causal,
+        PRECISION="ieee" if q4.dtype == torch.float32 else "tf32",
+    )
     if block_m is None and block_n is None and _autotuned is not None:
         grid = lambda cfg: (triton.cdiv(T, cfg["BLOCK_M"]), B * H)
         _autotuned[grid](*args, **meta)

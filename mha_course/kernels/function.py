@@ -15,9 +15,17 @@ from .forward import _autotuned, _check_blocks, _forward
 from .runtime import IMPORTED_TOO_EARLY, INTERPRETED, MAX_HEAD_DIM, MIN_HEAD_DIM, ON_GPU, SUPPORTED_DTYPES, triton
 
 
-def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
-                     scale: float | None = None, *, block_m: int | None = None, block_n: int | None = None,
-                     return_lse: bool = False):
+def triton_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool = False,
+    scale: float | None = None,
+    *,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    return_lse: bool = False,
+):
     """softmax(q k^T * scale [+ causal mask]) v computed by the fused Triton kernel.
 
     Args:
@@ -42,25 +50,33 @@ def triton_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
         ValueError: mismatched shapes, unsupported head dim, leading dims that differ, bad blocks.
     """
     if triton is None:
-        raise RuntimeError("triton_attention needs Triton, which ships wheels for Linux only: "
-                           "`pip install triton` there, or use mha_course.tiled_attention / torch's SDPA instead")
+        raise RuntimeError(
+            "triton_attention needs Triton, which ships wheels for Linux only: "
+            "`pip install triton` there, or use mha_course.tiled_attention / torch's SDPA instead"
+        )
     if IMPORTED_TOO_EARLY:
-        raise RuntimeError("no GPU here, so Triton must run in its interpreter, but `triton` was imported "
-                           "before TRITON_INTERPRET=1 was set: import mha_course before triton, or "
-                           "`export TRITON_INTERPRET=1` before starting Python")
+        raise RuntimeError(
+            "no GPU here, so Triton must run in its interpreter, but `triton` was imported "
+            "before TRITON_INTERPRET=1 was set: import mha_course before triton, or "
+            "`export TRITON_INTERPRET=1` before starting Python"
+        )
     T, S, D = check_qkv(q, k, v)
     if q.dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"triton_attention supports {SUPPORTED_DTYPES}, got {q.dtype}")
     if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
-        raise ValueError(f"q, k, v must have identical leading dims (B, H), got q {tuple(q.shape)}, "
-                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")
+        raise ValueError(
+            f"q, k, v must have identical leading dims (B, H), got q {tuple(q.shape)}, "
+            f"k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
     if q.dim() > 4:
         raise ValueError(f"q must have shape (B, H, T, D) or fewer leading dims, got {tuple(q.shape)}")
     Dv = v.shape[-1]
     for name, dim in (("D", D), ("Dv", Dv)):
         if not MIN_HEAD_DIM <= dim <= MAX_HEAD_DIM:
-            raise ValueError(f"head dim {name} must be in [{MIN_HEAD_DIM}, {MAX_HEAD_DIM}], got {dim} "
-                             f"(q {tuple(q.shape)}, v {tuple(v.shape)})")
+            raise ValueError(
+                f"head dim {name} must be in [{MIN_HEAD_DIM}, {MAX_HEAD_DIM}], got {dim} "
+                f"(q {tuple(q.shape)}, v {tuple(v.shape)})"
+            )
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     scale = resolve_scale(scale, D)

@@ -53,7 +53,8 @@ def test_bad_inputs_name_what_was_expected():
     with pytest.raises(ValueError, match=r"w_q and w_k \(D, A\)"):
         additive_scores(torch.randn(2, 4), torch.randn(3, 4), torch.randn(5, 2), torch.randn(4, 2), torch.randn(2))
     with pytest.raises(ValueError, match=r"\(A,\) = \(2,\)"):
-        additive_scores(torch.randn(2, 4), torch.randn(3, 4), torch.randn(4, 2), torch.randn(4, 2), torch.randn(2),
-                        torch.randn(3))
+        additive_scores(
+            torch.randn(2, 4), torch.randn(3, 4), torch.randn(4, 2), torch.randn(4, 2), torch.randn(2), torch.randn(3)
+        )
     with pytest.raises(ValueError, match="positive"):
         lookup_batch(0)

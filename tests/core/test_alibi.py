@@ -13,9 +13,10 @@ from mha_course.testing import assert_close
 
 def paper_slopes(n):
     """The ALiBi paper's own recursive get_slopes, transcribed."""
+
     def power_of_2(n):
-        start = 2 ** (-2 ** -(math.log2(n) - 3))
-        return [start * start ** i for i in range(n)]
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
 
     if math.log2(n).is_integer():
         return power_of_2(n)
@@ -29,7 +30,7 @@ def test_slopes_match_the_papers_code(H):
 
 
 def test_eight_heads_halve_from_one_half():
-    assert alibi_slopes(8).tolist() == [2.0 ** -i for i in range(1, 9)]
+    assert alibi_slopes(8).tolist() == [2.0**-i for i in range(1, 9)]
 
 
 def test_bias_against_a_loop_including_queries_at_the_end():

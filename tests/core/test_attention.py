@@ -41,8 +41,14 @@ def attention_case(draw, max_len=6, max_dim=8, full_rows=True):
     mask = None
     if kind != "none":
         layout = draw(st.sampled_from(["TS", "S", "1S", "lead1S", "lead1TS", "leadTS"]))
-        shape = {"TS": (T, S), "S": (S,), "1S": (1, S), "lead1S": (*broadcast_of(lead), 1, S),
-                 "lead1TS": (*broadcast_of(lead), T, S), "leadTS": (*lead, T, S)}[layout]
+        shape = {
+            "TS": (T, S),
+            "S": (S,),
+            "1S": (1, S),
+            "lead1S": (*broadcast_of(lead), 1, S),
+            "lead1TS": (*broadcast_of(lead), T, S),
+            "leadTS": (*lead, T, S),
+        }[layout]
         allowed = torch.rand(shape, generator=gen) < 0.6
         if full_rows:  # one random key per row stays visible
             keep = torch.randint(0, S, (*shape[:-1], 1), generator=gen)
@@ -59,8 +65,7 @@ def attention_case(draw, max_len=6, max_dim=8, full_rows=True):
 def torch_sdpa(q, k, v, mask, scale):
     """torch's SDPA output and weights, with every leading dim expanded first (torch does not let
     the mask widen the batch); the weights come from SDPA with v = identity, i.e. weights @ I."""
-    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2],
-                                  () if mask is None else mask.shape[:-2])
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], () if mask is None else mask.shape[:-2])
     T, (S, D), Dv = q.shape[-2], k.shape[-2:], v.shape[-1]
     q, k, v = q.expand(*lead, T, D), k.expand(*lead, S, D), v.expand(*lead, S, Dv)
     eye = torch.eye(S, dtype=q.dtype).expand(*lead, S, S)
@@ -118,8 +123,7 @@ def test_low_precision_within_dtype_tolerance(case, dtype):
 def test_output_shape_broadcasts_leading_dims(case):
     q, k, v, mask, scale = case
     out, weights = sdpa(q, k, v, mask=mask, scale=scale)
-    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2],
-                                  () if mask is None else mask.shape[:-2])
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], () if mask is None else mask.shape[:-2])
     T, S, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
     assert out.shape == (*lead, T, Dv)
     assert weights.shape == (*lead, T, S)
@@ -218,11 +222,11 @@ def test_causal_outputs_ignore_the_future(case, t):
     if t + 1 >= min(T, S):
         return  # no future key to perturb, or no later query to see it
     k2, v2 = k.clone(), v.clone()
-    k2[..., t + 1:, :] += 10.0  # every key query t must not see
-    v2[..., t + 1:, :] -= 5.0
+    k2[..., t + 1 :, :] += 10.0  # every key query t must not see
+    v2[..., t + 1 :, :] -= 5.0
     out2, _ = sdpa(q, k2, v2, mask=mask, scale=scale)
     assert_close(out2[..., : t + 1, :], out[..., : t + 1, :], what="outputs up to t")
-    assert not torch.allclose(out2[..., t + 1:, :], out[..., t + 1:, :]), "perturbation must matter later"
+    assert not torch.allclose(out2[..., t + 1 :, :], out[..., t + 1 :, :]), "perturbation must matter later"
 
 
 @SLOW
@@ -253,9 +257,10 @@ def test_adding_a_constant_to_all_scores_changes_nothing(case, shift):
     assert_close(weights_s, weights, dtype=torch.float32, what="shifted weights")
 
 
-@pytest.mark.parametrize("dtype,magnitude", [(torch.float32, 1e4), (torch.float32, 1e30),
-                                             (torch.float16, 6e4), (torch.bfloat16, 1e30),
-                                             (torch.float64, 1e300)])
+@pytest.mark.parametrize(
+    "dtype,magnitude",
+    [(torch.float32, 1e4), (torch.float32, 1e30), (torch.float16, 6e4), (torch.bfloat16, 1e30), (torch.float64, 1e300)],
+)
 def test_huge_scores_stay_finite(dtype, magnitude):
     """Scores far beyond exp's range: the max subtraction keeps the result finite and exact."""
     q = torch.tensor([[1.0], [-1.0]], dtype=dtype)  # (T=2, D=1)
@@ -287,8 +292,11 @@ def test_gradcheck(mask_kind):
     q = torch.randn(2, 3, 4, generator=gen, dtype=torch.float64, requires_grad=True)
     k = torch.randn(2, 5, 4, generator=gen, dtype=torch.float64, requires_grad=True)
     v = torch.randn(2, 5, 2, generator=gen, dtype=torch.float64, requires_grad=True)
-    mask = {"none": None, "bool": padding_mask([3, 5], 5)[:, 0],
-            "float": torch.randn(3, 5, generator=gen, dtype=torch.float64)}[mask_kind]
+    mask = {
+        "none": None,
+        "bool": padding_mask([3, 5], 5)[:, 0],
+        "float": torch.randn(3, 5, generator=gen, dtype=torch.float64),
+    }[mask_kind]
     assert torch.autograd.gradcheck(lambda q, k, v: sdpa(q, k, v, mask=mask, scale=0.7), (q, k, v))
     assert torch.autograd.gradcheck(lambda q, k, v: sdpa(q, k, v, mask=mask)[1], (q, k, v))
 

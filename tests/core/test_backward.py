@@ -17,8 +17,9 @@ FAST = settings(max_examples=25, deadline=None, derandomize=True)
 
 def make(lead, T, S, D, Dv, dtype=torch.float64, seed=0):
     gen = torch.Generator().manual_seed(seed)
-    tensors = [torch.randn(*lead, n, d, generator=gen, dtype=torch.float64)
-               for n, d in ((T, D), (S, D), (S, Dv), (T, Dv))]
+    tensors = [
+        torch.randn(*lead, n, d, generator=gen, dtype=torch.float64) for n, d in ((T, D), (S, D), (S, Dv), (T, Dv))
+    ]
     return [t.to(dtype) for t in tensors]
 
 
@@ -28,9 +29,16 @@ def autograd_grads(fn, q, k, v, grad_out):
     return torch.autograd.grad(out, (q, k, v), grad_out)
 
 
-@pytest.mark.parametrize("T,S,D,Dv,causal", [
-    (5, 5, 4, 4, False), (5, 5, 4, 4, True), (3, 8, 2, 5, True), (8, 3, 6, 1, True), (1, 1, 1, 1, False),
-])
+@pytest.mark.parametrize(
+    "T,S,D,Dv,causal",
+    [
+        (5, 5, 4, 4, False),
+        (5, 5, 4, 4, True),
+        (3, 8, 2, 5, True),
+        (8, 3, 6, 1, True),
+        (1, 1, 1, 1, False),
+    ],
+)
 def test_matches_autograd_through_torch_sdpa(T, S, D, Dv, causal):
     q, k, v, do = make((2, 3), T, S, D, Dv, seed=T * 10 + S)
     expected = autograd_grads(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=causal), q, k, v, do)
@@ -121,9 +129,15 @@ def test_softmax_jacobian_matches_autograd():
     assert_close(J, J.T, what="symmetry")
 
 
-@pytest.mark.parametrize("bad,error", [
-    ("grad_shape", ValueError), ("grad_dtype", TypeError), ("scale", ValueError), ("mask", ValueError),
-])
+@pytest.mark.parametrize(
+    "bad,error",
+    [
+        ("grad_shape", ValueError),
+        ("grad_dtype", TypeError),
+        ("scale", ValueError),
+        ("mask", ValueError),
+    ],
+)
 def test_bad_input_raises(bad, error):
     q, k, v, do = make((2,), 3, 4, 2, 2)
     kwargs = {}

@@ -88,13 +88,15 @@ def test_unscaled_gets_worse_with_dim_and_small_init_helps():
     # chapter 03's sweep, cut down: unscaled accuracy falls as D grows; scaled stays solved;
     # initialising W_Q, W_K smaller (unit-variance scores at the start) recovers the moderate D
     def accuracy(scaled, D, **kwargs):
-        return np.mean([ex.train_retrieval(scaled, d_k=D, steps=150, seed=s, **kwargs)["accuracy"][-30:].mean()
-                        for s in (0, 1)])
+        return np.mean(
+            [ex.train_retrieval(scaled, d_k=D, steps=150, seed=s, **kwargs)["accuracy"][-30:].mean() for s in (0, 1)]
+        )
+
     unscaled = [accuracy(False, D) for D in (16, 64, 256)]
     assert unscaled[0] > unscaled[1] > unscaled[2]
     assert unscaled[2] < 0.5
     assert min(accuracy(True, D) for D in (16, 256)) > 0.95
-    assert accuracy(False, 64, qk_init_scale=64 ** -0.25) > 0.95
+    assert accuracy(False, 64, qk_init_scale=64**-0.25) > 0.95
 
 
 def test_single_thread_restores_the_thread_count():
@@ -107,8 +109,7 @@ def test_single_thread_restores_the_thread_count():
     assert torch.get_num_threads() == before
 
 
-@pytest.mark.parametrize("bad, error", [([], ValueError), ([0], ValueError), ([2.5], TypeError),
-                                        ([True], TypeError)])
+@pytest.mark.parametrize("bad, error", [([], ValueError), ([0], ValueError), ([2.5], TypeError), ([True], TypeError)])
 def test_bad_dims_raise(bad, error):
     with pytest.raises(error):
         ex.score_variance_vs_dim(bad)

@@ -42,14 +42,23 @@ def _ids(configs):
 
 # ----------------------------------------------------------------------------- softmax
 
+
 def _softmax_configs(n=48):
     rng = random.Random(1001)
     configs = []
     for i in range(n):
         rank = rng.randint(1, 4)
         shape = tuple(rng.randint(1, 5) for _ in range(rank))
-        configs.append(dict(shape=shape, dim=rng.randint(-rank, rank - 1), dtype=DTYPES[i % 4],
-                            magnitude=rng.choice([1.0, 30.0]), neg_inf=rng.random() < 0.4, seed=i))
+        configs.append(
+            dict(
+                shape=shape,
+                dim=rng.randint(-rank, rank - 1),
+                dtype=DTYPES[i % 4],
+                magnitude=rng.choice([1.0, 30.0]),
+                neg_inf=rng.random() < 0.4,
+                seed=i,
+            )
+        )
     return configs
 
 
@@ -70,13 +79,21 @@ def test_softmax_matches_torch_any_dim(c):
     assert_close(got, expected.to(c["dtype"]), dtype=c["dtype"], what="softmax")
 
 
-@pytest.mark.parametrize("dtype,big", [
-    (torch.float32, 1e4), (torch.float32, 3e38), (torch.float64, 1e300), (torch.float16, 6e4),
-    (torch.bfloat16, 3e38), (torch.float16, 1e4),
-])
+@pytest.mark.parametrize(
+    "dtype,big",
+    [
+        (torch.float32, 1e4),
+        (torch.float32, 3e38),
+        (torch.float64, 1e300),
+        (torch.float16, 6e4),
+        (torch.bfloat16, 3e38),
+        (torch.float16, 1e4),
+    ],
+)
 def test_softmax_huge_logits_of_both_signs(dtype, big):
-    x = torch.tensor([[0.0, big, -big, 1.0], [-big, -big, 0.0, 0.0], [big, big, -big, 0.0],
-                      [-big, -big, -big, -big]], dtype=dtype)
+    x = torch.tensor(
+        [[0.0, big, -big, 1.0], [-big, -big, 0.0, 0.0], [big, big, -big, 0.0], [-big, -big, -big, -big]], dtype=dtype
+    )
     got = softmax(x)
     assert torch.isfinite(got).all()
     assert_close(got, torch.softmax(x.double(), -1).to(dtype), dtype=dtype, what="softmax")
@@ -112,11 +129,19 @@ def _sdpa_configs(n=60):
     configs = []
     for i in range(n):
         rank = i % 4  # leading dims 0..3
-        configs.append(dict(lead=tuple(rng.randint(1, 3) for _ in range(rank)),
-                            T=rng.choice([1, 2, 5, 7]), S=rng.choice([1, 3, 6]),
-                            D=rng.choice([1, 4, 16]), Dv=rng.choice([1, 3, 8]),
-                            dtype=DTYPES[(i // 4) % 4], mask=MASK_LAYOUTS[i % len(MASK_LAYOUTS)],
-                            scale=rng.choice([None, 0.25, 1.5]), seed=i))
+        configs.append(
+            dict(
+                lead=tuple(rng.randint(1, 3) for _ in range(rank)),
+                T=rng.choice([1, 2, 5, 7]),
+                S=rng.choice([1, 3, 6]),
+                D=rng.choice([1, 4, 16]),
+                Dv=rng.choice([1, 3, 8]),
+                dtype=DTYPES[(i // 4) % 4],
+                mask=MASK_LAYOUTS[i % len(MASK_LAYOUTS)],
+                scale=rng.choice([None, 0.25, 1.5]),
+                seed=i,
+            )
+        )
     return configs
 
 
@@ -132,9 +157,16 @@ def _make_mask(layout, lead, T, S, gen, dtype):
     ones = (1,) * len(lead)
     first_only = (lead[0], *ones[1:]) if lead else ()  # (B, 1, ..., 1)
     last_only = (*ones[:-1], lead[-1]) if lead else ()  # (1, ..., 1, H)
-    shape = {"TS": (T, S), "S": (S,), "B11S": (*first_only, 1, S), "B1TS": (*first_only, T, S),
-             "1HTS": (*last_only, T, S), "leadTS": (*lead, T, S), "float_TS": (T, S),
-             "float_lead1S": (*lead, 1, S)}[layout]
+    shape = {
+        "TS": (T, S),
+        "S": (S,),
+        "B11S": (*first_only, 1, S),
+        "B1TS": (*first_only, T, S),
+        "1HTS": (*last_only, T, S),
+        "leadTS": (*lead, T, S),
+        "float_TS": (T, S),
+        "float_lead1S": (*lead, 1, S),
+    }[layout]
     allowed = torch.rand(shape, generator=gen) < 0.6
     allowed[..., 0] = True
     if layout.startswith("float"):
@@ -226,11 +258,16 @@ def test_mask_leading_dims_widen_the_output_like_broadcasting():
 
 # ----------------------------------------------------------------------------- masks
 
+
 @pytest.mark.parametrize("T,S", [(1, 1), (3, 3), (2, 6), (6, 2), (5, 4), (1, 7), (7, 1)])
 def test_causal_mask_is_top_left_like_is_causal(T, S):
     assert torch.equal(causal_mask(T, S), torch.ones(T, S, dtype=torch.bool).tril())
     gen = torch.Generator().manual_seed(T * 10 + S)
-    q, k, v = torch.randn(2, T, 4, generator=gen), torch.randn(2, S, 4, generator=gen), torch.randn(2, S, 3, generator=gen)
+    q, k, v = (
+        torch.randn(2, T, 4, generator=gen),
+        torch.randn(2, S, 4, generator=gen),
+        torch.randn(2, S, 3, generator=gen),
+    )
     out, _ = scaled_dot_product_attention(q, k, v, mask=causal_mask(T, S))
     assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
     for diagonal in range(-T, S + 1):
@@ -262,7 +299,9 @@ def test_adapters_agree_with_nn_multiheadattention():
     real = padding_mask([5, 3], S)
     with torch.no_grad():
         by_hand = module(x, kv, kv, attn_mask=~allowed, key_padding_mask=~real[:, 0, 0])[1]
-        adapted = module(x, kv, kv, attn_mask=to_torch_attn_mask(allowed), key_padding_mask=to_key_padding_mask(real))[1]
+        adapted = module(x, kv, kv, attn_mask=to_torch_attn_mask(allowed), key_padding_mask=to_key_padding_mask(real))[
+            1
+        ]
     assert torch.equal(by_hand, adapted)
     assert torch.equal(from_torch_attn_mask(to_torch_attn_mask(allowed)), allowed)
     assert torch.equal(from_key_padding_mask(to_key_padding_mask(real)), real)
@@ -274,14 +313,21 @@ def test_adapters_agree_with_nn_multiheadattention():
 
 # ----------------------------------------------------------------------------- heads
 
-@pytest.mark.parametrize("B,T,H,D,contiguous", [(1, 1, 1, 1, True), (2, 5, 3, 4, True), (3, 2, 4, 1, False),
-                                                (2, 0, 2, 3, True), (1, 7, 1, 6, False)])
+
+@pytest.mark.parametrize(
+    "B,T,H,D,contiguous",
+    [(1, 1, 1, 1, True), (2, 5, 3, 4, True), (3, 2, 4, 1, False), (2, 0, 2, 3, True), (1, 7, 1, 6, False)],
+)
 def test_split_merge_round_trip_and_manual_reshape(B, T, H, D, contiguous):
     gen = torch.Generator().manual_seed(B * 100 + T)
-    x = torch.randn(B, T, H * D, generator=gen) if contiguous else torch.randn(T, B, H * D, generator=gen).transpose(0, 1)
+    x = (
+        torch.randn(B, T, H * D, generator=gen)
+        if contiguous
+        else torch.randn(T, B, H * D, generator=gen).transpose(0, 1)
+    )
     heads = split_heads(x, H)
     assert heads.shape == (B, H, T, D)
     for h in range(H):
-        assert torch.equal(heads[:, h], x[..., h * D:(h + 1) * D])
+        assert torch.equal(heads[:, h], x[..., h * D : (h + 1) * D])
     assert torch.equal(merge_heads(heads), x)
     assert torch.equal(split_heads(merge_heads(heads), H), heads)

@@ -17,7 +17,7 @@ def test_split_puts_feature_blocks_in_heads(B, T, H, D):
     heads = split_heads(x, H)
     assert heads.shape == (B, H, T, D)
     for h in range(H):
-        assert torch.equal(heads[:, h], x[:, :, h * D:(h + 1) * D])
+        assert torch.equal(heads[:, h], x[:, :, h * D : (h + 1) * D])
 
 
 @FAST
@@ -30,7 +30,7 @@ def test_merge_inverts_split_both_ways(B, T, H, D):
     merged = merge_heads(y)
     assert merged.shape == (B, T, H * D)
     for h in range(H):
-        assert torch.equal(merged[:, :, h * D:(h + 1) * D], y[:, h])
+        assert torch.equal(merged[:, :, h * D : (h + 1) * D], y[:, h])
 
 
 def test_split_accepts_non_contiguous_input():

@@ -99,8 +99,11 @@ def test_attention_grid_has_a_labelled_panel_per_head():
 
 def test_ablation_and_relation_plots_label_heads_and_relations(two_relations):
     task, _ = two_relations
-    table = {"baseline": np.array([1.0, 0.9]), "ablated": np.random.default_rng(0).random((2, 3, 2)),
-             "relations": task.relation_names}
+    table = {
+        "baseline": np.array([1.0, 0.9]),
+        "ablated": np.random.default_rng(0).random((2, 3, 2)),
+        "relations": task.relation_names,
+    }
     ax = plot_ablation(table)
     assert [t.get_text() for t in ax.get_xticklabels()] == list(task.relation_names)
     assert [t.get_text() for t in ax.get_yticklabels()][:3] == ["all heads on", "layer 0 head 0", "layer 0 head 1"]

@@ -17,8 +17,9 @@ def test_against_the_kernel_formula_in_a_loop():
     pred, weights = nadaraya_watson(x_query, x_train, y_train, h)
     for t, x in enumerate(x_query.tolist()):
         kernel = [math.exp(-((x - xi) ** 2) / (2 * h * h)) for xi in x_train.tolist()]
-        assert float(pred[t]) == pytest.approx(sum(k * y for k, y in zip(kernel, y_train.tolist(), strict=True))
-                                               / sum(kernel), rel=1e-9)
+        assert float(pred[t]) == pytest.approx(
+            sum(k * y for k, y in zip(kernel, y_train.tolist(), strict=True)) / sum(kernel), rel=1e-9
+        )
     assert_close(weights.sum(-1), torch.ones(7, dtype=torch.float64))
 
 

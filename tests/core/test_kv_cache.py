@@ -45,8 +45,14 @@ def test_prompt_chunk_then_steps_uses_end_aligned_mask():
 
 
 @settings(max_examples=15, deadline=None)
-@given(B=st.integers(1, 3), G=st.integers(1, 3), R=st.integers(1, 3), N=st.integers(1, 9),
-       D=st.integers(1, 6), seed=st.integers(0, 2**16))
+@given(
+    B=st.integers(1, 3),
+    G=st.integers(1, 3),
+    R=st.integers(1, 3),
+    N=st.integers(1, 9),
+    D=st.integers(1, 6),
+    seed=st.integers(0, 2**16),
+)
 def test_grouped_query_cache_matches_repeated_heads(B, G, R, N, D, seed):
     gen = torch.Generator().manual_seed(seed)
     H = G * R

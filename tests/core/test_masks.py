@@ -43,7 +43,11 @@ def test_causal_mask_default_diagonal_examples():
 @pytest.mark.parametrize("T,S", [(2, 5), (5, 2), (4, 4), (1, 3)])
 def test_causal_mask_matches_torch_is_causal(T, S):
     gen = torch.Generator().manual_seed(T * 10 + S)
-    q, k, v = torch.randn(2, T, 3, generator=gen), torch.randn(2, S, 3, generator=gen), torch.randn(2, S, 4, generator=gen)
+    q, k, v = (
+        torch.randn(2, T, 3, generator=gen),
+        torch.randn(2, S, 3, generator=gen),
+        torch.randn(2, S, 4, generator=gen),
+    )
     out, _ = sdpa(q, k, v, mask=causal_mask(T, S))
     assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
 

@@ -76,8 +76,9 @@ def randomise(module, seed):
 
 
 def run_torch(theirs, query, key, value, attn_mask, kpm):
-    return theirs(query, key, value, attn_mask=attn_mask, key_padding_mask=kpm,
-                  need_weights=True, average_attn_weights=False)
+    return theirs(
+        query, key, value, attn_mask=attn_mask, key_padding_mask=kpm, need_weights=True, average_attn_weights=False
+    )
 
 
 @FAST

@@ -27,9 +27,20 @@ def _configs(n=42):
         H, D = rng.choice([1, 2, 4]), rng.choice([1, 3, 8])
         cross = i % 3 != 0
         T = rng.choice([1, 4, 6])
-        configs.append(dict(B=rng.choice([1, 2, 3]), T=T, S=rng.choice([1, 3, 7]) if cross else T, H=H, D=D,
-                            bias=i % 2 == 0, convert=["from_bf", "from_seq", "to"][i % 3], cross=cross,
-                            mask=MASKS[i % len(MASKS)], seed=i))
+        configs.append(
+            dict(
+                B=rng.choice([1, 2, 3]),
+                T=T,
+                S=rng.choice([1, 3, 7]) if cross else T,
+                H=H,
+                D=D,
+                bias=i % 2 == 0,
+                convert=["from_bf", "from_seq", "to"][i % 3],
+                cross=cross,
+                mask=MASKS[i % len(MASKS)],
+                seed=i,
+            )
+        )
     return configs
 
 
@@ -97,13 +108,23 @@ def test_matches_nn_multiheadattention(c):
 
     with torch.no_grad():
         out, weights = ours(query, key, value, mask=mask)
-        ref_out, ref_weights = theirs(layout(query), layout(key), layout(value), key_padding_mask=kpm,
-                                      attn_mask=attn_mask, need_weights=True, average_attn_weights=False)
+        ref_out, ref_weights = theirs(
+            layout(query),
+            layout(key),
+            layout(value),
+            key_padding_mask=kpm,
+            attn_mask=attn_mask,
+            need_weights=True,
+            average_attn_weights=False,
+        )
     assert out.shape == (c["B"], c["T"], E) and weights.shape == (c["B"], c["H"], c["T"], c["S"])
     assert_close(out, layout(ref_out), what="out")
     assert_close(weights, ref_weights, what="weights (B, H, T, S)")
-    assert_close(weights.mean(dim=1), theirs(layout(query), layout(key), layout(value), key_padding_mask=kpm,
-                                             attn_mask=attn_mask)[1].detach(), what="head-averaged weights")
+    assert_close(
+        weights.mean(dim=1),
+        theirs(layout(query), layout(key), layout(value), key_padding_mask=kpm, attn_mask=attn_mask)[1].detach(),
+        what="head-averaged weights",
+    )
 
 
 def test_float64_module_and_round_trip():

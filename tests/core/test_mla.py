@@ -26,12 +26,13 @@ def test_naive_form_against_per_head_attention_with_the_decoupled_rotary_part():
     k_rope = apply_rotary(x @ mla.k_rope_proj.weight.T)  # (B, T, Dr), one for all heads
     heads = []
     for h in range(3):
-        q = x @ mla.q_proj.weight[h * 6:(h + 1) * 6].T
-        q_rope = apply_rotary(x @ mla.q_rope_proj.weight[h * 4:(h + 1) * 4].T)
-        k = latent @ mla.k_up.weight[h * 6:(h + 1) * 6].T
-        v = latent @ mla.v_up.weight[h * 5:(h + 1) * 5].T
-        head, w = attention_loop_reference(torch.cat([q, q_rope], -1), torch.cat([k, k_rope], -1), v,
-                                           mask=causal_mask(7), scale=1 / math.sqrt(6 + 4))
+        q = x @ mla.q_proj.weight[h * 6 : (h + 1) * 6].T
+        q_rope = apply_rotary(x @ mla.q_rope_proj.weight[h * 4 : (h + 1) * 4].T)
+        k = latent @ mla.k_up.weight[h * 6 : (h + 1) * 6].T
+        v = latent @ mla.v_up.weight[h * 5 : (h + 1) * 5].T
+        head, w = attention_loop_reference(
+            torch.cat([q, q_rope], -1), torch.cat([k, k_rope], -1), v, mask=causal_mask(7), scale=1 / math.sqrt(6 + 4)
+        )
         assert_close(weights[:, h], w)
         heads.append(head)
     assert_close(out, torch.cat(heads, -1) @ mla.out_proj.weight.T)
@@ -52,7 +53,7 @@ def test_decoding_from_the_latent_cache_equals_causal_attention():
     x = torch.randn(2, 8, 24, dtype=torch.float64)
     full, _ = mla(x, mask=causal_mask(8))
     cache = LatentCache()
-    steps = [mla.decode(x[:, t:t + 1], cache) for t in range(8)]
+    steps = [mla.decode(x[:, t : t + 1], cache) for t in range(8)]
     assert_close(torch.cat(steps, 1), full)
     assert cache.nbytes() == 2 * 8 * (10 + 4) * 8  # B * S * (r + Dr) float64 numbers
     chunked = LatentCache()

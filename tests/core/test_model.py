@@ -125,7 +125,7 @@ def test_encoder_decoder_shapes_causality_and_padding():
     _, unmasked = model(data.source, data.inputs, data.source_lengths)
     short = int(data.source_lengths.argmin())
     if data.source_lengths[short] < S:
-        assert (unmasked["cross"][:, short, :, :, int(data.source_lengths[short]):] > 0).all()
+        assert (unmasked["cross"][:, short, :, :, int(data.source_lengths[short]) :] > 0).all()
 
 
 def test_bad_inputs_raise():
@@ -143,7 +143,9 @@ def test_bad_inputs_raise():
 @pytest.mark.parametrize("num_kv_heads", [1, 2, 4])
 def test_grouped_query_model_shares_key_value_heads(num_kv_heads):
     torch.manual_seed(0)
-    model = TinyTransformer(10, 8, embed_dim=16, num_heads=4, num_layers=2, num_kv_heads=num_kv_heads, causal=True).eval()
+    model = TinyTransformer(
+        10, 8, embed_dim=16, num_heads=4, num_layers=2, num_kv_heads=num_kv_heads, causal=True
+    ).eval()
     attn = model.attention_modules()[0]
     assert isinstance(attn, GroupedSelfAttention)
     assert attn.k_proj.out_features == num_kv_heads * 4 and attn.v_proj.out_features == num_kv_heads * 4

@@ -17,8 +17,11 @@ FAST = settings(max_examples=30, deadline=None, derandomize=True)
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
 @FAST
-@given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=3), seed=st.integers(0, 2**31 - 1),
-       spread=st.sampled_from([1.0, 50.0, 1e4]))
+@given(
+    shape=st.lists(st.integers(1, 5), min_size=1, max_size=3),
+    seed=st.integers(0, 2**31 - 1),
+    spread=st.sampled_from([1.0, 50.0, 1e4]),
+)
 def test_softmax_np_matches_softmax(shape, seed, spread, dtype):
     x = (spread * np.random.default_rng(seed).standard_normal(shape)).astype(dtype)
     axis = seed % len(shape) - len(shape)  # some negative axis
@@ -36,18 +39,27 @@ def test_softmax_np_masked_rows():
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
 @FAST
-@given(lead=st.lists(st.integers(1, 3), max_size=2), T=st.integers(1, 5), S=st.integers(1, 5),
-       D=st.integers(1, 4), Dv=st.integers(1, 4), seed=st.integers(0, 2**31 - 1),
-       mask_kind=st.sampled_from(["none", "causal", "bool", "float"]),
-       scale=st.one_of(st.none(), st.floats(0.1, 2.0)))
+@given(
+    lead=st.lists(st.integers(1, 3), max_size=2),
+    T=st.integers(1, 5),
+    S=st.integers(1, 5),
+    D=st.integers(1, 4),
+    Dv=st.integers(1, 4),
+    seed=st.integers(0, 2**31 - 1),
+    mask_kind=st.sampled_from(["none", "causal", "bool", "float"]),
+    scale=st.one_of(st.none(), st.floats(0.1, 2.0)),
+)
 def test_sdpa_np_matches_torch_version(lead, T, S, D, Dv, seed, mask_kind, scale, dtype):
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((*lead, T, D)).astype(dtype)
     k = rng.standard_normal((*lead, S, D)).astype(dtype)
     v = rng.standard_normal((*lead, S, Dv)).astype(dtype)
-    mask = {"none": None, "causal": causal_mask(T, S).numpy(),
-            "bool": rng.random((T, S)) < 0.5,  # may block whole rows: both give zeros there
-            "float": rng.standard_normal((T, S)).astype(dtype)}[mask_kind]
+    mask = {
+        "none": None,
+        "causal": causal_mask(T, S).numpy(),
+        "bool": rng.random((T, S)) < 0.5,  # may block whole rows: both give zeros there
+        "float": rng.standard_normal((T, S)).astype(dtype),
+    }[mask_kind]
     out, weights = sdpa_np(q, k, v, mask=mask, scale=scale)
     assert out.dtype == weights.dtype == dtype
     assert out.shape == (*lead, T, Dv) and weights.shape == (*lead, T, S)

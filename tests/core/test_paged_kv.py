@@ -47,8 +47,9 @@ def test_requests_of_different_lengths_share_one_pool_and_attend_exactly():
     q2 = torch.randn(1, H, 2, D, dtype=torch.float64)
     out2 = paged_attention(q2, cache.k_pool, cache.v_pool, tables[1:2], lens[1:2])
     keys, values = contiguous[1]
-    ref2, _ = attention_loop_reference(q2[0], keys.repeat_interleave(2, 0), values.repeat_interleave(2, 0),
-                                       mask=causal_mask(2, 11, diagonal=9))
+    ref2, _ = attention_loop_reference(
+        q2[0], keys.repeat_interleave(2, 0), values.repeat_interleave(2, 0), mask=causal_mask(2, 11, diagonal=9)
+    )
     assert_close(out2[0], ref2)
 
 

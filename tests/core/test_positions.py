@@ -32,8 +32,8 @@ def test_sinusoidal_shift_is_a_linear_map():
     # PE[p + k] = M_k PE[p] with the same M_k for every p (a block rotation)
     table = sinusoidal_positions(20, 8, dtype=torch.float64)
     k = 3
-    solution = torch.linalg.lstsq(table[:10], table[k:10 + k]).solution  # (E, E)
-    assert_close(table[10:17] @ solution, table[10 + k:17 + k], dtype=torch.float64)
+    solution = torch.linalg.lstsq(table[:10], table[k : 10 + k]).solution  # (E, E)
+    assert_close(table[10:17] @ solution, table[10 + k : 17 + k], dtype=torch.float64)
 
 
 def test_sinusoidal_rejects_odd_dimension():
@@ -80,10 +80,12 @@ def test_rotary_score_depends_only_on_offset(m, n, shift, seed):
         shift = 0
     generator = torch.Generator().manual_seed(seed)
     q, k = torch.randn(2, 16, generator=generator, dtype=torch.float64)
+
     def score(a, b):
         qa = apply_rotary(q[None], torch.tensor([a]))[0]
         kb = apply_rotary(k[None], torch.tensor([b]))[0]
         return qa @ kb
+
     assert math.isclose(score(m, n), score(m + shift, n + shift), rel_tol=1e-9, abs_tol=1e-9)
 
 
@@ -91,8 +93,9 @@ def test_rotary_scores_change_with_offset():
     # the property above must not hold trivially: different offsets give different scores
     torch.manual_seed(1)
     q, k = torch.randn(2, 16, dtype=torch.float64)
-    scores = [apply_rotary(q[None], torch.tensor([0]))[0] @ apply_rotary(k[None], torch.tensor([d]))[0]
-              for d in range(4)]
+    scores = [
+        apply_rotary(q[None], torch.tensor([0]))[0] @ apply_rotary(k[None], torch.tensor([d]))[0] for d in range(4)
+    ]
     assert len({round(float(s), 6) for s in scores}) == 4
 
 

@@ -28,8 +28,7 @@ def test_gru_tagger_is_causal_and_trains_with_the_course_loop():
     changed = tokens.clone()
     changed[:, 5] = (changed[:, 5] + 1) % 12
     assert torch.equal(model(changed)[0][:, :5], logits[:, :5])  # step t sees tokens 0..t only
-    result = train(GRUTagger(12, 16), get_task("copy", length=2), steps=5, eval_every=5, eval_size=20,
-                   progress=False)
+    result = train(GRUTagger(12, 16), get_task("copy", length=2), steps=5, eval_every=5, eval_size=20, progress=False)
     assert result.steps == 5
 
 
@@ -52,7 +51,7 @@ def test_input_sensitivity_matches_a_finite_difference_and_sees_the_path():
     # finite difference along the gradient's direction at position 1
     emb = gru.embed(tokens).detach().requires_grad_(True)
     out = gru.head(gru.gru(emb)[0])[:, 3]
-    (out ** 2).sum().backward()
+    (out**2).sum().backward()
     direction = emb.grad[0, 1] / emb.grad[0, 1].norm()
     eps = 1e-6
     bumped = emb.detach().clone()

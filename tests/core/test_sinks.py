@@ -23,16 +23,22 @@ def test_streaming_cache_decodes_like_the_masked_attention():
     B, H, G, N, D, window, sinks = 2, 4, 2, 13, 8, 4, 2
     q = torch.randn(B, H, N, D, dtype=torch.float64)
     k, v = torch.randn(B, G, N, D, dtype=torch.float64), torch.randn(B, G, N, D, dtype=torch.float64)
-    expected, _ = attention_loop_reference(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1),
-                                           mask=streaming_mask(N, window, sinks))
+    expected, _ = attention_loop_reference(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), mask=streaming_mask(N, window, sinks)
+    )
     cache = StreamingKVCache(window, sinks)
     outs = []
     for t in range(N):
-        keys, values = cache.append(k[:, :, t:t + 1], v[:, :, t:t + 1])
+        keys, values = cache.append(k[:, :, t : t + 1], v[:, :, t : t + 1])
         assert len(cache) <= sinks + window
-        assert cache.positions.tolist() == sorted(set(range(min(sinks, t + 1))) | set(range(max(0, t - window + 1), t + 1)))
-        outs.append(scaled_dot_product_attention(q[:, :, t:t + 1], keys.repeat_interleave(2, 1),
-                                                 values.repeat_interleave(2, 1))[0])
+        assert cache.positions.tolist() == sorted(
+            set(range(min(sinks, t + 1))) | set(range(max(0, t - window + 1), t + 1))
+        )
+        outs.append(
+            scaled_dot_product_attention(
+                q[:, :, t : t + 1], keys.repeat_interleave(2, 1), values.repeat_interleave(2, 1)
+            )[0]
+        )
     assert_close(torch.cat(outs, dim=2), expected)
     assert "kept=6" in repr(cache) and cache.seen == N
 

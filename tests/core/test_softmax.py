@@ -62,12 +62,22 @@ def test_shift_invariance(case, shift):
     assert_close(softmax(x + per_row, dim=dim), softmax(x, dim=dim), dtype=torch.float32)
 
 
-@pytest.mark.parametrize("dtype,magnitude", [(torch.float32, 1e4), (torch.float32, 1e30),
-                                             (torch.float32, 3e38), (torch.float64, 1e300),
-                                             (torch.float16, 6e4), (torch.bfloat16, 1e30)])
+@pytest.mark.parametrize(
+    "dtype,magnitude",
+    [
+        (torch.float32, 1e4),
+        (torch.float32, 1e30),
+        (torch.float32, 3e38),
+        (torch.float64, 1e300),
+        (torch.float16, 6e4),
+        (torch.bfloat16, 1e30),
+    ],
+)
 def test_huge_logits_stay_finite(dtype, magnitude):
-    x = torch.tensor([[magnitude, magnitude / 2, -magnitude],
-                      [-magnitude, -magnitude, -magnitude], [0.0, magnitude, 1.0]], dtype=dtype)
+    x = torch.tensor(
+        [[magnitude, magnitude / 2, -magnitude], [-magnitude, -magnitude, -magnitude], [0.0, magnitude, 1.0]],
+        dtype=dtype,
+    )
     result = softmax(x)
     assert torch.isfinite(result).all(), result
     expected = torch.tensor([[1.0, 0.0, 0.0], [1 / 3, 1 / 3, 1 / 3], [0.0, 1.0, 0.0]], dtype=dtype)

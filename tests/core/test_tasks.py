@@ -59,7 +59,9 @@ def test_two_relations_answer_combines_previous_and_next_letter():
             assert data.source_pos[b, t, 0] == t - 1
     # each half of the answer is scored separately
     prediction = data.targets.clone()
-    prediction[:, 1:] = task.items + ((data.targets[:, 1:] - task.items) // V) * V + (data.targets[:, 1:] - task.items + 1) % V
+    prediction[:, 1:] = (
+        task.items + ((data.targets[:, 1:] - task.items) // V) * V + (data.targets[:, 1:] - task.items + 1) % V
+    )
     right = task.relation_correct(prediction, data)
     assert right[:, 1:, 0].all() and not right[:, 1:, 1].any()
 
@@ -69,8 +71,9 @@ def test_grammar_relations_point_at_the_right_words():
     data = task.sample(50, 0)
     for b in range(50):
         words = task.decode(data.inputs[b])
-        for r, (at_kind, to_kind) in enumerate(((task.NOUNS, task.NOUNS), (task.VERBS, task.NOUNS),
-                                                (task.TIMES, task.VERBS))):
+        for r, (at_kind, to_kind) in enumerate(
+            ((task.NOUNS, task.NOUNS), (task.VERBS, task.NOUNS), (task.TIMES, task.VERBS))
+        ):
             (t,) = torch.nonzero(data.source_pos[b, :, r] >= 0)[0].tolist()
             assert words[t] in at_kind and words[data.source_pos[b, t, r]] in to_kind
         subject = int(torch.nonzero(data.source_pos[b, :, 0] >= 0)[0])
@@ -91,7 +94,7 @@ def test_translate_reverses_and_capitalises_with_padding():
         assert target == [w.upper() for w in source[:n][::-1]]
         assert source[n:] == ["<pad>"] * (task.max_len - n)
         assert (data.targets[b, n:] == IGNORE).all()
-        assert data.inputs[b, 0] == task.bos and torch.equal(data.inputs[b, 1:n], data.targets[b, :n - 1])
+        assert data.inputs[b, 0] == task.bos and torch.equal(data.inputs[b, 1:n], data.targets[b, : n - 1])
         copied = data.source[b, data.source_pos[b, :n, 0]]
         assert [task.vocab[i].upper() for i in copied.tolist()] == target
 
@@ -113,6 +116,6 @@ def test_recent_digit_answers_the_latest_digit_of_the_last_three_tokens_at_any_l
             words = task.decode(data.inputs[b])
             assert words[0] == "<s>" and data.targets[b, 0] == IGNORE
             for t in range(1, len(words)):
-                recent = [w for w in words[max(1, t - 2): t + 1] if w.isdigit()]
+                recent = [w for w in words[max(1, t - 2) : t + 1] if w.isdigit()]
                 assert task.vocab[data.targets[b, t]] == (recent[-1] if recent else "-")
                 assert data.inputs[b, data.source_pos[b, t, 0]] == (data.targets[b, t] if recent else task.bos)

@@ -47,8 +47,24 @@ def test_training_is_seeded_and_history_is_recorded():
 
 
 def test_command_line_ends_with_accuracy_line(capsys):
-    assert main(["--task", "grammar", "--layers", "1", "--embed-dim", "32", "--steps", "400",
-                 "--no-progress", "--seed", "1"]) == 0
+    assert (
+        main(
+            [
+                "--task",
+                "grammar",
+                "--layers",
+                "1",
+                "--embed-dim",
+                "32",
+                "--steps",
+                "400",
+                "--no-progress",
+                "--seed",
+                "1",
+            ]
+        )
+        == 0
+    )
     last = capsys.readouterr().out.strip().splitlines()[-1]
     match = re.fullmatch(r"accuracy (\d\.\d{3}) in (\d+\.\d) s", last)
     assert match, last
@@ -75,15 +91,18 @@ def test_training_with_a_progress_bar_warns_nothing(capsys):
     assert result.steps == 4 and len(result.history) == 2
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--steps", "0"], "--steps must be a positive integer"),
-    (["--batch-size", "-3"], "--batch-size must be a positive integer"),
-    (["--heads", "3"], "must be divisible by --heads"),
-    (["--task", "translate", "--causal"], "--causal applies to encoder-only tasks"),
-    (["--task", "nope"], "invalid choice"),
-    (["--kv-heads", "3"], "--kv-heads must be a positive divisor"),
-    (["--kv-heads", "2", "--positions", "rotary"], "--kv-heads applies to encoder-only tasks without rotary"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--steps", "0"], "--steps must be a positive integer"),
+        (["--batch-size", "-3"], "--batch-size must be a positive integer"),
+        (["--heads", "3"], "must be divisible by --heads"),
+        (["--task", "translate", "--causal"], "--causal applies to encoder-only tasks"),
+        (["--task", "nope"], "invalid choice"),
+        (["--kv-heads", "3"], "--kv-heads must be a positive divisor"),
+        (["--kv-heads", "2", "--positions", "rotary"], "--kv-heads applies to encoder-only tasks without rotary"),
+    ],
+)
 def test_command_line_rejects_bad_arguments(capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)

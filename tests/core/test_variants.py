@@ -35,8 +35,12 @@ def test_gqa_equals_attention_on_repeated_heads(G, mask_kind):
     B, H, T, S, D = 2, 4, 5, 7, 3
     q = torch.randn(B, H, T, D)
     k, v = torch.randn(B, G, S, D), torch.randn(B, G, S, D + 1)
-    mask = {None: None, "causal": causal_mask(T, S), "padding": torch.tensor([S, 3])[:, None, None, None] > torch.arange(S),
-            "full": torch.rand(B, H, T, S) > 0.4}[mask_kind]
+    mask = {
+        None: None,
+        "causal": causal_mask(T, S),
+        "padding": torch.tensor([S, 3])[:, None, None, None] > torch.arange(S),
+        "full": torch.rand(B, H, T, S) > 0.4,
+    }[mask_kind]
     out, weights = grouped_query_attention(q, k, v, mask=mask)
     exp_out, exp_w = attention_loop_reference(q, repeat_kv(k, H), repeat_kv(v, H), mask=mask)
     assert_close(out, exp_out.float(), what="GQA output")
@@ -61,8 +65,11 @@ def test_kv_cache_bytes_and_mha_conversion():
         assert_close(same, mha(x, mask=causal_mask(6))[0], what="G = H conversion")
         pooled = GroupedQueryAttention.from_mha(mha, 2)
         assert pooled.k_proj.weight.shape == (6, 12)
-        assert_close(pooled.k_proj.weight[:3], (mha.k_proj.weight[:3] + mha.k_proj.weight[3:6]) / 2,
-                     what="mean-pooled first key head")
+        assert_close(
+            pooled.k_proj.weight[:3],
+            (mha.k_proj.weight[:3] + mha.k_proj.weight[3:6]) / 2,
+            what="mean-pooled first key head",
+        )
 
 
 def test_sliding_window_mask_is_a_band():
@@ -97,8 +104,11 @@ def test_sliding_window_limits():
     q, k, v = (torch.randn(2, 2, 33, 8) for _ in range(3))
     assert_close(sliding_window_attention(q, k, v, 0), v, what="window 0 sees only itself")
     assert_close(sliding_window_attention(q, k, v, 40), sdpa(q, k, v)[0], what="window >= T is full attention")
-    assert_close(sliding_window_attention(q, k, v, 40, causal=True), sdpa(q, k, v, mask=causal_mask(33))[0],
-                 what="causal window >= T is causal attention")
+    assert_close(
+        sliding_window_attention(q, k, v, 40, causal=True),
+        sdpa(q, k, v, mask=causal_mask(33))[0],
+        what="causal window >= T is causal attention",
+    )
     with pytest.raises(ValueError, match="S == T"):
         sliding_window_attention(q, k[:, :, :5], v[:, :, :5], 3)
     with pytest.raises(ValueError, match="method"):

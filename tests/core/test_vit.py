@@ -23,7 +23,7 @@ def test_patchify_against_a_loop():
     for b in range(2):
         for r in range(2):
             for c in range(2):
-                block = images[b, :, 4 * r:4 * r + 4, 4 * c:4 * c + 4]  # (C, P, P)
+                block = images[b, :, 4 * r : 4 * r + 4, 4 * c : 4 * c + 4]  # (C, P, P)
                 assert torch.equal(patches[b, 2 * r + c], block.permute(1, 2, 0).reshape(-1))
 
 

@@ -86,8 +86,7 @@ def test_plot_attention_rejects_bad_labels_and_types():
 
 
 def test_plot_attention_grid_one_row_of_heads():
-    fig = viz.plot_attention_grid(_weights(3, 4, 5), query_labels=TOKENS[:4], key_labels=TOKENS,
-                                  title="three heads")
+    fig = viz.plot_attention_grid(_weights(3, 4, 5), query_labels=TOKENS[:4], key_labels=TOKENS, title="three heads")
     panels, colorbar = fig.axes[:3], fig.axes[3:]
     assert len(fig.axes) == 4 and len(colorbar) == 1
     assert [ax.get_title() for ax in panels] == ["head 0", "head 1", "head 2"]
@@ -106,8 +105,9 @@ def test_plot_attention_grid_layers_by_heads_share_one_scale():
     limits = {ax.images[0].get_clim() for ax in panels}
     assert len(limits) == 1
     for index, ax in enumerate(panels):
-        np.testing.assert_allclose(np.asarray(ax.images[0].get_array()),
-                                   weights[index // 3, index % 3].numpy(), rtol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(ax.images[0].get_array()), weights[index // 3, index % 3].numpy(), rtol=1e-6
+        )
 
 
 @pytest.mark.parametrize("shape", [(4, 4), (1, 2, 2, 3, 3)])
@@ -141,7 +141,7 @@ def test_plot_side_by_side_picks_the_worst_matrix_and_flags_nans():
     expected = _weights(2, 3, 5, 5)
     yours = expected.clone()
     yours[1, 2] = softmax(torch.randn(5, 5))  # a whole head wrong
-    yours[0, 1, 0, 0] += 0.01                 # a small error elsewhere
+    yours[0, 1, 0, 0] += 0.01  # a small error elsewhere
     fig = viz.plot_side_by_side(yours, expected, title="weights")
     assert "[1, 2]" in fig._suptitle.get_text()
     np.testing.assert_allclose(np.asarray(fig.axes[0].images[0].get_array()), yours[1, 2].numpy(), rtol=1e-6)
@@ -248,7 +248,7 @@ def test_plot_vectors_2d_keeps_close_labels_apart():
     boxes = [t.get_window_extent(renderer) for t in ax.texts if t.get_text()]
     assert len(boxes) == 6
     for i, a in enumerate(boxes):
-        for b in boxes[i + 1:]:
+        for b in boxes[i + 1 :]:
             assert not a.overlaps(b), "two arrow labels overlap"
 
 
@@ -258,8 +258,7 @@ def test_interactive_builds_a_widget_and_runs_the_function_once():
     def draw(tau=1.0, word="bank"):
         calls.append((tau, word))
 
-    widget = viz.interactive(draw, tau=ipywidgets.FloatSlider(value=0.5, min=0.1, max=2.0),
-                             word=["bank", "loan"])
+    widget = viz.interactive(draw, tau=ipywidgets.FloatSlider(value=0.5, min=0.1, max=2.0), word=["bank", "loan"])
     assert isinstance(widget, ipywidgets.interactive)
     assert calls == [(0.5, "bank")]
     widget.children[0].value = 1.5  # moving the slider calls the function again
@@ -268,8 +267,9 @@ def test_interactive_builds_a_widget_and_runs_the_function_once():
 
 def test_interactive_builds_controls_that_need_ipywidgets():
     seen = []
-    widget = viz.interactive(lambda tau=1.0: seen.append(tau),
-                             tau=lambda w: w.FloatLogSlider(value=0.1, base=10, min=-2, max=1))
+    widget = viz.interactive(
+        lambda tau=1.0: seen.append(tau), tau=lambda w: w.FloatLogSlider(value=0.1, base=10, min=-2, max=1)
+    )
     assert isinstance(widget.children[0], ipywidgets.FloatLogSlider)
     assert seen == [pytest.approx(0.1)]
 
@@ -285,8 +285,7 @@ def test_interactive_first_call_errors_propagate():
 def test_interactive_static_fallback_without_ipywidgets(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ipywidgets", None)  # import ipywidgets -> ImportError
     calls = []
-    result = viz.interactive(lambda tau=1.0: calls.append(tau), static=[{"tau": 0.3}, {"tau": 3.0}],
-                             tau=(0.1, 5.0))
+    result = viz.interactive(lambda tau=1.0: calls.append(tau), static=[{"tau": 0.3}, {"tau": 3.0}], tau=(0.1, 5.0))
     assert result is None and calls == [0.3, 3.0]
     assert "ipywidgets is not installed" in capsys.readouterr().out
     assert viz.interactive(lambda tau=1.0: calls.append(tau)) is None and calls[-1] == 1.0
@@ -302,7 +301,8 @@ def test_interactive_rejects_bad_arguments():
 def test_side_by_side_names_what_is_not_attention_weights():
     import numpy as np
 
-    fig = viz.plot_side_by_side(np.zeros((3, 4)), np.ones((3, 4)), value_name="value",
-                                axis_names=("position", "coordinate"))
+    fig = viz.plot_side_by_side(
+        np.zeros((3, 4)), np.ones((3, 4)), value_name="value", axis_names=("position", "coordinate")
+    )
     assert (fig.axes[0].get_ylabel(), fig.axes[0].get_xlabel()) == ("position", "coordinate")
     assert [a.get_ylabel() for a in fig.axes[3:]] == ["value", "value", "difference"]

@@ -32,136 +32,1092 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # buggy softm
 @dataclass(frozen=True)
 class Bug:
     id: str
-    notebook: str       # assignment key = solution notebook stem
+    notebook: str  # assignment key = solution notebook stem
     what: str
-    edits: list         # [(old, new)]: each old must occur in exactly one code cell
+    edits: list  # [(old, new)]: each old must occur in exactly one code cell
 
 
 BUGS = [
-    Bug('dot_elementwise', 'a01_dot_products', 'element-wise products, not summed', [('return float(np.sum(a * b))', 'return a * b')]),
-    Bug('scores_kqT', 'a01_dot_products', 'k q^T instead of q k^T', [('    return q @ np.swapaxes(k, -1, -2)  # (..., T, S)', '    return k @ np.swapaxes(q, -1, -2)')]),
-    Bug('scores_no_batch', 'a01_dot_products', 'k.T reverses all axes: no batch dims', [('    return q @ np.swapaxes(k, -1, -2)  # (..., T, S)', '    return q @ k.T')]),
-    Bug('scale_by_D', 'a01_dot_products', '1/D instead of 1/sqrt(D)', [('/ math.sqrt(D)  # (..., T, S)\n    ### END', '/ D  # (..., T, S)\n    ### END')]),
-    Bug('scale_np_sqrt_dtype', 'a01_dot_products', 'np.sqrt promotes float32 to float64', [('/ math.sqrt(D)  # (..., T, S)\n    ### END', '/ np.sqrt(D)  # (..., T, S)\n    ### END')]),
-    Bug('scale_hardcoded', 'a01_dot_products', 'hard-coded sqrt(16)', [('/ math.sqrt(D)  # (..., T, S)\n    ### END', '/ 4.0  # (..., T, S)\n    ### END')]),
-    Bug('softmax_no_max', 'a02_softmax', 'no max subtraction (NumPy)', [('    exps = np.exp(x - row_max)', '    exps = np.exp(x)')]),
-    Bug('softmax_axis0', 'a02_softmax', 'softmax over axis 0', [('    row_max = np.max(x, axis=axis, keepdims=True)\n    row_max = np.where(np.isneginf(row_max), 0.0, row_max)  # all -inf row: shift by 0, not -inf\n    exps = np.exp(x - row_max)\n    total = np.sum(exps, axis=axis, keepdims=True)', '    row_max = np.max(x, axis=0, keepdims=True)\n    row_max = np.where(np.isneginf(row_max), 0.0, row_max)\n    exps = np.exp(x - row_max)\n    total = np.sum(exps, axis=0, keepdims=True)')]),
-    Bug('softmax_global_max', 'a02_softmax', 'global instead of per-row max', [('    row_max = np.max(x, axis=axis, keepdims=True)', '    row_max = np.max(x)')]),
-    Bug('softmax_no_keepdims', 'a02_softmax', 'missing keepdims', [('    row_max = np.max(x, axis=axis, keepdims=True)', '    row_max = np.max(x, axis=axis)')]),
-    Bug('softmax_inplace', 'a02_softmax', 'mutates its input', [('    exps = np.exp(x - row_max)\n', '    x -= row_max\n    exps = np.exp(x)\n')]),
-    Bug('softmax_neginf_nan', 'a02_softmax', 'textbook stable softmax: NaN on all -inf rows', [('    row_max = np.where(np.isneginf(row_max), 0.0, row_max)  # all -inf row: shift by 0, not -inf\n', '')]),
-    Bug('softmax_torch_no_max', 'a02_softmax', 'no max subtraction (torch)', [('    exps = torch.exp(work - row_max)', '    exps = torch.exp(work)')]),
-    Bug('softmax_torch_downcast', 'a02_softmax', 'computes float64 input in float32', [('    work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x', '    work = x.float()')]),
-    Bug('softmax_torch_dtype', 'a02_softmax', 'float16 input returns float32', [('    return (exps / torch.where(total == 0, torch.ones_like(total), total)).to(x.dtype)', '    return exps / torch.where(total == 0, torch.ones_like(total), total)')]),
-    Bug('softmax_torch_dim_ignored', 'a02_softmax', 'dim argument ignored', [('    row_max = work.amax(dim=dim, keepdim=True)', '    row_max = work.amax(dim=-1, keepdim=True)'), ('    total = exps.sum(dim=dim, keepdim=True)', '    total = exps.sum(dim=-1, keepdim=True)')]),
-    Bug('attn_np_no_scale', 'a03_attention', 'no scale', [('    scores = (q @ np.swapaxes(k, -1, -2)) / math.sqrt(D)  # (..., T, S)', '    scores = q @ np.swapaxes(k, -1, -2)')]),
-    Bug('attn_np_softmax_axis', 'a03_attention', 'softmax over queries', [('    weights = softmax_np(scores, axis=-1)  # (..., T, S)', '    weights = softmax_np(scores, axis=-2)')]),
-    Bug('attn_np_wrong_order', 'a03_attention', 'returns (weights, out)', [('    return out, weights\n', '    return weights, out\n')]),
-    Bug('attn_np_keys_as_values', 'a03_attention', 'uses keys as values', [('    out = weights @ v  # (..., T, Dv)', '    out = weights @ k')]),
-    Bug('attn_np_transposed_weights', 'a03_attention', 'weights returned transposed', [('    out = weights @ v  # (..., T, Dv)\n    return out, weights', '    out = weights @ v  # (..., T, Dv)\n    return out, np.swapaxes(weights, -1, -2)')]),
-    Bug('attn_np_inplace_scale', 'a03_attention', 'scales q in place', [('    scores = (q @ np.swapaxes(k, -1, -2)) / math.sqrt(D)  # (..., T, S)', '    q /= math.sqrt(D)\n    scores = q @ np.swapaxes(k, -1, -2)')]),
-    Bug('sdpa_scale_ignored', 'a03_attention', 'scale argument ignored', [('    if scale is None:\n        scale = 1.0 / math.sqrt(q.shape[-1])\n    scores = (q @ k.transpose(-2, -1)) * scale', '    scale = 1.0 / math.sqrt(q.shape[-1])\n    scores = (q @ k.transpose(-2, -1)) * scale')]),
-    Bug('sdpa_divide_by_scale', 'a03_attention', 'divides by scale (default then multiplies by sqrt D)', [('    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, S)', '    scores = (q @ k.transpose(-2, -1)) / scale')]),
-    Bug('sdpa_transpose_T', 'a03_attention', 'k.T: no batch dims', [('    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, S)', '    scores = (q @ k.T) * scale')]),
-    Bug('sdpa_only_square', 'a03_attention', 'hard-codes S == T', [('    return weights @ v, weights  # (..., T, Dv), (..., T, S)', '    return weights @ v, weights[..., : q.shape[-2]]')]),
-    Bug('sdpa_float32_always', 'a03_attention', 'casts to float32 (float64 in -> float32 out)', [('    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, S)', '    scores = (q.float() @ k.float().transpose(-2, -1)) * scale\n    v = v.float()')]),
-    Bug('causal_upper', 'a04_masks', 'upper triangle', [('    return cols <= rows  # (T, S)', '    return cols >= rows')]),
-    Bug('causal_strict', 'a04_masks', 'diagonal excluded (off by one)', [('    return cols <= rows  # (T, S)', '    return cols < rows')]),
-    Bug('causal_inverted', 'a04_masks', 'True = blocked', [('    return cols <= rows  # (T, S)', '    return cols > rows')]),
-    Bug('causal_float', 'a04_masks', 'float 0/1 mask', [('    return cols <= rows  # (T, S)', '    return (cols <= rows).float()')]),
-    Bug('causal_square_only', 'a04_masks', 'ignores S', [('    S = T if S is None else S\n    rows', '    S = T\n    rows')]),
-    Bug('padding_2d', 'a04_masks', 'returns (B, S)', [('    return real[:, None, None, :]  # (B, 1, 1, S)', '    return real')]),
-    Bug('padding_inverted', 'a04_masks', 'True = padding', [('    real = torch.arange(S).unsqueeze(0) < lengths.unsqueeze(1)  # (B, S)', '    real = torch.arange(S).unsqueeze(0) >= lengths.unsqueeze(1)')]),
-    Bug('padding_off_by_one', 'a04_masks', '<= instead of <', [('    real = torch.arange(S).unsqueeze(0) < lengths.unsqueeze(1)  # (B, S)', '    real = torch.arange(S).unsqueeze(0) <= lengths.unsqueeze(1)')]),
-    Bug('padding_wrong_axis', 'a04_masks', 'keys on the query axis', [('    return real[:, None, None, :]  # (B, 1, 1, S)', '    return real[:, None, :, None]')]),
-    Bug('mask_ignored', 'a04_masks', 'mask ignored', [('        if mask.dtype == torch.bool:\n            scores = scores.masked_fill(~mask, float("-inf"))\n        else:\n            scores = scores + mask', '        pass')]),
-    Bug('mask_inverted', 'a04_masks', 'bool mask inverted', [('scores.masked_fill(~mask, float("-inf"))', 'scores.masked_fill(mask, float("-inf"))')]),
-    Bug('mask_after_softmax', 'a04_masks', 'mask applied after softmax', [('    weights = softmax(scores, dim=-1)  # (..., T, S); an all -inf row gives zeros', '    weights = softmax(scores, dim=-1)\n    if mask is not None and mask.dtype == torch.bool:\n        weights = weights.masked_fill(~mask, 0.0)'), ('            scores = scores.masked_fill(~mask, float("-inf"))', '            pass')]),
-    Bug('mask_float_multiplied', 'a04_masks', 'float mask multiplied', [('            scores = scores + mask', '            scores = scores * mask')]),
-    Bug('mask_minus_1e9', 'a04_masks', '-1e9 fill in the input dtype', [('    work = torch.promote_types(q.dtype, torch.float32)  # float16 scores overflow: compute in float32', '    work = q.dtype'), ('scores.masked_fill(~mask, float("-inf"))', 'scores.masked_fill(~mask, -1e9)')]),
-    Bug('mask_finfo_min', 'a04_masks', 'finfo.min fill: fully masked rows uniform', [('scores.masked_fill(~mask, float("-inf"))', 'scores.masked_fill(~mask, torch.finfo(scores.dtype).min)')]),
-    Bug('mask_torch_softmax_nan', 'a04_masks', 'NaN for fully masked rows', [('    weights = softmax(scores, dim=-1)  # (..., T, S); an all -inf row gives zeros', '    weights = torch.exp(scores - scores.amax(-1, keepdim=True))\n    weights = weights / weights.sum(-1, keepdim=True)')]),
-    Bug('mask_inplace', 'a04_masks', "inverts the caller's mask in place", [('scores = scores.masked_fill(~mask, float("-inf"))', 'scores = scores.masked_fill(mask.logical_not_(), float("-inf"))')]),
-    Bug('split_no_transpose', 'a05_multi_head', 'view without transpose', [('    return x.view(B, T, num_heads, D).transpose(1, 2)  # (B, H, T, D)', '    return x.view(B, num_heads, T, D)')]),
-    Bug('split_strided', 'a05_multi_head', 'heads take every H-th feature', [('    return x.view(B, T, num_heads, D).transpose(1, 2)  # (B, H, T, D)', '    return x.view(B, T, D, num_heads).permute(0, 3, 1, 2)')]),
-    Bug('split_missing_transpose', 'a05_multi_head', '(B, T, H, D)', [('    return x.view(B, T, num_heads, D).transpose(1, 2)  # (B, H, T, D)', '    return x.view(B, T, num_heads, D)')]),
-    Bug('merge_no_transpose', 'a05_multi_head', 'reshape without transpose', [('    return x.transpose(1, 2).reshape(B, T, H * D)  # (B, T, E)', '    return x.reshape(B, T, H * D)')]),
-    Bug('merge_wrong_transpose', 'a05_multi_head', 'transpose(2, 3)', [('    return x.transpose(1, 2).reshape(B, T, H * D)  # (B, T, E)', '    return x.transpose(2, 3).reshape(B, T, H * D)')]),
-    Bug('mha_no_out_proj', 'a05_multi_head', 'missing W_O', [('        return self.out_proj(merge_heads(heads)), weights', '        return merge_heads(heads), weights')]),
-    Bug('mha_qk_swapped', 'a05_multi_head', 'q/k projections swapped', [('        q = split_heads(self.q_proj(query), self.num_heads)', '        q = split_heads(self.k_proj(query), self.num_heads)'), ('        k = split_heads(self.k_proj(key), self.num_heads)', '        k = split_heads(self.q_proj(key), self.num_heads)')]),
-    Bug('mha_value_from_key', 'a05_multi_head', 'values from the key input', [('        v = split_heads(self.v_proj(value), self.num_heads)', '        v = split_heads(self.v_proj(key), self.num_heads)')]),
-    Bug('mha_no_bias', 'a05_multi_head', 'q_proj without bias', [('        self.q_proj = nn.Linear(embed_dim, embed_dim)', '        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=False)')]),
-    Bug('mha_scale_sqrt_E', 'a05_multi_head', 'scale by sqrt(E) not sqrt(D)', [('        heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)', '        heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, scale=1 / math.sqrt(self.embed_dim))')]),
-    Bug('mha_mask_dropped', 'a05_multi_head', 'mask not passed on', [('        heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)', '        heads, weights = scaled_dot_product_attention(q, k, v)')]),
-    Bug('mha_split_view', 'a05_multi_head', 'split bug propagates into the module', [('    return x.view(B, T, num_heads, D).transpose(1, 2)  # (B, H, T, D)', '    return x.reshape(B, num_heads, T, D)')]),
-    Bug('mha_extra_params', 'a05_multi_head', 'extra parameters', [('        self.out_proj = nn.Linear(embed_dim, embed_dim)\n', '        self.out_proj = nn.Linear(embed_dim, embed_dim)\n        self.extra = nn.Linear(embed_dim, embed_dim)\n')]),
-    Bug('debug_seed_unfixed', 'a05_debug_mha', 'the seed, unrepaired', [('        B, T, E = queries.shape\n        S = keys.shape[1]\n        H = self.num_heads\n        q = self.query(queries).view(B, T, H, E).transpose(1, 2)  # (B, H, T, E)\n        k = self.key(keys).view(B, S, H, E).transpose(1, 2)  # (B, H, S, E)\n        v = self.value(values).view(B, S, H, E).transpose(1, 2)  # (B, H, S, E)\n        scores = q @ k.transpose(-1, -2) / math.sqrt(E)  # (B, H, T, S); each head has D = E features\n        if mask is not None:\n            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask\n        attention = self.softmax(scores)  # (B, H, T, S)\n        heads = attention @ v  # (B, H, T, E)\n        heads = heads.transpose(1, 2).contiguous().view(B, T, H * E)  # (B, T, H*E)\n        return self.combine(heads)  # (B, T, E)', '        queries = self.query(queries).view(queries.size(0), self.num_heads, -1).transpose(1, 2)\n        keys = self.key(keys).view(keys.size(0), self.num_heads, -1)\n        values = self.value(values).view(values.size(0), self.num_heads, -1)\n        attention = self.softmax(queries @ keys.transpose(-1, -2) / torch.sqrt(torch.tensor(self.embed_dim)))\n        attention = attention @ values\n        attention = attention.transpose(1, 2).contiguous().view(attention.size(0), -1)\n        return self.combine(attention)')]),
-    Bug('debug_scale_per_head', 'a05_debug_mha', "'fixes' the scale to sqrt(E/H)", [('        scores = q @ k.transpose(-1, -2) / math.sqrt(E)', '        scores = q @ k.transpose(-1, -2) / math.sqrt(E // H)')]),
-    Bug('debug_split_no_transpose', 'a05_debug_mha', 'view(B, H, T, E) without transpose', [('        q = self.query(queries).view(B, T, H, E).transpose(1, 2)  # (B, H, T, E)', '        q = self.query(queries).view(B, H, T, E)'), ('        k = self.key(keys).view(B, S, H, E).transpose(1, 2)  # (B, H, S, E)', '        k = self.key(keys).view(B, H, S, E)'), ('        v = self.value(values).view(B, S, H, E).transpose(1, 2)  # (B, H, S, E)', '        v = self.value(values).view(B, H, S, E)')]),
-    Bug('debug_kv_not_transposed', 'a05_debug_mha', 'only queries transposed', [('        k = self.key(keys).view(B, S, H, E).transpose(1, 2)  # (B, H, S, E)', '        k = self.key(keys).view(B, H, S, E)'), ('        v = self.value(values).view(B, S, H, E).transpose(1, 2)  # (B, H, S, E)', '        v = self.value(values).view(B, H, S, E)')]),
-    Bug('debug_merge_no_transpose', 'a05_debug_mha', 'merge without transpose', [('        heads = heads.transpose(1, 2).contiguous().view(B, T, H * E)', '        heads = heads.contiguous().view(B, T, H * E)')]),
-    Bug('debug_mask_ignored', 'a05_debug_mha', 'mask accepted but ignored', [('        if mask is not None:\n            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask\n', '')]),
-    Bug('debug_mask_inverted', 'a05_debug_mha', 'mask inverted', [('scores.masked_fill(~mask, float("-inf"))', 'scores.masked_fill(mask, float("-inf"))')]),
-    Bug('debug_T_for_S', 'a05_debug_mha', 'assumes S == T', [('        S = keys.shape[1]', '        S = T')]),
-    Bug('debug_value_from_keys', 'a05_debug_mha', 'values from the keys input', [('        v = self.value(values)', '        v = self.value(keys)')]),
-    Bug('debug_layers_EE', 'a05_debug_mha', 'rewrites to the standard E/H layout', [('        self.query = nn.Linear(embed_dim, embed_dim * num_heads)\n        self.key = nn.Linear(embed_dim, embed_dim * num_heads)\n        self.value = nn.Linear(embed_dim, embed_dim * num_heads)\n        self.combine = nn.Linear(embed_dim * num_heads, embed_dim)\n        self.softmax = nn.Softmax(dim=-1)\n\n    def forward(self, queries, keys, values, mask=None):', '        self.query = nn.Linear(embed_dim, embed_dim)\n        self.key = nn.Linear(embed_dim, embed_dim)\n        self.value = nn.Linear(embed_dim, embed_dim)\n        self.combine = nn.Linear(embed_dim, embed_dim)\n        self.softmax = nn.Softmax(dim=-1)\n\n    def forward(self, queries, keys, values, mask=None):')]),
-    Bug('xmask_query_axis', 'a08_cross_attention', 'padding on the query axis', [('    real = torch.arange(S)[None, :] < lengths[:, None]  # (B, S): True at real source tokens', '    real = torch.arange(T)[None, :] < lengths[:, None]'), ('    return real[:, None, None, :].expand(len(lengths), 1, T, S)  # (B, 1, T, S)', '    return real[:, None, :, None].expand(len(lengths), 1, T, S)')]),
-    Bug('xmask_inverted', 'a08_cross_attention', 'True = padding', [('    real = torch.arange(S)[None, :] < lengths[:, None]  # (B, S): True at real source tokens', '    real = torch.arange(S)[None, :] >= lengths[:, None]')]),
-    Bug('xmask_off_by_one', 'a08_cross_attention', '<= instead of <', [('    real = torch.arange(S)[None, :] < lengths[:, None]  # (B, S): True at real source tokens', '    real = torch.arange(S)[None, :] <= lengths[:, None]')]),
-    Bug('xmask_causal', 'a08_cross_attention', 'a causal mask added to cross-attention', [('    return real[:, None, None, :].expand(len(lengths), 1, T, S)  # (B, 1, T, S)', '    return real[:, None, None, :].expand(len(lengths), 1, T, S) & torch.ones(T, S, dtype=torch.bool).tril()')]),
-    Bug('xmask_broadcast_only', 'a08_cross_attention', 'returns the (B, 1, 1, S) padding mask', [('    return real[:, None, None, :].expand(len(lengths), 1, T, S)  # (B, 1, T, S)', '    return real[:, None, None, :]')]),
-    Bug('xmask_no_padding', 'a08_cross_attention', 'padding not masked', [('    real = torch.arange(S)[None, :] < lengths[:, None]  # (B, S): True at real source tokens', '    real = torch.ones(len(lengths), S, dtype=torch.bool)')]),
-    Bug('cross_no_mask', 'a08_cross_attention', 'mask built but not passed', [('    return attention(decoder_states, memory, memory, mask=mask)', '    return attention(decoder_states, memory, memory)')]),
-    Bug('cross_query_from_memory', 'a08_cross_attention', 'memory as the query', [('    return attention(decoder_states, memory, memory, mask=mask)', '    return attention(memory, decoder_states, decoder_states, mask=cross_attention_mask(source_lengths, S, T))')]),
-    Bug('cross_T_S_swapped', 'a08_cross_attention', 'mask built (S, T)', [('    mask = cross_attention_mask(source_lengths, T, S)', '    mask = cross_attention_mask(source_lengths, S, T)')]),
-    Bug('ablate_one_feature', 'a08_cross_attention', "zeroes feature h, not head h's D features", [('    heads = heads * gate[:, None, None]  # (B, H, T, D): head `head` is all zeros, the others untouched\n    return mha.out_proj(merge_heads(heads))  # (B, T, E)', '    merged = merge_heads(heads).clone()\n    merged[..., head] = 0.0\n    return mha.out_proj(merged)')]),
-    Bug('ablate_after_out_proj', 'a08_cross_attention', "zeroes head h's slice of the output after W_O", [('    heads = heads * gate[:, None, None]  # (B, H, T, D): head `head` is all zeros, the others untouched\n    return mha.out_proj(merge_heads(heads))  # (B, T, E)', '    out = mha.out_proj(merge_heads(heads))\n    D = out.shape[-1] // H\n    out[..., head * D:(head + 1) * D] = 0.0\n    return out')]),
-    Bug('ablate_no_bias', 'a08_cross_attention', 'W_O without its bias', [('    heads = heads * gate[:, None, None]  # (B, H, T, D): head `head` is all zeros, the others untouched\n    return mha.out_proj(merge_heads(heads))  # (B, T, E)', '    heads = heads * gate[:, None, None]  # (B, H, T, D): head `head` is all zeros, the others untouched\n    return merge_heads(heads) @ mha.out_proj.weight.T')]),
-    Bug('ablate_subtract_with_bias', 'a08_cross_attention', 'out - out_proj(head h alone) subtracts b_O too', [('    heads = heads * gate[:, None, None]  # (B, H, T, D): head `head` is all zeros, the others untouched\n    return mha.out_proj(merge_heads(heads))  # (B, T, E)', '    full = mha.out_proj(merge_heads(heads))\n    only = heads * (1 - gate)[:, None, None]\n    return full - mha.out_proj(merge_heads(only))')]),
-    Bug('ablate_zero_queries', 'a08_cross_attention', "zeroes head h's queries: it attends uniformly", [('    heads, _ = scaled_dot_product_attention(q, k, v)  # (B, H, T, D)\n    gate = torch.ones(H, dtype=heads.dtype)\n    gate[head] = 0.0\n    heads = heads * gate[:, None, None]  # (B, H, T, D): head `head` is all zeros, the others untouched', '    gate = torch.ones(H, dtype=q.dtype)\n    gate[head] = 0.0\n    q = q * gate[:, None, None]\n    heads, _ = scaled_dot_product_attention(q, k, v)')]),
-    Bug('ablate_head_gate', 'a08_cross_attention', "uses the library's head_gate", [('    heads = heads * gate[:, None, None]  # (B, H, T, D): head `head` is all zeros, the others untouched\n    return mha.out_proj(merge_heads(heads))  # (B, T, E)', '    mha.head_gate[head] = 0.0\n    out, _ = mha(query, key, value)\n    mha.head_gate[head] = 1.0\n    return out')]),
-    Bug('ablate_fresh_module', 'a08_cross_attention', 'a copy of the module with its head_gate set', [('    heads = heads * gate[:, None, None]  # (B, H, T, D): head `head` is all zeros, the others untouched\n    return mha.out_proj(merge_heads(heads))  # (B, T, E)', '    copy = MultiHeadAttention(mha.embed_dim, H).eval()\n    copy.load_state_dict(mha.state_dict())\n    copy.head_gate[head] = 0.0\n    return copy(query, key, value)[0]')]),
-    Bug('ablate_weights_in_place', 'a08_cross_attention', "zeroes W_O's columns in place", [('    heads = heads * gate[:, None, None]  # (B, H, T, D): head `head` is all zeros, the others untouched\n    return mha.out_proj(merge_heads(heads))  # (B, T, E)', '    D = mha.out_proj.weight.shape[1] // H\n    with torch.no_grad():\n        mha.out_proj.weight[:, head * D:(head + 1) * D] = 0.0\n    return mha.out_proj(merge_heads(heads))')]),
-    Bug('ablate_counts_from_one', 'a08_cross_attention', 'heads counted from 1', [('    gate[head] = 0.0', '    gate[head - 1] = 0.0')]),
-    Bug('alibi_h_from_zero', 'a16_modern_attention', 'slopes counted from h = 0 (first slope 1)', [('        return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]', '        return [2.0 ** (-8.0 * h / n) for h in range(n)]')]),
-    Bug('alibi_plain_formula', 'a16_modern_attention', 'the power-of-two formula for every H', [('    slopes = geometric(n) + geometric(2 * n)[0::2][: num_heads - n]', '    slopes = geometric(num_heads)')]),
-    Bug('alibi_odd_extra_slopes', 'a16_modern_attention', 'the extra slopes taken at odd positions', [('geometric(2 * n)[0::2]', 'geometric(2 * n)[1::2]')]),
-    Bug('alibi_reversed', 'a16_modern_attention', 'slopes in reverse order', [('    return torch.tensor(slopes, dtype=torch.float32)', '    return torch.tensor(slopes[::-1], dtype=torch.float32)')]),
-    Bug('alibi_list', 'a16_modern_attention', 'returns a Python list', [('    return torch.tensor(slopes, dtype=torch.float32)', '    return slopes')]),
-    Bug('rope_inverse', 'a16_modern_attention', 'converts rotate-half -> interleaved', [('    perm = torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])', '    perm = torch.argsort(torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)]))')]),
-    Bug('rope_all_rows', 'a16_modern_attention', 'evens-then-odds across all H*D rows', [('    heads = weight.reshape(num_heads, D, *weight.shape[1:])', '    heads = weight.reshape(1, num_heads * D, *weight.shape[1:])\n    perm = torch.cat([torch.arange(0, num_heads * D, 2), torch.arange(1, num_heads * D, 2)])')]),
-    Bug('rope_odds_first', 'a16_modern_attention', 'odds before evens', [('    perm = torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])', '    perm = torch.cat([torch.arange(1, D, 2), torch.arange(0, D, 2)])')]),
-    Bug('rope_in_place', 'a16_modern_attention', "overwrites the caller's weight", [('    return heads[:, perm].reshape(weight.shape)', '    weight.copy_(heads[:, perm].reshape(weight.shape))\n    return weight')]),
-    Bug('rope_unchanged', 'a16_modern_attention', 'returns the weight as it is', [('    return heads[:, perm].reshape(weight.shape)', '    return weight.clone()')]),
-    Bug('paged_no_table', 'a16_modern_attention', 'block table ignored', [('    pages = pool[block_table]', '    pages = pool[: len(block_table)]')]),
-    Bug('paged_no_transpose', 'a16_modern_attention', 'pages merged without moving G first', [('    return pages.transpose(0, 1).reshape(G, -1, D)[:, :length]', '    return pages.reshape(G, -1, D)[:, :length]')]),
-    Bug('paged_no_truncate', 'a16_modern_attention', 'the last block not cut to length', [('    return pages.transpose(0, 1).reshape(G, -1, D)[:, :length]', '    return pages.transpose(0, 1).reshape(G, -1, D)')]),
-    Bug('paged_slot_swapped', 'a16_modern_attention', 'block s % n, slot s // n', [('    pages = pool[block_table]', '    n = len(block_table)\n    return torch.stack([pool[block_table[s % n], :, s // n] for s in range(length)], dim=1)')]),
-    Bug('merge_average', 'a15_ring_attention', "plain average of the blocks' outputs", [('    out = (weights.unsqueeze(-1) * torch.stack(list(outs))).sum(dim=0)     # (..., T, Dv)', '    out = torch.stack(list(outs)).mean(dim=0)')]),
-    Bug('merge_lse_max', 'a15_ring_attention', 'lse = the largest lse_b', [('    lse = torch.logsumexp(lse_blocks, dim=0)                               # (..., T); -inf if every block is empty', '    lse = lse_blocks.amax(dim=0)')]),
-    Bug('merge_lse_sum', 'a15_ring_attention', 'lse = the sum of the lse_b', [('    return out, lse\n', '    return out, lse_blocks.sum(dim=0)\n')]),
-    Bug('merge_nan_empty_rows', 'a15_ring_attention', 'shift by lse even where it is -inf (NaN rows)', [('    shift = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)   # never -inf: no -inf - (-inf) = NaN', '    shift = lse')]),
-    Bug('merge_naive_exp', 'a15_ring_attention', 'exp(lse_b) / sum exp(lse_b): overflows, NaN for empty rows', [('    weights = torch.exp(lse_blocks - shift)                                # (n, ..., T); 0 for an empty block', '    weights = torch.exp(lse_blocks) / torch.exp(lse_blocks).sum(dim=0)')]),
-    Bug('merge_unnormalised', 'a15_ring_attention', 'weights exp(lse_b - max), not divided by their sum', [('    shift = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)   # never -inf: no -inf - (-inf) = NaN', '    shift = lse_blocks.amax(dim=0)\n    shift = torch.where(torch.isneginf(shift), torch.zeros_like(shift), shift)')]),
-    Bug('ring_local_positions', 'a15_ring_attention', 'causal mask in local indices (offsets ignored)', [('        visible = torch.arange(k_offset, k_offset + S) <= torch.arange(q_offset, q_offset + T)[:, None]  # (T, S)', '        visible = torch.arange(S) <= torch.arange(T)[:, None]')]),
-    Bug('ring_no_merge', 'a15_ring_attention', "returns the block's own result", [('    return merge_partial_attention([out, out_b], [lse, lse_b])', '    return out_b, lse_b')]),
-    Bug('ring_strict_mask', 'a15_ring_attention', 'causal mask j < i hides the diagonal', [('        visible = torch.arange(k_offset, k_offset + S) <= torch.arange(q_offset, q_offset + T)[:, None]  # (T, S)', '        visible = torch.arange(k_offset, k_offset + S) < torch.arange(q_offset, q_offset + T)[:, None]')]),
-    Bug('ring_mask_ignored', 'a15_ring_attention', 'causal flag ignored', [('    if causal:\n        visible = torch.arange(k_offset, k_offset + S) <= torch.arange(q_offset, q_offset + T)[:, None]  # (T, S)\n        scores = scores.masked_fill(~visible, -math.inf)\n', '')]),
-    Bug('ring_no_scale', 'a15_ring_attention', 'no 1/sqrt(D)', [('    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])                        # (..., T, S)', '    scores = q @ k.transpose(-2, -1)')]),
-    Bug('ring_nan_rows', 'a15_ring_attention', 'NaN where a query sees no key of the block', [('    shift = torch.where(torch.isneginf(lse_b), torch.zeros_like(lse_b), lse_b)', '    shift = lse_b')]),
+    Bug(
+        "dot_elementwise",
+        "a01_dot_products",
+        "element-wise products, not summed",
+        [("return float(np.sum(a * b))", "return a * b")],
+    ),
+    Bug(
+        "scores_kqT",
+        "a01_dot_products",
+        "k q^T instead of q k^T",
+        [("    return q @ np.swapaxes(k, -1, -2)  # (..., T, S)", "    return k @ np.swapaxes(q, -1, -2)")],
+    ),
+    Bug(
+        "scores_no_batch",
+        "a01_dot_products",
+        "k.T reverses all axes: no batch dims",
+        [("    return q @ np.swapaxes(k, -1, -2)  # (..., T, S)", "    return q @ k.T")],
+    ),
+    Bug(
+        "scale_by_D",
+        "a01_dot_products",
+        "1/D instead of 1/sqrt(D)",
+        [("/ math.sqrt(D)  # (..., T, S)\n    ### END", "/ D  # (..., T, S)\n    ### END")],
+    ),
+    Bug(
+        "scale_np_sqrt_dtype",
+        "a01_dot_products",
+        "np.sqrt promotes float32 to float64",
+        [("/ math.sqrt(D)  # (..., T, S)\n    ### END", "/ np.sqrt(D)  # (..., T, S)\n    ### END")],
+    ),
+    Bug(
+        "scale_hardcoded",
+        "a01_dot_products",
+        "hard-coded sqrt(16)",
+        [("/ math.sqrt(D)  # (..., T, S)\n    ### END", "/ 4.0  # (..., T, S)\n    ### END")],
+    ),
+    Bug(
+        "softmax_no_max",
+        "a02_softmax",
+        "no max subtraction (NumPy)",
+        [("    exps = np.exp(x - row_max)", "    exps = np.exp(x)")],
+    ),
+    Bug(
+        "softmax_axis0",
+        "a02_softmax",
+        "softmax over axis 0",
+        [
+            (
+                "    row_max = np.max(x, axis=axis, keepdims=True)\n    row_max = np.where(np.isneginf(row_max), 0.0, row_max)  # all -inf row: shift by 0, not -inf\n    exps = np.exp(x - row_max)\n    total = np.sum(exps, axis=axis, keepdims=True)",
+                "    row_max = np.max(x, axis=0, keepdims=True)\n    row_max = np.where(np.isneginf(row_max), 0.0, row_max)\n    exps = np.exp(x - row_max)\n    total = np.sum(exps, axis=0, keepdims=True)",
+            )
+        ],
+    ),
+    Bug(
+        "softmax_global_max",
+        "a02_softmax",
+        "global instead of per-row max",
+        [("    row_max = np.max(x, axis=axis, keepdims=True)", "    row_max = np.max(x)")],
+    ),
+    Bug(
+        "softmax_no_keepdims",
+        "a02_softmax",
+        "missing keepdims",
+        [("    row_max = np.max(x, axis=axis, keepdims=True)", "    row_max = np.max(x, axis=axis)")],
+    ),
+    Bug(
+        "softmax_inplace",
+        "a02_softmax",
+        "mutates its input",
+        [("    exps = np.exp(x - row_max)\n", "    x -= row_max\n    exps = np.exp(x)\n")],
+    ),
+    Bug(
+        "softmax_neginf_nan",
+        "a02_softmax",
+        "textbook stable softmax: NaN on all -inf rows",
+        [("    row_max = np.where(np.isneginf(row_max), 0.0, row_max)  # all -inf row: shift by 0, not -inf\n", "")],
+    ),
+    Bug(
+        "softmax_torch_no_max",
+        "a02_softmax",
+        "no max subtraction (torch)",
+        [("    exps = torch.exp(work - row_max)", "    exps = torch.exp(work)")],
+    ),
+    Bug(
+        "softmax_torch_downcast",
+        "a02_softmax",
+        "computes float64 input in float32",
+        [("    work = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x", "    work = x.float()")],
+    ),
+    Bug(
+        "softmax_torch_dtype",
+        "a02_softmax",
+        "float16 input returns float32",
+        [
+            (
+                "    return (exps / torch.where(total == 0, torch.ones_like(total), total)).to(x.dtype)",
+                "    return exps / torch.where(total == 0, torch.ones_like(total), total)",
+            )
+        ],
+    ),
+    Bug(
+        "softmax_torch_dim_ignored",
+        "a02_softmax",
+        "dim argument ignored",
+        [
+            ("    row_max = work.amax(dim=dim, keepdim=True)", "    row_max = work.amax(dim=-1, keepdim=True)"),
+            ("    total = exps.sum(dim=dim, keepdim=True)", "    total = exps.sum(dim=-1, keepdim=True)"),
+        ],
+    ),
+    Bug(
+        "attn_np_no_scale",
+        "a03_attention",
+        "no scale",
+        [
+            (
+                "    scores = (q @ np.swapaxes(k, -1, -2)) / math.sqrt(D)  # (..., T, S)",
+                "    scores = q @ np.swapaxes(k, -1, -2)",
+            )
+        ],
+    ),
+    Bug(
+        "attn_np_softmax_axis",
+        "a03_attention",
+        "softmax over queries",
+        [("    weights = softmax_np(scores, axis=-1)  # (..., T, S)", "    weights = softmax_np(scores, axis=-2)")],
+    ),
+    Bug(
+        "attn_np_wrong_order",
+        "a03_attention",
+        "returns (weights, out)",
+        [("    return out, weights\n", "    return weights, out\n")],
+    ),
+    Bug(
+        "attn_np_keys_as_values",
+        "a03_attention",
+        "uses keys as values",
+        [("    out = weights @ v  # (..., T, Dv)", "    out = weights @ k")],
+    ),
+    Bug(
+        "attn_np_transposed_weights",
+        "a03_attention",
+        "weights returned transposed",
+        [
+            (
+                "    out = weights @ v  # (..., T, Dv)\n    return out, weights",
+                "    out = weights @ v  # (..., T, Dv)\n    return out, np.swapaxes(weights, -1, -2)",
+            )
+        ],
+    ),
+    Bug(
+        "attn_np_inplace_scale",
+        "a03_attention",
+        "scales q in place",
+        [
+            (
+                "    scores = (q @ np.swapaxes(k, -1, -2)) / math.sqrt(D)  # (..., T, S)",
+                "    q /= math.sqrt(D)\n    scores = q @ np.swapaxes(k, -1, -2)",
+            )
+        ],
+    ),
+    Bug(
+        "sdpa_scale_ignored",
+        "a03_attention",
+        "scale argument ignored",
+        [
+            (
+                "    if scale is None:\n        scale = 1.0 / math.sqrt(q.shape[-1])\n    scores = (q @ k.transpose(-2, -1)) * scale",
+                "    scale = 1.0 / math.sqrt(q.shape[-1])\n    scores = (q @ k.transpose(-2, -1)) * scale",
+            )
+        ],
+    ),
+    Bug(
+        "sdpa_divide_by_scale",
+        "a03_attention",
+        "divides by scale (default then multiplies by sqrt D)",
+        [
+            (
+                "    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, S)",
+                "    scores = (q @ k.transpose(-2, -1)) / scale",
+            )
+        ],
+    ),
+    Bug(
+        "sdpa_transpose_T",
+        "a03_attention",
+        "k.T: no batch dims",
+        [("    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, S)", "    scores = (q @ k.T) * scale")],
+    ),
+    Bug(
+        "sdpa_only_square",
+        "a03_attention",
+        "hard-codes S == T",
+        [
+            (
+                "    return weights @ v, weights  # (..., T, Dv), (..., T, S)",
+                "    return weights @ v, weights[..., : q.shape[-2]]",
+            )
+        ],
+    ),
+    Bug(
+        "sdpa_float32_always",
+        "a03_attention",
+        "casts to float32 (float64 in -> float32 out)",
+        [
+            (
+                "    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T, S)",
+                "    scores = (q.float() @ k.float().transpose(-2, -1)) * scale\n    v = v.float()",
+            )
+        ],
+    ),
+    Bug(
+        "causal_upper",
+        "a04_masks",
+        "upper triangle",
+        [("    return cols <= rows  # (T, S)", "    return cols >= rows")],
+    ),
+    Bug(
+        "causal_strict",
+        "a04_masks",
+        "diagonal excluded (off by one)",
+        [("    return cols <= rows  # (T, S)", "    return cols < rows")],
+    ),
+    Bug(
+        "causal_inverted",
+        "a04_masks",
+        "True = blocked",
+        [("    return cols <= rows  # (T, S)", "    return cols > rows")],
+    ),
+    Bug(
+        "causal_float",
+        "a04_masks",
+        "float 0/1 mask",
+        [("    return cols <= rows  # (T, S)", "    return (cols <= rows).float()")],
+    ),
+    Bug(
+        "causal_square_only",
+        "a04_masks",
+        "ignores S",
+        [("    S = T if S is None else S\n    rows", "    S = T\n    rows")],
+    ),
+    Bug(
+        "padding_2d",
+        "a04_masks",
+        "returns (B, S)",
+        [("    return real[:, None, None, :]  # (B, 1, 1, S)", "    return real")],
+    ),
+    Bug(
+        "padding_inverted",
+        "a04_masks",
+        "True = padding",
+        [
+            (
+                "    real = torch.arange(S).unsqueeze(0) < lengths.unsqueeze(1)  # (B, S)",
+                "    real = torch.arange(S).unsqueeze(0) >= lengths.unsqueeze(1)",
+            )
+        ],
+    ),
+    Bug(
+        "padding_off_by_one",
+        "a04_masks",
+        "<= instead of <",
+        [
+            (
+                "    real = torch.arange(S).unsqueeze(0) < lengths.unsqueeze(1)  # (B, S)",
+                "    real = torch.arange(S).unsqueeze(0) <= lengths.unsqueeze(1)",
+            )
+        ],
+    ),
+    Bug(
+        "padding_wrong_axis",
+        "a04_masks",
+        "keys on the query axis",
+        [("    return real[:, None, None, :]  # (B, 1, 1, S)", "    return real[:, None, :, None]")],
+    ),
+    Bug(
+        "mask_ignored",
+        "a04_masks",
+        "mask ignored",
+        [
+            (
+                '        if mask.dtype == torch.bool:\n            scores = scores.masked_fill(~mask, float("-inf"))\n        else:\n            scores = scores + mask',
+                "        pass",
+            )
+        ],
+    ),
+    Bug(
+        "mask_inverted",
+        "a04_masks",
+        "bool mask inverted",
+        [('scores.masked_fill(~mask, float("-inf"))', 'scores.masked_fill(mask, float("-inf"))')],
+    ),
+    Bug(
+        "mask_after_softmax",
+        "a04_masks",
+        "mask applied after softmax",
+        [
+            (
+                "    weights = softmax(scores, dim=-1)  # (..., T, S); an all -inf row gives zeros",
+                "    weights = softmax(scores, dim=-1)\n    if mask is not None and mask.dtype == torch.bool:\n        weights = weights.masked_fill(~mask, 0.0)",
+            ),
+            ('            scores = scores.masked_fill(~mask, float("-inf"))', "            pass"),
+        ],
+    ),
+    Bug(
+        "mask_float_multiplied",
+        "a04_masks",
+        "float mask multiplied",
+        [("            scores = scores + mask", "            scores = scores * mask")],
+    ),
+    Bug(
+        "mask_minus_1e9",
+        "a04_masks",
+        "-1e9 fill in the input dtype",
+        [
+            (
+                "    work = torch.promote_types(q.dtype, torch.float32)  # float16 scores overflow: compute in float32",
+                "    work = q.dtype",
+            ),
+            ('scores.masked_fill(~mask, float("-inf"))', "scores.masked_fill(~mask, -1e9)"),
+        ],
+    ),
+    Bug(
+        "mask_finfo_min",
+        "a04_masks",
+        "finfo.min fill: fully masked rows uniform",
+        [('scores.masked_fill(~mask, float("-inf"))', "scores.masked_fill(~mask, torch.finfo(scores.dtype).min)")],
+    ),
+    Bug(
+        "mask_torch_softmax_nan",
+        "a04_masks",
+        "NaN for fully masked rows",
+        [
+            (
+                "    weights = softmax(scores, dim=-1)  # (..., T, S); an all -inf row gives zeros",
+                "    weights = torch.exp(scores - scores.amax(-1, keepdim=True))\n    weights = weights / weights.sum(-1, keepdim=True)",
+            )
+        ],
+    ),
+    Bug(
+        "mask_inplace",
+        "a04_masks",
+        "inverts the caller's mask in place",
+        [
+            (
+                'scores = scores.masked_fill(~mask, float("-inf"))',
+                'scores = scores.masked_fill(mask.logical_not_(), float("-inf"))',
+            )
+        ],
+    ),
+    Bug(
+        "split_no_transpose",
+        "a05_multi_head",
+        "view without transpose",
+        [
+            (
+                "    return x.view(B, T, num_heads, D).transpose(1, 2)  # (B, H, T, D)",
+                "    return x.view(B, num_heads, T, D)",
+            )
+        ],
+    ),
+    Bug(
+        "split_strided",
+        "a05_multi_head",
+        "heads take every H-th feature",
+        [
+            (
+                "    return x.view(B, T, num_heads, D).transpose(1, 2)  # (B, H, T, D)",
+                "    return x.view(B, T, D, num_heads).permute(0, 3, 1, 2)",
+            )
+        ],
+    ),
+    Bug(
+        "split_missing_transpose",
+        "a05_multi_head",
+        "(B, T, H, D)",
+        [
+            (
+                "    return x.view(B, T, num_heads, D).transpose(1, 2)  # (B, H, T, D)",
+                "    return x.view(B, T, num_heads, D)",
+            )
+        ],
+    ),
+    Bug(
+        "merge_no_transpose",
+        "a05_multi_head",
+        "reshape without transpose",
+        [("    return x.transpose(1, 2).reshape(B, T, H * D)  # (B, T, E)", "    return x.reshape(B, T, H * D)")],
+    ),
+    Bug(
+        "merge_wrong_transpose",
+        "a05_multi_head",
+        "transpose(2, 3)",
+        [
+            (
+                "    return x.transpose(1, 2).reshape(B, T, H * D)  # (B, T, E)",
+                "    return x.transpose(2, 3).reshape(B, T, H * D)",
+            )
+        ],
+    ),
+    Bug(
+        "mha_no_out_proj",
+        "a05_multi_head",
+        "missing W_O",
+        [("        return self.out_proj(merge_heads(heads)), weights", "        return merge_heads(heads), weights")],
+    ),
+    Bug(
+        "mha_qk_swapped",
+        "a05_multi_head",
+        "q/k projections swapped",
+        [
+            (
+                "        q = split_heads(self.q_proj(query), self.num_heads)",
+                "        q = split_heads(self.k_proj(query), self.num_heads)",
+            ),
+            (
+                "        k = split_heads(self.k_proj(key), self.num_heads)",
+                "        k = split_heads(self.q_proj(key), self.num_heads)",
+            ),
+        ],
+    ),
+    Bug(
+        "mha_value_from_key",
+        "a05_multi_head",
+        "values from the key input",
+        [
+            (
+                "        v = split_heads(self.v_proj(value), self.num_heads)",
+                "        v = split_heads(self.v_proj(key), self.num_heads)",
+            )
+        ],
+    ),
+    Bug(
+        "mha_no_bias",
+        "a05_multi_head",
+        "q_proj without bias",
+        [
+            (
+                "        self.q_proj = nn.Linear(embed_dim, embed_dim)",
+                "        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=False)",
+            )
+        ],
+    ),
+    Bug(
+        "mha_scale_sqrt_E",
+        "a05_multi_head",
+        "scale by sqrt(E) not sqrt(D)",
+        [
+            (
+                "        heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)",
+                "        heads, weights = scaled_dot_product_attention(q, k, v, mask=mask, scale=1 / math.sqrt(self.embed_dim))",
+            )
+        ],
+    ),
+    Bug(
+        "mha_mask_dropped",
+        "a05_multi_head",
+        "mask not passed on",
+        [
+            (
+                "        heads, weights = scaled_dot_product_attention(q, k, v, mask=mask)",
+                "        heads, weights = scaled_dot_product_attention(q, k, v)",
+            )
+        ],
+    ),
+    Bug(
+        "mha_split_view",
+        "a05_multi_head",
+        "split bug propagates into the module",
+        [
+            (
+                "    return x.view(B, T, num_heads, D).transpose(1, 2)  # (B, H, T, D)",
+                "    return x.reshape(B, num_heads, T, D)",
+            )
+        ],
+    ),
+    Bug(
+        "mha_extra_params",
+        "a05_multi_head",
+        "extra parameters",
+        [
+            (
+                "        self.out_proj = nn.Linear(embed_dim, embed_dim)\n",
+                "        self.out_proj = nn.Linear(embed_dim, embed_dim)\n        self.extra = nn.Linear(embed_dim, embed_dim)\n",
+            )
+        ],
+    ),
+    Bug(
+        "debug_seed_unfixed",
+        "a05_debug_mha",
+        "the seed, unrepaired",
+        [
+            (
+                '        B, T, E = queries.shape\n        S = keys.shape[1]\n        H = self.num_heads\n        q = self.query(queries).view(B, T, H, E).transpose(1, 2)  # (B, H, T, E)\n        k = self.key(keys).view(B, S, H, E).transpose(1, 2)  # (B, H, S, E)\n        v = self.value(values).view(B, S, H, E).transpose(1, 2)  # (B, H, S, E)\n        scores = q @ k.transpose(-1, -2) / math.sqrt(E)  # (B, H, T, S); each head has D = E features\n        if mask is not None:\n            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask\n        attention = self.softmax(scores)  # (B, H, T, S)\n        heads = attention @ v  # (B, H, T, E)\n        heads = heads.transpose(1, 2).contiguous().view(B, T, H * E)  # (B, T, H*E)\n        return self.combine(heads)  # (B, T, E)',
+                "        queries = self.query(queries).view(queries.size(0), self.num_heads, -1).transpose(1, 2)\n        keys = self.key(keys).view(keys.size(0), self.num_heads, -1)\n        values = self.value(values).view(values.size(0), self.num_heads, -1)\n        attention = self.softmax(queries @ keys.transpose(-1, -2) / torch.sqrt(torch.tensor(self.embed_dim)))\n        attention = attention @ values\n        attention = attention.transpose(1, 2).contiguous().view(attention.size(0), -1)\n        return self.combine(attention)",
+            )
+        ],
+    ),
+    Bug(
+        "debug_scale_per_head",
+        "a05_debug_mha",
+        "'fixes' the scale to sqrt(E/H)",
+        [
+            (
+                "        scores = q @ k.transpose(-1, -2) / math.sqrt(E)",
+                "        scores = q @ k.transpose(-1, -2) / math.sqrt(E // H)",
+            )
+        ],
+    ),
+    Bug(
+        "debug_split_no_transpose",
+        "a05_debug_mha",
+        "view(B, H, T, E) without transpose",
+        [
+            (
+                "        q = self.query(queries).view(B, T, H, E).transpose(1, 2)  # (B, H, T, E)",
+                "        q = self.query(queries).view(B, H, T, E)",
+            ),
+            (
+                "        k = self.key(keys).view(B, S, H, E).transpose(1, 2)  # (B, H, S, E)",
+                "        k = self.key(keys).view(B, H, S, E)",
+            ),
+            (
+                "        v = self.value(values).view(B, S, H, E).transpose(1, 2)  # (B, H, S, E)",
+                "        v = self.value(values).view(B, H, S, E)",
+            ),
+        ],
+    ),
+    Bug(
+        "debug_kv_not_transposed",
+        "a05_debug_mha",
+        "only queries transposed",
+        [
+            (
+                "        k = self.key(keys).view(B, S, H, E).transpose(1, 2)  # (B, H, S, E)",
+                "        k = self.key(keys).view(B, H, S, E)",
+            ),
+            (
+                "        v = self.value(values).view(B, S, H, E).transpose(1, 2)  # (B, H, S, E)",
+                "        v = self.value(values).view(B, H, S, E)",
+            ),
+        ],
+    ),
+    Bug(
+        "debug_merge_no_transpose",
+        "a05_debug_mha",
+        "merge without transpose",
+        [
+            (
+                "        heads = heads.transpose(1, 2).contiguous().view(B, T, H * E)",
+                "        heads = heads.contiguous().view(B, T, H * E)",
+            )
+        ],
+    ),
+    Bug(
+        "debug_mask_ignored",
+        "a05_debug_mha",
+        "mask accepted but ignored",
+        [
+            (
+                '        if mask is not None:\n            scores = scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool else scores + mask\n',
+                "",
+            )
+        ],
+    ),
+    Bug(
+        "debug_mask_inverted",
+        "a05_debug_mha",
+        "mask inverted",
+        [('scores.masked_fill(~mask, float("-inf"))', 'scores.masked_fill(mask, float("-inf"))')],
+    ),
+    Bug("debug_T_for_S", "a05_debug_mha", "assumes S == T", [("        S = keys.shape[1]", "        S = T")]),
+    Bug(
+        "debug_value_from_keys",
+        "a05_debug_mha",
+        "values from the keys input",
+        [("        v = self.value(values)", "        v = self.value(keys)")],
+    ),
+    Bug(
+        "debug_layers_EE",
+        "a05_debug_mha",
+        "rewrites to the standard E/H layout",
+        [
+            (
+                "        self.query = nn.Linear(embed_dim, embed_dim * num_heads)\n        self.key = nn.Linear(embed_dim, embed_dim * num_heads)\n        self.value = nn.Linear(embed_dim, embed_dim * num_heads)\n        self.combine = nn.Linear(embed_dim * num_heads, embed_dim)\n        self.softmax = nn.Softmax(dim=-1)\n\n    def forward(self, queries, keys, values, mask=None):",
+                "        self.query = nn.Linear(embed_dim, embed_dim)\n        self.key = nn.Linear(embed_dim, embed_dim)\n        self.value = nn.Linear(embed_dim, embed_dim)\n        self.combine = nn.Linear(embed_dim, embed_dim)\n        self.softmax = nn.Softmax(dim=-1)\n\n    def forward(self, queries, keys, values, mask=None):",
+            )
+        ],
+    ),
+    Bug(
+        "xmask_query_axis",
+        "a08_cross_attention",
+        "padding on the query axis",
+        [
+            (
+                "    real = torch.arange(S)[None, :] < lengths[:, None]  # (B, S): True at real source tokens",
+                "    real = torch.arange(T)[None, :] < lengths[:, None]",
+            ),
+            (
+                "    return real[:, None, None, :].expand(len(lengths), 1, T, S)  # (B, 1, T, S)",
+                "    return real[:, None, :, None].expand(len(lengths), 1, T, S)",
+            ),
+        ],
+    ),
+    Bug(
+        "xmask_inverted",
+        "a08_cross_attention",
+        "True = padding",
+        [
+            (
+                "    real = torch.arange(S)[None, :] < lengths[:, None]  # (B, S): True at real source tokens",
+                "    real = torch.arange(S)[None, :] >= lengths[:, None]",
+            )
+        ],
+    ),
+    Bug(
+        "xmask_off_by_one",
+        "a08_cross_attention",
+        "<= instead of <",
+        [
+            (
+                "    real = torch.arange(S)[None, :] < lengths[:, None]  # (B, S): True at real source tokens",
+                "    real = torch.arange(S)[None, :] <= lengths[:, None]",
+            )
+        ],
+    ),
+    Bug(
+        "xmask_causal",
+        "a08_cross_attention",
+        "a causal mask added to cross-attention",
+        [
+            (
+                "    return real[:, None, None, :].expand(len(lengths), 1, T, S)  # (B, 1, T, S)",
+                "    return real[:, None, None, :].expand(len(lengths), 1, T, S) & torch.ones(T, S, dtype=torch.bool).tril()",
+            )
+        ],
+    ),
+    Bug(
+        "xmask_broadcast_only",
+        "a08_cross_attention",
+        "returns the (B, 1, 1, S) padding mask",
+        [
+            (
+                "    return real[:, None, None, :].expand(len(lengths), 1, T, S)  # (B, 1, T, S)",
+                "    return real[:, None, None, :]",
+            )
+        ],
+    ),
+    Bug(
+        "xmask_no_padding",
+        "a08_cross_attention",
+        "padding not masked",
+        [
+            (
+                "    real = torch.arange(S)[None, :] < lengths[:, None]  # (B, S): True at real source tokens",
+                "    real = torch.ones(len(lengths), S, dtype=torch.bool)",
+            )
+        ],
+    ),
+    Bug(
+        "cross_no_mask",
+        "a08_cross_attention",
+        "mask built but not passed",
+        [
+            (
+                "    return attention(decoder_states, memory, memory, mask=mask)",
+                "    return attention(decoder_states, memory, memory)",
+            )
+        ],
+    ),
+    Bug(
+        "cross_query_from_memory",
+        "a08_cross_attention",
+        "memory as the query",
+        [
+            (
+                "    return attention(decoder_states, memory, memory, mask=mask)",
+                "    return attention(memory, decoder_states, decoder_states, mask=cross_attention_mask(source_lengths, S, T))",
+            )
+        ],
+    ),
+    Bug(
+        "cross_T_S_swapped",
+        "a08_cross_attention",
+        "mask built (S, T)",
+        [
+            (
+                "    mask = cross_attention_mask(source_lengths, T, S)",
+                "    mask = cross_attention_mask(source_lengths, S, T)",
+            )
+        ],
+    ),
+    Bug(
+        "ablate_one_feature",
+        "a08_cross_attention",
+        "zeroes feature h, not head h's D features",
+        [
+            (
+                "    heads = heads * gate[:, None, None]  # (B, H, T, D): head `head` is all zeros, the others untouched\n    return mha.out_proj(merge_heads(heads))  # (B, T, E)",
+                "    merged = merge_heads(heads).clone()\n    merged[..., head] = 0.0\n    return mha.out_proj(merged)",
+            )
+        ],
+    ),
+    Bug(
+        "ablate_after_out_proj",
+        "a08_cross_attention",
+        "zeroes head h's slice of the output after W_O",
+        [
+            (
+                "    heads = heads * gate[:, None, None]  # (B, H, T, D): head `head` is all zeros, the others untouched\n    return mha.out_proj(merge_heads(heads))  # (B, T, E)",
+                "    out = mha.out_proj(merge_heads(heads))\n    D = out.shape[-1] // H\n    out[..., head * D:(head + 1) * D] = 0.0\n    return out",
+            )
+        ],
+    ),
+    Bug(
+        "ablate_no_bias",
+        "a08_cross_attention",
+        "W_O without its bias",
+        [
+            (
+                "    heads = heads * gate[:, None, None]  # (B, H, T, D): head `head` is all zeros, the others untouched\n    return mha.out_proj(merge_heads(heads))  # (B, T, E)",
+                "    heads = heads * gate[:, None, None]  # (B, H, T, D): head `head` is all zeros, the others untouched\n    return merge_heads(heads) @ mha.out_proj.weight.T",
+            )
+        ],
+    ),
+    Bug(
+        "ablate_subtract_with_bias",
+        "a08_cross_attention",
+        "out - out_proj(head h alone) subtracts b_O too",
+        [
+            (
+                "    heads = heads * gate[:, None, None]  # (B, H, T, D): head `head` is all zeros, the others untouched\n    return mha.out_proj(merge_heads(heads))  # (B, T, E)",
+                "    full = mha.out_proj(merge_heads(heads))\n    only = heads * (1 - gate)[:, None, None]\n    return full - mha.out_proj(merge_heads(only))",
+            )
+        ],
+    ),
+    Bug(
+        "ablate_zero_queries",
+        "a08_cross_attention",
+        "zeroes head h's queries: it attends uniformly",
+        [
+            (
+                "    heads, _ = scaled_dot_product_attention(q, k, v)  # (B, H, T, D)\n    gate = torch.ones(H, dtype=heads.dtype)\n    gate[head] = 0.0\n    heads = heads * gate[:, None, None]  # (B, H, T, D): head `head` is all zeros, the others untouched",
+                "    gate = torch.ones(H, dtype=q.dtype)\n    gate[head] = 0.0\n    q = q * gate[:, None, None]\n    heads, _ = scaled_dot_product_attention(q, k, v)",
+            )
+        ],
+    ),
+    Bug(
+        "ablate_head_gate",
+        "a08_cross_attention",
+        "uses the library's head_gate",
+        [
+            (
+                "    heads = heads * gate[:, None, None]  # (B, H, T, D): head `head` is all zeros, the others untouched\n    return mha.out_proj(merge_heads(heads))  # (B, T, E)",
+                "    mha.head_gate[head] = 0.0\n    out, _ = mha(query, key, value)\n    mha.head_gate[head] = 1.0\n    return out",
+            )
+        ],
+    ),
+    Bug(
+        "ablate_fresh_module",
+        "a08_cross_attention",
+        "a copy of the module with its head_gate set",
+        [
+            (
+                "    heads = heads * gate[:, None, None]  # (B, H, T, D): head `head` is all zeros, the others untouched\n    return mha.out_proj(merge_heads(heads))  # (B, T, E)",
+                "    copy = MultiHeadAttention(mha.embed_dim, H).eval()\n    copy.load_state_dict(mha.state_dict())\n    copy.head_gate[head] = 0.0\n    return copy(query, key, value)[0]",
+            )
+        ],
+    ),
+    Bug(
+        "ablate_weights_in_place",
+        "a08_cross_attention",
+        "zeroes W_O's columns in place",
+        [
+            (
+                "    heads = heads * gate[:, None, None]  # (B, H, T, D): head `head` is all zeros, the others untouched\n    return mha.out_proj(merge_heads(heads))  # (B, T, E)",
+                "    D = mha.out_proj.weight.shape[1] // H\n    with torch.no_grad():\n        mha.out_proj.weight[:, head * D:(head + 1) * D] = 0.0\n    return mha.out_proj(merge_heads(heads))",
+            )
+        ],
+    ),
+    Bug(
+        "ablate_counts_from_one",
+        "a08_cross_attention",
+        "heads counted from 1",
+        [("    gate[head] = 0.0", "    gate[head - 1] = 0.0")],
+    ),
+    Bug(
+        "alibi_h_from_zero",
+        "a16_modern_attention",
+        "slopes counted from h = 0 (first slope 1)",
+        [
+            (
+                "        return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]",
+                "        return [2.0 ** (-8.0 * h / n) for h in range(n)]",
+            )
+        ],
+    ),
+    Bug(
+        "alibi_plain_formula",
+        "a16_modern_attention",
+        "the power-of-two formula for every H",
+        [("    slopes = geometric(n) + geometric(2 * n)[0::2][: num_heads - n]", "    slopes = geometric(num_heads)")],
+    ),
+    Bug(
+        "alibi_odd_extra_slopes",
+        "a16_modern_attention",
+        "the extra slopes taken at odd positions",
+        [("geometric(2 * n)[0::2]", "geometric(2 * n)[1::2]")],
+    ),
+    Bug(
+        "alibi_reversed",
+        "a16_modern_attention",
+        "slopes in reverse order",
+        [
+            (
+                "    return torch.tensor(slopes, dtype=torch.float32)",
+                "    return torch.tensor(slopes[::-1], dtype=torch.float32)",
+            )
+        ],
+    ),
+    Bug(
+        "alibi_list",
+        "a16_modern_attention",
+        "returns a Python list",
+        [("    return torch.tensor(slopes, dtype=torch.float32)", "    return slopes")],
+    ),
+    Bug(
+        "rope_inverse",
+        "a16_modern_attention",
+        "converts rotate-half -> interleaved",
+        [
+            (
+                "    perm = torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])",
+                "    perm = torch.argsort(torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)]))",
+            )
+        ],
+    ),
+    Bug(
+        "rope_all_rows",
+        "a16_modern_attention",
+        "evens-then-odds across all H*D rows",
+        [
+            (
+                "    heads = weight.reshape(num_heads, D, *weight.shape[1:])",
+                "    heads = weight.reshape(1, num_heads * D, *weight.shape[1:])\n    perm = torch.cat([torch.arange(0, num_heads * D, 2), torch.arange(1, num_heads * D, 2)])",
+            )
+        ],
+    ),
+    Bug(
+        "rope_odds_first",
+        "a16_modern_attention",
+        "odds before evens",
+        [
+            (
+                "    perm = torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])",
+                "    perm = torch.cat([torch.arange(1, D, 2), torch.arange(0, D, 2)])",
+            )
+        ],
+    ),
+    Bug(
+        "rope_in_place",
+        "a16_modern_attention",
+        "overwrites the caller's weight",
+        [
+            (
+                "    return heads[:, perm].reshape(weight.shape)",
+                "    weight.copy_(heads[:, perm].reshape(weight.shape))\n    return weight",
+            )
+        ],
+    ),
+    Bug(
+        "rope_unchanged",
+        "a16_modern_attention",
+        "returns the weight as it is",
+        [("    return heads[:, perm].reshape(weight.shape)", "    return weight.clone()")],
+    ),
+    Bug(
+        "paged_no_table",
+        "a16_modern_attention",
+        "block table ignored",
+        [("    pages = pool[block_table]", "    pages = pool[: len(block_table)]")],
+    ),
+    Bug(
+        "paged_no_transpose",
+        "a16_modern_attention",
+        "pages merged without moving G first",
+        [
+            (
+                "    return pages.transpose(0, 1).reshape(G, -1, D)[:, :length]",
+                "    return pages.reshape(G, -1, D)[:, :length]",
+            )
+        ],
+    ),
+    Bug(
+        "paged_no_truncate",
+        "a16_modern_attention",
+        "the last block not cut to length",
+        [
+            (
+                "    return pages.transpose(0, 1).reshape(G, -1, D)[:, :length]",
+                "    return pages.transpose(0, 1).reshape(G, -1, D)",
+            )
+        ],
+    ),
+    Bug(
+        "paged_slot_swapped",
+        "a16_modern_attention",
+        "block s % n, slot s // n",
+        [
+            (
+                "    pages = pool[block_table]",
+                "    n = len(block_table)\n    return torch.stack([pool[block_table[s % n], :, s // n] for s in range(length)], dim=1)",
+            )
+        ],
+    ),
+    Bug(
+        "merge_average",
+        "a15_ring_attention",
+        "plain average of the blocks' outputs",
+        [
+            (
+                "    out = (weights.unsqueeze(-1) * torch.stack(list(outs))).sum(dim=0)     # (..., T, Dv)",
+                "    out = torch.stack(list(outs)).mean(dim=0)",
+            )
+        ],
+    ),
+    Bug(
+        "merge_lse_max",
+        "a15_ring_attention",
+        "lse = the largest lse_b",
+        [
+            (
+                "    lse = torch.logsumexp(lse_blocks, dim=0)                               # (..., T); -inf if every block is empty",
+                "    lse = lse_blocks.amax(dim=0)",
+            )
+        ],
+    ),
+    Bug(
+        "merge_lse_sum",
+        "a15_ring_attention",
+        "lse = the sum of the lse_b",
+        [("    return out, lse\n", "    return out, lse_blocks.sum(dim=0)\n")],
+    ),
+    Bug(
+        "merge_nan_empty_rows",
+        "a15_ring_attention",
+        "shift by lse even where it is -inf (NaN rows)",
+        [
+            (
+                "    shift = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)   # never -inf: no -inf - (-inf) = NaN",
+                "    shift = lse",
+            )
+        ],
+    ),
+    Bug(
+        "merge_naive_exp",
+        "a15_ring_attention",
+        "exp(lse_b) / sum exp(lse_b): overflows, NaN for empty rows",
+        [
+            (
+                "    weights = torch.exp(lse_blocks - shift)                                # (n, ..., T); 0 for an empty block",
+                "    weights = torch.exp(lse_blocks) / torch.exp(lse_blocks).sum(dim=0)",
+            )
+        ],
+    ),
+    Bug(
+        "merge_unnormalised",
+        "a15_ring_attention",
+        "weights exp(lse_b - max), not divided by their sum",
+        [
+            (
+                "    shift = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)   # never -inf: no -inf - (-inf) = NaN",
+                "    shift = lse_blocks.amax(dim=0)\n    shift = torch.where(torch.isneginf(shift), torch.zeros_like(shift), shift)",
+            )
+        ],
+    ),
+    Bug(
+        "ring_local_positions",
+        "a15_ring_attention",
+        "causal mask in local indices (offsets ignored)",
+        [
+            (
+                "        visible = torch.arange(k_offset, k_offset + S) <= torch.arange(q_offset, q_offset + T)[:, None]  # (T, S)",
+                "        visible = torch.arange(S) <= torch.arange(T)[:, None]",
+            )
+        ],
+    ),
+    Bug(
+        "ring_no_merge",
+        "a15_ring_attention",
+        "returns the block's own result",
+        [("    return merge_partial_attention([out, out_b], [lse, lse_b])", "    return out_b, lse_b")],
+    ),
+    Bug(
+        "ring_strict_mask",
+        "a15_ring_attention",
+        "causal mask j < i hides the diagonal",
+        [
+            (
+                "        visible = torch.arange(k_offset, k_offset + S) <= torch.arange(q_offset, q_offset + T)[:, None]  # (T, S)",
+                "        visible = torch.arange(k_offset, k_offset + S) < torch.arange(q_offset, q_offset + T)[:, None]",
+            )
+        ],
+    ),
+    Bug(
+        "ring_mask_ignored",
+        "a15_ring_attention",
+        "causal flag ignored",
+        [
+            (
+                "    if causal:\n        visible = torch.arange(k_offset, k_offset + S) <= torch.arange(q_offset, q_offset + T)[:, None]  # (T, S)\n        scores = scores.masked_fill(~visible, -math.inf)\n",
+                "",
+            )
+        ],
+    ),
+    Bug(
+        "ring_no_scale",
+        "a15_ring_attention",
+        "no 1/sqrt(D)",
+        [
+            (
+                "    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])                        # (..., T, S)",
+                "    scores = q @ k.transpose(-2, -1)",
+            )
+        ],
+    ),
+    Bug(
+        "ring_nan_rows",
+        "a15_ring_attention",
+        "NaN where a query sees no key of the block",
+        [("    shift = torch.where(torch.isneginf(lse_b), torch.zeros_like(lse_b), lse_b)", "    shift = lse_b")],
+    ),
 ]
 
 # Through the real grader: one bug per classic mistake named in the course's issue and design.
 GRADED = {
-    "scores_kqT", "scale_by_D", "scale_np_sqrt_dtype", "softmax_no_max", "softmax_axis0", "softmax_global_max",
-    "softmax_inplace", "attn_np_wrong_order", "attn_np_transposed_weights", "sdpa_scale_ignored", "sdpa_only_square",
-    "causal_upper", "causal_strict", "padding_wrong_axis", "mask_ignored", "mask_inverted", "mask_after_softmax",
-    "mask_float_multiplied", "mask_minus_1e9", "split_no_transpose", "merge_wrong_transpose", "mha_no_out_proj",
-    "mha_qk_swapped", "mha_value_from_key", "mha_no_bias", "mha_scale_sqrt_E", "debug_seed_unfixed",
-    "debug_scale_per_head", "debug_kv_not_transposed", "debug_mask_inverted", "xmask_query_axis", "xmask_causal",
-    "cross_no_mask", "ablate_one_feature", "ablate_after_out_proj", "ablate_no_bias", "ablate_zero_queries",
-    "ablate_head_gate", "alibi_h_from_zero", "rope_inverse", "paged_no_table",
-    "merge_average", "merge_nan_empty_rows", "ring_local_positions", "ring_no_merge",
+    "scores_kqT",
+    "scale_by_D",
+    "scale_np_sqrt_dtype",
+    "softmax_no_max",
+    "softmax_axis0",
+    "softmax_global_max",
+    "softmax_inplace",
+    "attn_np_wrong_order",
+    "attn_np_transposed_weights",
+    "sdpa_scale_ignored",
+    "sdpa_only_square",
+    "causal_upper",
+    "causal_strict",
+    "padding_wrong_axis",
+    "mask_ignored",
+    "mask_inverted",
+    "mask_after_softmax",
+    "mask_float_multiplied",
+    "mask_minus_1e9",
+    "split_no_transpose",
+    "merge_wrong_transpose",
+    "mha_no_out_proj",
+    "mha_qk_swapped",
+    "mha_value_from_key",
+    "mha_no_bias",
+    "mha_scale_sqrt_E",
+    "debug_seed_unfixed",
+    "debug_scale_per_head",
+    "debug_kv_not_transposed",
+    "debug_mask_inverted",
+    "xmask_query_axis",
+    "xmask_causal",
+    "cross_no_mask",
+    "ablate_one_feature",
+    "ablate_after_out_proj",
+    "ablate_no_bias",
+    "ablate_zero_queries",
+    "ablate_head_gate",
+    "alibi_h_from_zero",
+    "rope_inverse",
+    "paged_no_table",
+    "merge_average",
+    "merge_nan_empty_rows",
+    "ring_local_positions",
+    "ring_no_merge",
 }
 
 
@@ -243,8 +1199,13 @@ def test_grader_catches_bugs_and_scores_solutions_and_exercises(tmp_path):
         expected_zero.append(f"exercise__{name}")
     grades_csv = tmp_path / "grades.csv"
     files = sorted(str(p) for p in submissions.glob("*.ipynb"))
-    done = subprocess.run([sys.executable, "-m", "mha_course.grade", *files, "--csv", str(grades_csv)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, "-m", "mha_course.grade", *files, "--csv", str(grades_csv)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     grades = _read_grades(grades_csv)
     problems = []

@@ -23,49 +23,116 @@ CHEATS = {
     # trick -> (cells, the most the submission may score)
     "honest": ([GOOD_ADD, GOOD_DOUBLE], FULL),
     "print_passed": ([WRONG_ADD, "print('All tests passed! 6/6')", GOOD_DOUBLE], 2),
-    "patch_allclose": ([WRONG_ADD, "import numpy as np, torch\nnp.allclose = lambda *a, **k: True\n"
-                        "torch.allclose = lambda *a, **k: True\nnp.testing.assert_allclose = lambda *a, **k: None\n"
-                        "np.array_equal = lambda *a, **k: True", GOOD_DOUBLE], 2),
-    "lying_ndarray": (["import numpy as np\nclass Always(np.ndarray):\n    def __eq__(self, other):\n"
-                       "        return np.ones(np.shape(other), bool)\n    def __array_finalize__(self, obj):\n"
-                       "        pass\n\ndef add_arrays(a, b):\n    return np.zeros_like(a).view(Always)", GOOD_DOUBLE], 2),
-    "lying_tensor": ([GOOD_ADD, "import torch\nclass Liar(torch.Tensor):\n    def __eq__(self, other):\n"
-                      "        return True\n    def numpy(self):\n        return (2 * self.as_subclass(torch.Tensor)).numpy()\n\n"
-                      "def double(x):\n    return torch.zeros_like(x).as_subclass(Liar)"], 4),
+    "patch_allclose": (
+        [
+            WRONG_ADD,
+            "import numpy as np, torch\nnp.allclose = lambda *a, **k: True\n"
+            "torch.allclose = lambda *a, **k: True\nnp.testing.assert_allclose = lambda *a, **k: None\n"
+            "np.array_equal = lambda *a, **k: True",
+            GOOD_DOUBLE,
+        ],
+        2,
+    ),
+    "lying_ndarray": (
+        [
+            "import numpy as np\nclass Always(np.ndarray):\n    def __eq__(self, other):\n"
+            "        return np.ones(np.shape(other), bool)\n    def __array_finalize__(self, obj):\n"
+            "        pass\n\ndef add_arrays(a, b):\n    return np.zeros_like(a).view(Always)",
+            GOOD_DOUBLE,
+        ],
+        2,
+    ),
+    "lying_tensor": (
+        [
+            GOOD_ADD,
+            "import torch\nclass Liar(torch.Tensor):\n    def __eq__(self, other):\n"
+            "        return True\n    def numpy(self):\n        return (2 * self.as_subclass(torch.Tensor)).numpy()\n\n"
+            "def double(x):\n    return torch.zeros_like(x).as_subclass(Liar)",
+        ],
+        4,
+    ),
     "sys_exit_in_target": (["import sys\n\ndef add_arrays(a, b):\n    sys.exit(0)", GOOD_DOUBLE], 2),
     "sys_exit_top_level": ([WRONG_ADD, "import sys\nsys.exit('graded: 100')", GOOD_DOUBLE], 2),
     "os_exit_in_target": (["import os\n\ndef add_arrays(a, b):\n    os._exit(0)", GOOD_DOUBLE], 2),
     "os_exit_top_level": ([WRONG_ADD, "import os\nos._exit(0)", GOOD_DOUBLE], 2),
     "infinite_loop_in_target": (["def add_arrays(a, b):\n    while True:\n        pass", GOOD_DOUBLE], 2),
     "infinite_loop_top_level": ([WRONG_ADD, "while True:\n    pass", GOOD_DOUBLE], 2),
-    "memory_hog": (["def add_arrays(a, b):\n    hog = []\n    while True:\n        hog.append(bytearray(50 * 2**20))",
-                    GOOD_DOUBLE], 2),
-    "huge_allocation": (["import numpy as np\n\ndef add_arrays(a, b):\n    return np.ones((2**16, 2**16)) + a.sum()",
-                         GOOD_DOUBLE], 2),
+    "memory_hog": (
+        [
+            "def add_arrays(a, b):\n    hog = []\n    while True:\n        hog.append(bytearray(50 * 2**20))",
+            GOOD_DOUBLE,
+        ],
+        2,
+    ),
+    "huge_allocation": (
+        ["import numpy as np\n\ndef add_arrays(a, b):\n    return np.ones((2**16, 2**16)) + a.sum()", GOOD_DOUBLE],
+        2,
+    ),
     "nan_output": (["import numpy as np\n\ndef add_arrays(a, b):\n    return np.full_like(a, np.nan)", GOOD_DOUBLE], 2),
     "extra_broadcast_dim": (["def add_arrays(a, b):\n    return (a + b)[None]", GOOD_DOUBLE], 2),
     # naming the grader's files, or reaching for attributes by computed names, is tampering: 0 for the notebook
-    "fake_results_json": ([WRONG_ADD, "import json\nfor p in ['results.json', '/autograder/results/results.json', "
-                           "RESULTS_PATH]:\n    try:\n        open(p, 'w').write(json.dumps({'score': 100, "
-                           "'max_score': 6, 'tests': []}))\n    except OSError:\n        pass", GOOD_DOUBLE], 0),
-    "forbidden_in_target": ([GOOD_ADD, "import torch\nimport torch.nn.functional as F\n\ndef double(x):\n"
-                             "    q = x[None, None, :, None]\n"
-                             "    return 2 * x + 0 * F.scaled_dot_product_attention(q, q, q)[0, 0, :, 0]"], 4),
-    "forbidden_via_helper": ([GOOD_ADD, "import torch\nshortcut = getattr(torch, 'softmax')\n\n"
-                              "def helper(x):\n    return shortcut(x, 0)\n\ndef double(x):\n"
-                              "    return 2 * x + 0 * helper(x)"], 4),
-    "multihead_module": ([GOOD_ADD, "import torch\nfrom torch import nn\n\ndef make():\n"
-                          "    return nn.MultiheadAttention(1, 1)\n\ndef double(x):\n    make()\n    return 2 * x"], 4),
-    "tamper_sys_modules": (["import sys\nsys.modules['mha_course.grading.scoring'].judge = lambda *a: None\n"
-                            + WRONG_ADD, GOOD_DOUBLE], 0),
-    "tamper_grader_module": (["import mha_course.grading.selfcheck as sc\nsc.GRADING = False\n" + WRONG_ADD,
-                              GOOD_DOUBLE], 0),
-    "escaped_grandchild": (["import os, time\nif getattr(os, 'fo' + 'rk')() == 0:\n    getattr(os, 'set' + 'sid')()\n"
-                            "    time.sleep(8)\n    os._exit(0)\n",
-                            "def add_arrays(a, b):\n    while True:\n        pass", GOOD_DOUBLE], 0),
+    "fake_results_json": (
+        [
+            WRONG_ADD,
+            "import json\nfor p in ['results.json', '/autograder/results/results.json', "
+            "RESULTS_PATH]:\n    try:\n        open(p, 'w').write(json.dumps({'score': 100, "
+            "'max_score': 6, 'tests': []}))\n    except OSError:\n        pass",
+            GOOD_DOUBLE,
+        ],
+        0,
+    ),
+    "forbidden_in_target": (
+        [
+            GOOD_ADD,
+            "import torch\nimport torch.nn.functional as F\n\ndef double(x):\n"
+            "    q = x[None, None, :, None]\n"
+            "    return 2 * x + 0 * F.scaled_dot_product_attention(q, q, q)[0, 0, :, 0]",
+        ],
+        4,
+    ),
+    "forbidden_via_helper": (
+        [
+            GOOD_ADD,
+            "import torch\nshortcut = getattr(torch, 'softmax')\n\n"
+            "def helper(x):\n    return shortcut(x, 0)\n\ndef double(x):\n"
+            "    return 2 * x + 0 * helper(x)",
+        ],
+        4,
+    ),
+    "multihead_module": (
+        [
+            GOOD_ADD,
+            "import torch\nfrom torch import nn\n\ndef make():\n"
+            "    return nn.MultiheadAttention(1, 1)\n\ndef double(x):\n    make()\n    return 2 * x",
+        ],
+        4,
+    ),
+    "tamper_sys_modules": (
+        ["import sys\nsys.modules['mha_course.grading.scoring'].judge = lambda *a: None\n" + WRONG_ADD, GOOD_DOUBLE],
+        0,
+    ),
+    "tamper_grader_module": (
+        ["import mha_course.grading.selfcheck as sc\nsc.GRADING = False\n" + WRONG_ADD, GOOD_DOUBLE],
+        0,
+    ),
+    "escaped_grandchild": (
+        [
+            "import os, time\nif getattr(os, 'fo' + 'rk')() == 0:\n    getattr(os, 'set' + 'sid')()\n"
+            "    time.sleep(8)\n    os._exit(0)\n",
+            "def add_arrays(a, b):\n    while True:\n        pass",
+            GOOD_DOUBLE,
+        ],
+        0,
+    ),
     "kill_the_parent": ([WRONG_ADD, "import os\ngetattr(os, 'ki' + 'll')(os.getppid(), 9)", GOOD_DOUBLE], 0),
-    "redefine_check": ([WRONG_ADD, "def check(*a, **k):\n    print('6/6 passed')\n    return True\n"
-                        "check('fake_add', add_arrays)", GOOD_DOUBLE], 2),
+    "redefine_check": (
+        [
+            WRONG_ADD,
+            "def check(*a, **k):\n    print('6/6 passed')\n    return True\ncheck('fake_add', add_arrays)",
+            GOOD_DOUBLE,
+        ],
+        2,
+    ),
 }
 
 
@@ -82,10 +149,32 @@ def outcome(tmp_path_factory):
         cells = [c.replace("RESULTS_PATH", repr(str(results_path))) for c in cells]
         write_submission(folder / f"{name}.ipynb", *cells)
     with registry.registered("grading_fake"):
-        status = main([str(folder), "--json", str(results_path), "--results-dir", str(root / "each"),
-                       "--csv", str(root / "grades.csv"), "--quiet", "--case-timeout", "2", "--cell-timeout", "3",
-                       "--notebook-timeout", "20", "--memory-mb", "512", "--workers", "2"])
-    each = {Path(d["extra_data"]["submission"]).stem: d for d in (json.loads(p.read_text()) for p in (root / "each").iterdir())}
+        status = main(
+            [
+                str(folder),
+                "--json",
+                str(results_path),
+                "--results-dir",
+                str(root / "each"),
+                "--csv",
+                str(root / "grades.csv"),
+                "--quiet",
+                "--case-timeout",
+                "2",
+                "--cell-timeout",
+                "3",
+                "--notebook-timeout",
+                "20",
+                "--memory-mb",
+                "512",
+                "--workers",
+                "2",
+            ]
+        )
+    each = {
+        Path(d["extra_data"]["submission"]).stem: d
+        for d in (json.loads(p.read_text()) for p in (root / "each").iterdir())
+    }
     return status, json.loads(results_path.read_text()), each
 
 

@@ -57,10 +57,16 @@ def _library_objects():
     from mha_course.softmax import softmax, softmax_np
 
     return {
-        "softmax_np": softmax_np, "softmax": softmax,
-        "attention_np": scaled_dot_product_attention_np, "sdpa": scaled_dot_product_attention,
-        "causal_mask": causal_mask, "padding_mask": padding_mask, "masked_sdpa": scaled_dot_product_attention,
-        "split_heads": split_heads, "merge_heads": merge_heads, "multi_head_attention": MultiHeadAttention,
+        "softmax_np": softmax_np,
+        "softmax": softmax,
+        "attention_np": scaled_dot_product_attention_np,
+        "sdpa": scaled_dot_product_attention,
+        "causal_mask": causal_mask,
+        "padding_mask": padding_mask,
+        "masked_sdpa": scaled_dot_product_attention,
+        "split_heads": split_heads,
+        "merge_heads": merge_heads,
+        "multi_head_attention": MultiHeadAttention,
         # chapter 01 has no library function: these are the formulas themselves
         "dot_product_np": lambda a, b: float(np.dot(a, b)),
         "dot_scores_np": lambda q, k: np.matmul(q, np.swapaxes(k, -1, -2)),
@@ -93,8 +99,15 @@ def test_exercise_modules_import_no_reference_code_at_top(name):
         if isinstance(node, ast.ImportFrom):
             module = ("." * node.level) + (node.module or "")
             # ._common holds grader-side helpers only (a test below checks it the same way)
-            assert module in {"..", "..spec", "..calls", "._common", "__future__", "math", "numpy"} or not module.startswith(
-                ("mha_course", ".")), f"{name}: top-level import of {module}"
+            assert module in {
+                "..",
+                "..spec",
+                "..calls",
+                "._common",
+                "__future__",
+                "math",
+                "numpy",
+            } or not module.startswith(("mha_course", ".")), f"{name}: top-level import of {module}"
 
 
 @pytest.mark.parametrize(("exercise", "case"), list(_all_cases()))
@@ -130,8 +143,9 @@ def test_unattempted_stub_scores_zero():
             assert result.score == 0, exercise.key
 
 
-@pytest.mark.parametrize(("notebook", "key"), [("a05_multi_head", "multi_head_attention"),
-                                             ("a05_debug_mha", "debug_mha")])
+@pytest.mark.parametrize(
+    ("notebook", "key"), [("a05_multi_head", "multi_head_attention"), ("a05_debug_mha", "debug_mha")]
+)
 def test_unedited_exercise_class_is_not_attempted(notebook, key):
     # the student's class as handed out: a05_debug_mha gives the whole constructor, only forward is a stub
     from mha_course.grading.notebook import code_cells, read
@@ -148,6 +162,7 @@ def test_unedited_exercise_class_is_not_attempted(notebook, key):
 
 
 # --- hints: a typical mistake gets the hint that names it -----------------------------------------
+
 
 def _hints(key, obj):
     result = selfcheck.check(key, obj, include_hidden=True, show=False)
@@ -235,8 +250,12 @@ def test_visualize_draws_yours_expected_and_difference():
 def test_visualize_gives_no_picture_for_a_wrong_shape_or_a_non_array():
     exercise = registry.find_exercise("sdpa")
     case, inputs, expected = next(
-        (c, inputs, c.reference(inputs)) for c in exercise.cases if c.visualize is not None
-        for inputs in [c.make_inputs()] if inputs["q"].shape[-2] != inputs["k"].shape[-2])  # T != S
+        (c, inputs, c.reference(inputs))
+        for c in exercise.cases
+        if c.visualize is not None
+        for inputs in [c.make_inputs()]
+        if inputs["q"].shape[-2] != inputs["k"].shape[-2]
+    )  # T != S
     transposed = (expected[0], np.swapaxes(expected[1], -1, -2).copy())
     assert case.visualize(transposed, expected, inputs) is None
     assert case.visualize(("not", "arrays"), expected, inputs) is None

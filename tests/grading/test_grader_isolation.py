@@ -33,7 +33,7 @@ MARKER = f"mha-redteam-{os.getpid()}"
 
 
 # A shell that no audit hook sees: what a submission runs once it is past every Python-level check.
-SHELL = '''
+SHELL = """
 import os, _posixsubprocess
 
 def sh(command, wait=True):
@@ -46,13 +46,15 @@ def sh(command, wait=True):
     if wait:
         return os.waitpid(pid, 0)[1]
     return pid
-'''
+"""
 
 WRONG_ADD = "def add_arrays(a, b):\n    return a * 0\n"
-GRADER = (f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom mha_course.grading import grader, registry\n"
-          "from mha_course.grading.scan import ScanReport\n"
-          "grader.scan = lambda cells, assignment: ScanReport()\n"
-          "registry.register('grading_fake')\nfrom mha_course.grade import main\nsys.exit(main(sys.argv[1:]))")
+GRADER = (
+    f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom mha_course.grading import grader, registry\n"
+    "from mha_course.grading.scan import ScanReport\n"
+    "grader.scan = lambda cells, assignment: ScanReport()\n"
+    "registry.register('grading_fake')\nfrom mha_course.grade import main\nsys.exit(main(sys.argv[1:]))"
+)
 
 
 def _attacks(paths: dict[str, str]) -> dict[str, tuple[list[str], float]]:
@@ -61,39 +63,105 @@ def _attacks(paths: dict[str, str]) -> dict[str, tuple[list[str], float]]:
     return {
         "honest": ([GOOD_ADD, GOOD_DOUBLE], 6),
         # the attacks' shell works inside the sandbox (else every attack below would prove nothing)
-        "shell_works": ([SHELL + "sh('echo 1 > /scratch/canary; echo 1 > /tmp/canary2')",
-                         "def add_arrays(a, b):\n    return a + b * int(open('/scratch/canary').read())"
-                         " * int(open('/tmp/canary2').read())\n", GOOD_DOUBLE], 6),
+        "shell_works": (
+            [
+                SHELL + "sh('echo 1 > /scratch/canary; echo 1 > /tmp/canary2')",
+                "def add_arrays(a, b):\n    return a + b * int(open('/scratch/canary').read())"
+                " * int(open('/tmp/canary2').read())\n",
+                GOOD_DOUBLE,
+            ],
+            6,
+        ),
         # escape: change the library, a classmate's notebook, the results; the grader's process
-        "rewrite_library": ([SHELL + f"sh('echo \"def add_arrays(a, b): return a + b\" >> {repo}/mha_course/attention.py')",
-                             WRONG_ADD, GOOD_DOUBLE], 2),
-        "rewrite_classmate": ([SHELL + f"sh('for f in {folder}/*.ipynb; do echo garbage > $f; done')",
-                               WRONG_ADD, GOOD_DOUBLE], 2),
-        "forge_results_after_exit": ([SHELL + f"sh('setsid sh -c \"exec -a {MARKER} sh -c \\'for i in 1 2 3 4 5 6 7 8 9 10 11 "
-                                      f"12 13 14 15 16 17 18 19 20; do echo \\\\{{\\\\}} > {out}/results.json; sleep 0.2; "
-                                      f"done\\'\" &', wait=False)", WRONG_ADD, GOOD_DOUBLE], 2),
-        "detached_sleeper": ([SHELL + f"sh('setsid sh -c \"exec -a {MARKER} sleep 120\" < /dev/null > /dev/null 2>&1 &')",
-                              GOOD_ADD, GOOD_DOUBLE], 6),
+        "rewrite_library": (
+            [
+                SHELL + f"sh('echo \"def add_arrays(a, b): return a + b\" >> {repo}/mha_course/attention.py')",
+                WRONG_ADD,
+                GOOD_DOUBLE,
+            ],
+            2,
+        ),
+        "rewrite_classmate": (
+            [SHELL + f"sh('for f in {folder}/*.ipynb; do echo garbage > $f; done')", WRONG_ADD, GOOD_DOUBLE],
+            2,
+        ),
+        "forge_results_after_exit": (
+            [
+                SHELL + f"sh('setsid sh -c \"exec -a {MARKER} sh -c \\'for i in 1 2 3 4 5 6 7 8 9 10 11 "
+                f"12 13 14 15 16 17 18 19 20; do echo \\\\{{\\\\}} > {out}/results.json; sleep 0.2; "
+                f"done\\'\" &', wait=False)",
+                WRONG_ADD,
+                GOOD_DOUBLE,
+            ],
+            2,
+        ),
+        "detached_sleeper": (
+            [
+                SHELL + f"sh('setsid sh -c \"exec -a {MARKER} sleep 120\" < /dev/null > /dev/null 2>&1 &')",
+                GOOD_ADD,
+                GOOD_DOUBLE,
+            ],
+            6,
+        ),
         "kill_everything": ([SHELL + "sh('kill -9 -1; kill -9 1; pkill -9 -f mha_course')", GOOD_ADD, GOOD_DOUBLE], 6),
-        "fork_bomb": ([SHELL + "sh('b() { b | b & }; b', wait=False)\nimport time\ntime.sleep(3)",
-                       WRONG_ADD, GOOD_DOUBLE], 2),
+        "fork_bomb": (
+            [SHELL + "sh('b() { b | b & }; b', wait=False)\nimport time\ntime.sleep(3)", WRONG_ADD, GOOD_DOUBLE],
+            2,
+        ),
         # stolen answers: a file outside the view, the solutions, a classmate's notebook
-        "read_a_secret_file": ([f"import pathlib\nANSWER = pathlib.Path({secret!r}).read_text()",
-                                "def add_arrays(a, b):\n    return eval(ANSWER)\n", GOOD_DOUBLE], 2),
-        "find_solutions_on_disk": ([SHELL + f"FOUND = sh('ls {repo}/solutions {folder} > /scratch/found 2>&1')\n"
-                                    "LISTING = open('/scratch/found').read()",
-                                    "def add_arrays(a, b):\n    raise ValueError(LISTING)\n", GOOD_DOUBLE], 2),
+        "read_a_secret_file": (
+            [
+                f"import pathlib\nANSWER = pathlib.Path({secret!r}).read_text()",
+                "def add_arrays(a, b):\n    return eval(ANSWER)\n",
+                GOOD_DOUBLE,
+            ],
+            2,
+        ),
+        "find_solutions_on_disk": (
+            [
+                SHELL + f"FOUND = sh('ls {repo}/solutions {folder} > /scratch/found 2>&1')\n"
+                "LISTING = open('/scratch/found').read()",
+                "def add_arrays(a, b):\n    raise ValueError(LISTING)\n",
+                GOOD_DOUBLE,
+            ],
+            2,
+        ),
         # what of the grader is there to read: the runtime, never the hidden tests or the references
-        "list_the_grader": (["import os, mha_course.grading as g\nLISTING = sorted(os.listdir(os.path.dirname(g.__file__)))"
-                             " + sorted(os.listdir(os.path.dirname(os.path.dirname(g.__file__))))",
-                             "def add_arrays(a, b):\n    raise ValueError(' '.join(LISTING))\n", GOOD_DOUBLE], 2),
+        "list_the_grader": (
+            [
+                "import os, mha_course.grading as g\nLISTING = sorted(os.listdir(os.path.dirname(g.__file__)))"
+                " + sorted(os.listdir(os.path.dirname(os.path.dirname(g.__file__))))",
+                "def add_arrays(a, b):\n    raise ValueError(' '.join(LISTING))\n",
+                GOOD_DOUBLE,
+            ],
+            2,
+        ),
         # resources
-        "memory_hog": (["import numpy as np\nHOG = []\nfor _ in range(64):\n    HOG.append(np.ones(2**27))",
-                        GOOD_ADD, GOOD_DOUBLE], 6),
-        "disk_filler": ([SHELL + "sh('dd if=/dev/zero of=/scratch/fill bs=1M count=500; dd if=/dev/zero of=/tmp/fill "
-                         "bs=1M count=500')", GOOD_ADD, GOOD_DOUBLE], 6),
-        "network": ([SHELL + f"STATUS = sh('bash -c \"exec 3<>/dev/tcp/127.0.0.1/{paths['port']}\"')",
-                     "def add_arrays(a, b):\n    return a + b + STATUS\n", GOOD_DOUBLE], 4),
+        "memory_hog": (
+            [
+                "import numpy as np\nHOG = []\nfor _ in range(64):\n    HOG.append(np.ones(2**27))",
+                GOOD_ADD,
+                GOOD_DOUBLE,
+            ],
+            6,
+        ),
+        "disk_filler": (
+            [
+                SHELL + "sh('dd if=/dev/zero of=/scratch/fill bs=1M count=500; dd if=/dev/zero of=/tmp/fill "
+                "bs=1M count=500')",
+                GOOD_ADD,
+                GOOD_DOUBLE,
+            ],
+            6,
+        ),
+        "network": (
+            [
+                SHELL + f"STATUS = sh('bash -c \"exec 3<>/dev/tcp/127.0.0.1/{paths['port']}\"')",
+                "def add_arrays(a, b):\n    return a + b + STATUS\n",
+                GOOD_DOUBLE,
+            ],
+            4,
+        ),
         "honest_classmate": ([GOOD_ADD, GOOD_DOUBLE], 6),
     }
 
@@ -117,19 +185,47 @@ def batch(tmp_path_factory):
     secret = root / "secret.txt"
     secret.write_text("a + b")
     listener = socket.create_server(("127.0.0.1", 0))  # a host service the sandbox must not reach
-    paths = {"repo": str(ROOT), "folder": str(folder), "out": str(out), "secret": str(secret),
-             "port": listener.getsockname()[1]}
+    paths = {
+        "repo": str(ROOT),
+        "folder": str(folder),
+        "out": str(out),
+        "secret": str(secret),
+        "port": listener.getsockname()[1],
+    }
     attacks = _attacks(paths)
     for name, (cells, _) in attacks.items():
         write_submission(folder / f"{name}.ipynb", *cells)
     watched = (ROOT / "mha_course", ROOT / "solutions", ROOT / "exercises", folder)
     before = _tree_digest(*watched)
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-c", GRADER, str(folder), "--results-dir", str(out / "each"), "--json",
-                           str(out / "results.json"), "--csv", str(out / "grades.csv"), "--quiet", "--workers", "2",
-                           "--case-timeout", "10", "--cell-timeout", "20", "--memory-mb", "1024"],
-                          cwd=root, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, MHA_COURSE_RUN_TAG=MARKER))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            GRADER,
+            str(folder),
+            "--results-dir",
+            str(out / "each"),
+            "--json",
+            str(out / "results.json"),
+            "--csv",
+            str(out / "grades.csv"),
+            "--quiet",
+            "--workers",
+            "2",
+            "--case-timeout",
+            "10",
+            "--cell-timeout",
+            "20",
+            "--memory-mb",
+            "1024",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, MHA_COURSE_RUN_TAG=MARKER),
+    )
     wall = time.monotonic() - start
     written = (out / "results.json").read_text() if (out / "results.json").exists() else ""
     time.sleep(1.5)  # a forger that outlived its sandbox would have rewritten it by now
@@ -140,11 +236,22 @@ def batch(tmp_path_factory):
         except OSError:
             pass
     listener.close()
-    each = {Path(d["extra_data"]["submission"]).stem: d for d in (json.loads(p.read_text()) for p in (out / "each").glob("*.json"))}
-    return {"proc": proc, "wall": wall, "attacks": attacks, "each": each, "before": before,
-            "after": _tree_digest(*watched), "left": left, "written": written,
-            "final": (out / "results.json").read_text() if (out / "results.json").exists() else "",
-            "csv": out / "grades.csv"}
+    each = {
+        Path(d["extra_data"]["submission"]).stem: d
+        for d in (json.loads(p.read_text()) for p in (out / "each").glob("*.json"))
+    }
+    return {
+        "proc": proc,
+        "wall": wall,
+        "attacks": attacks,
+        "each": each,
+        "before": before,
+        "after": _tree_digest(*watched),
+        "left": left,
+        "written": written,
+        "final": (out / "results.json").read_text() if (out / "results.json").exists() else "",
+        "csv": out / "grades.csv",
+    }
 
 
 @pytest.mark.slow
@@ -155,16 +262,27 @@ def test_the_batch_finishes_with_every_result(batch):
         assert len(list(csv.DictReader(handle))) == len(batch["attacks"])
 
 
-@pytest.mark.parametrize("name", ["honest", "honest_classmate", "detached_sleeper", "kill_everything", "memory_hog",
-                                  "disk_filler"])
+@pytest.mark.parametrize(
+    "name", ["honest", "honest_classmate", "detached_sleeper", "kill_everything", "memory_hog", "disk_filler"]
+)
 @pytest.mark.slow
 def test_honest_answers_score_in_full_whatever_else_the_notebook_does(batch, name):
     data = batch["each"][name]
     assert data["score"] == batch["attacks"][name][1], json.dumps(data, indent=1)[:3000]
 
 
-@pytest.mark.parametrize("name", ["rewrite_library", "rewrite_classmate", "forge_results_after_exit", "fork_bomb",
-                                  "read_a_secret_file", "find_solutions_on_disk", "network"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "rewrite_library",
+        "rewrite_classmate",
+        "forge_results_after_exit",
+        "fork_bomb",
+        "read_a_secret_file",
+        "find_solutions_on_disk",
+        "network",
+    ],
+)
 @pytest.mark.slow
 def test_no_attack_gains_a_point(batch, name):
     data = batch["each"][name]
@@ -246,7 +364,9 @@ def test_a_huge_notebook_costs_only_its_own_grade(tmp_path):
 
     huge = write_submission(tmp_path / "huge.ipynb", "x = [" + "1," * (5 * 2**19) + "]", GOOD_ADD, GOOD_DOUBLE)
     heavy = tmp_path / "heavy.ipynb"
-    heavy.write_text(huge.read_text().replace('"outputs": []', '"outputs": [], "padding": "' + "x" * 17 * 2**20 + '"', 1))
+    heavy.write_text(
+        huge.read_text().replace('"outputs": []', '"outputs": [], "padding": "' + "x" * 17 * 2**20 + '"', 1)
+    )
     start = time.monotonic()
     with registry.registered("grading_fake"):
         huge_result, heavy_result = grade_many([huge, heavy], unsafe_no_isolation=True, progress=False)

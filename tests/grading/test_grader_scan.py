@@ -43,8 +43,7 @@ TAMPERING = {
     "autograd engine": ("from torch.autograd import graph\ngraph._engine_run_backward", "_engine_run_backward"),
     "torch.ops": ("import torch\ntorch.ops.aten.softmax", "torch.ops"),
     # modules that run code from strings or bytes, or find modules by name
-    "pkgutil": ("import pkgutil\npkgutil.resolve_name('mha_course.attention:scaled_dot_product_attention')",
-                "pkgutil"),
+    "pkgutil": ("import pkgutil\npkgutil.resolve_name('mha_course.attention:scaled_dot_product_attention')", "pkgutil"),
     "pickle": ("import pickle\npickle.loads(b'')", "pickle"),
     "timeit": ("import timeit\ntimeit.timeit('1')", "timeit"),
     "inspect": ("import inspect\ninspect.getmodule(len)", "inspect"),
@@ -53,8 +52,7 @@ TAMPERING = {
     "pathlib.os.kill": ("import pathlib\npathlib.os.kill(1, 9)", "os.kill"),
     "os.write": ("import os\nos.write(5, b'x')", "os.write"),
     "process pool": ("from concurrent.futures import ProcessPoolExecutor", "ProcessPoolExecutor"),
-    "asyncio subprocess": ("import asyncio\nasyncio.create_subprocess_exec('sleep', '1')",
-                           "create_subprocess_exec"),
+    "asyncio subprocess": ("import asyncio\nasyncio.create_subprocess_exec('sleep', '1')", "create_subprocess_exec"),
     "alias by assignment": ("import os\nmy_os = os\nmy_os.fork()", "os.fork"),
     # the grader's files and other processes
     "results.json": ("open('results.json', 'w')", "'results.json'"),
@@ -71,19 +69,24 @@ def test_tampering_is_flagged(name):
 
 
 def test_literal_getattr_inside_the_target_is_forbidden():
-    report = _findings("import torch.nn.functional as F\n\ndef scaled_dot_product_attention(q, k, v, scale=None):\n"
-                       "    return getattr(F, 'scaled_dot_product_attention')(q, k, v), None")
+    report = _findings(
+        "import torch.nn.functional as F\n\ndef scaled_dot_product_attention(q, k, v, scale=None):\n"
+        "    return getattr(F, 'scaled_dot_product_attention')(q, k, v), None"
+    )
     assert [f.name for f in report.forbidden["sdpa"]] == ["torch.nn.functional.scaled_dot_product_attention"]
     assert not report.tampering
 
 
-@pytest.mark.parametrize("source", [
-    "class M:\n    def __init__(self):\n        super().__init__()\n        self.q_proj = 1\n"
-    "    def f(self, name):\n        return getattr(self, name)",  # getattr(self, computed): allowed
-    "import numpy as np\nx = getattr(np, 'float32')",
-    "import torch\nx = torch.finfo(torch.float16).min\ny = hasattr(torch, 'compile')",
-    "import math\nscale = math.sqrt\nprint(scale(4.0))",
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "class M:\n    def __init__(self):\n        super().__init__()\n        self.q_proj = 1\n"
+        "    def f(self, name):\n        return getattr(self, name)",  # getattr(self, computed): allowed
+        "import numpy as np\nx = getattr(np, 'float32')",
+        "import torch\nx = torch.finfo(torch.float16).min\ny = hasattr(torch, 'compile')",
+        "import math\nscale = math.sqrt\nprint(scale(4.0))",
+    ],
+)
 def test_ordinary_code_is_not_flagged(source):
     report = _findings(source)
     assert not report.tampering and not report.forbidden

@@ -26,8 +26,14 @@ def bundle(tmp_path_factory):
 @pytest.mark.slow
 def test_bundle_holds_the_grader_and_nothing_a_student_must_not_see(bundle):
     names = zipfile.ZipFile(bundle).namelist()
-    assert {"setup.sh", "run_autograder", "course/pyproject.toml", "course/requirements-grader.txt",
-            "course/mha_course/grade.py", "course/BUNDLE.json"} <= set(names)
+    assert {
+        "setup.sh",
+        "run_autograder",
+        "course/pyproject.toml",
+        "course/requirements-grader.txt",
+        "course/mha_course/grade.py",
+        "course/BUNDLE.json",
+    } <= set(names)
     assert not [n for n in names if n.split("/")[1:2] in (["solutions"], ["exercises"], ["notebooks"], ["tests"])]
     assert not [n for n in names if "__pycache__" in n or n.endswith(".ipynb")]
     text = zipfile.ZipFile(bundle).read("run_autograder").decode()
@@ -44,20 +50,38 @@ def test_unknown_assignment_is_a_usage_error(tmp_path, capsys):
 
 
 def _valid_test(**changes):
-    test = {"name": "t", "number": "1.1", "score": 1.0, "max_score": 1.0, "status": "passed", "output": "",
-            "tags": ["e"], "visibility": "visible"}
+    test = {
+        "name": "t",
+        "number": "1.1",
+        "score": 1.0,
+        "max_score": 1.0,
+        "status": "passed",
+        "output": "",
+        "tags": ["e"],
+        "visibility": "visible",
+    }
     return {**test, **changes}
 
 
 def test_validator_knows_gradescopes_fields_and_hidden_scores():
-    good = {"score": 1.0, "execution_time": 1.0, "output": "ok", "visibility": "visible",
-            "stdout_visibility": "hidden", "tests": [_valid_test()]}
+    good = {
+        "score": 1.0,
+        "execution_time": 1.0,
+        "output": "ok",
+        "visibility": "visible",
+        "stdout_visibility": "hidden",
+        "tests": [_valid_test()],
+    }
     assert gradescope.validate_results(good) == []
     assert gradescope.validate_results({**good, "max_score": 3}) == ["unknown top-level field 'max_score'"]
     assert "status" in gradescope.validate_results({**good, "tests": [_valid_test(status="ok")]})[0]
     assert "outside" in gradescope.validate_results({**good, "tests": [_valid_test(score=2.0)]})[0]
     assert "finite" in gradescope.validate_results({**good, "score": float("nan")})[0]
-    leaky = {**good, "output": "Total: 2 / 2 points", "tests": [_valid_test(), _valid_test(visibility="after_published")]}
+    leaky = {
+        **good,
+        "output": "Total: 2 / 2 points",
+        "tests": [_valid_test(), _valid_test(visibility="after_published")],
+    }
     assert "reveals the total" in gradescope.validate_results(leaky)[0]
 
 

@@ -26,13 +26,21 @@ CALLS_PREFIX = "mha_course.grading.calls."
 
 # Imports any call module (and convert.py) may make: the module itself or any of its submodules.
 ALLOWED = (
-    "__future__", "typing", "collections.abc", "math",
-    "numpy", "torch",
-    "mha_course.grading.convert", "mha_course.grading.calls",
+    "__future__",
+    "typing",
+    "collections.abc",
+    "math",
+    "numpy",
+    "torch",
+    "mha_course.grading.convert",
+    "mha_course.grading.calls",
     # small standard-library modules the calls need as they are: a08 patches
     # MultiHeadAttention.forward (contextlib, sys), a13 finds and places the learner's kernel
     # (inspect, os); convert.tensor_to_numpy looks torch up in sys.modules
-    "contextlib", "inspect", "os", "sys",
+    "contextlib",
+    "inspect",
+    "os",
+    "sys",
 )
 # Per call module: a13 launches the learner's Triton kernels.
 EXTRA = {"mha_course.grading.calls.a13_triton_kernel": ("triton",)}
@@ -94,24 +102,31 @@ def _violations(path: Path, module: str, package: str) -> list[str]:
     return bad
 
 
-SANDBOX_MODULES = [(m, GRADING / "calls" / (m.rpartition(".")[2] + ".py"), "mha_course.grading.calls")
-                   for m in _calls_modules()]
-SANDBOX_MODULES += [("mha_course.grading.calls", GRADING / "calls" / "__init__.py", "mha_course.grading.calls"),
-                    ("mha_course.grading.convert", GRADING / "convert.py", "mha_course.grading")]
+SANDBOX_MODULES = [
+    (m, GRADING / "calls" / (m.rpartition(".")[2] + ".py"), "mha_course.grading.calls") for m in _calls_modules()
+]
+SANDBOX_MODULES += [
+    ("mha_course.grading.calls", GRADING / "calls" / "__init__.py", "mha_course.grading.calls"),
+    ("mha_course.grading.convert", GRADING / "convert.py", "mha_course.grading"),
+]
 
 
 @pytest.mark.parametrize(("module", "path", "package"), SANDBOX_MODULES, ids=[m for m, _, _ in SANDBOX_MODULES])
 def test_sandbox_modules_import_only_what_the_sandbox_holds(module, path, package):
     bad = _violations(path, module, package)
-    assert not bad, ("a module that runs in the submission sandbox imports something it must not "
-                     "(allowed: numpy, torch, math, typing, mha_course.grading.convert, "
-                     "mha_course.grading.calls.*, ...; see tests/grading/test_grading_calls.py):\n  " + "\n  ".join(bad))
+    assert not bad, (
+        "a module that runs in the submission sandbox imports something it must not "
+        "(allowed: numpy, torch, math, typing, mha_course.grading.convert, "
+        "mha_course.grading.calls.*, ...; see tests/grading/test_grading_calls.py):\n  " + "\n  ".join(bad)
+    )
 
 
 def test_the_import_check_catches_a_forbidden_import(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("import numpy as np\nfrom .. import hints\n\n\ndef f():\n    from mha_course.softmax import softmax_np\n"
-                   "    from mha_course.grading import convert, spec\n    return __import__('mha_course.attention')\n")
+    bad.write_text(
+        "import numpy as np\nfrom .. import hints\n\n\ndef f():\n    from mha_course.softmax import softmax_np\n"
+        "    from mha_course.grading import convert, spec\n    return __import__('mha_course.attention')\n"
+    )
     found = "\n".join(_violations(bad, "mha_course.grading.calls.bad", "mha_course.grading.calls"))
     for name in ("mha_course.grading.hints", "mha_course.softmax", "mha_course.grading.spec", "__import__"):
         assert f"imports {name}" in found, found
@@ -120,8 +135,9 @@ def test_the_import_check_catches_a_forbidden_import(tmp_path):
 
 def test_every_case_calls_a_function_of_a_calls_module():
     assert not registry.discovery_errors()
-    assignments = [a for a in registry.assignments()
-                   if registry.module_name(a.key).startswith("mha_course.grading.exercises.")]  # not a test's own
+    assignments = [
+        a for a in registry.assignments() if registry.module_name(a.key).startswith("mha_course.grading.exercises.")
+    ]  # not a test's own
     assert assignments
     bad = []
     for assignment in assignments:
@@ -147,6 +163,7 @@ def test_one_calls_module_per_exercise_module():
 
 
 # --- "inputs unchanged" cases: judged in the grader, bit for bit ------------------------------------
+
 
 def _case(names):
     def reference(inputs):

@@ -28,13 +28,15 @@ def fake():
 
 # --- notebooks: markers, stubs, magics ------------------------------------------------------------
 
+
 def _solution_nb():
     nb = nbformat.v4.new_notebook()
     nb.metadata["mha_course"] = {"assignment": "zz_fake", "version": 3}
     nb.cells = [
         nbformat.v4.new_markdown_cell("Why?\n### BEGIN SOLUTION\nBecause.\n### END SOLUTION"),
-        nbformat.v4.new_code_cell("def f(x):\n    y = 1\n    ### BEGIN SOLUTION\n    y = x + 1\n    ### END SOLUTION\n"
-                                  "    return y"),
+        nbformat.v4.new_code_cell(
+            "def f(x):\n    y = 1\n    ### BEGIN SOLUTION\n    y = x + 1\n    ### END SOLUTION\n    return y"
+        ),
         nbformat.v4.new_code_cell("### BEGIN HIDDEN TESTS\nassert f(1) == 2\n### END HIDDEN TESTS"),
         nbformat.v4.new_code_cell("print(f(1))\n### BEGIN HIDDEN TESTS\nassert f(2) == 3\n### END HIDDEN TESTS"),
     ]
@@ -62,8 +64,14 @@ def test_dumps_is_deterministic():
     assert text == notebook.dumps(nbformat.reads(text, as_version=4)) and text.endswith("}\n")
 
 
-@pytest.mark.parametrize("source", ["### BEGIN SOLUTION\nx = 1", "x = 1\n### END SOLUTION",
-                                    "### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "### BEGIN SOLUTION\nx = 1",
+        "x = 1\n### END SOLUTION",
+        "### BEGIN SOLUTION\n### BEGIN SOLUTION\n### END SOLUTION",
+    ],
+)
 def test_unmatched_markers_raise(source):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(source)]
@@ -95,6 +103,7 @@ def test_python_source_drops_ipython_syntax():
 
 # --- wire: plain data only --------------------------------------------------------------------------
 
+
 def test_wire_roundtrip_and_rejections():
     import torch
 
@@ -108,8 +117,12 @@ def test_wire_roundtrip_and_rejections():
         def __eq__(self, other):
             return True
 
-    for bad in (np.zeros(3).view(Liar), torch.zeros(2).as_subclass(type("T", (torch.Tensor,), {})),
-                np.array([object()]), object()):
+    for bad in (
+        np.zeros(3).view(Liar),
+        torch.zeros(2).as_subclass(type("T", (torch.Tensor,), {})),
+        np.array([object()]),
+        object(),
+    ):
         with pytest.raises(wire.RejectedOutput):
             wire.pack(bad)
     with pytest.raises(ValueError):
@@ -117,6 +130,7 @@ def test_wire_roundtrip_and_rejections():
 
 
 # --- the self-check (learner's kernel) --------------------------------------------------------------
+
 
 def test_check_table_hints_and_no_op_in_grader(fake, capsys):
     def add_arrays(a, b):
@@ -175,23 +189,34 @@ def test_check_rejects_subclasses_and_forbidden_calls(fake):
 
 # --- the grader on honest submissions ---------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def graded(fake, tmp_path_factory):
     require_sandbox()
     folder = tmp_path_factory.mktemp("subs")
     subs = {
-        "good": write_submission(folder / "good.ipynb", "import numpy as np", GOOD_ADD, GOOD_DOUBLE,
-                                 "from mha_course import check\ncheck('fake_add', add_arrays)\nprint('passed')"),
-        "todo": write_submission(folder / "todo.ipynb", "def add_arrays(a, b):\n    # YOUR CODE HERE\n"
-                                 "    raise NotImplementedError()", "def double(x):\n    raise NotImplementedError()"),
+        "good": write_submission(
+            folder / "good.ipynb",
+            "import numpy as np",
+            GOOD_ADD,
+            GOOD_DOUBLE,
+            "from mha_course import check\ncheck('fake_add', add_arrays)\nprint('passed')",
+        ),
+        "todo": write_submission(
+            folder / "todo.ipynb",
+            "def add_arrays(a, b):\n    # YOUR CODE HERE\n    raise NotImplementedError()",
+            "def double(x):\n    raise NotImplementedError()",
+        ),
         "wrong": write_submission(folder / "wrong.ipynb", "def add_arrays(a, b):\n    return a - b", GOOD_DOUBLE),
         "missing": write_submission(folder / "missing.ipynb", GOOD_ADD),
         "old": write_submission(folder / "old.ipynb", GOOD_ADD, GOOD_DOUBLE, version=1),
         "nometa": write_submission(folder / "nometa.ipynb", GOOD_ADD, metadata=False),
-        "magic": write_submission(folder / "magic.ipynb", "%matplotlib inline\n!echo hi\n" + GOOD_ADD,
-                                  "%%bash\necho hi", GOOD_DOUBLE),
-        "reference": write_submission(folder / "reference.ipynb",
-                                      "from mha_course.softmax import softmax\n", GOOD_ADD, GOOD_DOUBLE),
+        "magic": write_submission(
+            folder / "magic.ipynb", "%matplotlib inline\n!echo hi\n" + GOOD_ADD, "%%bash\necho hi", GOOD_DOUBLE
+        ),
+        "reference": write_submission(
+            folder / "reference.ipynb", "from mha_course.softmax import softmax\n", GOOD_ADD, GOOD_DOUBLE
+        ),
     }
     shutil.copy(subs["good"], folder / "renamed copy (2).ipynb")
     subs["renamed"] = folder / "renamed copy (2).ipynb"
@@ -278,11 +303,25 @@ def test_cli_writes_json_csv_summary_and_exits_zero(fake, tmp_path):
     from mha_course.grade import main
 
     require_sandbox()
-    sub = write_submission(tmp_path / "in" / "s.ipynb", "def add_arrays(a, b):\n    return a - b") \
-        if (tmp_path / "in").mkdir() is None else None
-    status = main([str(tmp_path / "in"), "--json", str(tmp_path / "out" / "results.json"), "--csv",
-                   str(tmp_path / "grades.csv"), "--summary", str(tmp_path / "summary.txt"), "--quiet",
-                   "--case-timeout", "5"])
+    sub = (
+        write_submission(tmp_path / "in" / "s.ipynb", "def add_arrays(a, b):\n    return a - b")
+        if (tmp_path / "in").mkdir() is None
+        else None
+    )
+    status = main(
+        [
+            str(tmp_path / "in"),
+            "--json",
+            str(tmp_path / "out" / "results.json"),
+            "--csv",
+            str(tmp_path / "grades.csv"),
+            "--summary",
+            str(tmp_path / "summary.txt"),
+            "--quiet",
+            "--case-timeout",
+            "5",
+        ]
+    )
     assert status == 0 and sub.exists()
     data = json.loads((tmp_path / "out" / "results.json").read_text())
     assert data["score"] == 0 and data["extra_data"]["max_score"] == 6 and len(data["tests"]) == 5
@@ -296,10 +335,19 @@ def test_class_summary_never_averages_across_assignments():
     from mha_course.grading.grader import SubmissionResult, TestResult
 
     def result(assignment, score, points):
-        test = TestResult("ex", "Ex", "case", points, score, "passed" if score == points else "failed",
-                          "passed" if score == points else "mask inverted", False)
-        return SubmissionResult(path=f"{assignment}-{score}.ipynb", assignment=assignment, tests=[test],
-                                max_points=points)
+        test = TestResult(
+            "ex",
+            "Ex",
+            "case",
+            points,
+            score,
+            "passed" if score == points else "failed",
+            "passed" if score == points else "mask inverted",
+            False,
+        )
+        return SubmissionResult(
+            path=f"{assignment}-{score}.ipynb", assignment=assignment, tests=[test], max_points=points
+        )
 
     summary = class_summary([result("a01", 10, 10), result("a01", 4, 10), result("a04", 1, 2)])
     assert "a01: 2 graded, mean 7.0 / 10, median 7" in summary

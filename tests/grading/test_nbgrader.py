@@ -22,7 +22,9 @@ NBGRADER_BIN = ROOT / ".venv-nbgrader" / "bin"
 @pytest.mark.parametrize("path", sorted((ROOT / "solutions").glob("*.ipynb")), ids=lambda p: p.stem)
 def test_solution_cells_carry_nbgrader_metadata(path):
     nb = notebook.load(path)
-    assert nbgrader_cells.problems(nb) == [], "run nbgrader_cells.apply on it (see mha_course/grading/nbgrader_cells.py)"
+    assert nbgrader_cells.problems(nb) == [], (
+        "run nbgrader_cells.apply on it (see mha_course/grading/nbgrader_cells.py)"
+    )
     ids = [c["metadata"]["nbgrader"]["grade_id"] for c in nb["cells"] if "nbgrader" in c["metadata"]]
     assert len(ids) == len(set(ids)) and all(ids)
 
@@ -53,10 +55,17 @@ def test_real_nbgrader_releases_a_notebook_this_grader_grades(tmp_path):
     (course / "source" / "a02_softmax").mkdir(parents=True)
     shutil.copy(ROOT / "solutions" / "a02_softmax.ipynb", course / "source" / "a02_softmax")
     (course / "nbgrader_config.py").write_text(
-        f'c = get_config()\nc.CourseDirectory.course_id = "mha"\nc.CourseDirectory.db_url = "sqlite:///{course}/gradebook.db"\n')
+        f'c = get_config()\nc.CourseDirectory.course_id = "mha"\nc.CourseDirectory.db_url = "sqlite:///{course}/gradebook.db"\n'
+    )
     env = dict(os.environ, PATH=f"{NBGRADER_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    done = subprocess.run([str(tool), "generate_assignment", "a02_softmax", "--force"], cwd=course, env=env,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [str(tool), "generate_assignment", "a02_softmax", "--force"],
+        cwd=course,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     release = course / "release" / "a02_softmax" / "a02_softmax.ipynb"
     nb = json.loads(release.read_text())
@@ -66,11 +75,15 @@ def test_real_nbgrader_releases_a_notebook_this_grader_grades(tmp_path):
     limits = Limits(case_timeout=10)
     untouched = grade_notebook(release, limits, seed=5)
     assert untouched.error is None and untouched.score == 0 and untouched.max_score > 0
-    solution = {c["id"]: c["source"] for c in json.loads((ROOT / "solutions" / "a02_softmax.ipynb").read_text())["cells"]}
+    solution = {
+        c["id"]: c["source"] for c in json.loads((ROOT / "solutions" / "a02_softmax.ipynb").read_text())["cells"]
+    }
     for cell in nb["cells"]:
         if "YOUR CODE HERE" in "".join(cell["source"]):
             cell["source"] = solution[cell["id"]]  # the student answers in nbgrader's release
     answered = tmp_path / "answered.ipynb"
     answered.write_text(json.dumps(nb))
     result = grade_notebook(answered, limits, seed=5)
-    assert result.score == result.max_score == untouched.max_score, [t.output for t in result.tests if t.score < t.points]
+    assert result.score == result.max_score == untouched.max_score, [
+        t.output for t in result.tests if t.score < t.points
+    ]

@@ -26,8 +26,14 @@ def course(tmp_path_factory):
         shutil.copytree(ROOT / folder, root / folder)
     shutil.copy(ROOT / "README.md", root / "README.md")
     env = dict(os.environ, PYTHONPATH=str(root))
-    done = subprocess.run([sys.executable, "-m", "mha_course.assign", "new", "row_shift", "--root", str(root)],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "mha_course.assign", "new", "row_shift", "--root", str(root)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "reference implementation" in done.stdout and "mha_course/grading/exercises/" in done.stdout
     return root, env
@@ -36,8 +42,14 @@ def course(tmp_path_factory):
 def _grade(course, notebook):
     root, env = course
     out = root / "out.json"
-    done = subprocess.run([sys.executable, "-m", "mha_course.grade", str(notebook), "--json", str(out), "--quiet"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "mha_course.grade", str(notebook), "--json", str(out), "--quiet"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -46,12 +58,21 @@ def _grade(course, notebook):
 def test_new_assignment_files_and_numbering(course):
     root, env = course
     key = f"a{int(next_number(ROOT)):02d}_row_shift"
-    for path in (f"solutions/{key}.ipynb", f"exercises/{key}.ipynb", f"mha_course/grading/exercises/{key}.py",
-                 f"mha_course/grading/calls/{key}.py"):
+    for path in (
+        f"solutions/{key}.ipynb",
+        f"exercises/{key}.ipynb",
+        f"mha_course/grading/exercises/{key}.py",
+        f"mha_course/grading/calls/{key}.py",
+    ):
         assert (root / path).is_file(), path
     assert f"exercises/{key}.ipynb" in (root / "README.md").read_text()
-    check = subprocess.run([sys.executable, "-m", "mha_course.assign", "--check", "--solutions", "solutions",
-                            "--exercises", "exercises"], cwd=root, env=env, capture_output=True, text=True)
+    check = subprocess.run(
+        [sys.executable, "-m", "mha_course.assign", "--check", "--solutions", "solutions", "--exercises", "exercises"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     assert check.returncode == 0, check.stdout
     with pytest.raises(ValueError, match="exists already"):
         new_assignment(root, "row_shift")

@@ -72,11 +72,22 @@ def lms_class(tmp_path_factory):
     write_submission(base / "outside.ipynb", GOOD_ADD, GOOD_DOUBLE)
     (ivy / "zz_fake.ipynb").symlink_to(base / "outside.ipynb")  # must not be read: outside the class folder
     roster = base / "roster.csv"
-    people = [("1234", "Alice Martin"), ("2345", "Bob Li"), ("3456", "Carol Diaz"), ("4567", "Dan Wu"),
-              ("5678", "Eve Stone"), ("6789", "Fay Oduya"), ("7890", "Gus Hale"), ("8901", "Hal Ng"),
-              ("9012", "Ivy Park"), ("9999", "Jon Absent")]
-    roster.write_text("Identifier,Full name,Email address,Status,Grade,Maximum Grade\n" + "".join(
-        f"Participant {i},{n},{n.split()[0].lower()}@example.org,Submitted,,6\n" for i, n in people))
+    people = [
+        ("1234", "Alice Martin"),
+        ("2345", "Bob Li"),
+        ("3456", "Carol Diaz"),
+        ("4567", "Dan Wu"),
+        ("5678", "Eve Stone"),
+        ("6789", "Fay Oduya"),
+        ("7890", "Gus Hale"),
+        ("8901", "Hal Ng"),
+        ("9012", "Ivy Park"),
+        ("9999", "Jon Absent"),
+    ]
+    roster.write_text(
+        "Identifier,Full name,Email address,Status,Grade,Maximum Grade\n"
+        + "".join(f"Participant {i},{n},{n.split()[0].lower()}@example.org,Submitted,,6\n" for i, n in people)
+    )
     return base
 
 
@@ -90,11 +101,30 @@ def graded_class(fake, lms_class):
 
     require_sandbox()
     out = lms_class / "out"
-    status = main([str(lms_class / "submissions"), "--assignment", "zz_fake", "--roster",
-                   str(lms_class / "roster.csv"), "--csv", str(out / "grades.csv"), "--results-dir",
-                   str(out / "results"), "--report", str(out / "report.html"), "--feedback-dir",
-                   str(out / "feedback"), "--grades-out", str(out / "moodle.csv"), "--seed", "7", "--quiet",
-                   "--case-timeout", "5"])
+    status = main(
+        [
+            str(lms_class / "submissions"),
+            "--assignment",
+            "zz_fake",
+            "--roster",
+            str(lms_class / "roster.csv"),
+            "--csv",
+            str(out / "grades.csv"),
+            "--results-dir",
+            str(out / "results"),
+            "--report",
+            str(out / "report.html"),
+            "--feedback-dir",
+            str(out / "feedback"),
+            "--grades-out",
+            str(out / "moodle.csv"),
+            "--seed",
+            "7",
+            "--quiet",
+            "--case-timeout",
+            "5",
+        ]
+    )
     assert status == 0  # no abort, whatever the mess
     return out
 
@@ -102,16 +132,24 @@ def graded_class(fake, lms_class):
 @pytest.mark.slow
 def test_one_row_per_student_and_nothing_overwritten(graded_class):
     rows = _rows(graded_class / "grades.csv")
-    assert sorted(rows) == ["Alice Martin", "Bob Li", "Carol Diaz", "Dan Wu", "Eve Stone", "Fay Oduya",
-                            "Gus Hale", "Hal Ng", "Ivy Park"]
+    assert sorted(rows) == [
+        "Alice Martin",
+        "Bob Li",
+        "Carol Diaz",
+        "Dan Wu",
+        "Eve Stone",
+        "Fay Oduya",
+        "Gus Hale",
+        "Hal Ng",
+        "Ivy Park",
+    ]
     assert rows["Alice Martin"]["total"] == "6" and rows["Alice Martin"]["student_id"] == "Participant 1234"
     assert rows["Alice Martin"]["submission"] == "Alice Martin_1234_assignsubmission_file_/zz_fake.ipynb"
     assert float(rows["Bob Li"]["total"]) < 6  # the same file name as Alice's, graded on its own
     assert all(r["seed"] == "7" and r["assignment"] == "zz_fake" and r["isolation"] for r in rows.values())
     results = sorted((graded_class / "results").iterdir())
     assert len(results) == 9 and len({p.name for p in results}) == 9
-    by_student = {json.loads(p.read_text())["extra_data"]["student_id"]: json.loads(p.read_text())
-                  for p in results}
+    by_student = {json.loads(p.read_text())["extra_data"]["student_id"]: json.loads(p.read_text()) for p in results}
     assert by_student["Participant 2345"]["score"] < by_student["Participant 1234"]["score"] == 6
 
 
@@ -123,7 +161,10 @@ def test_every_mess_gets_a_clear_row(graded_class):
     assert "report.pdf (not a notebook)" in rows["Eve Stone"]["status"]
     assert "broken link" in rows["Fay Oduya"]["status"]
     assert rows["Gus Hale"]["total"] == "6" and "no assignment metadata; graded as zz_fake" in rows["Gus Hale"]["notes"]
-    assert "answers.ipynb (a folder" in rows["Gus Hale"]["notes"] and "helper.py (not a notebook)" in rows["Gus Hale"]["notes"]
+    assert (
+        "answers.ipynb (a folder" in rows["Gus Hale"]["notes"]
+        and "helper.py (not a notebook)" in rows["Gus Hale"]["notes"]
+    )
     assert "empty folder" in rows["Hal Ng"]["status"]
     assert "outside the submissions folder" in rows["Ivy Park"]["status"] and rows["Ivy Park"]["total"] == "0"
 
@@ -187,12 +228,31 @@ def test_regrade_with_the_recorded_seed_and_overrides(fake, lms_class, graded_cl
 
     first = _rows(graded_class / "grades.csv")
     overrides = lms_class / "overrides.csv"
-    overrides.write_text("student,exercise,points,reason\nParticipant 2345,fake_add,waive,illness\n"
-                         "Participant 4567,*,5,late penalty\n")
+    overrides.write_text(
+        "student,exercise,points,reason\nParticipant 2345,fake_add,waive,illness\nParticipant 4567,*,5,late penalty\n"
+    )
     out = lms_class / "regrade"
-    assert main([str(lms_class / "submissions"), "--assignment", "zz_fake", "--roster", str(lms_class / "roster.csv"),
-                 "--overrides", str(overrides), "--csv", str(out / "grades.csv"), "--seed", first["Alice Martin"]["seed"],
-                 "--quiet", "--case-timeout", "5"]) == 0
+    assert (
+        main(
+            [
+                str(lms_class / "submissions"),
+                "--assignment",
+                "zz_fake",
+                "--roster",
+                str(lms_class / "roster.csv"),
+                "--overrides",
+                str(overrides),
+                "--csv",
+                str(out / "grades.csv"),
+                "--seed",
+                first["Alice Martin"]["seed"],
+                "--quiet",
+                "--case-timeout",
+                "5",
+            ]
+        )
+        == 0
+    )
     again = _rows(out / "grades.csv")
     assert again["Alice Martin"]["total"] == first["Alice Martin"]["total"]
     assert again["Bob Li"]["fake_add"] == "waived" and again["Bob Li"]["max_score"] == "2"
@@ -207,7 +267,7 @@ def test_canvas_flat_download_and_roster_by_id(fake, tmp_path):
     write_submission(flat / "martinalice_1234_100_zz_fake-1.ipynb", BAD_ADD)
     (flat / "libob_LATE_2345_101_notes.txt").write_text("late")
     roster = tmp_path / "canvas.csv"
-    roster.write_text("Student,ID,SIS User ID,Section\n\"Martin, Alice\",1234,s1,A\n\"Li, Bob\",2345,s2,A\n")
+    roster.write_text('Student,ID,SIS User ID,Section\n"Martin, Alice",1234,s1,A\n"Li, Bob",2345,s2,A\n')
     rows = collect([flat], "zz_fake", notebook_names={"zz_fake": "zz_fake.ipynb"})
     assert [r.student for r in rows] == ["libob_2345", "martinalice_1234"]
     alice = rows[1]
@@ -230,16 +290,19 @@ def test_copied_reference_is_flagged_and_own_work_is_not():
 
     library = inspect.getsource(importlib.import_module("mha_course.softmax").softmax_np)
     renamed = re.sub(r"\bx\b", "scores", library)
-    assert find_copies([(0, "import numpy as np\n" + renamed)], ["softmax_np"]) == \
-        ["softmax_np is identical to mha_course.softmax.softmax_np (names ignored)"]
+    assert find_copies([(0, "import numpy as np\n" + renamed)], ["softmax_np"]) == [
+        "softmax_np is identical to mha_course.softmax.softmax_np (names ignored)"
+    ]
     reworded = re.sub(r"\bx\b", "scores", library.replace("must be", "should be"))
     assert find_copies([(0, reworded)], ["softmax_np"])[0].startswith("softmax_np is identical")
     tree = ast.parse(textwrap.dedent(library))
     tree.body[0].body.insert(1, ast.parse("x = x + 0").body[0])  # one line added
     (line,) = find_copies([(0, ast.unparse(tree))], ["softmax_np"])
     assert "nearly identical to mha_course.softmax.softmax_np (9" in line
-    own = ("def softmax_np(x, axis=-1):\n    shifted = x - x.max(axis=axis, keepdims=True)\n"
-           "    e = np.exp(shifted)\n    return e / e.sum(axis=axis, keepdims=True)\n")
+    own = (
+        "def softmax_np(x, axis=-1):\n    shifted = x - x.max(axis=axis, keepdims=True)\n"
+        "    e = np.exp(shifted)\n    return e / e.sum(axis=axis, keepdims=True)\n"
+    )
     assert find_copies([(0, own)], ["softmax_np"]) == []
 
 
@@ -247,11 +310,26 @@ def test_specific_hint_comes_before_the_generic_one():
     def test(case, output, exercise="softmax_np"):
         return grader.TestResult(exercise, "Softmax", case, 1, 0, "failed", output, False)
 
-    result = SubmissionResult(path="s.ipynb", assignment="a02_softmax", title="Softmax", version=1, tests=[
-        test("random rows", "weights: values differ from the expected ones; worst at index (0, 1): got 0.1, expected 0.2"),
-        test("large rows", "the global maximum was subtracted; subtract each row's own maximum (max(axis=..., keepdims=True))"),
-        test("shifted rows", "the global maximum was subtracted; subtract each row's own maximum (max(axis=..., keepdims=True))"),
-    ])
+    result = SubmissionResult(
+        path="s.ipynb",
+        assignment="a02_softmax",
+        title="Softmax",
+        version=1,
+        tests=[
+            test(
+                "random rows",
+                "weights: values differ from the expected ones; worst at index (0, 1): got 0.1, expected 0.2",
+            ),
+            test(
+                "large rows",
+                "the global maximum was subtracted; subtract each row's own maximum (max(axis=..., keepdims=True))",
+            ),
+            test(
+                "shifted rows",
+                "the global maximum was subtracted; subtract each row's own maximum (max(axis=..., keepdims=True))",
+            ),
+        ],
+    )
     causes = root_causes(result)
     assert [len(c.tests) for c in causes] == [2, 1] and "each row's own maximum" in causes[0].text
     text = feedback_markdown(result, [(3, "def softmax_np(x, axis=-1):\n    return x")], {"softmax_np": "softmax_np"})
@@ -285,9 +363,20 @@ def test_report_renders_in_a_headless_browser(graded_class, tmp_path):
     if browser is None:
         pytest.skip("no Chromium here; test_report_shows_a_histogram_and_the_misconceptions checks the HTML")
     shot = tmp_path / "report.png"
-    subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--screenshot={shot}",
-                    "--window-size=1000,1400", (graded_class / "report.html").as_uri()],
-                   capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [
+            browser,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            f"--screenshot={shot}",
+            "--window-size=1000,1400",
+            (graded_class / "report.html").as_uri(),
+        ],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     pixels = matplotlib.image.imread(shot)[..., :3]
     blue = (pixels[..., 2] > 0.6) & (pixels[..., 0] < 0.45) & (pixels[..., 1] < 0.55)  # the bars' #4c72b0
     assert blue.sum() > 500, "no histogram bars on the rendered page"

@@ -31,16 +31,27 @@ def _causal(T, S):
 
 # ----------------------------------------------------------------------------- attention_backward
 
+
 def _backward_configs(n=32):
     rng = random.Random(4004)
     configs = []
     for i in range(n):
         lead = tuple(rng.randint(1, 3) for _ in range(i % 3))
-        configs.append(dict(lead=lead, kv_broadcast=bool(lead) and i % 4 == 1, T=rng.choice([1, 3, 5]),
-                            S=rng.choice([1, 2, 6]), D=rng.choice([1, 4, 8]), Dv=rng.choice([1, 3, 5]),
-                            dtype=[torch.float64, torch.float32, torch.float16, torch.bfloat16][i % 4],
-                            mask=["none", "bool", "float", "key"][(i // 4) % 4], causal=i % 2 == 1,
-                            scale=rng.choice([None, 0.5, 2.0]), seed=i))
+        configs.append(
+            dict(
+                lead=lead,
+                kv_broadcast=bool(lead) and i % 4 == 1,
+                T=rng.choice([1, 3, 5]),
+                S=rng.choice([1, 2, 6]),
+                D=rng.choice([1, 4, 8]),
+                Dv=rng.choice([1, 3, 5]),
+                dtype=[torch.float64, torch.float32, torch.float16, torch.bfloat16][i % 4],
+                mask=["none", "bool", "float", "key"][(i // 4) % 4],
+                causal=i % 2 == 1,
+                scale=rng.choice([None, 0.5, 2.0]),
+                seed=i,
+            )
+        )
     return configs
 
 
@@ -55,15 +66,21 @@ def test_attention_backward_matches_autograd(c):
     q = torch.randn(*c["lead"], T, c["D"], generator=gen).to(dtype)
     k = torch.randn(*kv_lead, S, c["D"], generator=gen).to(dtype)
     v = torch.randn(*kv_lead, S, c["Dv"], generator=gen).to(dtype)
-    mask = {"none": None, "bool": torch.rand(T, S, generator=gen) < 0.6,
-            "float": torch.randn(T, S, generator=gen).to(dtype), "key": torch.rand(S, generator=gen) < 0.7}[c["mask"]]
+    mask = {
+        "none": None,
+        "bool": torch.rand(T, S, generator=gen) < 0.6,
+        "float": torch.randn(T, S, generator=gen).to(dtype),
+        "key": torch.rand(S, generator=gen) < 0.7,
+    }[c["mask"]]
     grad_out = torch.randn(*c["lead"], T, c["Dv"], generator=gen).to(dtype)
 
     # reference: autograd through torch's SDPA in float64, with the causal mask folded in
     full = mask
     if c["causal"]:
         blocked = torch.zeros(T, S, dtype=torch.float64).masked_fill(~_causal(T, S), float("-inf"))
-        full = blocked if mask is None else (mask & _causal(T, S) if mask.dtype == torch.bool else mask.double() + blocked)
+        full = (
+            blocked if mask is None else (mask & _causal(T, S) if mask.dtype == torch.bool else mask.double() + blocked)
+        )
     elif mask is not None and mask.is_floating_point():
         full = mask.double()
     q64, k64, v64 = (x.double().requires_grad_() for x in (q, k, v))
@@ -72,8 +89,9 @@ def test_attention_backward_matches_autograd(c):
         ref_out = scaled_dot_product_attention(q64, k64, v64, full4, c["scale"])[0]  # zero rows, no NaN
     else:
         lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-        ref_out = F.scaled_dot_product_attention(q64, k64.expand(*lead, S, c["D"]), v64.expand(*lead, S, c["Dv"]),
-                                                 attn_mask=full4, scale=c["scale"])
+        ref_out = F.scaled_dot_product_attention(
+            q64, k64.expand(*lead, S, c["D"]), v64.expand(*lead, S, c["Dv"]), attn_mask=full4, scale=c["scale"]
+        )
     ref_out.backward(grad_out.double())
 
     dq, dk, dv = attention_backward(q, k, v, grad_out, mask=mask, scale=c["scale"], causal=c["causal"])
@@ -82,10 +100,17 @@ def test_attention_backward_matches_autograd(c):
         assert_close(got, ref.to(dtype), dtype=dtype, what=name)
 
 
-@pytest.mark.parametrize("T,S,causal,mask_kind,scale", [
-    (3, 5, True, None, None), (4, 2, False, "bool", 0.7), (2, 3, True, "float", 1.3),
-    (1, 1, False, None, None), (5, 3, True, "bool", None), (4, 4, True, "float", 0.2),
-])
+@pytest.mark.parametrize(
+    "T,S,causal,mask_kind,scale",
+    [
+        (3, 5, True, None, None),
+        (4, 2, False, "bool", 0.7),
+        (2, 3, True, "float", 1.3),
+        (1, 1, False, None, None),
+        (5, 3, True, "bool", None),
+        (4, 4, True, "float", 0.2),
+    ],
+)
 def test_gradcheck_float64(T, S, causal, mask_kind, scale):
     gen = torch.Generator().manual_seed(T * 7 + S)
     q = torch.randn(2, T, 4, generator=gen, dtype=torch.float64, requires_grad=True)
@@ -117,16 +142,26 @@ def test_mask_that_widens_the_batch_needs_the_widened_grad_out():
 
 # ----------------------------------------------------------------------------- tiled_attention
 
+
 def _tiled_configs(n=40):
     rng = random.Random(5005)
     configs = []
     for i in range(n):
         T = rng.choice([1, 5, 7, 13, 16])
-        configs.append(dict(lead=tuple(rng.randint(1, 2) for _ in range(i % 3)), T=T,
-                            S=T if i % 5 == 0 else rng.choice([1, 4, 9, 17]), D=rng.choice([1, 8, 16]),
-                            Dv=rng.choice([2, 8]), block=[1, 2, 3, 4, 8, (1, 5), (6, 1), None][i % 8],
-                            causal=i % 2 == 0, dtype=[torch.float32, torch.float16, torch.float64, torch.bfloat16][i % 4],
-                            scale=rng.choice([None, 0.3, 5.0]), seed=i))
+        configs.append(
+            dict(
+                lead=tuple(rng.randint(1, 2) for _ in range(i % 3)),
+                T=T,
+                S=T if i % 5 == 0 else rng.choice([1, 4, 9, 17]),
+                D=rng.choice([1, 8, 16]),
+                Dv=rng.choice([2, 8]),
+                block=[1, 2, 3, 4, 8, (1, 5), (6, 1), None][i % 8],
+                causal=i % 2 == 0,
+                dtype=[torch.float32, torch.float16, torch.float64, torch.bfloat16][i % 4],
+                scale=rng.choice([None, 0.3, 5.0]),
+                seed=i,
+            )
+        )
     return configs
 
 
@@ -173,16 +208,27 @@ def test_tiled_attention_float16_logits_beyond_float16_range():
 
 # ----------------------------------------------------------------------------- triton_attention
 
+
 def _triton_configs():
     rng = random.Random(6006)
     configs = []
     for i, D in enumerate([16, 32, 64, 128] * 4):
         T, S = rng.choice([(1, 1), (17, 17), (33, 20), (5, 40), (40, 5), (31, 47), (16, 16)])
-        configs.append(dict(B=rng.choice([1, 2]), H=rng.choice([1, 2]), T=T, S=S, D=D,
-                            Dv=D if D == 128 else rng.choice([D, 16, 40]),
-                            dtype=torch.float32 if i % 2 == 0 else torch.float16, causal=(i // 2) % 2 == 1,
-                            blocks=[(None, None), (16, 16), (32, 16), (64, 32)][i % 4],
-                            scale=rng.choice([None, 0.2]), seed=i))
+        configs.append(
+            dict(
+                B=rng.choice([1, 2]),
+                H=rng.choice([1, 2]),
+                T=T,
+                S=S,
+                D=D,
+                Dv=D if D == 128 else rng.choice([D, 16, 40]),
+                dtype=torch.float32 if i % 2 == 0 else torch.float16,
+                causal=(i // 2) % 2 == 1,
+                blocks=[(None, None), (16, 16), (32, 16), (64, 32)][i % 4],
+                scale=rng.choice([None, 0.2]),
+                seed=i,
+            )
+        )
     return configs
 
 
@@ -204,8 +250,16 @@ def test_triton_attention_matches_torch(c, flash):
     k = torch.randn(c["B"], c["H"], S, c["D"], generator=gen).to(dtype)
     v = torch.randn(c["B"], c["H"], S, c["Dv"], generator=gen).to(dtype)
     block_m, block_n = c["blocks"]
-    out, lse = flash.triton_attention(q.to(device), k.to(device), v.to(device), causal=c["causal"], scale=c["scale"],
-                                      block_m=block_m, block_n=block_n, return_lse=True)
+    out, lse = flash.triton_attention(
+        q.to(device),
+        k.to(device),
+        v.to(device),
+        causal=c["causal"],
+        scale=c["scale"],
+        block_m=block_m,
+        block_n=block_n,
+        return_lse=True,
+    )
     mask = _causal(T, S) if c["causal"] else None
     ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=mask, scale=c["scale"])
     assert out.dtype == dtype and out.shape == (c["B"], c["H"], T, c["Dv"])
@@ -214,8 +268,12 @@ def test_triton_attention_matches_torch(c, flash):
     scores = q.double() @ k.double().mT * (c["scale"] or 1 / math.sqrt(c["D"]))
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    assert_close(lse.cpu(), torch.logsumexp(scores, -1).float(), dtype=torch.float32 if dtype == torch.float32
-                 else torch.float16, what="lse")
+    assert_close(
+        lse.cpu(),
+        torch.logsumexp(scores, -1).float(),
+        dtype=torch.float32 if dtype == torch.float32 else torch.float16,
+        what="lse",
+    )
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -226,7 +284,9 @@ def test_triton_bfloat16_is_right_not_silently_wrong(causal, flash):
     device = "cuda" if flash.ON_GPU else "cpu"
     q, k, v = (torch.randn(1, 2, n, 32, generator=gen).bfloat16() for n in (19, 37, 37))
     out = flash.triton_attention(q.to(device), k.to(device), v.to(device), causal=causal, block_m=32, block_n=16)
-    ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), attn_mask=_causal(19, 37) if causal else None)
+    ref = F.scaled_dot_product_attention(
+        q.double(), k.double(), v.double(), attn_mask=_causal(19, 37) if causal else None
+    )
     assert out.dtype == torch.bfloat16
     assert_close(out.cpu(), ref.bfloat16(), what="bfloat16 out")
 

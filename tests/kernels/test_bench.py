@@ -14,14 +14,42 @@ from mha_course.bench_impls import naive_attention, with_backward
 from mha_course.bench_report import add_ratios, format_load_summary, format_table
 from mha_course.machine_load import background_load
 
-FIELDS = {"impl": str, "backend": str, "device": str, "dtype": str, "B": int, "H": int, "T": int, "D": int,
-          "causal": bool, "ms": float, "tflops": float}
+FIELDS = {
+    "impl": str,
+    "backend": str,
+    "device": str,
+    "dtype": str,
+    "B": int,
+    "H": int,
+    "T": int,
+    "D": int,
+    "causal": bool,
+    "ms": float,
+    "tflops": float,
+}
 
 
 def test_cli_quick_writes_valid_records_and_plot(tmp_path):
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
-    cmd = [sys.executable, "-m", "mha_course.bench", "--quick", "--device", "cpu", "--T", "64", "96",
-           "--H", "2", "--repeats", "1", "--json", str(out_json), "--plot", str(out_png)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mha_course.bench",
+        "--quick",
+        "--device",
+        "cpu",
+        "--T",
+        "64",
+        "96",
+        "--H",
+        "2",
+        "--repeats",
+        "1",
+        "--json",
+        str(out_json),
+        "--plot",
+        str(out_png),
+    ]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     for word in ("torch=", "float32", "cpu", "FLASH_ATTENTION", "MATH"):
@@ -60,8 +88,15 @@ def test_naive_attention_is_attention(causal):
 
 
 def test_ratios_and_table():
-    base = {"impl": "torch.sdpa[FLASH_ATTENTION]", "T": 8, "causal": False, "ms": 2.0, "tflops": 1.0,
-            "peak_mib": 1.0, "max_abs_err": 0.0}
+    base = {
+        "impl": "torch.sdpa[FLASH_ATTENTION]",
+        "T": 8,
+        "causal": False,
+        "ms": 2.0,
+        "tflops": 1.0,
+        "peak_mib": 1.0,
+        "max_abs_err": 0.0,
+    }
     slow = dict(base, impl="naive", ms=8.0, peak_mib=None)
     records = [base, slow]
     add_ratios(records, "cpu")
@@ -71,8 +106,19 @@ def test_ratios_and_table():
 
 
 def test_backward_mode_times_gradients_and_credits_three_times_the_flops():
-    records, _ = run_benchmark("cpu", B=1, H=2, D=16, Ts=[48], repeats=1, warmup=1, measure_memory=False,
-                               only=["naive", "tiled", "torch.sdpa[MATH]"], backward=True, log=lambda _: None)
+    records, _ = run_benchmark(
+        "cpu",
+        B=1,
+        H=2,
+        D=16,
+        Ts=[48],
+        repeats=1,
+        warmup=1,
+        measure_memory=False,
+        only=["naive", "tiled", "torch.sdpa[MATH]"],
+        backward=True,
+        log=lambda _: None,
+    )
     assert {r["impl"] for r in records} == {"naive", "tiled", "torch.sdpa[MATH]"}
     for r in records:
         assert r["pass"] == "forward+backward"
@@ -95,6 +141,7 @@ def test_with_backward_returns_the_gradients():
 
 
 # ---- background load --------------------------------------------------------------------------------
+
 
 def _alive(pid):
     """True while pid runs; a zombie (exited, not yet reaped by whoever adopted it) counts as ended."""
@@ -141,8 +188,10 @@ def test_helpers_end_by_themselves_when_the_benchmark_is_killed():
     import signal
     import time
 
-    code = ("import time\nfrom mha_course.machine_load import background_load\n"
-            "with background_load(1) as pids:\n    print(pids[0], flush=True)\n    time.sleep(120)\n")
+    code = (
+        "import time\nfrom mha_course.machine_load import background_load\n"
+        "with background_load(1) as pids:\n    print(pids[0], flush=True)\n    time.sleep(120)\n"
+    )
     bench = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         helper = int(bench.stdout.readline())
@@ -174,25 +223,65 @@ def test_background_load_rejects_bad_counts(capsys):
 @linux_only
 def test_cli_measures_quiet_and_loaded_in_one_run(tmp_path):
     out_json = tmp_path / "bench.json"
-    cmd = [sys.executable, "-m", "mha_course.bench", "--device", "cpu", "--T", "64", "--H", "2", "--causal", "no",
-           "--repeats", "1", "--no-memory", "--impl", "tiled", "torch.sdpa[FLASH_ATTENTION]",
-           "--background-load", "0", "1", "--json", str(out_json)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "mha_course.bench",
+        "--device",
+        "cpu",
+        "--T",
+        "64",
+        "--H",
+        "2",
+        "--causal",
+        "no",
+        "--repeats",
+        "1",
+        "--no-memory",
+        "--impl",
+        "tiled",
+        "torch.sdpa[FLASH_ATTENTION]",
+        "--background-load",
+        "0",
+        "1",
+        "--json",
+        str(out_json),
+    ]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert "load average (1, 5, 15 min) before" in run.stdout and "quiet  load 1" in run.stdout
     records = json.loads(out_json.read_text())
     assert sorted((r["impl"], r["background_load"]) for r in records) == [
-        ("tiled", 0), ("tiled", 1), ("torch.sdpa[FLASH_ATTENTION]", 0), ("torch.sdpa[FLASH_ATTENTION]", 1)]
+        ("tiled", 0),
+        ("tiled", 1),
+        ("torch.sdpa[FLASH_ATTENTION]", 0),
+        ("torch.sdpa[FLASH_ATTENTION]", 1),
+    ]
     for r in records:
         assert r["other_load"] is None or r["other_load"] >= 0
         assert r["vs_torch.sdpa[FLASH_ATTENTION]"] > 0  # each load compared with the baseline at the same load
 
 
 def test_load_summary_puts_the_ratios_side_by_side():
-    rows = [{"impl": impl, "T": 8, "causal": False, "ms": ms, "tflops": 1.0, "peak_mib": None, "max_abs_err": 0.0,
-             "background_load": load, "other_load": 0.01} for impl, load, ms in
-            [("torch.sdpa[FLASH_ATTENTION]", 0, 1.0), ("tiled", 0, 2.0), ("torch.sdpa[FLASH_ATTENTION]", 1, 3.0),
-             ("tiled", 1, 4.0)]]
+    rows = [
+        {
+            "impl": impl,
+            "T": 8,
+            "causal": False,
+            "ms": ms,
+            "tflops": 1.0,
+            "peak_mib": None,
+            "max_abs_err": 0.0,
+            "background_load": load,
+            "other_load": 0.01,
+        }
+        for impl, load, ms in [
+            ("torch.sdpa[FLASH_ATTENTION]", 0, 1.0),
+            ("tiled", 0, 2.0),
+            ("torch.sdpa[FLASH_ATTENTION]", 1, 3.0),
+            ("tiled", 1, 4.0),
+        ]
+    ]
     add_ratios(rows, "cpu")
     summary = format_load_summary(rows, "cpu")
     assert "quiet  load 1" in summary and "0.50    0.75" in summary

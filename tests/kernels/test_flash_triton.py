@@ -86,14 +86,17 @@ def test_log_sum_exp_is_returned():
     assert_close(lse, torch.logsumexp(scores, dim=-1))
 
 
-@pytest.mark.parametrize("bad,exc,pattern", [
-    (lambda q, k, v: (q, k[..., :8], v), ValueError, r"same last dim D"),
-    (lambda q, k, v: (q, k, v[:, :, :3]), ValueError, r"same length S"),
-    (lambda q, k, v: (q[..., :8], k[..., :8], v), ValueError, r"\[16, 128\], got 8"),
-    (lambda q, k, v: (q.double(), k.double(), v.double()), TypeError, r"supports"),
-    (lambda q, k, v: (q, k[:1, :1], v[:1, :1]), ValueError, r"identical leading dims"),
-    (lambda q, k, v: (q.numpy(), k, v), TypeError, r"torch.Tensor"),
-])
+@pytest.mark.parametrize(
+    "bad,exc,pattern",
+    [
+        (lambda q, k, v: (q, k[..., :8], v), ValueError, r"same last dim D"),
+        (lambda q, k, v: (q, k, v[:, :, :3]), ValueError, r"same length S"),
+        (lambda q, k, v: (q[..., :8], k[..., :8], v), ValueError, r"\[16, 128\], got 8"),
+        (lambda q, k, v: (q.double(), k.double(), v.double()), TypeError, r"supports"),
+        (lambda q, k, v: (q, k[:1, :1], v[:1, :1]), ValueError, r"identical leading dims"),
+        (lambda q, k, v: (q.numpy(), k, v), TypeError, r"torch.Tensor"),
+    ],
+)
 def test_bad_input_is_rejected(bad, exc, pattern):
     q, k, v = make_qkv(2, 2, 8, 8, 16, 16, torch.float32)
     with pytest.raises(exc, match=pattern):
@@ -143,15 +146,18 @@ def test_explains_when_triton_was_imported_before_the_interpreter_was_chosen():
     import subprocess
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = ("import triton, torch\n"
-            "from mha_course.kernels import triton_attention\n"
-            "q = torch.randn(1, 1, 4, 16)\n"
-            "try:\n    triton_attention(q, q, q)\nexcept RuntimeError as e:\n    print('explained:', e)\n")
+    code = (
+        "import triton, torch\n"
+        "from mha_course.kernels import triton_attention\n"
+        "q = torch.randn(1, 1, 4, 16)\n"
+        "try:\n    triton_attention(q, q, q)\nexcept RuntimeError as e:\n    print('explained:', e)\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert "explained:" in result.stdout and "TRITON_INTERPRET" in result.stdout, result.stderr
 
 
 # ---- the backward kernels (mha_course.kernels.backward) ----
+
 
 def grads_of(fn, q, k, v, grad_out):
     """(dq, dk, dv) of sum(fn(q, k, v) * grad_out), on fresh leaves of the inputs' dtype."""
@@ -167,8 +173,13 @@ def test_backward_matches_float64_autograd(shape, causal, dtype):
     q, k, v = make_qkv(*shape, dtype, seed=6)
     grad_out = torch.randn(*shape[:3], shape[5], generator=torch.Generator().manual_seed(7)).to(dtype)
     got = grads_of(lambda q, k, v: flash.triton_attention(q, k, v, causal=causal), q, k, v, grad_out)
-    expected = grads_of(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-                        q.double(), k.double(), v.double(), grad_out.double())
+    expected = grads_of(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+        q.double(),
+        k.double(),
+        v.double(),
+        grad_out.double(),
+    )
     for name, g, e in zip("qkv", got, expected, strict=True):
         assert g.dtype == dtype and g.shape == e.shape
         assert_close(g, e.to(dtype), dtype=dtype, what=f"d{name} {shape} causal={causal}")
@@ -178,22 +189,37 @@ def test_backward_matches_the_hand_derived_library_version_with_a_scale():
     q, k, v = make_qkv(2, 2, 29, 41, 32, 16, torch.float32, seed=8)
     grad_out = torch.randn(2, 2, 29, 16, generator=torch.Generator().manual_seed(9))
     got = grads_of(lambda q, k, v: flash.triton_attention(q, k, v, causal=True, scale=0.7), q, k, v, grad_out)
-    expected = mha_course.attention_backward(q.double(), k.double(), v.double(), grad_out.double(),
-                                             scale=0.7, causal=True)
+    expected = mha_course.attention_backward(
+        q.double(), k.double(), v.double(), grad_out.double(), scale=0.7, causal=True
+    )
     for name, g, e in zip("qkv", got, expected, strict=True):
         assert_close(g, e.float(), what=f"d{name}")
 
 
 # (16, 64) is non-causal only: causal forward needs block_m to be a multiple of block_n.
-@pytest.mark.parametrize("block_m,block_n,causal", [(16, 16, False), (16, 16, True), (32, 16, False), (32, 16, True),
-                                                    (16, 64, False), (64, 32, False), (64, 32, True)])
+@pytest.mark.parametrize(
+    "block_m,block_n,causal",
+    [
+        (16, 16, False),
+        (16, 16, True),
+        (32, 16, False),
+        (32, 16, True),
+        (16, 64, False),
+        (64, 32, False),
+        (64, 32, True),
+    ],
+)
 def test_backward_block_sizes_do_not_change_the_gradients(block_m, block_n, causal):
     q, k, v = make_qkv(1, 1, 70, 53, 32, 32, torch.float32, seed=10)
     grad_out = torch.randn(1, 1, 70, 32, generator=torch.Generator().manual_seed(11))
-    got = grads_of(lambda q, k, v: flash.triton_attention(q, k, v, causal=causal, block_m=block_m,
-                                                          block_n=block_n), q, k, v, grad_out)
-    expected = grads_of(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-                        q, k, v, grad_out)
+    got = grads_of(
+        lambda q, k, v: flash.triton_attention(q, k, v, causal=causal, block_m=block_m, block_n=block_n),
+        q,
+        k,
+        v,
+        grad_out,
+    )
+    expected = grads_of(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal), q, k, v, grad_out)
     for name, g, e in zip("qkv", got, expected, strict=True):
         assert_close(g, e, what=f"d{name} blocks ({block_m}, {block_n})")
 
@@ -206,11 +232,16 @@ def test_two_pass_dkdv_gives_the_gradients_of_float64_autograd(causal, dtype):
 
     q, k, v = make_qkv(2, 2, 45, 37, 24, 40, dtype, seed=12)
     grad_out = torch.randn(2, 2, 45, 40, generator=torch.Generator().manual_seed(13)).to(dtype)
-    scale = 24 ** -0.5
+    scale = 24**-0.5
     out, lse = flash.triton_attention(q, k, v, causal=causal, return_lse=True)
     got = flash_backward(q, k, v, out, lse, grad_out, causal, scale, block_m=16, block_n=16, two_pass=True)
-    expected = grads_of(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-                        q.double(), k.double(), v.double(), grad_out.double())
+    expected = grads_of(
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+        q.double(),
+        k.double(),
+        v.double(),
+        grad_out.double(),
+    )
     for name, g, e in zip("qkv", got, expected, strict=True):
         assert_close(g, e.to(dtype), dtype=dtype, what=f"d{name} two-pass causal={causal}")
 
@@ -244,7 +275,12 @@ def test_gpu_backward_matches_flash_backend(dtype):
     grad_out = torch.randn_like(q)
     for causal in (False, True):
         got = grads_of(lambda q, k, v, c=causal: flash.triton_attention(q, k, v, causal=c), q, k, v, grad_out)
-        expected = grads_of(lambda q, k, v, c=causal: F.scaled_dot_product_attention(
-            q.float(), k.float(), v.float(), is_causal=c), q, k, v, grad_out)
+        expected = grads_of(
+            lambda q, k, v, c=causal: F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=c),
+            q,
+            k,
+            v,
+            grad_out,
+        )
         for name, g, e in zip("qkv", got, expected, strict=True):
             assert_close(g, e.to(dtype), dtype=dtype, what=f"d{name} causal={causal}")

@@ -34,8 +34,9 @@ def test_mask_mods_are_the_course_masks():
     assert torch.equal(mask_from_mod(causal_mod(3), 1, 1, 4, 7)[0, 0], causal_mask(4, 7, diagonal=3))
     assert torch.equal(mask_from_mod(padding_mod([10, 6]), B, H, T, S), padding_mask([10, 6], S).expand(B, H, T, S))
     for causal in (True, False):
-        assert torch.equal(mask_from_mod(sliding_window_mod(3, causal), 1, 1, T, S)[0, 0],
-                           sliding_window_mask(T, 3, causal=causal))
+        assert torch.equal(
+            mask_from_mod(sliding_window_mod(3, causal), 1, 1, T, S)[0, 0], sliding_window_mask(T, 3, causal=causal)
+        )
     docs = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2, 2])
     expected = torch.tensor([[bool(docs[i] == docs[j] and j <= i) for j in range(T)] for i in range(T)])
     assert torch.equal(mask_from_mod(document_mod(docs), 1, 1, T, S)[0, 0], expected)
@@ -46,8 +47,9 @@ def test_mask_mods_are_the_course_masks():
 def test_alibi_score_mod_is_the_alibi_bias():
     slopes = alibi_slopes(H)
     assert_close(bias_from_score_mod(alibi_score_mod(slopes), 1, H, T, S)[0], alibi_bias(H, T, causal=False))
-    assert_close(bias_from_score_mod(alibi_score_mod(slopes, offset=3), 1, H, 4, 7)[0],
-                 alibi_bias(H, 4, 7, causal=False))
+    assert_close(
+        bias_from_score_mod(alibi_score_mod(slopes, offset=3), 1, H, 4, 7)[0], alibi_bias(H, 4, 7, causal=False)
+    )
 
 
 @pytest.mark.parametrize("name", ["causal", "padding", "window", "documents", "alibi", "alibi+causal", "none"])
@@ -55,8 +57,13 @@ def test_flex_attention_in_eager_mode_equals_the_course(name):
     torch.manual_seed(0)
     q, k, v = (torch.randn(B, H, T, D) for _ in range(3))
     slopes = alibi_slopes(H)
-    mask_mod = {"causal": causal_mod(), "padding": padding_mod([10, 6]), "window": sliding_window_mod(2),
-                "documents": document_mod([0, 0, 0, 1, 1, 2, 2, 2, 2, 2]), "alibi+causal": causal_mod()}.get(name)
+    mask_mod = {
+        "causal": causal_mod(),
+        "padding": padding_mod([10, 6]),
+        "window": sliding_window_mod(2),
+        "documents": document_mod([0, 0, 0, 1, 1, 2, 2, 2, 2, 2]),
+        "alibi+causal": causal_mod(),
+    }.get(name)
     score_mod = alibi_score_mod(slopes) if name.startswith("alibi") else None
     mask = None
     if mask_mod is not None:
@@ -104,9 +111,11 @@ def test_bad_inputs_name_what_was_expected():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(os.environ.get("MHA_COURSE_COMPILE_FLEX") != "1",
-                    reason="compiling FlexAttention takes from seconds to minutes on a CPU: set MHA_COURSE_COMPILE_FLEX=1 "
-                           "to run it (python benchmarks/flex_attention_cpu.py also times it)")
+@pytest.mark.skipif(
+    os.environ.get("MHA_COURSE_COMPILE_FLEX") != "1",
+    reason="compiling FlexAttention takes from seconds to minutes on a CPU: set MHA_COURSE_COMPILE_FLEX=1 "
+    "to run it (python benchmarks/flex_attention_cpu.py also times it)",
+)
 def test_compiled_flex_attention_equals_the_course():
     ok, why = compile_support()
     if not ok:

@@ -48,9 +48,29 @@ def test_signature_types_pointers_sizes_scalars_and_constexprs():
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
     path = tmp_path_factory.mktemp("gpu") / "report.json"
-    proc = subprocess.run([sys.executable, "-m", "mha_course.gpu_report", "--arch", "sm_80", "sm_90", "--dtype",
-                           "float16", "--head-dim", "64", "128", "--configs", "first", "--json", str(path), "--quiet"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mha_course.gpu_report",
+            "--arch",
+            "sm_80",
+            "sm_90",
+            "--dtype",
+            "float16",
+            "--head-dim",
+            "64",
+            "128",
+            "--configs",
+            "first",
+            "--json",
+            str(path),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(path.read_text()), proc.stdout
 
@@ -59,7 +79,8 @@ def compiled(tmp_path_factory):
 def test_every_kernel_compiles_for_ampere_and_hopper(compiled):
     records, _ = compiled
     assert {(r["kernel"], r["arch"], r["head_dim"]) for r in records} == {
-        (k, a, d) for k in ("forward", "dkdv", "dq") for a in ("sm_80", "sm_90") for d in (64, 128)}
+        (k, a, d) for k in ("forward", "dkdv", "dq") for a in ("sm_80", "sm_90") for d in (64, 128)
+    }
     assert all(r["ok"] and r["registers"] > 0 and r["triton_version"] == triton.__version__ for r in records)
 
 

@@ -34,7 +34,9 @@ def test_grouped_and_multi_query_attention_cut_decoding_time_by_the_kv_head_rati
     assert mha.time_ms / mqa.time_ms == pytest.approx(32, rel=0.05)
 
 
-@pytest.mark.parametrize("bad,error", [(dict(T=0), ValueError), (dict(T=2.0), TypeError), (dict(gpu="TPU"), ValueError)])
+@pytest.mark.parametrize(
+    "bad,error", [(dict(T=0), ValueError), (dict(T=2.0), TypeError), (dict(gpu="TPU"), ValueError)]
+)
 def test_bad_input_is_refused(bad, error):
     args = dict(gpu="L4", B=1, H=2, T=16, D=8) | bad
     with pytest.raises(error):

@@ -100,8 +100,11 @@ def test_extreme_scores_take_the_rescaling_path_and_stay_exact(q_scale):
     # Scores of several hundred overflow exp() unless the shift is raised to the maximum.
     q, k, v = make_qkv((1, 2), 33, 70, 8, 8, seed=11, q_scale=q_scale)
     for causal in (False, True):
-        assert_close(tiled_attention(q, k, v, (8, 16), causal=causal), torch_reference(q, k, v, causal),
-                     what=f"q_scale={q_scale} causal={causal}")
+        assert_close(
+            tiled_attention(q, k, v, (8, 16), causal=causal),
+            torch_reference(q, k, v, causal),
+            what=f"q_scale={q_scale} causal={causal}",
+        )
 
 
 def test_scores_far_below_zero_do_not_underflow():
@@ -119,8 +122,11 @@ def test_any_finite_scale_matches_torch(scale):
     # Negative scales and zero are well defined (zero: uniform weights), as in torch's SDPA.
     q, k, v = make_qkv((2,), 11, 14, 4, 3, seed=8)
     for causal in (False, True):
-        assert_close(tiled_attention(q, k, v, (4, 5), causal=causal, scale=scale),
-                     torch_reference(q, k, v, causal, scale=scale), what=f"scale={scale} causal={causal}")
+        assert_close(
+            tiled_attention(q, k, v, (4, 5), causal=causal, scale=scale),
+            torch_reference(q, k, v, causal, scale=scale),
+            what=f"scale={scale} causal={causal}",
+        )
 
 
 def _count_fallbacks(monkeypatch) -> list:
@@ -165,8 +171,12 @@ def test_half_precision_with_huge_scores_is_still_exact(dtype):
     # float16/bfloat16 scores of ~1000 fit in float32 but 2^s does not: the shifted pass runs in float32.
     q, k, v = make_qkv((1, 2), 20, 33, 8, 8, dtype=dtype, seed=13, q_scale=60.0)
     for causal in (False, True):
-        assert_close(tiled_attention(q, k, v, (6, 8), causal=causal), torch_reference(q, k, v, causal),
-                     dtype=dtype, what=f"{dtype} causal={causal}")
+        assert_close(
+            tiled_attention(q, k, v, (6, 8), causal=causal),
+            torch_reference(q, k, v, causal),
+            dtype=dtype,
+            what=f"{dtype} causal={causal}",
+        )
 
 
 def test_huge_values_with_moderate_scores_take_the_exact_pass():
@@ -196,8 +206,15 @@ def test_values_beyond_the_trusted_bound_are_checked_block_by_block(value):
         assert_close(out[finite], ref[finite], what=f"out with one value {value}, causal={causal}")
 
 
-@given(T=st.integers(1, 30), S=st.integers(1, 30), bq=st.integers(1, 12), bk=st.integers(1, 12),
-       causal=st.booleans(), log_q_scale=st.floats(-3.0, 2.5), seed=st.integers(0, 10**6))
+@given(
+    T=st.integers(1, 30),
+    S=st.integers(1, 30),
+    bq=st.integers(1, 12),
+    bk=st.integers(1, 12),
+    causal=st.booleans(),
+    log_q_scale=st.floats(-3.0, 2.5),
+    seed=st.integers(0, 10**6),
+)
 @FAST
 def test_any_score_magnitude_gives_exact_out_and_lse(T, S, bq, bk, causal, log_q_scale, seed):
     # From nearly uniform weights (q ~ 1e-3) to one-hot ones with scores in the hundreds (q ~ 300):
@@ -231,8 +248,11 @@ def test_non_contiguous_inputs():
     k = torch.randn(2, 23, 3, 8, generator=gen, dtype=torch.float64).transpose(1, 2)
     v = torch.randn(2, 3, 23, 10, generator=gen, dtype=torch.float64)[..., ::2]  # (B, H, S, 5)
     for causal in (False, True):
-        assert_close(tiled_attention(q, k, v, (5, 6), causal=causal), torch_reference(q, k, v, causal),
-                     what=f"non-contiguous causal={causal}")
+        assert_close(
+            tiled_attention(q, k, v, (5, 6), causal=causal),
+            torch_reference(q, k, v, causal),
+            what=f"non-contiguous causal={causal}",
+        )
 
 
 def test_later_keys_with_larger_scores_rescale_earlier_blocks():
@@ -269,20 +289,33 @@ def test_causal_output_ignores_the_future():
     assert (out2[..., 15:, :] - out[..., 15:, :]).abs().max() > 1e-3
 
 
-@given(T=st.integers(1, 40), S=st.integers(1, 40), D=st.integers(1, 9), bq=st.integers(1, 48),
-       bk=st.integers(1, 48), causal=st.booleans(), seed=st.integers(0, 10**6))
+@given(
+    T=st.integers(1, 40),
+    S=st.integers(1, 40),
+    D=st.integers(1, 9),
+    bq=st.integers(1, 48),
+    bk=st.integers(1, 48),
+    causal=st.booleans(),
+    seed=st.integers(0, 10**6),
+)
 @FAST
 def test_any_blocks_any_shapes_agree_with_torch(T, S, D, bq, bk, causal, seed):
     q, k, v = make_qkv((2,), T, S, D, D + 1, seed=seed)
-    assert_close(tiled_attention(q, k, v, (bq, bk), causal=causal), torch_reference(q, k, v, causal),
-                 what=f"T={T} S={S} blocks=({bq},{bk}) causal={causal}")
+    assert_close(
+        tiled_attention(q, k, v, (bq, bk), causal=causal),
+        torch_reference(q, k, v, causal),
+        what=f"T={T} S={S} blocks=({bq},{bk}) causal={causal}",
+    )
 
 
 def test_textbook_loop_agrees_with_the_fast_one():
     q, k, v = make_qkv((2, 2), 21, 34, 8, 8, seed=1)
     for block, causal in [(1, True), (5, False), (8, True), (64, False)]:
-        assert_close(online_softmax_attention(q, k, v, block, causal=causal),
-                     tiled_attention(q, k, v, block, causal=causal), what=f"block={block}")
+        assert_close(
+            online_softmax_attention(q, k, v, block, causal=causal),
+            tiled_attention(q, k, v, block, causal=causal),
+            what=f"block={block}",
+        )
 
 
 def gradients(fn, q, k, v, grad_out):
@@ -292,15 +325,18 @@ def gradients(fn, q, k, v, grad_out):
     return [x.grad for x in leaves]
 
 
-@pytest.mark.parametrize("lead,T,S,D,Dv,block_size,causal", [
-    ((2,), 9, 11, 4, 3, 4, True),            # T, S not multiples of the block
-    ((1, 2), 37, 37, 8, 8, (8, 16), True),   # causal diagonal cut into narrower tiles
-    ((1, 2), 37, 37, 8, 8, (16, 8), False),
-    ((3,), 1, 20, 5, 7, 1, False),           # block size 1, a single query, Dv != D
-    ((2,), 25, 9, 6, 6, 4, True),            # T > S causal: late queries see every key
-    ((2,), 9, 25, 6, 6, None, True),         # T < S causal, default tiles
-    ((), 30, 30, 16, 16, 7, False),          # no leading dims
-])
+@pytest.mark.parametrize(
+    "lead,T,S,D,Dv,block_size,causal",
+    [
+        ((2,), 9, 11, 4, 3, 4, True),  # T, S not multiples of the block
+        ((1, 2), 37, 37, 8, 8, (8, 16), True),  # causal diagonal cut into narrower tiles
+        ((1, 2), 37, 37, 8, 8, (16, 8), False),
+        ((3,), 1, 20, 5, 7, 1, False),  # block size 1, a single query, Dv != D
+        ((2,), 25, 9, 6, 6, 4, True),  # T > S causal: late queries see every key
+        ((2,), 9, 25, 6, 6, None, True),  # T < S causal, default tiles
+        ((), 30, 30, 16, 16, 7, False),  # no leading dims
+    ],
+)
 def test_tiled_backward_matches_float64_autograd(lead, T, S, D, Dv, block_size, causal):
     q, k, v = make_qkv(lead, T, S, D, Dv, seed=6)
     grad_out = torch.randn(*lead, T, Dv, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
@@ -340,8 +376,9 @@ def test_tiled_backward_sums_the_gradients_of_shared_keys_and_values():
     _, k, v = make_qkv((2, 1), 12, 12, 8, 8, seed=13)
     grad_out = torch.randn(2, 4, 12, 8, generator=torch.Generator().manual_seed(14), dtype=torch.float64)
     got = gradients(lambda q, k, v: tiled_attention(q, k, v, 5, causal=True), q, k, v, grad_out)
-    expected = gradients(lambda q, k, v: torch_reference(q, k.expand(2, 4, 12, 8), v.expand(2, 4, 12, 8), True),
-                         q, k, v, grad_out)
+    expected = gradients(
+        lambda q, k, v: torch_reference(q, k.expand(2, 4, 12, 8), v.expand(2, 4, 12, 8), True), q, k, v, grad_out
+    )
     assert got[1].shape == k.shape and got[2].shape == v.shape
     for name, a, e in zip(("dq", "dk", "dv"), got, expected, strict=True):
         assert_close(a, e, what=name)
@@ -358,16 +395,19 @@ def test_gradcheck_through_the_tiled_backward():
     assert torch.autograd.gradcheck(lambda q, k, v: tiled_attention(q, k, v, (4, 3), causal=True), (q, k, v))
 
 
-@pytest.mark.parametrize("kwargs,error", [
-    ({"block_size": 0}, ValueError),
-    ({"block_size": (4, 0)}, ValueError),
-    ({"block_size": 2.5}, TypeError),
-    ({"block_size": True}, TypeError),
-    ({"block_size": (1, 2, 3)}, TypeError),
-    ({"scale": math.nan}, ValueError),
-    ({"scale": math.inf}, ValueError),
-    ({"scale": "0.5"}, TypeError),
-])
+@pytest.mark.parametrize(
+    "kwargs,error",
+    [
+        ({"block_size": 0}, ValueError),
+        ({"block_size": (4, 0)}, ValueError),
+        ({"block_size": 2.5}, TypeError),
+        ({"block_size": True}, TypeError),
+        ({"block_size": (1, 2, 3)}, TypeError),
+        ({"scale": math.nan}, ValueError),
+        ({"scale": math.inf}, ValueError),
+        ({"scale": "0.5"}, TypeError),
+    ],
+)
 def test_bad_arguments_raise(kwargs, error):
     q, k, v = make_qkv((1,), 4, 4, 2, 2)
     with pytest.raises(error):
@@ -390,6 +430,7 @@ def test_bad_shapes_and_dtypes_raise_naming_the_shapes():
 
 # ---- online softmax ------------------------------------------------------------------------------
 
+
 @given(S=st.integers(1, 50), block=st.integers(1, 60), seed=st.integers(0, 10**6))
 @FAST
 def test_online_softmax_equals_softmax(S, block, seed):
@@ -408,7 +449,7 @@ def test_online_update_gives_the_whole_row_statistics():
     m, l = torch.full((4,), -math.inf, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)
     for j0 in range(0, 20, 6):
         m_old = m
-        m, l, correction = online_softmax_update(m, l, x[:, j0:j0 + 6])
+        m, l, correction = online_softmax_update(m, l, x[:, j0 : j0 + 6])
         expected_corr = torch.where(torch.isneginf(m_old), torch.zeros_like(m), torch.exp(m_old - m))
         assert_close(correction, expected_corr, what="correction")
     assert_close(m, x.amax(dim=-1), what="running max")
@@ -423,6 +464,7 @@ def test_online_update_rejects_mismatched_shapes():
 
 
 # ---- memory --------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("with_backward", [False, True], ids=["forward", "forward+backward"])
 def test_tiled_memory_stays_far_below_the_score_matrix(with_backward):
@@ -444,7 +486,9 @@ def test_tiled_memory_stays_far_below_the_score_matrix(with_backward):
     naive_mib = cost.peak_memory_mib(naive)
     tiled_mib = min(cost.peak_memory_mib(tiled) for _ in range(2))
     # the backward of the naive version holds P, dP and dS at once
-    assert naive_mib >= (2 if with_backward else 1) * score_mib, f"measurement sees the naive (T, S) matrices: {naive_mib:.1f} MiB"
+    assert naive_mib >= (2 if with_backward else 1) * score_mib, (
+        f"measurement sees the naive (T, S) matrices: {naive_mib:.1f} MiB"
+    )
     assert tiled_mib < score_mib / 4, f"tiled used {tiled_mib:.1f} MiB vs {score_mib:.0f} MiB for one (T, S)"
 
 
@@ -452,8 +496,11 @@ def test_tiled_memory_stays_far_below_the_score_matrix(with_backward):
 @pytest.mark.parametrize("lead", [(), (1, 1), (4, 8), (16, 16)])
 def test_default_tiles_work_for_any_number_of_heads(lead, causal):
     q, k, v = make_qkv(lead, 70, 1100, 4, 4, dtype=torch.float32, seed=len(lead))
-    assert_close(tiled_attention(q, k, v, causal=causal), torch_reference(q, k, v, causal).float(),
-                 what=f"lead={lead} causal={causal}")
+    assert_close(
+        tiled_attention(q, k, v, causal=causal),
+        torch_reference(q, k, v, causal).float(),
+        what=f"lead={lead} causal={causal}",
+    )
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -463,11 +510,15 @@ def test_default_tiles_with_ragged_edges(causal):
     q, k, v = make_qkv((1, 8), 600, 459, 16, 16, dtype=torch.float32, seed=21)
     block_q, block_k = tiling.blocks_from(None, q, k, v, causal)
     assert 600 % block_q and 459 % block_k
-    assert_close(tiled_attention(q, k, v, causal=causal), torch_reference(q, k, v, causal).float(),
-                 what=f"default tiles causal={causal}")
+    assert_close(
+        tiled_attention(q, k, v, causal=causal),
+        torch_reference(q, k, v, causal).float(),
+        what=f"default tiles causal={causal}",
+    )
 
 
 # ---- the worker pool: one intra-op thread per worker, work items shared out ------------------------
+
 
 @pytest.fixture
 def pool(monkeypatch):

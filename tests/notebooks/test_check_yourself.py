@@ -1,4 +1,4 @@
-""""Check yourself" cells ask for a prediction before showing an answer, and still run top to bottom."""
+""" "Check yourself" cells ask for a prediction before showing an answer, and still run top to bottom."""
 
 from __future__ import annotations
 

@@ -17,8 +17,9 @@ from mha_course.grading import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 # From the files, not the registry: an exercise module that fails to import fails here, not vanishes.
-NOTEBOOKS = sorted(p.relative_to(ROOT) for folder in ("solutions", "exercises")
-                   for p in (ROOT / folder).glob("*.ipynb"))
+NOTEBOOKS = sorted(
+    p.relative_to(ROOT) for folder in ("solutions", "exercises") for p in (ROOT / folder).glob("*.ipynb")
+)
 
 # "(15 points)", "(1 point)", "(10 points + 1 bonus)"
 POINTS = re.compile(r"\((\d+) points?\b(?:\s*\+\s*(\d+) bonus)?[^)]*\)")
@@ -61,8 +62,9 @@ def test_each_exercise_heading_states_the_graders_points(path):
         assert heading is not None, f"no check({exercise.key!r}, ...) cell in {assignment.notebook}"
         stated = _heading_points(heading)
         if stated != exercise.max_points:
-            wrong.append(f"{heading!r} states {stated} points; the grader gives {exercise.key!r} "
-                         f"{exercise.max_points:g}")
+            wrong.append(
+                f"{heading!r} states {stated} points; the grader gives {exercise.key!r} {exercise.max_points:g}"
+            )
     assert wrong == [], "\n".join(wrong)
     # no stale heading with points that no exercise owns, and the headings add up to the total
     owned = {owner[e.key] for e in assignment.exercises}

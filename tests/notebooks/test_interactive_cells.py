@@ -59,8 +59,10 @@ def _problem(source: str) -> str | None:
             return None
         if _name(last.value) == "display" and calls[0] in ast.walk(last.value):
             return None
-    return (f"the cell must end with the {_name(calls[0])}(...) call itself, so that Jupyter shows "
-            f"the widget; it ends with: {ast.get_source_segment(source, last) or ast.dump(last)}")
+    return (
+        f"the cell must end with the {_name(calls[0])}(...) call itself, so that Jupyter shows "
+        f"the widget; it ends with: {ast.get_source_segment(source, last) or ast.dump(last)}"
+    )
 
 
 def test_notebooks_do_make_widgets():
@@ -69,8 +71,9 @@ def test_notebooks_do_make_widgets():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[str(p.relative_to(ROOT)) for p in NOTEBOOKS])
 def test_each_interactive_cell_ends_with_its_widget(path):
-    problems = [f"cell {i}: {problem}" for i, source in interactive_cells(path)
-                if (problem := _problem(source)) is not None]
+    problems = [
+        f"cell {i}: {problem}" for i, source in interactive_cells(path) if (problem := _problem(source)) is not None
+    ]
     assert problems == [], "\n".join(problems)
 
 

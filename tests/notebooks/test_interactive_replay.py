@@ -50,8 +50,11 @@ _fallback
 """
 
 ROOT = Path(__file__).resolve().parents[2]
-WITH_WIDGETS = sorted(p for p in [*(ROOT / "notebooks").glob("*.ipynb"), *(ROOT / "solutions").glob("*.ipynb")]
-                      if "interactive(" in p.read_text() or "head_picker(" in p.read_text())
+WITH_WIDGETS = sorted(
+    p
+    for p in [*(ROOT / "notebooks").glob("*.ipynb"), *(ROOT / "solutions").glob("*.ipynb")]
+    if "interactive(" in p.read_text() or "head_picker(" in p.read_text()
+)
 
 
 def _last_statement(source: str) -> str:
@@ -110,13 +113,18 @@ def test_every_slider_works_after_the_notebook_has_run(path):
             _, shown = run(source, f"code cell {index}")
             if index in with_widget:
                 assert WIDGET in shown, f"code cell {index} makes a widget but does not show it:\n{source}"
-                printed, shown = run(WITHOUT_WIDGETS.format(call=_last_statement(source)),
-                                     f"code cell {index}'s widget call without ipywidgets")
+                printed, shown = run(
+                    WITHOUT_WIDGETS.format(call=_last_statement(source)),
+                    f"code cell {index}'s widget call without ipywidgets",
+                )
                 text = [line for line in printed.splitlines() if line.strip() and NO_WIDGETS_NOTE not in line]
-                assert WIDGET not in shown and ("image/png" in shown or text), \
+                assert WIDGET not in shown and ("image/png" in shown or text), (
                     f"code cell {index} shows nothing without ipywidgets:\n{source}"
-        printed, _ = run("from mha_course.viz import replay_interactive\nprint('replayed', replay_interactive(), 'calls')",
-                         "the replay")
+                )
+        printed, _ = run(
+            "from mha_course.viz import replay_interactive\nprint('replayed', replay_interactive(), 'calls')",
+            "the replay",
+        )
         assert "replayed" in printed, printed
     finally:
         client.stop_channels()

@@ -15,24 +15,44 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-LEFTOVERS = re.compile("|".join([
-    r"\bseed (?:notes?|material)\b",         # the material the course was written from
-    r"\bseed's\b",                           # "the seed's claim / sentence / module"
-    r"\bthe seed (?:of|is|are|was)\b",       # "the seed of FlashAttention", "oddities of the seed are"
-    r"\bissues?\b", r"\bsessions?\b",        # how the work was organised
-    r"\bTODO\b", r"\bFIXME\b", r"\bXXX\b", r"\bTBD\b", r"\blorem ipsum\b",
-    r"\bcommission(?:ed|ing)\b",
-]), re.IGNORECASE)
+LEFTOVERS = re.compile(
+    "|".join(
+        [
+            r"\bseed (?:notes?|material)\b",  # the material the course was written from
+            r"\bseed's\b",  # "the seed's claim / sentence / module"
+            r"\bthe seed (?:of|is|are|was)\b",  # "the seed of FlashAttention", "oddities of the seed are"
+            r"\bissues?\b",
+            r"\bsessions?\b",  # how the work was organised
+            r"\bTODO\b",
+            r"\bFIXME\b",
+            r"\bXXX\b",
+            r"\bTBD\b",
+            r"\blorem ipsum\b",
+            r"\bcommission(?:ed|ing)\b",
+        ]
+    ),
+    re.IGNORECASE,
+)
 CLASS_NAMES = re.compile(r"\bSeed[A-Z]\w*")  # SeedMultiHeadAttention; case-sensitive, so "seeded" is fine
 
 NOTEBOOKS = sorted(p for folder in ("notebooks", "solutions", "exercises") for p in (ROOT / folder).glob("*.ipynb"))
-TEXTS = sorted([ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "benchmarks").glob("*.md"),
-                *(ROOT / "mha_course").glob("*.py")])  # the library modules, each meant to be read
+TEXTS = sorted(
+    [
+        ROOT / "README.md",
+        *(ROOT / "docs").glob("*.md"),
+        *(ROOT / "benchmarks").glob("*.md"),
+        *(ROOT / "mha_course").glob("*.py"),
+    ]
+)  # the library modules, each meant to be read
 
 
 def _hits(text: str) -> list[str]:
-    return [f"{match[0]!r} in: {line.strip()[:120]}" for line in text.splitlines()
-            for pattern in (LEFTOVERS, CLASS_NAMES) for match in pattern.finditer(line)]
+    return [
+        f"{match[0]!r} in: {line.strip()[:120]}"
+        for line in text.splitlines()
+        for pattern in (LEFTOVERS, CLASS_NAMES)
+        for match in pattern.finditer(line)
+    ]
 
 
 def _ids(paths):
@@ -55,9 +75,11 @@ def test_no_leftover_words_in_a_text_or_library_file(path):
 def test_no_leftover_words_in_what_the_self_check_shows():
     from mha_course.grading import registry
 
-    shown = [(a.key, text) for a in registry.assignments()
-             for text in [a.title, *(e.title for e in a.exercises),
-                          *(c.name for e in a.exercises for c in e.cases)]]
+    shown = [
+        (a.key, text)
+        for a in registry.assignments()
+        for text in [a.title, *(e.title for e in a.exercises), *(c.name for e in a.exercises for c in e.cases)]
+    ]
     # the hints and errors a learner sees are string literals in the exercise modules
     shown += [(path.stem, path.read_text()) for path in (ROOT / "mha_course" / "grading" / "exercises").glob("*.py")]
     hits = [f"{key}: {hit}" for key, text in shown for hit in _hits(text)]
@@ -65,11 +87,26 @@ def test_no_leftover_words_in_what_the_self_check_shows():
 
 
 def test_the_patterns_catch_leftovers_and_spare_random_seeds():
-    for leftover in ["The seed notes warn", "the seed's sentence", "the seed of FlashAttention",
-                     "class SeedMultiHeadAttention", "as the issue asks", "in the same session",
-                     "# TODO: fix", "FIXME", "the course's seed material"]:
+    for leftover in [
+        "The seed notes warn",
+        "the seed's sentence",
+        "the seed of FlashAttention",
+        "class SeedMultiHeadAttention",
+        "as the issue asks",
+        "in the same session",
+        "# TODO: fix",
+        "FIXME",
+        "the course's seed material",
+    ]:
         assert _hits(leftover), leftover
-    for fine in ["torch.manual_seed(0)", "five seeds and four head sizes", "for every seed",
-                 "change the seed to see how much it varies", "the same seed gives the same batches",
-                 "it is seeded", "seed_everything(1)", "--seed N reproduces a run"]:
+    for fine in [
+        "torch.manual_seed(0)",
+        "five seeds and four head sizes",
+        "for every seed",
+        "change the seed to see how much it varies",
+        "the same seed gives the same batches",
+        "it is seeded",
+        "seed_everything(1)",
+        "--seed N reproduces a run",
+    ]:
         assert _hits(fine) == [], fine

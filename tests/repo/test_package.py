@@ -29,8 +29,15 @@ def test_import_is_light():
 
 
 def test_shape_legend_is_documented_once_in_the_package():
-    for letter in ("B  batch", "H  number of heads", "T  query length", "S  key/value length", "D  per-head",
-                   "E  model dimension", "Dv value dimension"):
+    for letter in (
+        "B  batch",
+        "H  number of heads",
+        "T  query length",
+        "S  key/value length",
+        "D  per-head",
+        "E  model dimension",
+        "Dv value dimension",
+    ):
         assert letter in mha_course.__doc__
 
 
@@ -39,9 +46,11 @@ def test_import_chooses_the_triton_interpreter_without_a_gpu_and_respects_the_en
 
     code = "import os, mha_course, torch; print(os.environ.get('TRITON_INTERPRET'), torch.cuda.is_available())"
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    value, cuda = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                                 env=env).stdout.split()
+    value, cuda = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout.split()
     assert value == ("None" if cuda == "True" else "1")
-    value, _ = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                              env={**env, "TRITON_INTERPRET": "0"}).stdout.split()
+    value, _ = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env={**env, "TRITON_INTERPRET": "0"}
+    ).stdout.split()
     assert value == "0"

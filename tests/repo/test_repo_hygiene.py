@@ -82,6 +82,9 @@ def test_nothing_reads_the_commissioning_material():
     for path in ROOT.rglob("*"):
         if any(part in {".venv", ".git", "__pycache__", ".pytest_cache", ".hypothesis"} for part in path.parts):
             continue
-        if path.is_file() and path.suffix in {".py", ".ipynb", ".md", ".txt", ".toml", ".cfg"} \
-                and path != Path(__file__).resolve():
+        if (
+            path.is_file()
+            and path.suffix in {".py", ".ipynb", ".md", ".txt", ".toml", ".cfg"}
+            and path != Path(__file__).resolve()
+        ):
             assert not pattern.search(path.read_text(errors="ignore")), f"{path} refers to ../shared"

@@ -57,9 +57,11 @@ def cross_attention(target, inputs):
         return to_numpy_pair(target(decoder_states, memory, lengths, module))
 
 
-REFUSED = ("without_head must compute the output from mha's q_proj, k_proj, v_proj and out_proj itself: "
-           "calling a MultiHeadAttention (mha(...), its forward, or head_gate with it) is not allowed in this "
-           "exercise (0 points for this case)")
+REFUSED = (
+    "without_head must compute the output from mha's q_proj, k_proj, v_proj and out_proj itself: "
+    "calling a MultiHeadAttention (mha(...), its forward, or head_gate with it) is not allowed in this "
+    "exercise (0 points for this case)"
+)
 
 
 @contextlib.contextmanager

@@ -35,8 +35,9 @@ def kv_decode_sequence(target, inputs):
     k_cache, v_cache = k[:, :, :0].clone(), v[:, :, :0].clone()  # (B, G, 0, D): empty
     outs = []
     for t in range(N):
-        out, k_cache, v_cache = _unpack_step(target(q[:, :, t:t + 1], k[:, :, t:t + 1], v[:, :, t:t + 1],
-                                                    k_cache, v_cache))
+        out, k_cache, v_cache = _unpack_step(
+            target(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], k_cache, v_cache)
+        )
         outs.append(to_numpy(out, f"out of step {t}"))
     shapes = {o.shape for o in outs}
     if len(shapes) != 1:

@@ -13,7 +13,7 @@ def online_softmax_update(target, inputs):
     m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
     l = torch.zeros(x.shape[:-1], dtype=x.dtype)
     for j0 in range(0, x.shape[-1], inputs["block"]):
-        result = target(m, l, x[..., j0:j0 + inputs["block"]])
+        result = target(m, l, x[..., j0 : j0 + inputs["block"]])
         if not isinstance(result, (tuple, list)) or len(result) < 2:
             raise TypeError(f"online_softmax_update must return (m_new, l_new), got {type(result).__name__}")
         m, l = result[0], result[1]

@@ -22,8 +22,10 @@ def _kernel(target, name):
     kernel = getattr(function, "__globals__", {}).get(name)
     # exactly triton's own kernel types: a look-alike class (or a subclass overriding the launch) is refused
     if type(kernel) not in (JITFunction, InterpretedFunction) or not callable(getattr(kernel, "fn", None)):
-        raise NameError(f"no @triton.jit kernel named {name!r} next to {getattr(function, '__name__', target)!r}: "
-                        f"keep the notebook's kernel name and its @triton.jit decorator")
+        raise NameError(
+            f"no @triton.jit kernel named {name!r} next to {getattr(function, '__name__', target)!r}: "
+            f"keep the notebook's kernel name and its @triton.jit decorator"
+        )
     return kernel
 
 
@@ -58,6 +60,7 @@ def attention_kernel(target, inputs):
     T, D = q.shape
     out = torch.empty_like(q)
     block_m = block_n = 16
-    kernel[(triton.cdiv(T, block_m),)](q, k, v, out, T, k.shape[0], math.log2(math.e) / math.sqrt(D),
-                                       D=D, BLOCK_M=block_m, BLOCK_N=block_n)
+    kernel[(triton.cdiv(T, block_m),)](
+        q, k, v, out, T, k.shape[0], math.log2(math.e) / math.sqrt(D), D=D, BLOCK_M=block_m, BLOCK_N=block_n
+    )
     return to_numpy(out)

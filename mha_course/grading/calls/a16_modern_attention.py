@@ -44,7 +44,7 @@ def rotated_scores(target, inputs):
     cos, sin = angle.cos(), angle.sin()
 
     def rope_half(y):
-        a, b = y[:, : D // 2], y[:, D // 2:]
+        a, b = y[:, : D // 2], y[:, D // 2 :]
         return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
 
     return to_numpy(rope_half(q) @ rope_half(k).T)

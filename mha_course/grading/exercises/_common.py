@@ -64,25 +64,46 @@ def attention_alternatives(inputs, mask=None):
         ]
     else:
         weights_alts += [
-            (w(scale=1.0 / math.sqrt(D)), f"the scale argument ({given}) is ignored: use it instead of 1/sqrt(D)"
-             + (" (`scale or default` treats 0 as missing: test `scale is None`)" if given == 0 else "")),
+            (
+                w(scale=1.0 / math.sqrt(D)),
+                f"the scale argument ({given}) is ignored: use it instead of 1/sqrt(D)"
+                + (" (`scale or default` treats 0 as missing: test `scale is None`)" if given == 0 else ""),
+            ),
             (w(scale=given / math.sqrt(D)), "you applied both scale and 1/sqrt(D); scale replaces the default"),
         ]
         if given:
-            weights_alts.append((w(scale=1.0 / given), f"you divided by scale={given}; the scores are MULTIPLIED by "
-                                                       "scale"))
+            weights_alts.append(
+                (w(scale=1.0 / given), f"you divided by scale={given}; the scores are MULTIPLIED by scale")
+            )
     if T > 1:
-        weights_alts.append((w(softmax_axis=-2), "softmax over the queries (axis -2): each query's row over the "
-                             "keys must sum to 1, so use the last axis"))
+        weights_alts.append(
+            (
+                w(softmax_axis=-2),
+                "softmax over the queries (axis -2): each query's row over the "
+                "keys must sum to 1, so use the last axis",
+            )
+        )
     if T == S:
-        weights_alts.append((lambda: np.swapaxes(np_attention(q, k, v, right, mask)[1], -1, -2),
-                             "the weights are transposed: weights[i, j] is how much query i attends to key j"))
-    weights_alts += [(w(mask_mode="ignore"), "the mask is ignored"),
-                     (w(mask_mode="invert"), "the mask is inverted: True means MAY attend"),
-                     (w(mask_mode="after"), "the mask is applied after softmax: block the scores (with -inf) "
-                      "before softmax so each row still sums to 1"),
-                     (w(mask_mode="multiply"), "the float mask is multiplied; a float mask is ADDED to the scores")] \
-        if mask is not None else []
+        weights_alts.append(
+            (
+                lambda: np.swapaxes(np_attention(q, k, v, right, mask)[1], -1, -2),
+                "the weights are transposed: weights[i, j] is how much query i attends to key j",
+            )
+        )
+    weights_alts += (
+        [
+            (w(mask_mode="ignore"), "the mask is ignored"),
+            (w(mask_mode="invert"), "the mask is inverted: True means MAY attend"),
+            (
+                w(mask_mode="after"),
+                "the mask is applied after softmax: block the scores (with -inf) "
+                "before softmax so each row still sums to 1",
+            ),
+            (w(mask_mode="multiply"), "the float mask is multiplied; a float mask is ADDED to the scores"),
+        ]
+        if mask is not None
+        else []
+    )
     out_alts = []
     if D == Dv:
         out_alts.append((o(value=k), "you used the keys as values: out = weights @ v"))

@@ -97,41 +97,74 @@ def without_alternatives(inputs, heads):
 
     knobs = [
         (dict(zero="none"), "this is the full output: head h is still on"),
-        (dict(zero="feature"), "you zeroed one feature (h .. h+1) of the concatenated heads; head h owns the D "
-         "features h*D .. (h+1)*D - 1"),
-        (dict(zero="token"), "you zeroed row h (a token) of the concatenated (B, T, E) heads; head h is the "
-         "features h*D .. (h+1)*D - 1 of every token (the last axis)"),
-        (dict(out_bias=False), "out_proj's bias b_O is missing (subtracting out_proj(head h alone) also subtracts "
-         "b_O): out = sum over the other heads of head_g W_O^g, plus b_O once"),
-        (dict(zero="after"), "you zeroed head h's features of the output, after out_proj; W_O mixes every head into "
-         "every output feature, so zero the head before out_proj"),
-        (dict(zero="uniform"), "head h still contributes: with its queries or keys zeroed it attends uniformly "
-         "(softmax of equal scores), it is not switched off; zero the head's output"),
-        (dict(zero="v_bias"), "head h still outputs its value bias b_V: zeroing v_proj's weights leaves the bias; "
-         "zero the head's output (after attention) instead"),
+        (
+            dict(zero="feature"),
+            "you zeroed one feature (h .. h+1) of the concatenated heads; head h owns the D "
+            "features h*D .. (h+1)*D - 1",
+        ),
+        (
+            dict(zero="token"),
+            "you zeroed row h (a token) of the concatenated (B, T, E) heads; head h is the "
+            "features h*D .. (h+1)*D - 1 of every token (the last axis)",
+        ),
+        (
+            dict(out_bias=False),
+            "out_proj's bias b_O is missing (subtracting out_proj(head h alone) also subtracts "
+            "b_O): out = sum over the other heads of head_g W_O^g, plus b_O once",
+        ),
+        (
+            dict(zero="after"),
+            "you zeroed head h's features of the output, after out_proj; W_O mixes every head into "
+            "every output feature, so zero the head before out_proj",
+        ),
+        (
+            dict(zero="uniform"),
+            "head h still contributes: with its queries or keys zeroed it attends uniformly "
+            "(softmax of equal scores), it is not switched off; zero the head's output",
+        ),
+        (
+            dict(zero="v_bias"),
+            "head h still outputs its value bias b_V: zeroing v_proj's weights leaves the bias; "
+            "zero the head's output (after attention) instead",
+        ),
         (dict(zero="keep_only"), "you kept only head h and switched the others off; switch off head h alone"),
         (dict(out_proj=False), "out_proj (W_O) is not applied after merging the heads"),
-        (dict(split="no_transpose", merge="no_transpose"), "view(B, H, T, D) without a transpose mixes tokens into "
-         "heads: view(B, T, H, D).transpose(1, 2), and transpose back before merging"),
-        (dict(split="no_transpose"), "split without transpose: view(B, H, T, D) mixes tokens into heads; "
-         "view(B, T, H, D).transpose(1, 2)"),
-        (dict(merge="no_transpose"), "merge without transpose: transpose(1, 2) back to (B, T, H, D) before "
-         "reshaping to (B, T, E)"),
-        (dict(scale=1.0 / math.sqrt(E)), "the scores are scaled by 1/sqrt(E); each head works in D = E / H "
-         "dimensions, so scale by 1/sqrt(D)"),
+        (
+            dict(split="no_transpose", merge="no_transpose"),
+            "view(B, H, T, D) without a transpose mixes tokens into "
+            "heads: view(B, T, H, D).transpose(1, 2), and transpose back before merging",
+        ),
+        (
+            dict(split="no_transpose"),
+            "split without transpose: view(B, H, T, D) mixes tokens into heads; view(B, T, H, D).transpose(1, 2)",
+        ),
+        (
+            dict(merge="no_transpose"),
+            "merge without transpose: transpose(1, 2) back to (B, T, H, D) before reshaping to (B, T, E)",
+        ),
+        (
+            dict(scale=1.0 / math.sqrt(E)),
+            "the scores are scaled by 1/sqrt(E); each head works in D = E / H dimensions, so scale by 1/sqrt(D)",
+        ),
     ]
     found = [(alt(**kw), hint) for kw, hint in knobs]
     if H > 1:
-        found += [(alt(shift=1), "you switched off head h + 1: heads count from 0"),
-                  (alt(shift=-1), "you switched off head h - 1: heads count from 0")]
+        found += [
+            (alt(shift=1), "you switched off head h + 1: heads count from 0"),
+            (alt(shift=-1), "you switched off head h - 1: heads count from 0"),
+        ]
     return found
 
 
 def diagnose_without(got, expected, inputs, check_dtype=False):
-    return hints.compare(got, expected, "output", "[B, T, E]",
-                         alternatives=[(lambda a=a: a()[0], hint) for a, hint in
-                                       without_alternatives(inputs, [inputs["head"]])],
-                         check_dtype=check_dtype)
+    return hints.compare(
+        got,
+        expected,
+        "output",
+        "[B, T, E]",
+        alternatives=[(lambda a=a: a()[0], hint) for a, hint in without_alternatives(inputs, [inputs["head"]])],
+        check_dtype=check_dtype,
+    )
 
 
 def diagnose_without_dtype(got, expected, inputs):
@@ -139,8 +172,9 @@ def diagnose_without_dtype(got, expected, inputs):
 
 
 def diagnose_every_head(got, expected, inputs):
-    hint = hints.compare(got, expected, "outputs", "[H, B, T, E]",
-                         alternatives=without_alternatives(inputs, list(range(inputs["H"]))))
+    hint = hints.compare(
+        got, expected, "outputs", "[H, B, T, E]", alternatives=without_alternatives(inputs, list(range(inputs["H"])))
+    )
     return None if hint is None else hint + " (the outputs of without_head for h = 0 .. H-1, stacked)"
 
 

@@ -41,11 +41,20 @@ def _diagnose_dot(got, expected, inputs):
     a, b = inputs["a"], inputs["b"]
     if arr.shape == a.shape and hints.close(arr, a * b):
         return "you returned the element-wise products a_i * b_i; the dot product is their sum (one number)"
-    return hints.compare(arr, expected, "dot product", "(a single number)", alternatives=[
-        (lambda: np.asarray(np.sum(a) * np.sum(b)), "you multiplied the sums; multiply element-wise first, then sum"),
-        (lambda: np.asarray(np.linalg.norm(a) * np.linalg.norm(b)), "that is |a| |b|, the product of the lengths"),
-        (lambda: np.asarray(np.linalg.norm(a - b)), "that is the distance |a - b|, not the dot product"),
-    ])
+    return hints.compare(
+        arr,
+        expected,
+        "dot product",
+        "(a single number)",
+        alternatives=[
+            (
+                lambda: np.asarray(np.sum(a) * np.sum(b)),
+                "you multiplied the sums; multiply element-wise first, then sum",
+            ),
+            (lambda: np.asarray(np.linalg.norm(a) * np.linalg.norm(b)), "that is |a| |b|, the product of the lengths"),
+            (lambda: np.asarray(np.linalg.norm(a - b)), "that is the distance |a - b|, not the dot product"),
+        ],
+    )
 
 
 DOT_PRODUCT = Exercise(
@@ -54,7 +63,14 @@ DOT_PRODUCT = Exercise(
     title="Dot product of two vectors",
     cases=(
         Case("a . b for two vectors of length 6", 2, _vectors(6, 0), calls.dot_product_np, _ref_dot, _diagnose_dot),
-        Case("orthogonal vectors give 0", 1, _vectors(5, 1, orthogonal=True), calls.dot_product_np, _ref_dot, _diagnose_dot),
+        Case(
+            "orthogonal vectors give 0",
+            1,
+            _vectors(5, 1, orthogonal=True),
+            calls.dot_product_np,
+            _ref_dot,
+            _diagnose_dot,
+        ),
         Case("long vectors (D = 128)", 1, _vectors(128, 2), calls.dot_product_np, _ref_dot, _diagnose_dot, hidden=True),
     ),
 )
@@ -86,9 +102,18 @@ _SCORES_LEGEND = "[..., T, S]"
 
 def _diagnose_scores(got, expected, inputs):
     q, k = inputs["q"], inputs["k"]
-    return hints.compare(got, expected, "scores", _SCORES_LEGEND, alternatives=[
-        (lambda: np.einsum("...sd,...td->...st", k, q), "you computed k q^T; scores[i, j] must be q_i . k_j (q k^T)"),
-    ])
+    return hints.compare(
+        got,
+        expected,
+        "scores",
+        _SCORES_LEGEND,
+        alternatives=[
+            (
+                lambda: np.einsum("...sd,...td->...st", k, q),
+                "you computed k q^T; scores[i, j] must be q_i . k_j (q k^T)",
+            ),
+        ],
+    )
 
 
 def _scale_alternatives(inputs):
@@ -110,8 +135,9 @@ def _diagnose_scaled(got, expected, inputs):
 
 
 def _diagnose_scaled_dtype(got, expected, inputs):
-    return hints.compare(got, expected, "scaled scores", _SCORES_LEGEND, alternatives=_scale_alternatives(inputs),
-                         check_dtype=True)
+    return hints.compare(
+        got, expected, "scaled scores", _SCORES_LEGEND, alternatives=_scale_alternatives(inputs), check_dtype=True
+    )
 
 
 _heat = hints.single_heatmaps("scores", value_name="score")
@@ -121,16 +147,50 @@ DOT_SCORES = Exercise(
     target="dot_scores_np",
     title="All query-key dot products at once",
     cases=(
-        Case("q (T=3, D=4), k (S=5, D=4) -> scores (3, 5)", 2, _qk((), 3, 5, 4, 10), calls.scores_np, _ref_scores,
-             _diagnose_scores, visualize=_heat),
-        Case("scores[i, j] = q_i . k_j (T = S = 4)", 1, _qk((), 4, 4, 3, 11), calls.scores_np, _ref_scores,
-             _diagnose_scores, visualize=_heat),
-        Case("leading batch dim: (B, T, D) x (B, S, D) -> (B, T, S)", 2, _qk((2,), 3, 5, 4, 12), calls.scores_np,
-             _ref_scores, _diagnose_scores),
-        Case("two leading dims (B, H, T, D)", 1, _qk((2, 3), 4, 6, 5, 13), calls.scores_np, _ref_scores,
-             _diagnose_scores, hidden=True),
-        Case("a single query (T = 1)", 1, _qk((), 1, 7, 8, 14), calls.scores_np, _ref_scores, _diagnose_scores,
-             hidden=True),
+        Case(
+            "q (T=3, D=4), k (S=5, D=4) -> scores (3, 5)",
+            2,
+            _qk((), 3, 5, 4, 10),
+            calls.scores_np,
+            _ref_scores,
+            _diagnose_scores,
+            visualize=_heat,
+        ),
+        Case(
+            "scores[i, j] = q_i . k_j (T = S = 4)",
+            1,
+            _qk((), 4, 4, 3, 11),
+            calls.scores_np,
+            _ref_scores,
+            _diagnose_scores,
+            visualize=_heat,
+        ),
+        Case(
+            "leading batch dim: (B, T, D) x (B, S, D) -> (B, T, S)",
+            2,
+            _qk((2,), 3, 5, 4, 12),
+            calls.scores_np,
+            _ref_scores,
+            _diagnose_scores,
+        ),
+        Case(
+            "two leading dims (B, H, T, D)",
+            1,
+            _qk((2, 3), 4, 6, 5, 13),
+            calls.scores_np,
+            _ref_scores,
+            _diagnose_scores,
+            hidden=True,
+        ),
+        Case(
+            "a single query (T = 1)",
+            1,
+            _qk((), 1, 7, 8, 14),
+            calls.scores_np,
+            _ref_scores,
+            _diagnose_scores,
+            hidden=True,
+        ),
     ),
 )
 
@@ -139,15 +199,42 @@ SCALED_SCORES = Exercise(
     target="scaled_dot_scores_np",
     title="Scaled scores: q k^T / sqrt(D)",
     cases=(
-        Case("scaled by 1/sqrt(D) (T=3, S=5, D=16)", 2, _qk((), 3, 5, 16, 20), calls.scores_np, _ref_scaled,
-             _diagnose_scaled, visualize=_heat),
+        Case(
+            "scaled by 1/sqrt(D) (T=3, S=5, D=16)",
+            2,
+            _qk((), 3, 5, 16, 20),
+            calls.scores_np,
+            _ref_scaled,
+            _diagnose_scaled,
+            visualize=_heat,
+        ),
         Case("leading batch dim (B, T, D)", 1, _qk((2,), 4, 6, 9, 21), calls.scores_np, _ref_scaled, _diagnose_scaled),
-        Case("float32 in, float32 out", 1, _qk((), 3, 5, 16, 22, np.float32), calls.scores_np, _ref_scaled,
-             _diagnose_scaled_dtype),
-        Case("another D (D = 9, T = S = 7)", 1, _qk((), 7, 7, 9, 23), calls.scores_np, _ref_scaled, _diagnose_scaled,
-             hidden=True),
-        Case("(B, H, T, D) with D = 25", 1, _qk((2, 2), 3, 4, 25, 24), calls.scores_np, _ref_scaled,
-             _diagnose_scaled, hidden=True),
+        Case(
+            "float32 in, float32 out",
+            1,
+            _qk((), 3, 5, 16, 22, np.float32),
+            calls.scores_np,
+            _ref_scaled,
+            _diagnose_scaled_dtype,
+        ),
+        Case(
+            "another D (D = 9, T = S = 7)",
+            1,
+            _qk((), 7, 7, 9, 23),
+            calls.scores_np,
+            _ref_scaled,
+            _diagnose_scaled,
+            hidden=True,
+        ),
+        Case(
+            "(B, H, T, D) with D = 25",
+            1,
+            _qk((2, 2), 3, 4, 25, 24),
+            calls.scores_np,
+            _ref_scaled,
+            _diagnose_scaled,
+            hidden=True,
+        ),
     ),
 )
 

@@ -74,17 +74,31 @@ def _alternatives(inputs):
     alts = []
     for other in range(x.ndim):
         if other != axis % x.ndim:
-            alts.append((lambda o=other: softmax_np(x, axis=o), f"softmax over axis {other}, expected axis {axis}: "
-                         "wrong axis (or the axis argument is ignored)"))
+            alts.append(
+                (
+                    lambda o=other: softmax_np(x, axis=o),
+                    f"softmax over axis {other}, expected axis {axis}: wrong axis (or the axis argument is ignored)",
+                )
+            )
     alts += [
         (lambda: np.exp(x), "exp without dividing by the sum: the rows must sum to 1"),
-        (lambda: _naive(x, None) if x.ndim > 1 else None, "you divided by the sum over the whole array; "
-         "divide each row by its own sum (sum(axis=..., keepdims=True))"),
-        *[(lambda guard=guard: _global_max(x, axis, guard),
-           "you subtracted the maximum of the whole array: a row much smaller than the largest one underflows "
-           "to 0/0; subtract each row's own maximum (max(axis=..., keepdims=True))") for guard in (False, True)],
-        (lambda: _no_keepdims(x, axis), "missing keepdims=True: the row maxima/sums were broadcast along the "
-         "wrong axis"),
+        (
+            lambda: _naive(x, None) if x.ndim > 1 else None,
+            "you divided by the sum over the whole array; "
+            "divide each row by its own sum (sum(axis=..., keepdims=True))",
+        ),
+        *[
+            (
+                lambda guard=guard: _global_max(x, axis, guard),
+                "you subtracted the maximum of the whole array: a row much smaller than the largest one underflows "
+                "to 0/0; subtract each row's own maximum (max(axis=..., keepdims=True))",
+            )
+            for guard in (False, True)
+        ],
+        (
+            lambda: _no_keepdims(x, axis),
+            "missing keepdims=True: the row maxima/sums were broadcast along the wrong axis",
+        ),
     ]
     return alts
 
@@ -114,8 +128,10 @@ def _diagnose(got, expected, inputs):
     x = inputs["x"]
     fully_masked = np.isneginf(x).all(axis=inputs["axis"], keepdims=True) & np.ones_like(x, dtype=bool)
     if fully_masked.any() and np.isnan(arr[fully_masked]).any():
-        return ("softmax: NaN for a row that is entirely -inf (every key masked); the course's convention is a row "
-                "of zeros: when the row maximum is -inf, shift by 0 instead, and divide by 1 where the sum is 0")
+        return (
+            "softmax: NaN for a row that is entirely -inf (every key masked); the course's convention is a row "
+            "of zeros: when the row maximum is -inf, shift by 0 instead, and divide by 1 where the sum is 0"
+        )
     hint = hints.compare(arr, exp, "softmax", alternatives=_alternatives(inputs))
     if hint and "values differ" in hint:
         return hints.rows_sum_hint(arr, inputs["axis"], "softmax") or hint
@@ -126,8 +142,12 @@ def _diagnose_dtype(got, expected, inputs):
     return _diagnose(got, expected, inputs) or hints.dtype_hint(np.asarray(got), np.asarray(expected), "softmax")
 
 
-_UNCHANGED = hints.unchanged_case(_reference, _diagnose, "your function changed its input x (an in-place operation "
-                                   "such as x -= ... or x.sub_()): work on a new array", ("x",))
+_UNCHANGED = hints.unchanged_case(
+    _reference,
+    _diagnose,
+    "your function changed its input x (an in-place operation such as x -= ... or x.sub_()): work on a new array",
+    ("x",),
+)
 
 
 # --- cases ----------------------------------------------------------------------------------------
@@ -138,48 +158,124 @@ _heat = hints.single_heatmaps("softmax", value_name="probability", axis_names=("
 def _cases(call, call_unchanged, torch_version: bool):
     f32, f16 = np.float32, np.float16
     cases = [
-        Case("rows of a (3, 5) matrix sum to 1 and match", 2, _random((3, 5), 0), call, _reference, _diagnose,
-             visualize=_heat),
-        Case("the axis argument is honoured (axis=0)", 1, _random((3, 5), 1, axis=0), call, _reference, _diagnose,
-             visualize=_heat),
-        Case("large logits (about 1000) give no NaN", 2, _fixed([[1000.0, 1001.0, 1002.0], [-3.0, 999.0, 1000.0]]),
-             call, _reference, _diagnose),
-        Case("very negative logits (about -1000) give no NaN", 1, _fixed([[-1000.0, -1001.0, -1002.0]]), call,
-             _reference, _diagnose),
-        Case("float32 in, float32 out (logits up to 100)", 1, _random((4, 6), 2, scale=30.0, shift=60.0, dtype=f32),
-             call, _reference, _diagnose_dtype),
+        Case(
+            "rows of a (3, 5) matrix sum to 1 and match",
+            2,
+            _random((3, 5), 0),
+            call,
+            _reference,
+            _diagnose,
+            visualize=_heat,
+        ),
+        Case(
+            "the axis argument is honoured (axis=0)",
+            1,
+            _random((3, 5), 1, axis=0),
+            call,
+            _reference,
+            _diagnose,
+            visualize=_heat,
+        ),
+        Case(
+            "large logits (about 1000) give no NaN",
+            2,
+            _fixed([[1000.0, 1001.0, 1002.0], [-3.0, 999.0, 1000.0]]),
+            call,
+            _reference,
+            _diagnose,
+        ),
+        Case(
+            "very negative logits (about -1000) give no NaN",
+            1,
+            _fixed([[-1000.0, -1001.0, -1002.0]]),
+            call,
+            _reference,
+            _diagnose,
+        ),
+        Case(
+            "float32 in, float32 out (logits up to 100)",
+            1,
+            _random((4, 6), 2, scale=30.0, shift=60.0, dtype=f32),
+            call,
+            _reference,
+            _diagnose_dtype,
+        ),
         Case("does not change its input", 1, _random((3, 4), 3), call_unchanged, *_UNCHANGED),
-        Case("a row of all -inf gives zeros (course convention)", 1, _with_neg_inf((3, 5), 4, fully_masked_row=1),
-             call, _reference, _diagnose),
+        Case(
+            "a row of all -inf gives zeros (course convention)",
+            1,
+            _with_neg_inf((3, 5), 4, fully_masked_row=1),
+            call,
+            _reference,
+            _diagnose,
+        ),
         # hidden: what a learner could overfit to
         Case("3-D input along axis 1", 1, _random((2, 3, 4), 5, axis=1), call, _reference, _diagnose, hidden=True),
         Case("square matrix (4, 4)", 1, _random((4, 4), 6, scale=3.0), call, _reference, _diagnose, hidden=True),
-        Case("rows of very different magnitude", 1, _fixed([[1000.0, 1001.0, 1003.0], [0.0, 1.0, 2.0]]), call,
-             _reference, _diagnose),
-        Case("-inf entries get zero weight", 1, _with_neg_inf((4, 6), 7, fully_masked_row=None), call, _reference,
-             _diagnose, hidden=True),
+        Case(
+            "rows of very different magnitude",
+            1,
+            _fixed([[1000.0, 1001.0, 1003.0], [0.0, 1.0, 2.0]]),
+            call,
+            _reference,
+            _diagnose,
+        ),
+        Case(
+            "-inf entries get zero weight",
+            1,
+            _with_neg_inf((4, 6), 7, fully_masked_row=None),
+            call,
+            _reference,
+            _diagnose,
+            hidden=True,
+        ),
         Case("a single vector (5,)", 1, _random((5,), 8, scale=2.0), call, _reference, _diagnose, hidden=True),
     ]
     if torch_version:
-        cases.insert(5, Case("float16 in, float16 out, no overflow (logits up to 15)", 1,
-                             _random((3, 8), 9, scale=3.0, shift=12.0, dtype=f16), call, _reference,
-                             _diagnose_dtype))
+        cases.insert(
+            5,
+            Case(
+                "float16 in, float16 out, no overflow (logits up to 15)",
+                1,
+                _random((3, 8), 9, scale=3.0, shift=12.0, dtype=f16),
+                call,
+                _reference,
+                _diagnose_dtype,
+            ),
+        )
     return tuple(cases)
 
 
 # torch's own softmax in every spelling (log_softmax(x).exp() and x - logsumexp(x) are the same shortcut)
-_TORCH_SHORTCUTS = ("torch.softmax", "torch.nn.functional.softmax", "torch.special.softmax", "torch.Tensor.softmax",
-                    "torch.log_softmax", "torch.nn.functional.log_softmax", "torch.special.log_softmax",
-                    "torch.Tensor.log_softmax", "torch.logsumexp", "torch.special.logsumexp", "torch.Tensor.logsumexp",
-                    "torch.nn.Softmax", "torch.nn.LogSoftmax")
+_TORCH_SHORTCUTS = (
+    "torch.softmax",
+    "torch.nn.functional.softmax",
+    "torch.special.softmax",
+    "torch.Tensor.softmax",
+    "torch.log_softmax",
+    "torch.nn.functional.log_softmax",
+    "torch.special.log_softmax",
+    "torch.Tensor.log_softmax",
+    "torch.logsumexp",
+    "torch.special.logsumexp",
+    "torch.Tensor.logsumexp",
+    "torch.nn.Softmax",
+    "torch.nn.LogSoftmax",
+)
 
 SOFTMAX_NP = Exercise(
     key="softmax_np",
     target="softmax_np",
     title="Stable softmax in NumPy",
     cases=_cases(calls.softmax_np, calls.softmax_np_unchanged, torch_version=False),
-    forbidden=("scipy.special.softmax", "scipy.special.log_softmax", "scipy.special.logsumexp",
-               "mha_course.softmax_np", "mha_course.softmax.softmax_np", *_TORCH_SHORTCUTS),
+    forbidden=(
+        "scipy.special.softmax",
+        "scipy.special.log_softmax",
+        "scipy.special.logsumexp",
+        "mha_course.softmax_np",
+        "mha_course.softmax.softmax_np",
+        *_TORCH_SHORTCUTS,
+    ),
 )
 
 SOFTMAX = Exercise(

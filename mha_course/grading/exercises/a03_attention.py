@@ -10,14 +10,12 @@ keys used as values, ...) to say which mistake was made.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .. import hints
 from ..calls import a03_attention as calls
-from ._common import attention_alternatives, np_attention  # noqa: F401 (np_attention: a03's too)
 from ..spec import Assignment, Case, Exercise
+from ._common import attention_alternatives, np_attention  # noqa: F401 (np_attention: a03's too)
 
 _OUT, _W = "[..., T, Dv]", "[..., T, S]"
 
@@ -59,12 +57,15 @@ def _diagnose(got, expected, inputs):
 
 
 def _diagnose_dtype(got, expected, inputs):
-    return hints.compare_pair(got, expected, legends=(_OUT, _W), alternatives=attention_alternatives(inputs)[::-1],
-                              check_dtype=True)
+    return hints.compare_pair(
+        got, expected, legends=(_OUT, _W), alternatives=attention_alternatives(inputs)[::-1], check_dtype=True
+    )
 
 
-_CHANGED = ("your function changed q, k or v in place (e.g. q *= scale or q /= ...): compute the scaled scores "
-            "into a new array instead")
+_CHANGED = (
+    "your function changed q, k or v in place (e.g. q *= scale or q /= ...): compute the scaled scores "
+    "into a new array instead"
+)
 
 
 _heat = hints.pair_heatmaps(1)
@@ -72,41 +73,91 @@ _heat = hints.pair_heatmaps(1)
 
 def _cases(call, call_unchanged, reference, torch_version):
     c = [
-        Case("shapes: out (T=3, Dv=6), weights (T=3, S=5)", 2, _qkv((), 3, 5, 4, 6, 0), call, reference, _diagnose,
-             visualize=_heat),
-        Case("weights = softmax(q k^T / sqrt(D)) (D = 16)", 2, _qkv((), 4, 6, 16, 3, 1), call, reference, _diagnose,
-             visualize=_heat),
+        Case(
+            "shapes: out (T=3, Dv=6), weights (T=3, S=5)",
+            2,
+            _qkv((), 3, 5, 4, 6, 0),
+            call,
+            reference,
+            _diagnose,
+            visualize=_heat,
+        ),
+        Case(
+            "weights = softmax(q k^T / sqrt(D)) (D = 16)",
+            2,
+            _qkv((), 4, 6, 16, 3, 1),
+            call,
+            reference,
+            _diagnose,
+            visualize=_heat,
+        ),
         Case("out = weights @ v (Dv = D, k != v)", 2, _qkv((), 4, 5, 8, 8, 2), call, reference, _diagnose),
         Case("leading batch dim (B, T, D)", 1, _qkv((2,), 3, 5, 4, 6, 3), call, reference, _diagnose),
-        Case("does not change q, k, v", 1, _qkv((2,), 3, 5, 4, 6, 4), call_unchanged,
-             *hints.unchanged_case(reference, _diagnose, _CHANGED, ("q", "k", "v"))),
+        Case(
+            "does not change q, k, v",
+            1,
+            _qkv((2,), 3, 5, 4, 6, 4),
+            call_unchanged,
+            *hints.unchanged_case(reference, _diagnose, _CHANGED, ("q", "k", "v")),
+        ),
     ]
     if torch_version:
         c += [
-            Case("scale argument is used (scale = 0.3)", 1, _qkv((2,), 3, 5, 4, 6, 5, scale=0.3), call, reference,
-                 _diagnose, visualize=_heat),
+            Case(
+                "scale argument is used (scale = 0.3)",
+                1,
+                _qkv((2,), 3, 5, 4, 6, 5, scale=0.3),
+                call,
+                reference,
+                _diagnose,
+                visualize=_heat,
+            ),
             Case("(B, H, T, D) inputs", 1, _qkv((2, 3), 4, 5, 8, 6, 6), call, reference, _diagnose),
-            Case("float32 in, float32 out", 1, _qkv((2,), 3, 5, 4, 6, 7, np.float32), call,
-                 reference, _diagnose_dtype),
+            Case("float32 in, float32 out", 1, _qkv((2,), 3, 5, 4, 6, 7, np.float32), call, reference, _diagnose_dtype),
         ]
     else:
-        c.append(Case("float32 in, float32 out", 1, _qkv((), 3, 5, 16, 6, 7, np.float32), call, reference,
-                      _diagnose_dtype))
+        c.append(
+            Case("float32 in, float32 out", 1, _qkv((), 3, 5, 16, 6, 7, np.float32), call, reference, _diagnose_dtype)
+        )
     c += [
-        Case("square case T = S (weights not transposed)", 1, _qkv((), 5, 5, 4, 6, 8), call, reference, _diagnose,
-             hidden=True),
-        Case("large scores (|q.k| ~ 1000): no NaN", 1, _qkv((), 3, 5, 4, 6, 9, magnitude=20.0), call, reference,
-             _diagnose, hidden=True),
-        Case("a single query (T = 1) and D = 9", 1, _qkv((), 1, 7, 9, 2, 10), call, reference, _diagnose,
-             hidden=True),
-        Case("(B, H, T, D) with other sizes", 1, _qkv((3, 2), 6, 2, 5, 7, 11), call, reference, _diagnose,
-             hidden=True),
+        Case(
+            "square case T = S (weights not transposed)",
+            1,
+            _qkv((), 5, 5, 4, 6, 8),
+            call,
+            reference,
+            _diagnose,
+            hidden=True,
+        ),
+        Case(
+            "large scores (|q.k| ~ 1000): no NaN",
+            1,
+            _qkv((), 3, 5, 4, 6, 9, magnitude=20.0),
+            call,
+            reference,
+            _diagnose,
+            hidden=True,
+        ),
+        Case("a single query (T = 1) and D = 9", 1, _qkv((), 1, 7, 9, 2, 10), call, reference, _diagnose, hidden=True),
+        Case("(B, H, T, D) with other sizes", 1, _qkv((3, 2), 6, 2, 5, 7, 11), call, reference, _diagnose, hidden=True),
     ]
     if torch_version:
-        c.append(Case("float64 in, float64 out", 1, _qkv((2,), 3, 5, 4, 6, 12), call, reference, _diagnose_dtype,
-                      hidden=True))
-        c.append(Case("scale = 0: every key gets the same weight", 1, _qkv((2,), 3, 5, 4, 6, 13, scale=0.0), call,
-                      reference, _diagnose, hidden=True))
+        c.append(
+            Case(
+                "float64 in, float64 out", 1, _qkv((2,), 3, 5, 4, 6, 12), call, reference, _diagnose_dtype, hidden=True
+            )
+        )
+        c.append(
+            Case(
+                "scale = 0: every key gets the same weight",
+                1,
+                _qkv((2,), 3, 5, 4, 6, 13, scale=0.0),
+                call,
+                reference,
+                _diagnose,
+                hidden=True,
+            )
+        )
     return tuple(c)
 
 
@@ -115,8 +166,12 @@ ATTENTION_NP = Exercise(
     target="attention_np",
     title="Scaled dot-product attention in NumPy",
     cases=_cases(calls.attention_np, calls.attention_np_unchanged, _ref_np, torch_version=False),
-    forbidden=("mha_course.scaled_dot_product_attention_np", "mha_course.attention.scaled_dot_product_attention_np",
-               "mha_course.scaled_dot_product_attention", "mha_course.attention.scaled_dot_product_attention"),
+    forbidden=(
+        "mha_course.scaled_dot_product_attention_np",
+        "mha_course.attention.scaled_dot_product_attention_np",
+        "mha_course.scaled_dot_product_attention",
+        "mha_course.attention.scaled_dot_product_attention",
+    ),
 )
 
 SDPA = Exercise(
@@ -124,8 +179,12 @@ SDPA = Exercise(
     target="scaled_dot_product_attention",
     title="Scaled dot-product attention in torch",
     cases=_cases(calls.sdpa, calls.sdpa_unchanged, _ref_torch, torch_version=True),
-    forbidden=("torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.multi_head_attention_forward",
-               "mha_course.scaled_dot_product_attention", "mha_course.attention.scaled_dot_product_attention"),
+    forbidden=(
+        "torch.nn.functional.scaled_dot_product_attention",
+        "torch.nn.functional.multi_head_attention_forward",
+        "mha_course.scaled_dot_product_attention",
+        "mha_course.attention.scaled_dot_product_attention",
+    ),
 )
 
 ASSIGNMENT = Assignment(

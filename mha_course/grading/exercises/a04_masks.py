@@ -37,14 +37,22 @@ def _diagnose_causal(got, expected, inputs):
     T = inputs["T"]
     S = T if inputs["S"] is None else inputs["S"]
     rows, cols = np.arange(T)[:, None], np.arange(S)[None, :]
-    return hints.compare(got, expected, "mask", "[T, S]", alternatives=[
-        (lambda: cols > rows, "True and False are swapped: True means MAY attend (query i sees keys j <= i)"),
-        (lambda: cols >= rows, "upper triangle: that lets each query see the future; keep j <= i (lower triangle)"),
-        (lambda: cols < rows, "off by one: query i must also see key i itself (the diagonal is allowed)"),
-        (lambda: cols <= rows + (S - T), "aligned bottom-right; the course aligns top-left like torch's is_causal: "
-         "query i sees keys j <= i"),
-        (lambda: np.ones((T, S), dtype=bool), "every entry is True: nothing is masked"),
-    ])
+    return hints.compare(
+        got,
+        expected,
+        "mask",
+        "[T, S]",
+        alternatives=[
+            (lambda: cols > rows, "True and False are swapped: True means MAY attend (query i sees keys j <= i)"),
+            (lambda: cols >= rows, "upper triangle: that lets each query see the future; keep j <= i (lower triangle)"),
+            (lambda: cols < rows, "off by one: query i must also see key i itself (the diagonal is allowed)"),
+            (
+                lambda: cols <= rows + (S - T),
+                "aligned bottom-right; the course aligns top-left like torch's is_causal: query i sees keys j <= i",
+            ),
+            (lambda: np.ones((T, S), dtype=bool), "every entry is True: nothing is masked"),
+        ],
+    )
 
 
 _mask_heat = hints.single_heatmaps("mask (True = may attend)", value_name="may attend")
@@ -54,10 +62,24 @@ CAUSAL = Exercise(
     target="causal_mask",
     title="Causal mask",
     cases=(
-        Case("T = 5: lower triangle with the diagonal, bool", 2, _sizes(5), calls.causal_mask, _ref_causal,
-             _diagnose_causal, visualize=_mask_heat),
-        Case("T = 3 queries, S = 5 keys (top-left aligned)", 1, _sizes(3, 5), calls.causal_mask, _ref_causal,
-             _diagnose_causal, visualize=_mask_heat),
+        Case(
+            "T = 5: lower triangle with the diagonal, bool",
+            2,
+            _sizes(5),
+            calls.causal_mask,
+            _ref_causal,
+            _diagnose_causal,
+            visualize=_mask_heat,
+        ),
+        Case(
+            "T = 3 queries, S = 5 keys (top-left aligned)",
+            1,
+            _sizes(3, 5),
+            calls.causal_mask,
+            _ref_causal,
+            _diagnose_causal,
+            visualize=_mask_heat,
+        ),
         Case("S defaults to T", 1, _sizes(4), calls.causal_mask, _ref_causal, _diagnose_causal),
         Case("T = 1", 1, _sizes(1), calls.causal_mask, _ref_causal, _diagnose_causal, hidden=True),
         Case("T = 6, S = 4", 1, _sizes(6, 4), calls.causal_mask, _ref_causal, _diagnose_causal, hidden=True),
@@ -91,16 +113,27 @@ def _diagnose_padding(got, expected, inputs):
         return hint
     B, S = len(inputs["lengths"]), inputs["S"]
     if arr.shape == (B, S):
-        return (f"mask: shape expected ({B}, 1, 1, {S}) [B, 1, 1, S], got ({B}, {S}): add the head and query axes "
-                "(mask[:, None, None, :]) so it broadcasts against scores (B, H, T, S)")
+        return (
+            f"mask: shape expected ({B}, 1, 1, {S}) [B, 1, 1, S], got ({B}, {S}): add the head and query axes "
+            "(mask[:, None, None, :]) so it broadcasts against scores (B, H, T, S)"
+        )
     if arr.shape == (B, 1, S, 1):
         return f"mask: shape ({B}, 1, {S}, 1) puts the keys on the query axis; expected ({B}, 1, 1, {S})"
     pos, lengths = np.arange(S)[None, :], inputs["lengths"][:, None]
-    return hints.compare(arr, expected, "mask", "[B, 1, 1, S]", alternatives=[
-        (lambda: (pos >= lengths)[:, None, None, :], "True and False are swapped: True marks a REAL token"),
-        (lambda: (pos <= lengths)[:, None, None, :], "off by one: a sequence of length L has real tokens 0 .. L-1"),
-        (lambda: (pos < lengths - 1)[:, None, None, :], "off by one: a sequence of length L has real tokens 0 .. L-1"),
-    ])
+    return hints.compare(
+        arr,
+        expected,
+        "mask",
+        "[B, 1, 1, S]",
+        alternatives=[
+            (lambda: (pos >= lengths)[:, None, None, :], "True and False are swapped: True marks a REAL token"),
+            (lambda: (pos <= lengths)[:, None, None, :], "off by one: a sequence of length L has real tokens 0 .. L-1"),
+            (
+                lambda: (pos < lengths - 1)[:, None, None, :],
+                "off by one: a sequence of length L has real tokens 0 .. L-1",
+            ),
+        ],
+    )
 
 
 PADDING = Exercise(
@@ -108,14 +141,33 @@ PADDING = Exercise(
     target="padding_mask",
     title="Padding mask",
     cases=(
-        Case("lengths [3, 5, 1], S = 5 -> (3, 1, 1, 5) bool", 2, _lengths([3, 5, 1], 5), calls.padding_mask, _ref_padding,
-             _diagnose_padding),
+        Case(
+            "lengths [3, 5, 1], S = 5 -> (3, 1, 1, 5) bool",
+            2,
+            _lengths([3, 5, 1], 5),
+            calls.padding_mask,
+            _ref_padding,
+            _diagnose_padding,
+        ),
         Case("length 0 and full length", 1, _lengths([0, 6], 6), calls.padding_mask, _ref_padding, _diagnose_padding),
-        Case("lengths given as a Python list", 1, _lengths([2, 4], 4, as_list=True), calls.padding_mask, _ref_padding,
-             _diagnose_padding),
+        Case(
+            "lengths given as a Python list",
+            1,
+            _lengths([2, 4], 4, as_list=True),
+            calls.padding_mask,
+            _ref_padding,
+            _diagnose_padding,
+        ),
         Case("B = 1, S = 7", 1, _lengths([4], 7), calls.padding_mask, _ref_padding, _diagnose_padding, hidden=True),
-        Case("four sequences, S = 3", 1, _lengths([3, 1, 2, 3], 3), calls.padding_mask, _ref_padding, _diagnose_padding,
-             hidden=True),
+        Case(
+            "four sequences, S = 3",
+            1,
+            _lengths([3, 1, 2, 3], 3),
+            calls.padding_mask,
+            _ref_padding,
+            _diagnose_padding,
+            hidden=True,
+        ),
     ),
 )
 
@@ -183,17 +235,24 @@ def _diagnose_masked(got, expected, inputs, check_dtype=False):
         if empty.any():
             rows = weights[empty]
             if np.isnan(rows).any():
-                return ("weights: NaN for a query whose keys are all masked; the course's convention is all-zero "
-                        "weights (and a zero output) there: make softmax return 0 for an all -inf row")
+                return (
+                    "weights: NaN for a query whose keys are all masked; the course's convention is all-zero "
+                    "weights (and a zero output) there: make softmax return 0 for an all -inf row"
+                )
             if np.abs(rows).sum() > 1e-3 and hints.close(weights[~empty], exp_w[~empty]):
-                return ("weights: a query whose keys are all masked must get all-zero weights (course convention); "
-                        "a finite fill such as -1e9 or finfo.min gives it a uniform row instead: fill with -inf")
+                return (
+                    "weights: a query whose keys are all masked must get all-zero weights (course convention); "
+                    "a finite fill such as -1e9 or finfo.min gives it a uniform row instead: fill with -inf"
+                )
     if mask is not None and mask.dtype != np.bool_ and weights.shape == exp_w.shape and np.isnan(weights).any():
-        return ("weights: NaN with a float mask: a float mask is ADDED to the scores (0 keeps, -inf blocks); "
-                "multiplying by -inf gives NaN")
+        return (
+            "weights: NaN with a float mask: a float mask is ADDED to the scores (0 keeps, -inf blocks); "
+            "multiplying by -inf gives NaN"
+        )
     alternatives = attention_alternatives(inputs, mask)[::-1]
-    hint = hints.compare_pair(got, expected, legends=("[..., T, Dv]", "[..., T, S]"), alternatives=alternatives,
-                              check_dtype=check_dtype)
+    hint = hints.compare_pair(
+        got, expected, legends=("[..., T, Dv]", "[..., T, S]"), alternatives=alternatives, check_dtype=check_dtype
+    )
     if hint and "values differ" in hint and mask is not None and weights.shape == exp_w.shape:
         allowed = np.broadcast_to(mask if mask.dtype == np.bool_ else np.isfinite(mask), exp_w.shape)
         hint = hints.mask_hint(weights, allowed) or hints.rows_sum_hint(weights) or hint
@@ -204,9 +263,12 @@ def _diagnose_masked_dtype(got, expected, inputs):
     return _diagnose_masked(got, expected, inputs, check_dtype=True)
 
 
-_UNCHANGED = hints.unchanged_case(_ref_masked, _diagnose_masked, "your function changed q, k, v or the mask in place "
-                                   "(masked_fill_, ~=, *=, ...): work on new tensors",
-                                   ("q", "k", "v", "mask"))
+_UNCHANGED = hints.unchanged_case(
+    _ref_masked,
+    _diagnose_masked,
+    "your function changed q, k, v or the mask in place (masked_fill_, ~=, *=, ...): work on new tensors",
+    ("q", "k", "v", "mask"),
+)
 
 
 _heat = hints.pair_heatmaps(1)
@@ -217,34 +279,117 @@ MASKED_SDPA = Exercise(
     target="scaled_dot_product_attention",
     title="Attention with a mask",
     cases=(
-        Case("no mask: plain attention", 1, _m((2,), 3, 5, 4, 6, 0, None), calls.masked_sdpa, _ref_masked,
-             _diagnose_masked),
-        Case("causal bool mask (T, T)", 2, _m((2,), 5, 5, 4, 6, 1, "causal"), calls.masked_sdpa, _ref_masked,
-             _diagnose_masked, visualize=_heat),
-        Case("padding mask (B, 1, 1, S) on (B, H, T, D)", 2, _m((2, 3), 4, 6, 4, 5, 2, "padding"), calls.masked_sdpa,
-             _ref_masked, _diagnose_masked, visualize=_heat),
-        Case("float mask is added to the scores", 1, _m((2,), 4, 6, 8, 3, 3, "float"), calls.masked_sdpa, _ref_masked,
-             _diagnose_masked, visualize=_heat),
-        Case("fully masked query: zero weights and zero output, no NaN", 1, _m((3, 2), 3, 4, 4, 5, 4, "padding"),
-             calls.masked_sdpa, _ref_masked, _diagnose_masked, visualize=_heat),
-        Case("float16 q, k, v with a causal mask (no -1e9 overflow)", 1,
-             _m((2,), 4, 4, 8, 4, 5, "causal", dtype=np.float16), calls.masked_sdpa, _ref_masked,
-             _diagnose_masked_dtype),
-        Case("does not change q, k, v or the mask", 1, _m((2,), 5, 5, 4, 6, 6, "causal"), calls.masked_sdpa_unchanged,
-             *_UNCHANGED),
-        Case("causal mask with more keys than queries (T = 3, S = 6)", 1, _m((2,), 3, 6, 4, 5, 7, "causal"),
-             calls.masked_sdpa, _ref_masked, _diagnose_masked, hidden=True),
-        Case("per-example (B, 1, T, S) bool mask", 1, _m((3, 2), 4, 5, 6, 3, 8, "random"), calls.masked_sdpa,
-             _ref_masked, _diagnose_masked, hidden=True),
-        Case("all-True mask equals no mask", 1, _m((2,), 4, 5, 4, 4, 9, "all_true"), calls.masked_sdpa, _ref_masked,
-             _diagnose_masked, hidden=True),
-        Case("large scores with a causal mask", 1, _m((2,), 5, 5, 4, 6, 10, "causal", magnitude=20.0), calls.masked_sdpa,
-             _ref_masked, _diagnose_masked, hidden=True),
-        Case("an explicit scale (0.8) with a padding mask", 1, _m((3,), 4, 5, 4, 3, 11, "padding", scale=0.8),
-             calls.masked_sdpa, _ref_masked, _diagnose_masked, hidden=True),
+        Case(
+            "no mask: plain attention",
+            1,
+            _m((2,), 3, 5, 4, 6, 0, None),
+            calls.masked_sdpa,
+            _ref_masked,
+            _diagnose_masked,
+        ),
+        Case(
+            "causal bool mask (T, T)",
+            2,
+            _m((2,), 5, 5, 4, 6, 1, "causal"),
+            calls.masked_sdpa,
+            _ref_masked,
+            _diagnose_masked,
+            visualize=_heat,
+        ),
+        Case(
+            "padding mask (B, 1, 1, S) on (B, H, T, D)",
+            2,
+            _m((2, 3), 4, 6, 4, 5, 2, "padding"),
+            calls.masked_sdpa,
+            _ref_masked,
+            _diagnose_masked,
+            visualize=_heat,
+        ),
+        Case(
+            "float mask is added to the scores",
+            1,
+            _m((2,), 4, 6, 8, 3, 3, "float"),
+            calls.masked_sdpa,
+            _ref_masked,
+            _diagnose_masked,
+            visualize=_heat,
+        ),
+        Case(
+            "fully masked query: zero weights and zero output, no NaN",
+            1,
+            _m((3, 2), 3, 4, 4, 5, 4, "padding"),
+            calls.masked_sdpa,
+            _ref_masked,
+            _diagnose_masked,
+            visualize=_heat,
+        ),
+        Case(
+            "float16 q, k, v with a causal mask (no -1e9 overflow)",
+            1,
+            _m((2,), 4, 4, 8, 4, 5, "causal", dtype=np.float16),
+            calls.masked_sdpa,
+            _ref_masked,
+            _diagnose_masked_dtype,
+        ),
+        Case(
+            "does not change q, k, v or the mask",
+            1,
+            _m((2,), 5, 5, 4, 6, 6, "causal"),
+            calls.masked_sdpa_unchanged,
+            *_UNCHANGED,
+        ),
+        Case(
+            "causal mask with more keys than queries (T = 3, S = 6)",
+            1,
+            _m((2,), 3, 6, 4, 5, 7, "causal"),
+            calls.masked_sdpa,
+            _ref_masked,
+            _diagnose_masked,
+            hidden=True,
+        ),
+        Case(
+            "per-example (B, 1, T, S) bool mask",
+            1,
+            _m((3, 2), 4, 5, 6, 3, 8, "random"),
+            calls.masked_sdpa,
+            _ref_masked,
+            _diagnose_masked,
+            hidden=True,
+        ),
+        Case(
+            "all-True mask equals no mask",
+            1,
+            _m((2,), 4, 5, 4, 4, 9, "all_true"),
+            calls.masked_sdpa,
+            _ref_masked,
+            _diagnose_masked,
+            hidden=True,
+        ),
+        Case(
+            "large scores with a causal mask",
+            1,
+            _m((2,), 5, 5, 4, 6, 10, "causal", magnitude=20.0),
+            calls.masked_sdpa,
+            _ref_masked,
+            _diagnose_masked,
+            hidden=True,
+        ),
+        Case(
+            "an explicit scale (0.8) with a padding mask",
+            1,
+            _m((3,), 4, 5, 4, 3, 11, "padding", scale=0.8),
+            calls.masked_sdpa,
+            _ref_masked,
+            _diagnose_masked,
+            hidden=True,
+        ),
     ),
-    forbidden=("torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.multi_head_attention_forward",
-               "mha_course.scaled_dot_product_attention", "mha_course.attention.scaled_dot_product_attention"),
+    forbidden=(
+        "torch.nn.functional.scaled_dot_product_attention",
+        "torch.nn.functional.multi_head_attention_forward",
+        "mha_course.scaled_dot_product_attention",
+        "mha_course.attention.scaled_dot_product_attention",
+    ),
 )
 
 ASSIGNMENT = Assignment(

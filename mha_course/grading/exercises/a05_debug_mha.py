@@ -63,14 +63,23 @@ def _ref_layout(inputs):
 
 
 def _diagnose_layout(got, expected, inputs):
-    return hints.compare(got, expected, "layer weight shapes [query, key, value, combine]", alternatives=[
-        (lambda: np.asarray([[inputs["E"], inputs["E"]]] * 4), "you changed the layers to nn.Linear(E, E): keep the "
-         "printed E*H layout (query/key/value: nn.Linear(E, E*H), combine: nn.Linear(E*H, E)) and fix forward"),
-    ])
+    return hints.compare(
+        got,
+        expected,
+        "layer weight shapes [query, key, value, combine]",
+        alternatives=[
+            (
+                lambda: np.asarray([[inputs["E"], inputs["E"]]] * 4),
+                "you changed the layers to nn.Linear(E, E): keep the "
+                "printed E*H layout (query/key/value: nn.Linear(E, E*H), combine: nn.Linear(E*H, E)) and fix forward",
+            ),
+        ],
+    )
 
 
-def expected_output(inputs, scale=None, split="ok", merge="ok", transpose_kv=True, mask_mode="add",
-                    value_from_keys=False):
+def expected_output(
+    inputs, scale=None, split="ok", merge="ok", transpose_kv=True, mask_mode="add", value_from_keys=False
+):
     """The grader's computation of the repaired module (float64), with knobs for wrong repairs."""
     E, H = inputs["E"], inputs["H"]
 
@@ -86,8 +95,9 @@ def expected_output(inputs, scale=None, split="ok", merge="ok", transpose_kv=Tru
     q = heads(lin("query", inputs["queries"]))
     k = heads(lin("key", inputs["keys"]), transpose_kv)
     v = heads(lin("value", inputs["keys"] if value_from_keys else inputs["values"]), transpose_kv)
-    heads_out, _ = np_attention(q, k, v, 1.0 / math.sqrt(E) if scale is None else scale, inputs["mask"],
-                                mask_mode=mask_mode)
+    heads_out, _ = np_attention(
+        q, k, v, 1.0 / math.sqrt(E) if scale is None else scale, inputs["mask"], mask_mode=mask_mode
+    )
     B, _, T, _ = heads_out.shape
     if merge == "no_transpose":
         merged = heads_out.reshape(B, T, H * E)
@@ -118,28 +128,44 @@ def _reference(inputs):
 def _diagnose(got, expected, inputs):
     E, H = inputs["E"], inputs["H"]
     alts = [
-        (lambda: expected_output(inputs, scale=1.0 / math.sqrt(E // H) if E % H == 0 else None),
-         "you changed the scale to 1/sqrt(E/H); in this layout every head has D = E features, so 1/sqrt(E) was right"),
-        (lambda: expected_output(inputs, scale=1.0), "the scores are not scaled: divide by sqrt(E) (the head size here)"),
-        (lambda: expected_output(inputs, split="no_transpose"), "heads split with view(B, H, T, E) and no transpose: "
-         "view(B, T, H, E) then transpose(1, 2), for queries, keys AND values"),
-        (lambda: expected_output(inputs, transpose_kv=False), "keys and values are not split like the queries: "
-         "view(B, S, H, E).transpose(1, 2) for them too"),
-        (lambda: expected_output(inputs, merge="no_transpose"), "heads merged without transposing back: "
-         "transpose(1, 2) to (B, T, H, E), then view(B, T, H*E)"),
+        (
+            lambda: expected_output(inputs, scale=1.0 / math.sqrt(E // H) if E % H == 0 else None),
+            "you changed the scale to 1/sqrt(E/H); in this layout every head has D = E features, so 1/sqrt(E) was right",
+        ),
+        (
+            lambda: expected_output(inputs, scale=1.0),
+            "the scores are not scaled: divide by sqrt(E) (the head size here)",
+        ),
+        (
+            lambda: expected_output(inputs, split="no_transpose"),
+            "heads split with view(B, H, T, E) and no transpose: "
+            "view(B, T, H, E) then transpose(1, 2), for queries, keys AND values",
+        ),
+        (
+            lambda: expected_output(inputs, transpose_kv=False),
+            "keys and values are not split like the queries: view(B, S, H, E).transpose(1, 2) for them too",
+        ),
+        (
+            lambda: expected_output(inputs, merge="no_transpose"),
+            "heads merged without transposing back: transpose(1, 2) to (B, T, H, E), then view(B, T, H*E)",
+        ),
         (lambda: expected_output(inputs, value_from_keys=True), "the values are computed from the keys input"),
     ]
     if inputs["mask"] is not None:
         alts += [
             (lambda: expected_output(inputs, mask_mode="ignore"), "the mask is ignored"),
             (lambda: expected_output(inputs, mask_mode="invert"), "the mask is inverted: True means MAY attend"),
-            (lambda: expected_output(inputs, mask_mode="after"), "the mask is applied after softmax; block the "
-             "scores with -inf before softmax"),
+            (
+                lambda: expected_output(inputs, mask_mode="after"),
+                "the mask is applied after softmax; block the scores with -inf before softmax",
+            ),
         ]
     hint = hints.compare(got, expected, "output", "[B, T, E]", alternatives=alts)
     if hint and inputs["mask"] is not None and "NaN" in hint:
-        hint = ("output: NaN, so some query has every key blocked: is the mask inverted? (True means MAY attend; "
-                "block with masked_fill(~mask, -inf))")
+        hint = (
+            "output: NaN, so some query has every key blocked: is the mask inverted? (True means MAY attend; "
+            "block with masked_fill(~mask, -inf))"
+        )
     return hint
 
 
@@ -152,24 +178,74 @@ FIXED_MHA = Exercise(
     target="MultiHeadAttention",
     title="The published MultiHeadAttention, repaired",
     cases=(
-        Case("keeps the published layers: query/key/value (E*H, E), combine (E, E*H)", 1, _inputs(2, 4, 4, 8, 2, 0),
-             calls.mha_layout, _ref_layout, _diagnose_layout),
-        Case("self-attention (queries = keys = values): output (B, T, E)", 3,
-             _inputs(2, 5, 5, 8, 2, 1, same_kv=True), calls.mha_forward, _reference, _diagnose),
-        Case("cross-attention: T=3 queries, S=6 keys, keys != values", 2, _inputs(2, 3, 6, 8, 2, 2), calls.mha_forward,
-             _reference, _diagnose),
+        Case(
+            "keeps the published layers: query/key/value (E*H, E), combine (E, E*H)",
+            1,
+            _inputs(2, 4, 4, 8, 2, 0),
+            calls.mha_layout,
+            _ref_layout,
+            _diagnose_layout,
+        ),
+        Case(
+            "self-attention (queries = keys = values): output (B, T, E)",
+            3,
+            _inputs(2, 5, 5, 8, 2, 1, same_kv=True),
+            calls.mha_forward,
+            _reference,
+            _diagnose,
+        ),
+        Case(
+            "cross-attention: T=3 queries, S=6 keys, keys != values",
+            2,
+            _inputs(2, 3, 6, 8, 2, 2),
+            calls.mha_forward,
+            _reference,
+            _diagnose,
+        ),
         Case("causal mask (T, T)", 1, _inputs(2, 5, 5, 8, 2, 3, "causal"), calls.mha_forward, _reference, _diagnose),
-        Case("padding mask (B, 1, 1, S)", 1, _inputs(3, 4, 6, 8, 2, 4, "padding"), calls.mha_forward, _reference, _diagnose),
-        Case("three heads, E = 6, float64", 1, _inputs(2, 4, 5, 6, 3, 5, dtype=np.float64), calls.mha_forward, _reference,
-             _diagnose_dtype, hidden=True),
-        Case("a single example and a single query (B = 1, T = 1)", 1, _inputs(1, 1, 5, 8, 2, 6), calls.mha_forward,
-             _reference, _diagnose, hidden=True),
-        Case("all-True mask equals no mask; four heads", 1, _inputs(2, 4, 4, 4, 4, 7, "all_true"), calls.mha_forward,
-             _reference, _diagnose, hidden=True),
+        Case(
+            "padding mask (B, 1, 1, S)",
+            1,
+            _inputs(3, 4, 6, 8, 2, 4, "padding"),
+            calls.mha_forward,
+            _reference,
+            _diagnose,
+        ),
+        Case(
+            "three heads, E = 6, float64",
+            1,
+            _inputs(2, 4, 5, 6, 3, 5, dtype=np.float64),
+            calls.mha_forward,
+            _reference,
+            _diagnose_dtype,
+            hidden=True,
+        ),
+        Case(
+            "a single example and a single query (B = 1, T = 1)",
+            1,
+            _inputs(1, 1, 5, 8, 2, 6),
+            calls.mha_forward,
+            _reference,
+            _diagnose,
+            hidden=True,
+        ),
+        Case(
+            "all-True mask equals no mask; four heads",
+            1,
+            _inputs(2, 4, 4, 4, 4, 7, "all_true"),
+            calls.mha_forward,
+            _reference,
+            _diagnose,
+            hidden=True,
+        ),
         Case("one head (H = 1)", 1, _inputs(2, 3, 4, 8, 1, 8), calls.mha_forward, _reference, _diagnose, hidden=True),
     ),
-    forbidden=("torch.nn.MultiheadAttention", "torch.nn.functional.multi_head_attention_forward",
-               "mha_course.MultiHeadAttention", "mha_course.mha.MultiHeadAttention"),
+    forbidden=(
+        "torch.nn.MultiheadAttention",
+        "torch.nn.functional.multi_head_attention_forward",
+        "mha_course.MultiHeadAttention",
+        "mha_course.mha.MultiHeadAttention",
+    ),
 )
 
 ASSIGNMENT = Assignment(

@@ -18,8 +18,8 @@ import numpy as np
 
 from .. import hints
 from ..calls import a05_multi_head as calls
-from ._common import np_mha, projection_weights
 from ..spec import Assignment, Case, Exercise
+from ._common import np_mha, projection_weights
 
 # --- split_heads / merge_heads --------------------------------------------------------------------
 
@@ -64,25 +64,51 @@ def _diagnose_split(got, expected, inputs):
         return hint
     if arr.shape == (B, T, H, D):
         return f"heads: shape expected ({B}, {H}, {T}, {D}) [B, H, T, D], got {arr.shape} [B, T, H, D]: transpose(1, 2) after the view"
-    return hints.compare(arr, expected, "heads", "[B, H, T, D]", alternatives=[
-        (lambda: x.reshape(B, H, T, D), "view(B, H, T, D) without a transpose mixes tokens into heads: "
-         "view(B, T, H, D) first, then transpose(1, 2)"),
-        (lambda: x.reshape(B, T, D, H).transpose(0, 3, 1, 2), "heads take every H-th feature; head h must be the "
-         "consecutive features h*D .. (h+1)*D - 1: view(B, T, H, D)"),
-    ])
+    return hints.compare(
+        arr,
+        expected,
+        "heads",
+        "[B, H, T, D]",
+        alternatives=[
+            (
+                lambda: x.reshape(B, H, T, D),
+                "view(B, H, T, D) without a transpose mixes tokens into heads: "
+                "view(B, T, H, D) first, then transpose(1, 2)",
+            ),
+            (
+                lambda: x.reshape(B, T, D, H).transpose(0, 3, 1, 2),
+                "heads take every H-th feature; head h must be the "
+                "consecutive features h*D .. (h+1)*D - 1: view(B, T, H, D)",
+            ),
+        ],
+    )
 
 
 def _diagnose_merge(got, expected, inputs):
     x = inputs["x"]
     B, H, T, D = x.shape
-    return hints.compare(got, expected, "merged", "[B, T, E]", alternatives=[
-        (lambda: x.reshape(B, T, H * D), "reshape(B, T, E) without transposing back mixes heads into tokens: "
-         "transpose(1, 2) first (then .contiguous().view or .reshape)"),
-        (lambda: x.transpose(0, 1, 3, 2).reshape(B, T, H * D) if T == D else None,
-         "you transposed the last two axes; swap the head and time axes: transpose(1, 2)"),
-        (lambda: x.transpose(0, 2, 3, 1).reshape(B, T, H * D), "features are interleaved across heads; head h must "
-         "fill features h*D .. (h+1)*D - 1: transpose(1, 2) then reshape"),
-    ])
+    return hints.compare(
+        got,
+        expected,
+        "merged",
+        "[B, T, E]",
+        alternatives=[
+            (
+                lambda: x.reshape(B, T, H * D),
+                "reshape(B, T, E) without transposing back mixes heads into tokens: "
+                "transpose(1, 2) first (then .contiguous().view or .reshape)",
+            ),
+            (
+                lambda: x.transpose(0, 1, 3, 2).reshape(B, T, H * D) if T == D else None,
+                "you transposed the last two axes; swap the head and time axes: transpose(1, 2)",
+            ),
+            (
+                lambda: x.transpose(0, 2, 3, 1).reshape(B, T, H * D),
+                "features are interleaved across heads; head h must "
+                "fill features h*D .. (h+1)*D - 1: transpose(1, 2) then reshape",
+            ),
+        ],
+    )
 
 
 SPLIT = Exercise(
@@ -90,14 +116,40 @@ SPLIT = Exercise(
     target="split_heads",
     title="Split the model dimension into heads",
     cases=(
-        Case("(B=2, T=5, E=12), H=3 -> (2, 3, 5, 4)", 2, _tokens(2, 5, 12, 3, 0), calls.split_heads, _ref_split,
-             _diagnose_split),
-        Case("head h holds features h*D .. (h+1)*D - 1 of every token", 2, _tokens(1, 4, 8, 2, 1), calls.split_heads,
-             _ref_split, _diagnose_split),
-        Case("H = 1 (one head, D = E)", 1, _tokens(2, 3, 6, 1, 2), calls.split_heads, _ref_split, _diagnose_split,
-             hidden=True),
-        Case("other sizes (B=3, T=7, E=10, H=5)", 1, _tokens(3, 7, 10, 5, 3), calls.split_heads, _ref_split,
-             _diagnose_split, hidden=True),
+        Case(
+            "(B=2, T=5, E=12), H=3 -> (2, 3, 5, 4)",
+            2,
+            _tokens(2, 5, 12, 3, 0),
+            calls.split_heads,
+            _ref_split,
+            _diagnose_split,
+        ),
+        Case(
+            "head h holds features h*D .. (h+1)*D - 1 of every token",
+            2,
+            _tokens(1, 4, 8, 2, 1),
+            calls.split_heads,
+            _ref_split,
+            _diagnose_split,
+        ),
+        Case(
+            "H = 1 (one head, D = E)",
+            1,
+            _tokens(2, 3, 6, 1, 2),
+            calls.split_heads,
+            _ref_split,
+            _diagnose_split,
+            hidden=True,
+        ),
+        Case(
+            "other sizes (B=3, T=7, E=10, H=5)",
+            1,
+            _tokens(3, 7, 10, 5, 3),
+            calls.split_heads,
+            _ref_split,
+            _diagnose_split,
+            hidden=True,
+        ),
     ),
     forbidden=("mha_course.split_heads", "mha_course.heads.split_heads"),
 )
@@ -107,12 +159,31 @@ MERGE = Exercise(
     target="merge_heads",
     title="Merge heads back",
     cases=(
-        Case("(B=2, H=3, T=5, D=4) -> (2, 5, 12)", 2, _heads(2, 3, 5, 4, 10), calls.merge_heads, _ref_merge,
-             _diagnose_merge),
-        Case("the inverse of split_heads (T = D = 4)", 2, _heads(2, 2, 4, 4, 11), calls.merge_heads, _ref_merge,
-             _diagnose_merge),
-        Case("other sizes (B=1, H=4, T=6, D=2)", 1, _heads(1, 4, 6, 2, 12), calls.merge_heads, _ref_merge,
-             _diagnose_merge, hidden=True),
+        Case(
+            "(B=2, H=3, T=5, D=4) -> (2, 5, 12)",
+            2,
+            _heads(2, 3, 5, 4, 10),
+            calls.merge_heads,
+            _ref_merge,
+            _diagnose_merge,
+        ),
+        Case(
+            "the inverse of split_heads (T = D = 4)",
+            2,
+            _heads(2, 2, 4, 4, 11),
+            calls.merge_heads,
+            _ref_merge,
+            _diagnose_merge,
+        ),
+        Case(
+            "other sizes (B=1, H=4, T=6, D=2)",
+            1,
+            _heads(1, 4, 6, 2, 12),
+            calls.merge_heads,
+            _ref_merge,
+            _diagnose_merge,
+            hidden=True,
+        ),
     ),
     forbidden=("mha_course.merge_heads", "mha_course.heads.merge_heads"),
 )
@@ -164,8 +235,10 @@ def _diagnose_layout(got, expected, inputs):
         if nbias != E:
             return f"{name} has no bias; use nn.Linear(E, E) with its default bias=True"
     if int(count) != int(expected[1]):
-        return (f"the module has {int(count)} parameters, expected 4*E*E + 4*E = {int(expected[1])}: "
-                "only the four projections should hold parameters")
+        return (
+            f"the module has {int(count)} parameters, expected 4*E*E + 4*E = {int(expected[1])}: "
+            "only the four projections should hold parameters"
+        )
     return None
 
 
@@ -177,8 +250,12 @@ def _ref_mha(inputs):
     module = hints.build_module(MultiHeadAttention, inputs, _PROJ, sample="query")
     with torch.no_grad():
         mask = None if inputs["mask"] is None else torch.from_numpy(inputs["mask"])
-        out, weights = module(torch.from_numpy(inputs["query"]), torch.from_numpy(inputs["key"]),
-                              torch.from_numpy(inputs["value"]), mask=mask)
+        out, weights = module(
+            torch.from_numpy(inputs["query"]),
+            torch.from_numpy(inputs["key"]),
+            torch.from_numpy(inputs["value"]),
+            mask=mask,
+        )
     return out.numpy(), weights.numpy()
 
 
@@ -189,27 +266,34 @@ def _mha_alternatives(inputs):
         return lambda: np_mha(inputs, **kw)[i]
 
     common = [
-        (dict(scale=1.0 / math.sqrt(E)), "the scores are scaled by 1/sqrt(E); each head works in D = E / H "
-         "dimensions, so scale by 1/sqrt(D)"),
+        (
+            dict(scale=1.0 / math.sqrt(E)),
+            "the scores are scaled by 1/sqrt(E); each head works in D = E / H dimensions, so scale by 1/sqrt(D)",
+        ),
         (dict(scale=1.0), "the scores are not scaled: multiply by 1/sqrt(D)"),
         (dict(scale=1.0 / (E // H)), "wrong scale: 1/D; use 1/sqrt(D)"),
         (dict(swap_qk=True), "q_proj and k_proj are swapped: queries go through q_proj, keys through k_proj"),
-        (dict(split="no_transpose"), "split without transpose: view(B, H, T, D) mixes tokens into heads; "
-         "view(B, T, H, D).transpose(1, 2)"),
+        (
+            dict(split="no_transpose"),
+            "split without transpose: view(B, H, T, D) mixes tokens into heads; view(B, T, H, D).transpose(1, 2)",
+        ),
     ]
     weights_alts = [(pick(1, **kw), hint) for kw, hint in common if H > 1 or "split" not in kw]
     out_alts = [
         (pick(0, out_proj=False), "out_proj (W_O) is not applied after merging the heads"),
         (pick(0, value_from_key=True), "the values come from the key input: v = v_proj(value)"),
-        (pick(0, merge="no_transpose"), "merge without transpose: transpose(1, 2) back to (B, T, H, D) before "
-         "reshaping to (B, T, E)"),
+        (
+            pick(0, merge="no_transpose"),
+            "merge without transpose: transpose(1, 2) back to (B, T, H, D) before reshaping to (B, T, E)",
+        ),
     ] + [(pick(0, **kw), hint) for kw, hint in common]
     return out_alts, weights_alts
 
 
 def _diagnose_mha(got, expected, inputs):
-    hint = hints.compare_pair(got, expected, legends=("[B, T, E]", "[B, H, T, S]"),
-                              alternatives=_mha_alternatives(inputs))
+    hint = hints.compare_pair(
+        got, expected, legends=("[B, T, E]", "[B, H, T, S]"), alternatives=_mha_alternatives(inputs)
+    )
     if hint and "values differ" in hint and inputs["mask"] is not None:
         arrays, _ = hints.unpack(got, ("out", "weights"))
         weights = arrays[1]
@@ -231,27 +315,95 @@ MHA = Exercise(
     target="MultiHeadAttention",
     title="MultiHeadAttention module",
     cases=(
-        Case("q_proj, k_proj, v_proj, out_proj are nn.Linear(E, E); 4E^2 + 4E parameters", 1,
-             _mha_inputs(2, 5, 5, 12, 3, 0), calls.mha_layout, _ref_layout, _diagnose_layout),
-        Case("self-attention: forward(x) with E=12, H=3", 3, _mha_inputs(2, 5, 5, 12, 3, 1, self_attention=True),
-             calls.mha_forward, _ref_mha, _diagnose_mha, visualize=_heat),
-        Case("cross-attention: T=4 queries, S=6 keys, key != value", 2, _mha_inputs(2, 4, 6, 12, 3, 2), calls.mha_forward,
-             _ref_mha, _diagnose_mha, visualize=_heat),
-        Case("forward(query, key): value left out defaults to key", 1, _mha_inputs(2, 4, 6, 12, 3, 9, value_is_key=True),
-             calls.mha_forward_key_only, _ref_mha, _diagnose_mha),
-        Case("causal mask (T, T)", 1, _mha_inputs(2, 5, 5, 12, 3, 3, "causal", self_attention=True), calls.mha_forward,
-             _ref_mha, _diagnose_mha, visualize=_heat),
-        Case("padding mask (B, 1, 1, S)", 1, _mha_inputs(3, 4, 6, 12, 3, 4, "padding"), calls.mha_forward, _ref_mha,
-             _diagnose_mha, visualize=_heat),
-        Case("one head (H = 1)", 1, _mha_inputs(2, 3, 5, 8, 1, 5), calls.mha_forward, _ref_mha, _diagnose_mha, hidden=True),
-        Case("E = 8, H = 4 (D = 2) in float64", 1, _mha_inputs(2, 6, 3, 8, 4, 6, dtype=np.float64), calls.mha_forward,
-             _ref_mha, _diagnose_mha_dtype, hidden=True),
-        Case("B = 1, T = 1", 1, _mha_inputs(1, 1, 4, 12, 2, 7), calls.mha_forward, _ref_mha, _diagnose_mha, hidden=True),
-        Case("E = 16, H = 8 with a padding mask", 1, _mha_inputs(2, 3, 5, 16, 8, 8, "padding"), calls.mha_forward,
-             _ref_mha, _diagnose_mha, hidden=True),
+        Case(
+            "q_proj, k_proj, v_proj, out_proj are nn.Linear(E, E); 4E^2 + 4E parameters",
+            1,
+            _mha_inputs(2, 5, 5, 12, 3, 0),
+            calls.mha_layout,
+            _ref_layout,
+            _diagnose_layout,
+        ),
+        Case(
+            "self-attention: forward(x) with E=12, H=3",
+            3,
+            _mha_inputs(2, 5, 5, 12, 3, 1, self_attention=True),
+            calls.mha_forward,
+            _ref_mha,
+            _diagnose_mha,
+            visualize=_heat,
+        ),
+        Case(
+            "cross-attention: T=4 queries, S=6 keys, key != value",
+            2,
+            _mha_inputs(2, 4, 6, 12, 3, 2),
+            calls.mha_forward,
+            _ref_mha,
+            _diagnose_mha,
+            visualize=_heat,
+        ),
+        Case(
+            "forward(query, key): value left out defaults to key",
+            1,
+            _mha_inputs(2, 4, 6, 12, 3, 9, value_is_key=True),
+            calls.mha_forward_key_only,
+            _ref_mha,
+            _diagnose_mha,
+        ),
+        Case(
+            "causal mask (T, T)",
+            1,
+            _mha_inputs(2, 5, 5, 12, 3, 3, "causal", self_attention=True),
+            calls.mha_forward,
+            _ref_mha,
+            _diagnose_mha,
+            visualize=_heat,
+        ),
+        Case(
+            "padding mask (B, 1, 1, S)",
+            1,
+            _mha_inputs(3, 4, 6, 12, 3, 4, "padding"),
+            calls.mha_forward,
+            _ref_mha,
+            _diagnose_mha,
+            visualize=_heat,
+        ),
+        Case(
+            "one head (H = 1)",
+            1,
+            _mha_inputs(2, 3, 5, 8, 1, 5),
+            calls.mha_forward,
+            _ref_mha,
+            _diagnose_mha,
+            hidden=True,
+        ),
+        Case(
+            "E = 8, H = 4 (D = 2) in float64",
+            1,
+            _mha_inputs(2, 6, 3, 8, 4, 6, dtype=np.float64),
+            calls.mha_forward,
+            _ref_mha,
+            _diagnose_mha_dtype,
+            hidden=True,
+        ),
+        Case(
+            "B = 1, T = 1", 1, _mha_inputs(1, 1, 4, 12, 2, 7), calls.mha_forward, _ref_mha, _diagnose_mha, hidden=True
+        ),
+        Case(
+            "E = 16, H = 8 with a padding mask",
+            1,
+            _mha_inputs(2, 3, 5, 16, 8, 8, "padding"),
+            calls.mha_forward,
+            _ref_mha,
+            _diagnose_mha,
+            hidden=True,
+        ),
     ),
-    forbidden=("torch.nn.MultiheadAttention", "torch.nn.functional.multi_head_attention_forward",
-               "mha_course.MultiHeadAttention", "mha_course.mha.MultiHeadAttention"),
+    forbidden=(
+        "torch.nn.MultiheadAttention",
+        "torch.nn.functional.multi_head_attention_forward",
+        "mha_course.MultiHeadAttention",
+        "mha_course.mha.MultiHeadAttention",
+    ),
 )
 
 ASSIGNMENT = Assignment(

@@ -68,19 +68,60 @@ MASK = Exercise(
     target="cross_attention_mask",
     title="Cross-attention mask",
     cases=(
-        Case("lengths [3, 5, 2], T = 4 targets, S = 5 sources -> (3, 1, 4, 5) bool", 2,
-             _mask_inputs([3, 5, 2], 4, 5), calls.cross_attention_mask, _ref_mask, diagnose_mask,
-             visualize=mask_picture),
-        Case("more targets than sources (T = 6, S = 3)", 1, _mask_inputs([3, 1], 6, 3), calls.cross_attention_mask,
-             _ref_mask, diagnose_mask, visualize=mask_picture),
-        Case("T = S = 4, lengths as a Python list: square but not causal", 1, _mask_inputs([2, 4], 4, 4, True),
-             calls.cross_attention_mask, _ref_mask, diagnose_mask, visualize=mask_picture),
-        Case("one decoding step (T = 1)", 1, _mask_inputs([4, 2, 5], 1, 5), calls.cross_attention_mask, _ref_mask,
-             diagnose_mask, hidden=True),
-        Case("every source at full length", 1, _mask_inputs([5, 5], 2, 5), calls.cross_attention_mask, _ref_mask,
-             diagnose_mask, hidden=True),
-        Case("B = 4, T = 3, S = 8", 1, _mask_inputs([8, 1, 5, 3], 3, 8), calls.cross_attention_mask, _ref_mask,
-             diagnose_mask, hidden=True),
+        Case(
+            "lengths [3, 5, 2], T = 4 targets, S = 5 sources -> (3, 1, 4, 5) bool",
+            2,
+            _mask_inputs([3, 5, 2], 4, 5),
+            calls.cross_attention_mask,
+            _ref_mask,
+            diagnose_mask,
+            visualize=mask_picture,
+        ),
+        Case(
+            "more targets than sources (T = 6, S = 3)",
+            1,
+            _mask_inputs([3, 1], 6, 3),
+            calls.cross_attention_mask,
+            _ref_mask,
+            diagnose_mask,
+            visualize=mask_picture,
+        ),
+        Case(
+            "T = S = 4, lengths as a Python list: square but not causal",
+            1,
+            _mask_inputs([2, 4], 4, 4, True),
+            calls.cross_attention_mask,
+            _ref_mask,
+            diagnose_mask,
+            visualize=mask_picture,
+        ),
+        Case(
+            "one decoding step (T = 1)",
+            1,
+            _mask_inputs([4, 2, 5], 1, 5),
+            calls.cross_attention_mask,
+            _ref_mask,
+            diagnose_mask,
+            hidden=True,
+        ),
+        Case(
+            "every source at full length",
+            1,
+            _mask_inputs([5, 5], 2, 5),
+            calls.cross_attention_mask,
+            _ref_mask,
+            diagnose_mask,
+            hidden=True,
+        ),
+        Case(
+            "B = 4, T = 3, S = 8",
+            1,
+            _mask_inputs([8, 1, 5, 3], 3, 8),
+            calls.cross_attention_mask,
+            _ref_mask,
+            diagnose_mask,
+            hidden=True,
+        ),
     ),
     forbidden=("mha_course.masks.padding_mask", "mha_course.padding_mask"),
 )
@@ -124,8 +165,12 @@ def _ref_cross(inputs):
     module = calls.library_module(inputs)
     mask = padding_mask(inputs["lengths"].tolist(), inputs["key"].shape[1])  # (B, 1, 1, S)
     with torch.no_grad():
-        out, weights = module(torch.from_numpy(inputs["query"]), torch.from_numpy(inputs["key"]),
-                              torch.from_numpy(inputs["value"]), mask=mask)
+        out, weights = module(
+            torch.from_numpy(inputs["query"]),
+            torch.from_numpy(inputs["key"]),
+            torch.from_numpy(inputs["value"]),
+            mask=mask,
+        )
     return out.numpy(), weights.numpy()
 
 
@@ -137,20 +182,28 @@ def _diagnose_cross(got, expected, inputs):
     S, H = inputs["key"].shape[1], inputs["H"]
     weights = arrays[1]
     if S != T and weights.shape == (B, H, S, T):
-        return (f"weights: shape {weights.shape} [B, H, S, T]: the memory attended to the decoder; queries come "
-                "from the decoder states (T), keys and values from the memory (S): "
-                "attention(decoder_states, memory, memory, mask=...)")
+        return (
+            f"weights: shape {weights.shape} [B, H, S, T]: the memory attended to the decoder; queries come "
+            "from the decoder states (T), keys and values from the memory (S): "
+            "attention(decoder_states, memory, memory, mask=...)"
+        )
     if S != T and weights.shape == (B, H, T, T):
-        return (f"weights: shape {weights.shape} [B, H, T, T]: the keys came from the decoder states; in "
-                "cross-attention keys and values are the memory (the encoder's output)")
+        return (
+            f"weights: shape {weights.shape} [B, H, T, T]: the keys came from the decoder states; in "
+            "cross-attention keys and values are the memory (the encoder's output)"
+        )
 
     def with_mask(index, mask):
         return lambda: np_mha(dict(inputs, mask=mask))[index]
 
     def pairs(index):
-        return [(with_mask(index, None), "the source padding is not masked: build the mask with your "
-                 "cross_attention_mask and pass it to the module as mask=...")] + [
-            (with_mask(index, alt()), hint) for alt, hint in mask_alternatives(inputs["lengths"], T, S)]
+        return [
+            (
+                with_mask(index, None),
+                "the source padding is not masked: build the mask with your "
+                "cross_attention_mask and pass it to the module as mask=...",
+            )
+        ] + [(with_mask(index, alt()), hint) for alt, hint in mask_alternatives(inputs["lengths"], T, S)]
 
     hint = hints.compare_pair(got, expected, legends=("[B, T, E]", "[B, H, T, S]"), alternatives=(pairs(0), pairs(1)))
     if hint and "values differ" in hint and weights.shape == np.asarray(expected[1]).shape:
@@ -168,16 +221,42 @@ CROSS = Exercise(
     target="cross_attention",
     title="Cross-attention with a MultiHeadAttention",
     cases=(
-        Case("T = 4 target positions read S = 6 source positions (E = 12, H = 3)", 2, _module_inputs(2, 4, 6, 12, 3, 0, memory=True),
-             calls.cross_attention, _ref_cross, _diagnose_cross,
-             visualize=hints.pair_heatmaps(1, "cross-attention weights")),
-        Case("more target positions than source positions (T = 7, S = 3)", 1, _module_inputs(3, 7, 3, 12, 3, 1, memory=True),
-             calls.cross_attention, _ref_cross, _diagnose_cross,
-             visualize=hints.pair_heatmaps(1, "cross-attention weights")),
-        Case("one decoding step (T = 1)", 1, _module_inputs(3, 1, 5, 12, 2, 2, memory=True), calls.cross_attention, _ref_cross,
-             _diagnose_cross, hidden=True),
-        Case("E = 16, H = 4, B = 3 in float64", 1, _module_inputs(3, 5, 8, 16, 4, 3, memory=True, dtype=np.float64),
-             calls.cross_attention, _ref_cross, _diagnose_cross_dtype, hidden=True),
+        Case(
+            "T = 4 target positions read S = 6 source positions (E = 12, H = 3)",
+            2,
+            _module_inputs(2, 4, 6, 12, 3, 0, memory=True),
+            calls.cross_attention,
+            _ref_cross,
+            _diagnose_cross,
+            visualize=hints.pair_heatmaps(1, "cross-attention weights"),
+        ),
+        Case(
+            "more target positions than source positions (T = 7, S = 3)",
+            1,
+            _module_inputs(3, 7, 3, 12, 3, 1, memory=True),
+            calls.cross_attention,
+            _ref_cross,
+            _diagnose_cross,
+            visualize=hints.pair_heatmaps(1, "cross-attention weights"),
+        ),
+        Case(
+            "one decoding step (T = 1)",
+            1,
+            _module_inputs(3, 1, 5, 12, 2, 2, memory=True),
+            calls.cross_attention,
+            _ref_cross,
+            _diagnose_cross,
+            hidden=True,
+        ),
+        Case(
+            "E = 16, H = 4, B = 3 in float64",
+            1,
+            _module_inputs(3, 5, 8, 16, 4, 3, memory=True, dtype=np.float64),
+            calls.cross_attention,
+            _ref_cross,
+            _diagnose_cross_dtype,
+            hidden=True,
+        ),
     ),
     forbidden=("mha_course.masks.padding_mask", "mha_course.padding_mask"),
 )
@@ -187,32 +266,83 @@ CROSS = Exercise(
 
 # the reference, the float64 twin with its mistake knobs and the hints: ._head_ablation
 
-_UNCHANGED = hints.unchanged_case(ref_without, diagnose_without, "your function changed mha (its weights or "
-                                  "head_gate) or query, key, value in place: switch the head off in the heads you "
-                                  "computed, never in mha itself", without_before)
-_out_heat = hints.single_heatmaps("output with the head switched off", value_name="value", axis_names=("query (T)", "feature (E)"))
+_UNCHANGED = hints.unchanged_case(
+    ref_without,
+    diagnose_without,
+    "your function changed mha (its weights or "
+    "head_gate) or query, key, value in place: switch the head off in the heads you "
+    "computed, never in mha itself",
+    without_before,
+)
+_out_heat = hints.single_heatmaps(
+    "output with the head switched off", value_name="value", axis_names=("query (T)", "feature (E)")
+)
 
 WITHOUT = Exercise(
     key="without_head",
     target="without_head",
     title="Switch one head off by hand",
     cases=(
-        Case("self-attention (E = 12, H = 3), head 1 off", 2, _module_inputs(2, 5, 5, 12, 3, 10, head=1,
-                                                                              self_attention=True),
-             calls.without_head, ref_without, diagnose_without, visualize=_out_heat),
-        Case("cross-attention: T = 4 queries, S = 6 keys, key != value, head 0 off", 2,
-             _module_inputs(2, 4, 6, 12, 3, 11, head=0), calls.without_head, ref_without, diagnose_without,
-             visualize=_out_heat),
-        Case("every head in turn (E = 16, H = 4)", 2, _module_inputs(2, 3, 5, 16, 4, 12), calls.without_every_head,
-             ref_every_head, diagnose_every_head),
-        Case("leaves the module and its inputs unchanged", 1, _module_inputs(2, 4, 4, 12, 3, 13, head=2),
-             calls.without_head_unchanged, *_UNCHANGED),
-        Case("one head (H = 1): only the bias b_O is left", 1, _module_inputs(2, 3, 4, 8, 1, 14), calls.without_head,
-             ref_without, diagnose_without, hidden=True),
-        Case("float64, E = 8, H = 4, the last head", 1, _module_inputs(2, 4, 6, 8, 4, 15, head=3, dtype=np.float64),
-             calls.without_head, ref_without, diagnose_without_dtype, hidden=True),
-        Case("B = 1, T = 1, E = 16, H = 8, head 5", 1, _module_inputs(1, 1, 4, 16, 8, 16, head=5), calls.without_head,
-             ref_without, diagnose_without, hidden=True),
+        Case(
+            "self-attention (E = 12, H = 3), head 1 off",
+            2,
+            _module_inputs(2, 5, 5, 12, 3, 10, head=1, self_attention=True),
+            calls.without_head,
+            ref_without,
+            diagnose_without,
+            visualize=_out_heat,
+        ),
+        Case(
+            "cross-attention: T = 4 queries, S = 6 keys, key != value, head 0 off",
+            2,
+            _module_inputs(2, 4, 6, 12, 3, 11, head=0),
+            calls.without_head,
+            ref_without,
+            diagnose_without,
+            visualize=_out_heat,
+        ),
+        Case(
+            "every head in turn (E = 16, H = 4)",
+            2,
+            _module_inputs(2, 3, 5, 16, 4, 12),
+            calls.without_every_head,
+            ref_every_head,
+            diagnose_every_head,
+        ),
+        Case(
+            "leaves the module and its inputs unchanged",
+            1,
+            _module_inputs(2, 4, 4, 12, 3, 13, head=2),
+            calls.without_head_unchanged,
+            *_UNCHANGED,
+        ),
+        Case(
+            "one head (H = 1): only the bias b_O is left",
+            1,
+            _module_inputs(2, 3, 4, 8, 1, 14),
+            calls.without_head,
+            ref_without,
+            diagnose_without,
+            hidden=True,
+        ),
+        Case(
+            "float64, E = 8, H = 4, the last head",
+            1,
+            _module_inputs(2, 4, 6, 8, 4, 15, head=3, dtype=np.float64),
+            calls.without_head,
+            ref_without,
+            diagnose_without_dtype,
+            hidden=True,
+        ),
+        Case(
+            "B = 1, T = 1, E = 16, H = 8, head 5",
+            1,
+            _module_inputs(1, 1, 4, 16, 8, 16, head=5),
+            calls.without_head,
+            ref_without,
+            diagnose_without,
+            hidden=True,
+        ),
     ),
     # calling the module's own forward (also through a reference saved before the case) is the shortcut
     forbidden=("mha_course.mha.MultiHeadAttention.forward",),

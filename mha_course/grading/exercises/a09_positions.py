@@ -61,11 +61,20 @@ def _reference_sinusoidal(inputs):
 def _diagnose_sinusoidal(got, expected, inputs):
     T, E = int(inputs["T"]), int(inputs["E"])
     alternatives = [
-        (lambda: _table(T, E, swap=True), "sin and cos are swapped: even coordinates 2i get sin, odd ones 2i+1 get cos"),
+        (
+            lambda: _table(T, E, swap=True),
+            "sin and cos are swapped: even coordinates 2i get sin, odd ones 2i+1 get cos",
+        ),
         (lambda: _table(T, E, exponent=1.0), "the exponent should be 2i/E (i counts pairs), you used i/E"),
-        (lambda: _table(T, E, halves=True), "you put all the sines first and all the cosines second; interleave "
-         "them: PE[p, 2i] = sin, PE[p, 2i+1] = cos"),
-        (lambda: _table(T, E, start=1), "positions start at 0 (the first row is sin 0 = 0, cos 0 = 1), you started at 1"),
+        (
+            lambda: _table(T, E, halves=True),
+            "you put all the sines first and all the cosines second; interleave "
+            "them: PE[p, 2i] = sin, PE[p, 2i+1] = cos",
+        ),
+        (
+            lambda: _table(T, E, start=1),
+            "positions start at 0 (the first row is sin 0 = 0, cos 0 = 1), you started at 1",
+        ),
         (lambda: _table(T, E).T, "the result should be (T, E): one row per position"),
     ]
     return hints.compare(got, expected, "positions", "[T, E]", alternatives=alternatives, dtype=np.float32)
@@ -77,7 +86,7 @@ def _rotate(x, sign=1.0, start=0, half=False):
     angle = np.arange(start, start + T)[:, None] * theta[None, :]  # (T, D/2)
     cos, sin = np.cos(angle), sign * np.sin(angle)
     if half:
-        a, b = x[..., : D // 2], x[..., D // 2:]
+        a, b = x[..., : D // 2], x[..., D // 2 :]
         return np.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
     a, b = x[..., 0::2], x[..., 1::2]
     out = np.empty_like(x)
@@ -105,11 +114,15 @@ def _reference_offsets(inputs):
 def _diagnose_rotary(got, expected, inputs):
     x = inputs["x"]
     alternatives = [
-        (lambda: _rotate(x, sign=-1.0), "you rotate the wrong way: y[2i] = x[2i] cos - x[2i+1] sin, "
-         "y[2i+1] = x[2i] sin + x[2i+1] cos"),
+        (
+            lambda: _rotate(x, sign=-1.0),
+            "you rotate the wrong way: y[2i] = x[2i] cos - x[2i+1] sin, y[2i+1] = x[2i] sin + x[2i+1] cos",
+        ),
         (lambda: _rotate(x, start=1), "positions start at 0 (the first row is not rotated), you started at 1"),
-        (lambda: _rotate(x, half=True), "you paired x[i] with x[i + D/2] ('rotate half'); this exercise pairs "
-         "neighbours x[2i], x[2i+1]"),
+        (
+            lambda: _rotate(x, half=True),
+            "you paired x[i] with x[i + D/2] ('rotate half'); this exercise pairs neighbours x[2i], x[2i+1]",
+        ),
         (lambda: x, "the output equals the input: nothing was rotated"),
     ]
     return hints.compare(got, expected, "rotated", "[..., T, D]", alternatives=alternatives)
@@ -118,19 +131,23 @@ def _diagnose_rotary(got, expected, inputs):
 def _diagnose_sinusoidal_dtype(got, expected, inputs):
     hint = _diagnose_sinusoidal(got, expected, inputs)
     if hint is None and np.asarray(got).dtype != np.float32:
-        hint = (f"positions: dtype expected float32 (torch's default float), got {np.asarray(got).dtype}: compute "
-                "in float64 if you like, then return table.float()")
+        hint = (
+            f"positions: dtype expected float32 (torch's default float), got {np.asarray(got).dtype}: compute "
+            "in float64 if you like, then return table.float()"
+        )
     return hint
 
 
 def _diagnose_rotary_dtype(got, expected, inputs):
-    return _diagnose_rotary(got, expected, inputs) or hints.dtype_hint(np.asarray(got), np.asarray(expected),
-                                                                       "rotated")
+    return _diagnose_rotary(got, expected, inputs) or hints.dtype_hint(np.asarray(got), np.asarray(expected), "rotated")
 
 
-_ROTARY_UNCHANGED = hints.unchanged_case(_reference_rotary, _diagnose_rotary, "your function changed its input x in "
-                                         "place (x[..., 0::2] = ...): build the rotated tensor as a new one",
-                                         ("x",))
+_ROTARY_UNCHANGED = hints.unchanged_case(
+    _reference_rotary,
+    _diagnose_rotary,
+    "your function changed its input x in place (x[..., 0::2] = ...): build the rotated tensor as a new one",
+    ("x",),
+)
 
 
 def _diagnose_offsets(got, expected, inputs):
@@ -147,18 +164,59 @@ SINUSOIDAL = Exercise(
     target="sinusoidal_positions",
     title="Sinusoidal positions",
     cases=(
-        Case("a (6, 8) table matches the formula", 2, _sizes(6, 8), calls.sinusoidal_positions, _reference_sinusoidal,
-             _diagnose_sinusoidal, visualize=hints.single_heatmaps("sinusoidal positions", value_name="value", axis_names=("position", "coordinate"))),
-        Case("a single position (1, 4)", 1, _sizes(1, 4), calls.sinusoidal_positions, _reference_sinusoidal,
-             _diagnose_sinusoidal),
-        Case("long and wide (64, 32)", 2, _sizes(64, 32), calls.sinusoidal_positions, _reference_sinusoidal,
-             _diagnose_sinusoidal),
-        Case("a float32 tensor (torch's default float)", 1, _sizes(5, 6), calls.sinusoidal_positions, _reference_sinusoidal,
-             _diagnose_sinusoidal_dtype),
-        Case("(7, 12), hidden", 1, _sizes(7, 12), calls.sinusoidal_positions, _reference_sinusoidal, _diagnose_sinusoidal,
-             hidden=True),
-        Case("(100, 2), hidden", 1, _sizes(100, 2), calls.sinusoidal_positions, _reference_sinusoidal, _diagnose_sinusoidal,
-             hidden=True),
+        Case(
+            "a (6, 8) table matches the formula",
+            2,
+            _sizes(6, 8),
+            calls.sinusoidal_positions,
+            _reference_sinusoidal,
+            _diagnose_sinusoidal,
+            visualize=hints.single_heatmaps(
+                "sinusoidal positions", value_name="value", axis_names=("position", "coordinate")
+            ),
+        ),
+        Case(
+            "a single position (1, 4)",
+            1,
+            _sizes(1, 4),
+            calls.sinusoidal_positions,
+            _reference_sinusoidal,
+            _diagnose_sinusoidal,
+        ),
+        Case(
+            "long and wide (64, 32)",
+            2,
+            _sizes(64, 32),
+            calls.sinusoidal_positions,
+            _reference_sinusoidal,
+            _diagnose_sinusoidal,
+        ),
+        Case(
+            "a float32 tensor (torch's default float)",
+            1,
+            _sizes(5, 6),
+            calls.sinusoidal_positions,
+            _reference_sinusoidal,
+            _diagnose_sinusoidal_dtype,
+        ),
+        Case(
+            "(7, 12), hidden",
+            1,
+            _sizes(7, 12),
+            calls.sinusoidal_positions,
+            _reference_sinusoidal,
+            _diagnose_sinusoidal,
+            hidden=True,
+        ),
+        Case(
+            "(100, 2), hidden",
+            1,
+            _sizes(100, 2),
+            calls.sinusoidal_positions,
+            _reference_sinusoidal,
+            _diagnose_sinusoidal,
+            hidden=True,
+        ),
     ),
     forbidden=("mha_course.positions.sinusoidal_positions",),
 )
@@ -168,19 +226,57 @@ ROTARY = Exercise(
     target="apply_rotary",
     title="Rotary positions (RoPE)",
     cases=(
-        Case("(T, D) = (5, 4) matches the formula", 2, _vectors((5, 4), 0), calls.apply_rotary, _reference_rotary,
-             _diagnose_rotary),
-        Case("leading batch and head dims (2, 3, 6, 8)", 2, _vectors((2, 3, 6, 8), 1), calls.apply_rotary,
-             _reference_rotary, _diagnose_rotary),
-        Case("rotated scores match (query vs reversed keys)", 1, _vectors((6, 8), 2), calls.rotary_scores,
-             _reference_offsets, _diagnose_offsets),
-        Case("float32 in, float32 out", 1, _vectors((2, 5, 6), 5, np.float32), calls.apply_rotary, _reference_rotary,
-             _diagnose_rotary_dtype),
+        Case(
+            "(T, D) = (5, 4) matches the formula",
+            2,
+            _vectors((5, 4), 0),
+            calls.apply_rotary,
+            _reference_rotary,
+            _diagnose_rotary,
+        ),
+        Case(
+            "leading batch and head dims (2, 3, 6, 8)",
+            2,
+            _vectors((2, 3, 6, 8), 1),
+            calls.apply_rotary,
+            _reference_rotary,
+            _diagnose_rotary,
+        ),
+        Case(
+            "rotated scores match (query vs reversed keys)",
+            1,
+            _vectors((6, 8), 2),
+            calls.rotary_scores,
+            _reference_offsets,
+            _diagnose_offsets,
+        ),
+        Case(
+            "float32 in, float32 out",
+            1,
+            _vectors((2, 5, 6), 5, np.float32),
+            calls.apply_rotary,
+            _reference_rotary,
+            _diagnose_rotary_dtype,
+        ),
         Case("does not change its input", 1, _vectors((3, 4), 6), calls.apply_rotary_unchanged, *_ROTARY_UNCHANGED),
-        Case("long sequence (40, 16), hidden", 1, _vectors((40, 16), 3), calls.apply_rotary, _reference_rotary,
-             _diagnose_rotary, hidden=True),
-        Case("(1, 2, 3, 2), hidden", 1, _vectors((1, 2, 3, 2), 4), calls.apply_rotary, _reference_rotary,
-             _diagnose_rotary, hidden=True),
+        Case(
+            "long sequence (40, 16), hidden",
+            1,
+            _vectors((40, 16), 3),
+            calls.apply_rotary,
+            _reference_rotary,
+            _diagnose_rotary,
+            hidden=True,
+        ),
+        Case(
+            "(1, 2, 3, 2), hidden",
+            1,
+            _vectors((1, 2, 3, 2), 4),
+            calls.apply_rotary,
+            _reference_rotary,
+            _diagnose_rotary,
+            hidden=True,
+        ),
     ),
     forbidden=("mha_course.positions.apply_rotary",),
 )

@@ -36,11 +36,13 @@ def _step_inputs(B, H, S, D, seed, G=None, dtype=np.float64):
 
     def make():
         rng = hints.rng(seed)
-        return {"q": rng.standard_normal((B, H, 1, D)).astype(dtype),
-                "k_new": rng.standard_normal((B, G, 1, D)).astype(dtype),
-                "v_new": rng.standard_normal((B, G, 1, D)).astype(dtype),
-                "k_cache": rng.standard_normal((B, G, S, D)).astype(dtype),
-                "v_cache": rng.standard_normal((B, G, S, D)).astype(dtype)}
+        return {
+            "q": rng.standard_normal((B, H, 1, D)).astype(dtype),
+            "k_new": rng.standard_normal((B, G, 1, D)).astype(dtype),
+            "v_new": rng.standard_normal((B, G, 1, D)).astype(dtype),
+            "k_cache": rng.standard_normal((B, G, S, D)).astype(dtype),
+            "v_cache": rng.standard_normal((B, G, S, D)).astype(dtype),
+        }
 
     return make
 
@@ -51,9 +53,11 @@ def _sequence_inputs(B, H, N, D, seed, G=None, dtype=np.float64):
 
     def make():
         rng = hints.rng(seed)
-        return {"q": rng.standard_normal((B, H, N, D)).astype(dtype),
-                "k": rng.standard_normal((B, G, N, D)).astype(dtype),
-                "v": rng.standard_normal((B, G, N, D)).astype(dtype)}
+        return {
+            "q": rng.standard_normal((B, H, N, D)).astype(dtype),
+            "k": rng.standard_normal((B, G, N, D)).astype(dtype),
+            "v": rng.standard_normal((B, G, N, D)).astype(dtype),
+        }
 
     return make
 
@@ -80,8 +84,9 @@ def _ref_step(inputs):
 
     from mha_course.kv_cache import KVCache, decode_step
 
-    q, k_new, v_new, k_cache, v_cache = (torch.from_numpy(inputs[n]) for n in
-                                         ("q", "k_new", "v_new", "k_cache", "v_cache"))
+    q, k_new, v_new, k_cache, v_cache = (
+        torch.from_numpy(inputs[n]) for n in ("q", "k_new", "v_new", "k_cache", "v_cache")
+    )
     B, G, S, D = k_cache.shape
     cache = KVCache(B, G, D, dtype=k_cache.dtype)
     if S:
@@ -107,20 +112,34 @@ def _step_alternatives(inputs):
     q, k_new, v_new, kc, vc = (inputs[n] for n in ("q", "k_new", "v_new", "k_cache", "v_cache"))
     S, D = kc.shape[2], q.shape[-1]
     k_all, v_all = np.concatenate([kc, k_new], axis=2), np.concatenate([vc, v_new], axis=2)
-    alts = [(lambda: _attend(q, k_all, v_all, scale=1.0), "the scores are not scaled: multiply q k^T by 1/sqrt(D)"),
-            (lambda: _attend(q, k_all, v_all, scale=1.0 / D), "wrong scale: 1/D; use 1/sqrt(D)"),
-            (lambda: _attend(q, k_new, v_new), "the new query attended only to its own key: it must see every "
-             "cached key too (concatenate the cache and the new k, v along the sequence axis)")]
-    old_only = ("the query attended to the OLD cache only: append the new k, v first, then attend (a token may "
-                "attend to itself)")
+    alts = [
+        (lambda: _attend(q, k_all, v_all, scale=1.0), "the scores are not scaled: multiply q k^T by 1/sqrt(D)"),
+        (lambda: _attend(q, k_all, v_all, scale=1.0 / D), "wrong scale: 1/D; use 1/sqrt(D)"),
+        (
+            lambda: _attend(q, k_new, v_new),
+            "the new query attended only to its own key: it must see every "
+            "cached key too (concatenate the cache and the new k, v along the sequence axis)",
+        ),
+    ]
+    old_only = (
+        "the query attended to the OLD cache only: append the new k, v first, then attend (a token may "
+        "attend to itself)"
+    )
     if not S:
         alts.append((lambda: np.zeros_like(q), old_only))
     if S:
-        alts += [(lambda: _attend(q, kc, vc), "the query attended to the OLD cache only: append the new k, v "
-                  "first, then attend (a token may attend to itself)"),
-                 (lambda: _attend(q, k_all, v_all, mask=np.arange(S + 1)[None, :] <= 0),
-                  "a top-left causal mask (causal_mask(1, S)) lets the newest query see key 0 only; the newest "
-                  "token may see every cached key: no mask is needed for one new query")]
+        alts += [
+            (
+                lambda: _attend(q, kc, vc),
+                "the query attended to the OLD cache only: append the new k, v "
+                "first, then attend (a token may attend to itself)",
+            ),
+            (
+                lambda: _attend(q, k_all, v_all, mask=np.arange(S + 1)[None, :] <= 0),
+                "a top-left causal mask (causal_mask(1, S)) lets the newest query see key 0 only; the newest "
+                "token may see every cached key: no mask is needed for one new query",
+            ),
+        ]
     return alts
 
 
@@ -129,10 +148,20 @@ def _compare_triple(got, expected, out_alts, k_first, v_first):
     if hint:
         return hint
     out, k_cache, v_cache = arrays
-    for name, arr, exp, legend, first in (("k_cache", k_cache, expected[1], _LEGENDS[1], k_first),
-                                          ("v_cache", v_cache, expected[2], _LEGENDS[2], v_first)):
-        alternatives = [(first, "the new token is at the start of the cache; append it at the END "
-                                "(torch.cat([cache, new], dim=2))")] if first is not None else []
+    for name, arr, exp, legend, first in (
+        ("k_cache", k_cache, expected[1], _LEGENDS[1], k_first),
+        ("v_cache", v_cache, expected[2], _LEGENDS[2], v_first),
+    ):
+        alternatives = (
+            [
+                (
+                    first,
+                    "the new token is at the start of the cache; append it at the END (torch.cat([cache, new], dim=2))",
+                )
+            ]
+            if first is not None
+            else []
+        )
         hint = hints.compare(arr, exp, name, legend, alternatives=alternatives)
         if hint:
             return hint
@@ -149,20 +178,35 @@ def _diagnose_step(got, expected, inputs):
 def _diagnose_sequence(got, expected, inputs):
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     N = q.shape[2]
-    out_alts = [(lambda: _attend(q, k, v), "later tokens leak into earlier outputs (no causal structure): each step "
-                 "must attend only to the cache, i.e. the tokens so far"),
-                (lambda: _attend(q, k, v, mask=np.eye(N, dtype=bool)), "each step attended only to its own token: "
-                 "keep the cache returned by the previous step and attend to all of it"),
-                (lambda: _attend(q, k, v, scale=1.0, mask=np.tril(np.ones((N, N), dtype=bool))),
-                 "the scores are not scaled: multiply q k^T by 1/sqrt(D)"),
-                (lambda: _attend(q, k, v, mask=np.tril(np.ones((N, N), dtype=bool), k=-1)),
-                 "each step attended to the earlier tokens only: append the new k, v first, then attend "
-                 "(a token may attend to itself)"),
-                (lambda: _attend(q, k, v, mask=np.broadcast_to(np.arange(N) <= 0, (N, N))),
-                 "every step saw key 0 only: a top-left causal mask (causal_mask(1, S)) is wrong for the newest "
-                 "query; no mask is needed for one new query")]
-    hint = _compare_triple(got, expected, out_alts, np.flip(k, axis=2) if N > 1 else None,
-                           np.flip(v, axis=2) if N > 1 else None)
+    out_alts = [
+        (
+            lambda: _attend(q, k, v),
+            "later tokens leak into earlier outputs (no causal structure): each step "
+            "must attend only to the cache, i.e. the tokens so far",
+        ),
+        (
+            lambda: _attend(q, k, v, mask=np.eye(N, dtype=bool)),
+            "each step attended only to its own token: "
+            "keep the cache returned by the previous step and attend to all of it",
+        ),
+        (
+            lambda: _attend(q, k, v, scale=1.0, mask=np.tril(np.ones((N, N), dtype=bool))),
+            "the scores are not scaled: multiply q k^T by 1/sqrt(D)",
+        ),
+        (
+            lambda: _attend(q, k, v, mask=np.tril(np.ones((N, N), dtype=bool), k=-1)),
+            "each step attended to the earlier tokens only: append the new k, v first, then attend "
+            "(a token may attend to itself)",
+        ),
+        (
+            lambda: _attend(q, k, v, mask=np.broadcast_to(np.arange(N) <= 0, (N, N))),
+            "every step saw key 0 only: a top-left causal mask (causal_mask(1, S)) is wrong for the newest "
+            "query; no mask is needed for one new query",
+        ),
+    ]
+    hint = _compare_triple(
+        got, expected, out_alts, np.flip(k, axis=2) if N > 1 else None, np.flip(v, axis=2) if N > 1 else None
+    )
     if hint and hint.startswith("out"):
         hint = hint.replace("[B, H, 1, D]", "[B, H, N, D] (all steps stacked)")
     return hint
@@ -171,22 +215,66 @@ def _diagnose_sequence(got, expected, inputs):
 def _cases():
     step, seq = calls.kv_decode_step, calls.kv_decode_sequence
     return (
-        Case("one step: out (B, H, 1, D), caches grown to S + 1", 2, _step_inputs(1, 2, 5, 4, 0), step,
-             _ref_step, _diagnose_step),
-        Case("first step (empty cache): the token attends to itself", 1, _step_inputs(1, 2, 0, 4, 1), step,
-             _ref_step, _diagnose_step),
-        Case("one step equals the last row of causal attention (D = 16)", 2, _step_inputs(2, 3, 7, 16, 2), step,
-             _ref_step, _diagnose_step),
-        Case("8 steps from an empty cache equal full causal attention", 2, _sequence_inputs(1, 2, 8, 4, 3), seq,
-             _ref_sequence, _diagnose_sequence),
-        Case("batch > 1, 4 heads, 6 steps", 1, _sequence_inputs(3, 4, 6, 8, 4), seq, _ref_sequence,
-             _diagnose_sequence),
-        Case("float32 cache, 12 steps", 1, _sequence_inputs(2, 2, 12, 8, 5, dtype=np.float32), seq, _ref_sequence,
-             _diagnose_sequence, hidden=True),
-        Case("one step with a long cache (S = 40)", 1, _step_inputs(2, 2, 40, 8, 6), step, _ref_step,
-             _diagnose_step, hidden=True),
-        Case("bonus: grouped-query cache (H = 4 query heads, G = 2 kv heads)", 1,
-             _sequence_inputs(2, 4, 5, 4, 7, G=2), seq, _ref_sequence, _diagnose_sequence, hidden=True),
+        Case(
+            "one step: out (B, H, 1, D), caches grown to S + 1",
+            2,
+            _step_inputs(1, 2, 5, 4, 0),
+            step,
+            _ref_step,
+            _diagnose_step,
+        ),
+        Case(
+            "first step (empty cache): the token attends to itself",
+            1,
+            _step_inputs(1, 2, 0, 4, 1),
+            step,
+            _ref_step,
+            _diagnose_step,
+        ),
+        Case(
+            "one step equals the last row of causal attention (D = 16)",
+            2,
+            _step_inputs(2, 3, 7, 16, 2),
+            step,
+            _ref_step,
+            _diagnose_step,
+        ),
+        Case(
+            "8 steps from an empty cache equal full causal attention",
+            2,
+            _sequence_inputs(1, 2, 8, 4, 3),
+            seq,
+            _ref_sequence,
+            _diagnose_sequence,
+        ),
+        Case("batch > 1, 4 heads, 6 steps", 1, _sequence_inputs(3, 4, 6, 8, 4), seq, _ref_sequence, _diagnose_sequence),
+        Case(
+            "float32 cache, 12 steps",
+            1,
+            _sequence_inputs(2, 2, 12, 8, 5, dtype=np.float32),
+            seq,
+            _ref_sequence,
+            _diagnose_sequence,
+            hidden=True,
+        ),
+        Case(
+            "one step with a long cache (S = 40)",
+            1,
+            _step_inputs(2, 2, 40, 8, 6),
+            step,
+            _ref_step,
+            _diagnose_step,
+            hidden=True,
+        ),
+        Case(
+            "bonus: grouped-query cache (H = 4 query heads, G = 2 kv heads)",
+            1,
+            _sequence_inputs(2, 4, 5, 4, 7, G=2),
+            seq,
+            _ref_sequence,
+            _diagnose_sequence,
+            hidden=True,
+        ),
     )
 
 

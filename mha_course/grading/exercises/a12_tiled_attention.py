@@ -37,9 +37,13 @@ def _rows(R, S, block, seed, magnitude=1.0, masked=False):
 def _qkv(lead, T, S, D, Dv, block, causal, seed, dtype=np.float64, magnitude=1.0):
     def make():
         rng = hints.rng(seed)
-        return {"q": (rng.standard_normal((*lead, T, D)) * magnitude).astype(dtype),
-                "k": rng.standard_normal((*lead, S, D)).astype(dtype),
-                "v": rng.standard_normal((*lead, S, Dv)).astype(dtype), "block": block, "causal": causal}
+        return {
+            "q": (rng.standard_normal((*lead, T, D)) * magnitude).astype(dtype),
+            "k": rng.standard_normal((*lead, S, D)).astype(dtype),
+            "v": rng.standard_normal((*lead, S, Dv)).astype(dtype),
+            "block": block,
+            "causal": causal,
+        }
 
     return make
 
@@ -79,13 +83,13 @@ def _tiled_no_rescale(q, k, v, block, causal):
     T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
     out = np.zeros((*q.shape[:-1], v.shape[-1]))
     for i0 in range(0, T, block):
-        qb = q[..., i0:i0 + block, :].astype(np.float64)
+        qb = q[..., i0 : i0 + block, :].astype(np.float64)
         rows = np.arange(i0, i0 + qb.shape[-2])
         m = np.full(qb.shape[:-1], -np.inf)
         l = np.zeros(qb.shape[:-1])
         acc = np.zeros((*qb.shape[:-1], v.shape[-1]))
         for j0 in range(0, S, block):
-            s = qb @ np.swapaxes(k[..., j0:j0 + block, :], -1, -2) / math.sqrt(D)
+            s = qb @ np.swapaxes(k[..., j0 : j0 + block, :], -1, -2) / math.sqrt(D)
             if causal:
                 s = np.where(np.arange(j0, j0 + s.shape[-1])[None, :] <= rows[:, None], s, -np.inf)
             m_new = np.maximum(m, s.max(axis=-1))
@@ -93,9 +97,9 @@ def _tiled_no_rescale(q, k, v, block, causal):
             corr = np.where(np.isneginf(m), 0.0, np.exp(m - safe))
             p = np.exp(s - safe[..., None])
             l = l * corr + p.sum(axis=-1)
-            acc = acc + p @ v[..., j0:j0 + block, :]  # missing: acc * corr
+            acc = acc + p @ v[..., j0 : j0 + block, :]  # missing: acc * corr
             m = m_new
-        out[..., i0:i0 + block, :] = acc / np.where(l > 0, l, 1.0)[..., None]
+        out[..., i0 : i0 + block, :] = acc / np.where(l > 0, l, 1.0)[..., None]
     return out
 
 
@@ -111,13 +115,13 @@ def _diagnose_update(got, expected, inputs):
     no_rescale = np.zeros(x.shape[0])
     m_run = np.full(x.shape[0], -np.inf)
     for j0 in range(0, x.shape[-1], inputs["block"]):
-        blk = x[:, j0:j0 + inputs["block"]]
+        blk = x[:, j0 : j0 + inputs["block"]]
         m_run = np.maximum(m_run, blk.max(axis=-1))
         no_rescale = no_rescale + np.exp(blk - np.where(np.isneginf(m_run), 0.0, m_run)[:, None]).sum(-1)
-    alternatives = [(lambda: no_rescale, "the old sum l is not rescaled: multiply it by exp(m - m_new) when the "
-                     "maximum grows"),
-                    (lambda: np.exp(x).sum(axis=-1), "l is sum(exp(x)) without subtracting the maximum: "
-                     "use exp(x - m_new)")]
+    alternatives = [
+        (lambda: no_rescale, "the old sum l is not rescaled: multiply it by exp(m - m_new) when the maximum grows"),
+        (lambda: np.exp(x).sum(axis=-1), "l is sum(exp(x)) without subtracting the maximum: use exp(x - m_new)"),
+    ]
     return hints.compare(l, expected[1], "l (running sum)", "[rows]", alternatives=alternatives)
 
 
@@ -126,34 +130,70 @@ def _diagnose_tiled(got, expected, inputs):
     T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = 1.0 / math.sqrt(D)
     tril = np.arange(S)[None, :] <= np.arange(T)[:, None]
-    alternatives = [(lambda: _tiled_no_rescale(q, k, v, block, causal),
-                     "the accumulator is not rescaled: when the running max grows, multiply acc (and l) by "
-                     "exp(m_old - m_new) before adding the new block"),
-                    (lambda: _attend(q, k, v, 1.0, tril if causal else None),
-                     "the scores are not scaled: multiply q k^T by 1/sqrt(D)")]
+    alternatives = [
+        (
+            lambda: _tiled_no_rescale(q, k, v, block, causal),
+            "the accumulator is not rescaled: when the running max grows, multiply acc (and l) by "
+            "exp(m_old - m_new) before adding the new block",
+        ),
+        (
+            lambda: _attend(q, k, v, 1.0, tril if causal else None),
+            "the scores are not scaled: multiply q k^T by 1/sqrt(D)",
+        ),
+    ]
     if causal:
-        alternatives += [(lambda: _attend(q, k, v, scale), "the causal mask is ignored: key j is hidden from query "
-                          "i when j > i (also inside the diagonal tiles)"),
-                         (lambda: _attend(q, k, v, scale, np.arange(S)[None, :] < np.arange(T)[:, None]),
-                          "the causal mask hides the diagonal: query i may attend key i (j <= i)")]
+        alternatives += [
+            (
+                lambda: _attend(q, k, v, scale),
+                "the causal mask is ignored: key j is hidden from query i when j > i (also inside the diagonal tiles)",
+            ),
+            (
+                lambda: _attend(q, k, v, scale, np.arange(S)[None, :] < np.arange(T)[:, None]),
+                "the causal mask hides the diagonal: query i may attend key i (j <= i)",
+            ),
+        ]
     else:
         alternatives.append((lambda: _attend(q, k, v, scale, tril), "you applied a causal mask with causal=False"))
     dtype = np.float32 if q.dtype == np.float32 else None
-    return hints.compare(got, expected, "out", "[..., T, Dv]", alternatives=alternatives, check_dtype=True,
-                         dtype=dtype)
+    return hints.compare(got, expected, "out", "[..., T, Dv]", alternatives=alternatives, check_dtype=True, dtype=dtype)
 
 
 def _update_cases():
     return (
-        Case("one block: m = max, l = sum exp(x - m)", 1, _rows(3, 8, 8, 0), calls.online_softmax_update, _ref_update,
-             _diagnose_update),
-        Case("several blocks (S = 20, block 6)", 2, _rows(4, 20, 6, 1, magnitude=3.0), calls.online_softmax_update,
-             _ref_update, _diagnose_update),
+        Case(
+            "one block: m = max, l = sum exp(x - m)",
+            1,
+            _rows(3, 8, 8, 0),
+            calls.online_softmax_update,
+            _ref_update,
+            _diagnose_update,
+        ),
+        Case(
+            "several blocks (S = 20, block 6)",
+            2,
+            _rows(4, 20, 6, 1, magnitude=3.0),
+            calls.online_softmax_update,
+            _ref_update,
+            _diagnose_update,
+        ),
         Case("block size 1", 1, _rows(2, 9, 1, 2), calls.online_softmax_update, _ref_update, _diagnose_update),
-        Case("a row that starts masked (-inf)", 1, _rows(3, 12, 4, 3, masked=True), calls.online_softmax_update, _ref_update,
-             _diagnose_update),
-        Case("large scores (|x| ~ 500): no overflow", 1, _rows(2, 16, 5, 4, magnitude=300.0), calls.online_softmax_update,
-             _ref_update, _diagnose_update, hidden=True),
+        Case(
+            "a row that starts masked (-inf)",
+            1,
+            _rows(3, 12, 4, 3, masked=True),
+            calls.online_softmax_update,
+            _ref_update,
+            _diagnose_update,
+        ),
+        Case(
+            "large scores (|x| ~ 500): no overflow",
+            1,
+            _rows(2, 16, 5, 4, magnitude=300.0),
+            calls.online_softmax_update,
+            _ref_update,
+            _diagnose_update,
+            hidden=True,
+        ),
     )
 
 
@@ -166,10 +206,18 @@ def _tiled_cases():
         Case("block size 1", 1, _qkv((), 5, 6, 4, 4, 1, False, 3), c, r, d),
         Case("(B, H, T, D) inputs, block 3", 1, _qkv((2, 2), 7, 9, 4, 4, 3, True, 4), c, r, d),
         Case("causal with T != S (T = 6, S = 10)", 1, _qkv((2,), 6, 10, 4, 4, 4, True, 5), c, r, d, hidden=True),
-        Case("large scores: the running max must grow safely", 1,
-             _qkv((), 9, 16, 8, 8, 4, False, 6, magnitude=30.0), c, r, d, hidden=True),
-        Case("float32 in, float32 out", 1, _qkv((2,), 12, 12, 8, 8, 5, True, 7, dtype=np.float32), c, r, d,
-             hidden=True),
+        Case(
+            "large scores: the running max must grow safely",
+            1,
+            _qkv((), 9, 16, 8, 8, 4, False, 6, magnitude=30.0),
+            c,
+            r,
+            d,
+            hidden=True,
+        ),
+        Case(
+            "float32 in, float32 out", 1, _qkv((2,), 12, 12, 8, 8, 5, True, 7, dtype=np.float32), c, r, d, hidden=True
+        ),
     )
 
 
@@ -178,9 +226,18 @@ ONLINE_UPDATE = Exercise(
     target="online_softmax_update",
     title="One step of the online softmax",
     cases=_update_cases(),
-    forbidden=("mha_course.online_softmax.online_softmax_update", "torch.logsumexp", "torch.softmax",
-               "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.Tensor.logsumexp", "torch.log_softmax",
-               "torch.nn.functional.log_softmax", "torch.Tensor.log_softmax", "torch.special.logsumexp"),
+    forbidden=(
+        "mha_course.online_softmax.online_softmax_update",
+        "torch.logsumexp",
+        "torch.softmax",
+        "torch.nn.functional.softmax",
+        "torch.Tensor.softmax",
+        "torch.Tensor.logsumexp",
+        "torch.log_softmax",
+        "torch.nn.functional.log_softmax",
+        "torch.Tensor.log_softmax",
+        "torch.special.logsumexp",
+    ),
 )
 
 TILED = Exercise(
@@ -188,11 +245,17 @@ TILED = Exercise(
     target="tiled_attention",
     title="Tiled attention with the online softmax",
     cases=_tiled_cases(),
-    forbidden=("torch.nn.functional.scaled_dot_product_attention", "mha_course.tiled_attention",
-               "mha_course.tiled.tiled_attention", "mha_course.scaled_dot_product_attention",
-               "mha_course.attention.scaled_dot_product_attention",
-               "mha_course.online_softmax.online_softmax_attention", "mha_course.triton_attention",
-               "mha_course.kernels.triton_attention", "mha_course.kernels.function.triton_attention"),
+    forbidden=(
+        "torch.nn.functional.scaled_dot_product_attention",
+        "mha_course.tiled_attention",
+        "mha_course.tiled.tiled_attention",
+        "mha_course.scaled_dot_product_attention",
+        "mha_course.attention.scaled_dot_product_attention",
+        "mha_course.online_softmax.online_softmax_attention",
+        "mha_course.triton_attention",
+        "mha_course.kernels.triton_attention",
+        "mha_course.kernels.function.triton_attention",
+    ),
 )
 
 ASSIGNMENT = Assignment(

@@ -72,8 +72,10 @@ def _diagnose_softmax(got, expected, inputs):
     alternatives = [
         (lambda: np.exp(x) / np.exp(x).sum(axis=-1, keepdims=True), "matches softmax without the max subtraction"),
         (lambda: np.exp(x - x.max(axis=-1, keepdims=True)), "exp(x - max) without dividing by the row sum"),
-        (lambda: np.exp(x - x.max(axis=-1, keepdims=True)) / np.exp(x - x.max(axis=-1, keepdims=True)).sum(),
-         "divided by the sum of the whole matrix: each program must sum its own row (tl.sum(e, axis=0))"),
+        (
+            lambda: np.exp(x - x.max(axis=-1, keepdims=True)) / np.exp(x - x.max(axis=-1, keepdims=True)).sum(),
+            "divided by the sum of the whole matrix: each program must sum its own row (tl.sum(e, axis=0))",
+        ),
     ]
     hint = hints.compare(got, expected, "softmax", "[N, C]", alternatives=alternatives)
     if hint and "NaN" in hint:
@@ -87,14 +89,25 @@ def _diagnose_attention(got, expected, inputs):
     alternatives = [
         (lambda: _attention_reference(inputs, scale=1.0), "no 1/sqrt(D) scale: multiply the scores by qk_scale_log2"),
         (lambda: _attention_reference(inputs, scale=1.0 / D), "scaled by 1/D instead of 1/sqrt(D)"),
-        (lambda: _attention_reference(inputs, scale=math.log2(math.e) / math.sqrt(D)),
-         "the scores are scaled by log2(e)/sqrt(D) but exponentiated with exp: use tl.math.exp2 (or drop log2(e))"),
-        (lambda: _no_rescale(q, k, v), "the accumulator is not rescaled: when the running max grows, multiply "
-         "l_i and acc by exp2(m_old - m_new) before adding the new block"),
-        (lambda: _no_rescale(q, k, v, rescale_l=True), "l_i is rescaled but acc is not: when the running max grows, "
-         "acc must be multiplied by the same alpha = exp2(m_old - m_new) before adding p @ v"),
-        (lambda: _no_rescale(q, k, v, rescale_acc=True), "acc is rescaled but l_i is not: when the running max "
-         "grows, l_i must be multiplied by the same alpha = exp2(m_old - m_new) before adding the new row sums"),
+        (
+            lambda: _attention_reference(inputs, scale=math.log2(math.e) / math.sqrt(D)),
+            "the scores are scaled by log2(e)/sqrt(D) but exponentiated with exp: use tl.math.exp2 (or drop log2(e))",
+        ),
+        (
+            lambda: _no_rescale(q, k, v),
+            "the accumulator is not rescaled: when the running max grows, multiply "
+            "l_i and acc by exp2(m_old - m_new) before adding the new block",
+        ),
+        (
+            lambda: _no_rescale(q, k, v, rescale_l=True),
+            "l_i is rescaled but acc is not: when the running max grows, "
+            "acc must be multiplied by the same alpha = exp2(m_old - m_new) before adding p @ v",
+        ),
+        (
+            lambda: _no_rescale(q, k, v, rescale_acc=True),
+            "acc is rescaled but l_i is not: when the running max "
+            "grows, l_i must be multiplied by the same alpha = exp2(m_old - m_new) before adding the new row sums",
+        ),
     ]
     return hints.compare(got, expected, "output", "[T, D]", alternatives=alternatives)
 
@@ -105,38 +118,85 @@ def _no_rescale(q, k, v, block_n=16, rescale_l=False, rescale_acc=False):
     m = np.full(q.shape[0], -np.inf)
     acc, l_sum = np.zeros((q.shape[0], v.shape[1])), np.zeros(q.shape[0])
     for start in range(0, k.shape[0], block_n):
-        block = scores[:, start:start + block_n]
+        block = scores[:, start : start + block_n]
         m_new = np.maximum(m, block.max(axis=1))
         alpha = np.exp(m - m_new)  # (T,): 0 for the first block (m = -inf)
         p = np.exp(block - m_new[:, None])
         l_sum = (l_sum * alpha if rescale_l else l_sum) + p.sum(axis=1)
-        acc = (acc * alpha[:, None] if rescale_acc else acc) + p @ v[start:start + block_n]
+        acc = (acc * alpha[:, None] if rescale_acc else acc) + p @ v[start : start + block_n]
         m = m_new
     return (acc / l_sum[:, None]).astype(np.float32)
 
 
 # --- cases ----------------------------------------------------------------------------------------
 
-_SHORTCUTS = ("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax",
-              "torch.nn.functional.scaled_dot_product_attention", "torch.matmul", "torch.bmm", "torch.einsum",
-              "torch.Tensor.__matmul__", "torch.Tensor.matmul", "torch.exp", "torch.Tensor.exp",
-              "mha_course.softmax", "mha_course.triton_attention", "mha_course.kernels.triton_attention", "mha_course.kernels.function.triton_attention")
+_SHORTCUTS = (
+    "torch.softmax",
+    "torch.nn.functional.softmax",
+    "torch.Tensor.softmax",
+    "torch.special.softmax",
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch.matmul",
+    "torch.bmm",
+    "torch.einsum",
+    "torch.Tensor.__matmul__",
+    "torch.Tensor.matmul",
+    "torch.exp",
+    "torch.Tensor.exp",
+    "mha_course.softmax",
+    "mha_course.triton_attention",
+    "mha_course.kernels.triton_attention",
+    "mha_course.kernels.function.triton_attention",
+)
 
 SOFTMAX = Exercise(
     key="triton_softmax",
     target="triton_softmax",
     title="a row-softmax kernel",
     cases=(
-        Case("rows of a (4, 10) matrix", 2, _rows(4, 10, 0), calls.softmax_kernel, _softmax_reference, _diagnose_softmax,
-             visualize=hints.single_heatmaps("softmax", value_name="probability", axis_names=("row", "column"))),
-        Case("a width that is not a power of two (3, 33)", 2, _rows(3, 33, 1), calls.softmax_kernel, _softmax_reference,
-             _diagnose_softmax),
-        Case("large logits (about 1000) give no NaN", 2, _rows(2, 16, 2, magnitude=1000.0), calls.softmax_kernel,
-             _softmax_reference, _diagnose_softmax),
-        Case("-inf entries get zero weight", 1, _rows(5, 12, 3, neg_inf_fraction=0.4), calls.softmax_kernel,
-             _softmax_reference, _diagnose_softmax, hidden=True),
-        Case("a single wide row (1, 100)", 1, _rows(1, 100, 4, magnitude=5.0), calls.softmax_kernel, _softmax_reference,
-             _diagnose_softmax, hidden=True),
+        Case(
+            "rows of a (4, 10) matrix",
+            2,
+            _rows(4, 10, 0),
+            calls.softmax_kernel,
+            _softmax_reference,
+            _diagnose_softmax,
+            visualize=hints.single_heatmaps("softmax", value_name="probability", axis_names=("row", "column")),
+        ),
+        Case(
+            "a width that is not a power of two (3, 33)",
+            2,
+            _rows(3, 33, 1),
+            calls.softmax_kernel,
+            _softmax_reference,
+            _diagnose_softmax,
+        ),
+        Case(
+            "large logits (about 1000) give no NaN",
+            2,
+            _rows(2, 16, 2, magnitude=1000.0),
+            calls.softmax_kernel,
+            _softmax_reference,
+            _diagnose_softmax,
+        ),
+        Case(
+            "-inf entries get zero weight",
+            1,
+            _rows(5, 12, 3, neg_inf_fraction=0.4),
+            calls.softmax_kernel,
+            _softmax_reference,
+            _diagnose_softmax,
+            hidden=True,
+        ),
+        Case(
+            "a single wide row (1, 100)",
+            1,
+            _rows(1, 100, 4, magnitude=5.0),
+            calls.softmax_kernel,
+            _softmax_reference,
+            _diagnose_softmax,
+            hidden=True,
+        ),
     ),
     forbidden=_SHORTCUTS,
 )
@@ -146,18 +206,56 @@ ATTENTION = Exercise(
     target="triton_single_head_attention",
     title="the online-softmax loop of a FlashAttention kernel",
     cases=(
-        Case("T = S = 16, D = 16 (one block)", 2, _qkv(16, 16, 16, 10), calls.attention_kernel, _attention_reference,
-             _diagnose_attention),
-        Case("several key blocks: T = 20, S = 50, D = 32", 3, _qkv(20, 50, 32, 11), calls.attention_kernel,
-             _attention_reference, _diagnose_attention),
-        Case("a single query (T = 1, S = 33)", 1, _qkv(1, 33, 16, 12), calls.attention_kernel, _attention_reference,
-             _diagnose_attention),
-        Case("large scores: the running max must be tracked", 2, _qkv(16, 48, 16, 13, magnitude=6.0), calls.attention_kernel,
-             _attention_reference, _diagnose_attention),
-        Case("T = 40, S = 70, D = 64", 2, _qkv(40, 70, 64, 14), calls.attention_kernel, _attention_reference,
-             _diagnose_attention, hidden=True),
-        Case("large scores, many key blocks", 2, _qkv(17, 90, 32, 15, magnitude=5.0), calls.attention_kernel,
-             _attention_reference, _diagnose_attention, hidden=True),
+        Case(
+            "T = S = 16, D = 16 (one block)",
+            2,
+            _qkv(16, 16, 16, 10),
+            calls.attention_kernel,
+            _attention_reference,
+            _diagnose_attention,
+        ),
+        Case(
+            "several key blocks: T = 20, S = 50, D = 32",
+            3,
+            _qkv(20, 50, 32, 11),
+            calls.attention_kernel,
+            _attention_reference,
+            _diagnose_attention,
+        ),
+        Case(
+            "a single query (T = 1, S = 33)",
+            1,
+            _qkv(1, 33, 16, 12),
+            calls.attention_kernel,
+            _attention_reference,
+            _diagnose_attention,
+        ),
+        Case(
+            "large scores: the running max must be tracked",
+            2,
+            _qkv(16, 48, 16, 13, magnitude=6.0),
+            calls.attention_kernel,
+            _attention_reference,
+            _diagnose_attention,
+        ),
+        Case(
+            "T = 40, S = 70, D = 64",
+            2,
+            _qkv(40, 70, 64, 14),
+            calls.attention_kernel,
+            _attention_reference,
+            _diagnose_attention,
+            hidden=True,
+        ),
+        Case(
+            "large scores, many key blocks",
+            2,
+            _qkv(17, 90, 32, 15, magnitude=5.0),
+            calls.attention_kernel,
+            _attention_reference,
+            _diagnose_attention,
+            hidden=True,
+        ),
     ),
     forbidden=_SHORTCUTS,
 )

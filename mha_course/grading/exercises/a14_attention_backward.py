@@ -41,10 +41,12 @@ def _probs(lead, S, seed):
 def _qkv(lead, T, S, D, Dv, seed, dtype=np.float64):
     def make():
         rng = hints.rng(seed)
-        return {"q": rng.standard_normal((*lead, T, D)).astype(dtype),
-                "k": rng.standard_normal((*lead, S, D)).astype(dtype),
-                "v": rng.standard_normal((*lead, S, Dv)).astype(dtype),
-                "grad_out": rng.standard_normal((*lead, T, Dv)).astype(dtype)}
+        return {
+            "q": rng.standard_normal((*lead, T, D)).astype(dtype),
+            "k": rng.standard_normal((*lead, S, D)).astype(dtype),
+            "v": rng.standard_normal((*lead, S, Dv)).astype(dtype),
+            "grad_out": rng.standard_normal((*lead, T, Dv)).astype(dtype),
+        }
 
     return make
 
@@ -94,16 +96,26 @@ def _manual(inputs, forget_rowsum=False, scale_dq_dk=True):
 
 def _diagnose_jacobian(got, expected, inputs):
     p = inputs["p"]
-    alternatives = [(lambda: p[..., :, None] * np.eye(p.shape[-1]), "only diag(p): subtract the outer product p p^T"),
-                    (lambda: -p[..., :, None] * p[..., None, :], "only -p p^T: add diag(p)"),
-                    (lambda: np.eye(p.shape[-1]) - p[..., :, None] * p[..., None, :],
-                     "diag(1) - p p^T: the diagonal is p_i (1 - p_i), i.e. diag(p), not the identity"),
-                    (lambda: p[..., :, None] * np.eye(p.shape[-1]) + p[..., :, None] * p[..., None, :],
-                     "diag(p) + p p^T: the outer product enters with a minus sign, J = diag(p) - p p^T"),
-                    (lambda: (p * (1 - p))[..., :, None] * np.eye(p.shape[-1]),
-                     "only the diagonal p_i (1 - p_i): the off-diagonal entries are -p_i p_j (J = diag(p) - p p^T)"),
-                    (lambda: np.eye(p.shape[-1]) - np.ones_like(p)[..., :, None] * p[..., None, :],
-                     "I - 1 p^T is the Jacobian of log-softmax; softmax's is diag(p) - p p^T")]
+    alternatives = [
+        (lambda: p[..., :, None] * np.eye(p.shape[-1]), "only diag(p): subtract the outer product p p^T"),
+        (lambda: -p[..., :, None] * p[..., None, :], "only -p p^T: add diag(p)"),
+        (
+            lambda: np.eye(p.shape[-1]) - p[..., :, None] * p[..., None, :],
+            "diag(1) - p p^T: the diagonal is p_i (1 - p_i), i.e. diag(p), not the identity",
+        ),
+        (
+            lambda: p[..., :, None] * np.eye(p.shape[-1]) + p[..., :, None] * p[..., None, :],
+            "diag(p) + p p^T: the outer product enters with a minus sign, J = diag(p) - p p^T",
+        ),
+        (
+            lambda: (p * (1 - p))[..., :, None] * np.eye(p.shape[-1]),
+            "only the diagonal p_i (1 - p_i): the off-diagonal entries are -p_i p_j (J = diag(p) - p p^T)",
+        ),
+        (
+            lambda: np.eye(p.shape[-1]) - np.ones_like(p)[..., :, None] * p[..., None, :],
+            "I - 1 p^T is the Jacobian of log-softmax; softmax's is diag(p) - p p^T",
+        ),
+    ]
     return hints.compare(got, expected, "J", "[..., S, S]", alternatives=alternatives)
 
 
@@ -117,13 +129,21 @@ def _diagnose_backward(got, expected, inputs):
         name, legend = _NAMES[i], _LEGENDS[i]
         alternatives = []
         if name != "dv":
-            alternatives = [(lambda i=i: no_rowsum[i], "dS = P * dP forgets the softmax Jacobian's second term: "
-                             "dS = P * (dP - rowsum(dO * O))"),
-                            (lambda i=i: no_scale[i], f"{name} misses the factor 1/sqrt(D): the scores were "
-                             "scaled in the forward pass, so their gradient is too")]
+            alternatives = [
+                (
+                    lambda i=i: no_rowsum[i],
+                    "dS = P * dP forgets the softmax Jacobian's second term: dS = P * (dP - rowsum(dO * O))",
+                ),
+                (
+                    lambda i=i: no_scale[i],
+                    f"{name} misses the factor 1/sqrt(D): the scores were "
+                    "scaled in the forward pass, so their gradient is too",
+                ),
+            ]
         dtype = np.float32 if inputs["q"].dtype == np.float32 else None
-        hint = hints.compare(arrays[i], expected[i], name, legend, alternatives=alternatives, dtype=dtype,
-                             check_dtype=True)
+        hint = hints.compare(
+            arrays[i], expected[i], name, legend, alternatives=alternatives, dtype=dtype, check_dtype=True
+        )
         if hint:
             return hint
     return None
@@ -131,10 +151,22 @@ def _diagnose_backward(got, expected, inputs):
 
 def _jacobian_cases():
     return (
-        Case("J = diag(p) - p p^T for one row (S = 5)", 2, _probs((), 5, 0), calls.softmax_jacobian, _ref_jacobian,
-             _diagnose_jacobian),
-        Case("a batch of rows (3, S = 4)", 1, _probs((3,), 4, 1), calls.softmax_jacobian, _ref_jacobian,
-             _diagnose_jacobian),
+        Case(
+            "J = diag(p) - p p^T for one row (S = 5)",
+            2,
+            _probs((), 5, 0),
+            calls.softmax_jacobian,
+            _ref_jacobian,
+            _diagnose_jacobian,
+        ),
+        Case(
+            "a batch of rows (3, S = 4)",
+            1,
+            _probs((3,), 4, 1),
+            calls.softmax_jacobian,
+            _ref_jacobian,
+            _diagnose_jacobian,
+        ),
         Case("S = 1", 1, _probs((2,), 1, 2), calls.softmax_jacobian, _ref_jacobian, _diagnose_jacobian, hidden=True),
     )
 
@@ -142,8 +174,14 @@ def _jacobian_cases():
 def _backward_cases():
     c, r, d = calls.attention_backward, _ref_backward, _diagnose_backward
     return (
-        Case("shapes: dq (T, D), dk (S, D), dv (S, Dv) with T, S, D, Dv all different", 2,
-             _qkv((), 3, 5, 4, 2, 0), c, r, d),
+        Case(
+            "shapes: dq (T, D), dk (S, D), dv (S, Dv) with T, S, D, Dv all different",
+            2,
+            _qkv((), 3, 5, 4, 2, 0),
+            c,
+            r,
+            d,
+        ),
         Case("dv = P^T dO", 1, _qkv((), 4, 4, 8, 8, 1), c, r, d),
         Case("dq and dk through the softmax Jacobian", 2, _qkv((), 6, 7, 8, 5, 2), c, r, d),
         Case("(B, H, T, D) inputs", 1, _qkv((2, 3), 4, 5, 4, 4, 3), c, r, d),
@@ -165,8 +203,13 @@ ATTENTION_BACKWARD = Exercise(
     target="attention_backward",
     title="Gradients of attention by hand",
     cases=_backward_cases(),
-    forbidden=("torch.autograd", "torch.func", "torch.Tensor.backward",  # autograd in any form
-               "mha_course.attention_backward", "mha_course.backward.attention_backward"),
+    forbidden=(
+        "torch.autograd",
+        "torch.func",
+        "torch.Tensor.backward",  # autograd in any form
+        "mha_course.attention_backward",
+        "mha_course.backward.attention_backward",
+    ),
 )
 
 ASSIGNMENT = Assignment(

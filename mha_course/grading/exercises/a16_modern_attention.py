@@ -54,22 +54,37 @@ def _diagnose_slopes(got, expected, inputs):
     n = 2 ** int(math.floor(math.log2(H)))
     right = np.asarray(expected, dtype=np.float64)
     alternatives = [
-        (lambda: np.array([2.0 ** (-8.0 * h / H) for h in range(H)]),
-         "the first slope is 1: h counts from 0, so the slope of head h is 2^(-8 (h + 1) / H)"),
+        (
+            lambda: np.array([2.0 ** (-8.0 * h / H) for h in range(H)]),
+            "the first slope is 1: h counts from 0, so the slope of head h is 2^(-8 (h + 1) / H)",
+        ),
         (lambda: right[::-1], "the slopes are in reverse order: head 0 has the steepest slope, 2^(-8/H)"),
-        (lambda: np.array([2.0 ** -(h + 1) for h in range(H)]),
-         "the slopes ignore H: they are 2^(-8 (h + 1) / H), so that they always run from 2^(-8/H) down to 2^-8"),
-        (lambda: np.array([(2.0 ** (-8.0 / H)) for _ in range(H)]), "every head got the same slope 2^(-8/H): raise it "
-         "to the power h + 1 for head h"),
+        (
+            lambda: np.array([2.0 ** -(h + 1) for h in range(H)]),
+            "the slopes ignore H: they are 2^(-8 (h + 1) / H), so that they always run from 2^(-8/H) down to 2^-8",
+        ),
+        (
+            lambda: np.array([(2.0 ** (-8.0 / H)) for _ in range(H)]),
+            "every head got the same slope 2^(-8/H): raise it to the power h + 1 for head h",
+        ),
     ]
     if n != H:
         alternatives += [
-            (lambda: np.array(_geometric(H)), f"H = {H} is not a power of two: take the {n} slopes of {n} heads, then "
-             f"every other slope of {2 * n} heads (the first {H - n} of them), not 2^(-8 (h + 1) / H)"),
-            (lambda: np.array(_geometric(2 * n)[:H]), f"H = {H}: the first {H} slopes of {2 * n} heads are not it; take "
-             f"the {n} slopes of {n} heads, then every other slope of {2 * n} heads"),
-            (lambda: np.array(_geometric(n) + _geometric(2 * n)[1::2][: H - n]), f"the extra slopes are every other "
-             f"slope of {2 * n} heads starting from the first (positions 0, 2, 4, ...), not from the second"),
+            (
+                lambda: np.array(_geometric(H)),
+                f"H = {H} is not a power of two: take the {n} slopes of {n} heads, then "
+                f"every other slope of {2 * n} heads (the first {H - n} of them), not 2^(-8 (h + 1) / H)",
+            ),
+            (
+                lambda: np.array(_geometric(2 * n)[:H]),
+                f"H = {H}: the first {H} slopes of {2 * n} heads are not it; take "
+                f"the {n} slopes of {n} heads, then every other slope of {2 * n} heads",
+            ),
+            (
+                lambda: np.array(_geometric(n) + _geometric(2 * n)[1::2][: H - n]),
+                f"the extra slopes are every other "
+                f"slope of {2 * n} heads starting from the first (positions 0, 2, 4, ...), not from the second",
+            ),
             (lambda: np.sort(right)[::-1], "the slopes are sorted: keep the order n slopes first, then the extra ones"),
         ]
     return hints.compare(got, expected, "slopes", "[H]", alternatives=alternatives, dtype=np.float32)
@@ -103,8 +118,12 @@ def _weight(H, D, E, seed, bias=False):
 def _projections(H, D, E, T, seed):
     def make():
         rng = hints.rng(seed)
-        return {"w_q": rng.standard_normal((H * D, E)) / math.sqrt(E), "w_k": rng.standard_normal((H * D, E)) / math.sqrt(E),
-                "x": rng.standard_normal((T, E)), "H": H}
+        return {
+            "w_q": rng.standard_normal((H * D, E)) / math.sqrt(E),
+            "w_k": rng.standard_normal((H * D, E)) / math.sqrt(E),
+            "x": rng.standard_normal((T, E)),
+            "H": H,
+        }
 
     return make
 
@@ -132,16 +151,24 @@ def _diagnose_rows(got, expected, inputs):
     D = w.shape[0] // H
     perm = _permutation(D)
     alternatives = [
-        (lambda: _per_head(w, H, np.argsort(perm)), "you converted the other way (rotate-half -> interleaved): row j of "
-         "each head must be the original row P[j], P = [0, 2, 4, ..., 1, 3, 5, ...]"),
-        (lambda: w[_permutation(w.shape[0])], "you reordered all H*D rows at once (evens, then odds): reorder within "
-         "each head's own D rows"),
-        (lambda: _per_head(w, H, np.concatenate([np.arange(1, D, 2), np.arange(0, D, 2)])),
-         "you put the odd rows first: P = [0, 2, 4, ..., 1, 3, 5, ...] takes the even rows first, then the odd ones"),
+        (
+            lambda: _per_head(w, H, np.argsort(perm)),
+            "you converted the other way (rotate-half -> interleaved): row j of "
+            "each head must be the original row P[j], P = [0, 2, 4, ..., 1, 3, 5, ...]",
+        ),
+        (
+            lambda: w[_permutation(w.shape[0])],
+            "you reordered all H*D rows at once (evens, then odds): reorder within each head's own D rows",
+        ),
+        (
+            lambda: _per_head(w, H, np.concatenate([np.arange(1, D, 2), np.arange(0, D, 2)])),
+            "you put the odd rows first: P = [0, 2, 4, ..., 1, 3, 5, ...] takes the even rows first, then the odd ones",
+        ),
         (lambda: w, "the weight is unchanged: reorder each head's rows, evens first, then odds"),
     ]
-    return hints.compare(got, expected, "converted weight", "[H*D, E]" if w.ndim == 2 else "[H*D]",
-                         alternatives=alternatives)
+    return hints.compare(
+        got, expected, "converted weight", "[H*D, E]" if w.ndim == 2 else "[H*D]", alternatives=alternatives
+    )
 
 
 def _reference_scores(inputs):
@@ -159,34 +186,74 @@ def _reference_scores(inputs):
 def _diagnose_scores(got, expected, inputs):
     hint = hints.compare(got, expected, "scores", "[T, T]")
     if hint:
-        return hint + (" (head 0's scores, your converted W_Q and W_K in the rotate-half layout, should equal the "
-                       "original weights' in the interleaved layout)")
+        return hint + (
+            " (head 0's scores, your converted W_Q and W_K in the rotate-half layout, should equal the "
+            "original weights' in the interleaved layout)"
+        )
     return None
 
 
-_ROWS_UNCHANGED = hints.unchanged_case(_reference_rows, _diagnose_rows, "your function changed the weight it was "
-                                      "given (a checkpoint's tensor): build the reordered weight as a new tensor",
-                                      ("weight",))
+_ROWS_UNCHANGED = hints.unchanged_case(
+    _reference_rows,
+    _diagnose_rows,
+    "your function changed the weight it was given (a checkpoint's tensor): build the reordered weight as a new tensor",
+    ("weight",),
+)
 
 ROTATE_HALF = Exercise(
     key="to_rotate_half",
     target="to_rotate_half",
     title="From interleaved RoPE to rotate-half",
     cases=(
-        Case("W_Q of 2 heads, D = 8, E = 5", 2, _weight(2, 8, 5, 0), calls.to_rotate_half, _reference_rows,
-             _diagnose_rows, visualize=hints.single_heatmaps("converted weight", value_name="value",
-                                                            axis_names=("row (head, feature)", "column"))),
-        Case("a bias (H*D,) = (3*6,)", 1, _weight(3, 6, 0, 1, bias=True), calls.to_rotate_half, _reference_rows,
-             _diagnose_rows),
-        Case("scores survive: converted weights, rotate-half RoPE", 1, _projections(2, 8, 12, 7, 2),
-             calls.rotated_scores, _reference_scores, _diagnose_scores),
-        Case("does not change the weight it is given", 1, _weight(2, 4, 3, 4), calls.to_rotate_half_unchanged,
-             *_ROWS_UNCHANGED),
-        Case("one head, D = 16, hidden", 1, _weight(1, 16, 4, 3), calls.to_rotate_half, _reference_rows,
-             _diagnose_rows, hidden=True),
+        Case(
+            "W_Q of 2 heads, D = 8, E = 5",
+            2,
+            _weight(2, 8, 5, 0),
+            calls.to_rotate_half,
+            _reference_rows,
+            _diagnose_rows,
+            visualize=hints.single_heatmaps(
+                "converted weight", value_name="value", axis_names=("row (head, feature)", "column")
+            ),
+        ),
+        Case(
+            "a bias (H*D,) = (3*6,)",
+            1,
+            _weight(3, 6, 0, 1, bias=True),
+            calls.to_rotate_half,
+            _reference_rows,
+            _diagnose_rows,
+        ),
+        Case(
+            "scores survive: converted weights, rotate-half RoPE",
+            1,
+            _projections(2, 8, 12, 7, 2),
+            calls.rotated_scores,
+            _reference_scores,
+            _diagnose_scores,
+        ),
+        Case(
+            "does not change the weight it is given",
+            1,
+            _weight(2, 4, 3, 4),
+            calls.to_rotate_half_unchanged,
+            *_ROWS_UNCHANGED,
+        ),
+        Case(
+            "one head, D = 16, hidden",
+            1,
+            _weight(1, 16, 4, 3),
+            calls.to_rotate_half,
+            _reference_rows,
+            _diagnose_rows,
+            hidden=True,
+        ),
     ),
-    forbidden=("mha_course.rope_layouts.convert_rope_rows", "mha_course.rope_layouts.interleaved_to_half_permutation",
-               "mha_course.rope_layouts.with_rope_layout"),
+    forbidden=(
+        "mha_course.rope_layouts.convert_rope_rows",
+        "mha_course.rope_layouts.interleaved_to_half_permutation",
+        "mha_course.rope_layouts.with_rope_layout",
+    ),
 )
 
 # --- 3. paged-cache lookup -------------------------------------------------------------------------
@@ -210,8 +277,9 @@ def _reference_lookup(inputs):
 
     from mha_course.paged_kv import gather_pages
 
-    return gather_pages(torch.from_numpy(inputs["pool"]), torch.from_numpy(inputs["table"]),
-                        int(inputs["length"])).numpy()
+    return gather_pages(
+        torch.from_numpy(inputs["pool"]), torch.from_numpy(inputs["table"]), int(inputs["length"])
+    ).numpy()
 
 
 def _diagnose_lookup(got, expected, inputs):
@@ -222,17 +290,27 @@ def _diagnose_lookup(got, expected, inputs):
     if hint:
         return hint
     if arr.shape == (G, n * P, D) and n * P != length:
-        return (f"the entries have shape {arr.shape}: the last block is only partly written, so keep the first "
-                f"length = {length} positions")
+        return (
+            f"the entries have shape {arr.shape}: the last block is only partly written, so keep the first "
+            f"length = {length} positions"
+        )
     alternatives = [
-        (lambda: pool[:n].transpose(1, 0, 2, 3).reshape(G, n * P, D)[:, :length],
-         f"you read blocks 0 .. {n - 1} of the pool in order: logical block b lives in physical block block_table[b]"),
-        (lambda: pool[table].reshape(G, n * P, D)[:, :length],
-         "pool[block_table] is (n, G, P, D): bring G to the front (transpose(0, 1)) before merging n and P"),
-        (lambda: np.stack([pool[table[s % n], :, s // n] for s in range(length)], axis=1) if length else expected,
-         "position s lives in physical block block_table[s // P], at slot s % P (P = block size)"),
-        (lambda: pool[table[::-1]].transpose(1, 0, 2, 3).reshape(G, n * P, D)[:, :length],
-         "the blocks come out in reverse order: logical block 0 is block_table[0]"),
+        (
+            lambda: pool[:n].transpose(1, 0, 2, 3).reshape(G, n * P, D)[:, :length],
+            f"you read blocks 0 .. {n - 1} of the pool in order: logical block b lives in physical block block_table[b]",
+        ),
+        (
+            lambda: pool[table].reshape(G, n * P, D)[:, :length],
+            "pool[block_table] is (n, G, P, D): bring G to the front (transpose(0, 1)) before merging n and P",
+        ),
+        (
+            lambda: np.stack([pool[table[s % n], :, s // n] for s in range(length)], axis=1) if length else expected,
+            "position s lives in physical block block_table[s // P], at slot s % P (P = block size)",
+        ),
+        (
+            lambda: pool[table[::-1]].transpose(1, 0, 2, 3).reshape(G, n * P, D)[:, :length],
+            "the blocks come out in reverse order: logical block 0 is block_table[0]",
+        ),
     ]
     return hints.compare(arr, expected, "entries", "[G, S, D]", alternatives=alternatives)
 
@@ -242,17 +320,46 @@ PAGED = Exercise(
     target="paged_lookup",
     title="Reading a request out of a paged KV cache",
     cases=(
-        Case("3 blocks in shuffled order, 10 positions of 12", 2, _pool(8, 2, 4, 3, (5, 0, 3), 10, 0),
-             calls.paged_lookup, _reference_lookup, _diagnose_lookup),
-        Case("a full last block (8 positions of 8)", 1, _pool(6, 1, 4, 2, (2, 4), 8, 1), calls.paged_lookup,
-             _reference_lookup, _diagnose_lookup),
-        Case("one block, 1 position", 1, _pool(4, 2, 4, 3, (3,), 1, 2), calls.paged_lookup, _reference_lookup,
-             _diagnose_lookup),
-        Case("a long request, 9 blocks of 4, hidden", 1, _pool(16, 2, 4, 5, (9, 1, 14, 3, 0, 7, 12, 5, 2), 33, 3),
-             calls.paged_lookup, _reference_lookup, _diagnose_lookup, hidden=True),
+        Case(
+            "3 blocks in shuffled order, 10 positions of 12",
+            2,
+            _pool(8, 2, 4, 3, (5, 0, 3), 10, 0),
+            calls.paged_lookup,
+            _reference_lookup,
+            _diagnose_lookup,
+        ),
+        Case(
+            "a full last block (8 positions of 8)",
+            1,
+            _pool(6, 1, 4, 2, (2, 4), 8, 1),
+            calls.paged_lookup,
+            _reference_lookup,
+            _diagnose_lookup,
+        ),
+        Case(
+            "one block, 1 position",
+            1,
+            _pool(4, 2, 4, 3, (3,), 1, 2),
+            calls.paged_lookup,
+            _reference_lookup,
+            _diagnose_lookup,
+        ),
+        Case(
+            "a long request, 9 blocks of 4, hidden",
+            1,
+            _pool(16, 2, 4, 5, (9, 1, 14, 3, 0, 7, 12, 5, 2), 33, 3),
+            calls.paged_lookup,
+            _reference_lookup,
+            _diagnose_lookup,
+            hidden=True,
+        ),
     ),
-    forbidden=("mha_course.paged_kv.gather_pages", "mha_course.paged_kv.physical_slot",
-               "mha_course.paged_kv.PagedKVCache.keys", "mha_course.paged_kv.PagedKVCache.values"),
+    forbidden=(
+        "mha_course.paged_kv.gather_pages",
+        "mha_course.paged_kv.physical_slot",
+        "mha_course.paged_kv.PagedKVCache.keys",
+        "mha_course.paged_kv.PagedKVCache.values",
+    ),
 )
 
 ASSIGNMENT = Assignment(
