@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -103,3 +104,32 @@ def test_architecture_map_names_every_module():
         if parts[1] not in text:
             missing.append(name)
     assert missing == [], f"docs/ARCHITECTURE.md does not mention {missing}"
+
+
+def _readme_module_table() -> set[str]:
+    """The names in the first column of the README's module table (``| module | what it holds |``)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = text[text.index("| module | what it holds") :].splitlines()[2:]
+    names = set()
+    for row in rows:
+        if not row.startswith("|"):
+            break
+        names |= set(re.findall(r"`([^`]+)`", row.split("|")[1]))
+    return names
+
+
+def test_readme_module_table_matches_the_tree():
+    """Every top-level module and sub-package of the library has a row, and every name in the table exists."""
+    tree = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    tree |= {f"{p.name}/" for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    named = _readme_module_table()
+    assert sorted(tree - named) == [], "README's module table misses these modules"
+    assert sorted(named - tree) == [], "README's module table names modules that do not exist"
+
+
+def test_architecture_map_names_only_files_that_exist():
+    """Every ``something.py`` the map names is a file of the tree (``aNN_*.py`` stands for a family)."""
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    files = {p.name for folder in ("mha_course", "tests", "benchmarks") for p in (ROOT / folder).rglob("*.py")}
+    named = {n for n in re.findall(r"[\w*]+\.py\b", text) if "*" not in n}
+    assert sorted(named - files) == []
