@@ -37,6 +37,7 @@ def test_scorer_modules_attend_and_mask():
     assert_close(dot.scores(q, k), (q @ dot.w_q) @ (k @ dot.w_k).transpose(-2, -1) / 2.0)
 
 
+@pytest.mark.slow
 def test_lookup_is_solvable_and_both_scorers_learn_it():
     q, k, target = lookup_batch(200, generator=torch.Generator().manual_seed(0), noise=0.0)
     relation = torch.linalg.qr(torch.randn(16, 16, generator=torch.Generator().manual_seed(0)))[0]

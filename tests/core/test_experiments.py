@@ -84,6 +84,7 @@ def test_correct_weight_is_the_weight_on_the_asked_pair():
     assert np.all(run["correct_weight"] <= run["max_weight"] + 1e-7)
 
 
+@pytest.mark.slow
 def test_unscaled_gets_worse_with_dim_and_small_init_helps():
     # chapter 03's sweep, cut down: unscaled accuracy falls as D grows; scaled stays solved;
     # initialising W_Q, W_K smaller (unit-variance scores at the start) recovers the moderate D

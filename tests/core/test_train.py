@@ -46,6 +46,7 @@ def test_training_is_seeded_and_history_is_recorded():
         train(model, task, steps=0)
 
 
+@pytest.mark.slow
 def test_command_line_ends_with_accuracy_line(capsys):
     assert (
         main(

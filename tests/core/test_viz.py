@@ -31,6 +31,7 @@ def _tick_texts(ax, axis):
     return [label.get_text() for label in labels]
 
 
+@pytest.mark.slow
 def test_import_mha_course_does_not_import_matplotlib():
     code = "import sys, mha_course; mha_course.softmax; print('matplotlib' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

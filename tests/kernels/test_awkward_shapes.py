@@ -186,6 +186,7 @@ def test_tiled_attention_matches_torch(c):
     assert_close(lse, torch.logsumexp(scores, -1).to(lse.dtype), what="lse")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("causal", [False, True])
 def test_tiled_attention_gradients_with_block_one(causal):
     gen = torch.Generator().manual_seed(12)

@@ -140,6 +140,7 @@ def test_gpu_large_matches_flash_backend(dtype):
         assert_close(flash.triton_attention(q, k, v, causal=causal), expected, dtype=dtype)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter is only used without a GPU")
 def test_explains_when_triton_was_imported_before_the_interpreter_was_chosen():
     import os
@@ -224,6 +225,7 @@ def test_backward_block_sizes_do_not_change_the_gradients(block_m, block_n, caus
         assert_close(g, e, what=f"d{name} blocks ({block_m}, {block_n})")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_two_pass_dkdv_gives_the_gradients_of_float64_autograd(causal, dtype):

@@ -142,6 +142,7 @@ def kernel():
         manager.shutdown_kernel(now=True)
 
 
+@pytest.mark.slow
 def test_in_a_kernel_each_maker_shows_one_widget_then_its_static_fallback(kernel):
     # with ipywidgets: exactly one widget each (the first picture goes into it)
     for source in (INTERACTIVE, PICKER):

@@ -6,6 +6,8 @@ import subprocess
 import sys
 import types
 
+import pytest
+
 import mha_course
 
 
@@ -22,6 +24,7 @@ def test_every_export_resolves_to_a_function_or_class_even_after_all_submodules_
     assert callable(softmax) and softmax.__name__ == "softmax"
 
 
+@pytest.mark.slow
 def test_import_is_light():
     code = "import sys, mha_course; print(sorted(m for m in ('triton', 'matplotlib') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -41,6 +44,7 @@ def test_shape_legend_is_documented_once_in_the_package():
         assert letter in mha_course.__doc__
 
 
+@pytest.mark.slow
 def test_import_chooses_the_triton_interpreter_without_a_gpu_and_respects_the_environment():
     import os
 
