@@ -69,6 +69,17 @@ def _random_scores(D: int, num_keys: int, n_samples: int, generator: torch.Gener
     return (q @ k.transpose(-2, -1))[:, 0]  # (N, S)
 
 
+def _unscaled_and_scaled(
+    dims: list[int], num_keys: int, n_samples: int, seed: int
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """For each D in turn: ("unscaled", s), then ("scaled", s / sqrt(D)), s (N, S) random scores drawn from ``seed``."""
+    generator = torch.Generator().manual_seed(seed)
+    for D in dims:
+        scores = _random_scores(D, num_keys, n_samples, generator)  # (N, S)
+        for tag, scale in (("unscaled", 1.0), ("scaled", 1.0 / math.sqrt(D))):
+            yield tag, scores * scale  # (N, S)
+
+
 def score_variance_vs_dim(dims: Sequence[int], n_samples: int = 10_000, seed: int = 0) -> dict:
     """Variance of q . k and of q . k / sqrt(D) for random q, k with N(0, 1) components.
 
@@ -122,16 +133,13 @@ def softmax_saturation(dims: Sequence[int], num_keys: int = 16, n_samples: int =
     """
     dims = _check_dims(dims)
     _check_positive(num_keys=num_keys, n_samples=n_samples)
-    generator = torch.Generator().manual_seed(seed)
     result = {name: [] for name in ("max_weight_unscaled", "max_weight_scaled", "entropy_unscaled", "entropy_scaled")}
-    for D in dims:
-        scores = _random_scores(D, num_keys, n_samples, generator)  # (N, S)
-        for tag, scale in (("unscaled", 1.0), ("scaled", 1.0 / math.sqrt(D))):
-            log_p = torch.log_softmax(scores * scale, dim=-1)  # (N, S)
-            p = log_p.exp()
-            entropy = -(p * log_p).sum(-1)  # (N,); p log p -> 0 where p underflows to 0
-            result[f"max_weight_{tag}"].append(float(p.amax(-1).mean()))
-            result[f"entropy_{tag}"].append(float(entropy.mean()))
+    for tag, scores in _unscaled_and_scaled(dims, num_keys, n_samples, seed):
+        log_p = torch.log_softmax(scores, dim=-1)  # (N, S)
+        p = log_p.exp()
+        entropy = -(p * log_p).sum(-1)  # (N,); p log p -> 0 where p underflows to 0
+        result[f"max_weight_{tag}"].append(float(p.amax(-1).mean()))
+        result[f"entropy_{tag}"].append(float(entropy.mean()))
     out = {name: np.array(values) for name, values in result.items()}
     out["dims"] = np.array(dims)
     out["max_entropy"] = math.log(num_keys)
@@ -161,15 +169,12 @@ def softmax_gradient_norm(dims: Sequence[int], num_keys: int = 16, n_samples: in
     """
     dims = _check_dims(dims)
     _check_positive(num_keys=num_keys, n_samples=n_samples)
-    generator = torch.Generator().manual_seed(seed)
     result = {name: [] for name in ("unscaled", "scaled", "fraction_tiny_unscaled", "fraction_tiny_scaled")}
-    for D in dims:
-        scores = _random_scores(D, num_keys, n_samples, generator)  # (N, S)
-        for tag, scale in (("unscaled", 1.0), ("scaled", 1.0 / math.sqrt(D))):
-            weights = torch.softmax(scores * scale, dim=-1)  # (N, S)
-            norms = torch.linalg.matrix_norm(softmax_jacobian(weights))  # (N,) Frobenius
-            result[tag].append(float(norms.mean()))
-            result[f"fraction_tiny_{tag}"].append(float((norms < 1e-3).double().mean()))
+    for tag, scores in _unscaled_and_scaled(dims, num_keys, n_samples, seed):
+        weights = torch.softmax(scores, dim=-1)  # (N, S)
+        norms = torch.linalg.matrix_norm(softmax_jacobian(weights))  # (N,) Frobenius
+        result[tag].append(float(norms.mean()))
+        result[f"fraction_tiny_{tag}"].append(float((norms < 1e-3).double().mean()))
     out = {name: np.array(values) for name, values in result.items()}
     out["dims"] = np.array(dims)
     return out
