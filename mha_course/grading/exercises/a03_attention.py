@@ -15,7 +15,7 @@ import numpy as np
 from .. import hints
 from ..calls import a03_attention as calls
 from ..spec import Assignment, Case, Exercise
-from ._common import attention_alternatives, np_attention  # noqa: F401 (np_attention: a03's too)
+from ._common import attention_alternatives
 
 _OUT, _W = "[..., T, Dv]", "[..., T, S]"
 

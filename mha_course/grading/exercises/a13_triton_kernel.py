@@ -84,13 +84,15 @@ def _diagnose_softmax(got, expected, inputs):
 
 
 def _diagnose_attention(got, expected, inputs):
+    from mha_course.softmax import LOG2E
+
     q, k, v = (inputs[n].astype(np.float64) for n in "qkv")
     D = q.shape[-1]
     alternatives = [
         (lambda: _attention_reference(inputs, scale=1.0), "no 1/sqrt(D) scale: multiply the scores by qk_scale_log2"),
         (lambda: _attention_reference(inputs, scale=1.0 / D), "scaled by 1/D instead of 1/sqrt(D)"),
         (
-            lambda: _attention_reference(inputs, scale=math.log2(math.e) / math.sqrt(D)),
+            lambda: _attention_reference(inputs, scale=LOG2E / math.sqrt(D)),
             "the scores are scaled by log2(e)/sqrt(D) but exponentiated with exp: use tl.math.exp2 (or drop log2(e))",
         ),
         (
