@@ -23,7 +23,7 @@ from torch import nn
 
 from .masks import mask_to_bias
 from .softmax import softmax
-from .validation import check_mask, require_positive_int, require_rank, require_tensor
+from .validation import check_mask, require_positive_int, require_positive_ints, require_rank, require_tensor
 
 
 def additive_scores(
@@ -125,8 +125,7 @@ def lookup_batch(
     Raises:
         ValueError: non-positive sizes.
     """
-    for name, size in (("n", n), ("num_keys", num_keys), ("dim", dim)):
-        require_positive_int(size, name)
+    require_positive_ints(n=n, num_keys=num_keys, dim=dim)
     relation = _relation(dim, relation_seed)  # (D, D)
     keys = torch.randn(n, num_keys, dim, generator=generator)  # (n, S, D)
     target = torch.randint(num_keys, (n,), generator=generator)  # (n,)

@@ -21,7 +21,7 @@ from torch import nn
 
 from .masks import mask_to_bias
 from .mha import MultiHeadAttention
-from .validation import require_int, require_positive_int, require_tensor
+from .validation import require_non_negative_ints, require_positive_int, require_tensor
 
 
 def alibi_slopes(num_heads: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -79,8 +79,7 @@ def alibi_bias(
     """
     S = T if S is None else S
     require_positive_int(num_heads, "num_heads")
-    for name, n in (("T", T), ("S", S)):
-        require_int(n, name, 0)
+    require_non_negative_ints(T=T, S=S)
     if S < T:
         raise ValueError(f"S must be >= T (queries are the last T of S positions), got T={T}, S={S}")
     if slopes is None:

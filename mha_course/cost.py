@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from .validation import require_non_negative_int
+from .validation import require_non_negative_ints
 
 MIB = 2**20
 _MMAP_THRESHOLD_FIXED = False
@@ -53,7 +53,7 @@ def attention_flops(B: int, H: int, T: int, D: int, S: int | None = None, causal
         ValueError: a size is negative or not an int.
     """
     S = T if S is None else S
-    _require_sizes(B=B, H=H, T=T, S=S, D=D)
+    require_non_negative_ints(B=B, H=H, T=T, S=S, D=D)
     total = 4.0 * B * H * T * S * D
     return total / 2 if causal else total
 
@@ -75,7 +75,7 @@ def attention_memory_bytes(
         ValueError: a size is negative or not an int.
     """
     S = T if S is None else S
-    _require_sizes(B=B, H=H, T=T, S=S, D=D)
+    require_non_negative_ints(B=B, H=H, T=T, S=S, D=D)
     item = torch.empty((), dtype=dtype).element_size()
     return {
         "inputs": (B * H * T * D + 2 * B * H * S * D) * item,
@@ -171,11 +171,6 @@ def loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     if sxx == 0:
         raise ValueError("all x values are equal; the slope is undefined")
     return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sxx
-
-
-def _require_sizes(**sizes: int) -> None:
-    for name, n in sizes.items():
-        require_non_negative_int(n, name)
 
 
 def _status_kib(field: str) -> int | None:

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from .backward import softmax_jacobian
-from .validation import require_positive_int
+from .validation import require_positive_int, require_positive_ints
 
 
 def _check_dims(dims: Sequence[int]) -> list[int]:
@@ -38,11 +38,6 @@ def _check_dims(dims: Sequence[int]) -> list[int]:
     if not dims:
         raise ValueError("dims must hold at least one dimension, got an empty sequence")
     return [require_positive_int(d, "every dim") for d in dims]
-
-
-def _check_positive(**values: int) -> None:
-    for name, n in values.items():
-        require_positive_int(n, name)
 
 
 @contextmanager
@@ -97,7 +92,7 @@ def score_variance_vs_dim(dims: Sequence[int], n_samples: int = 10_000, seed: in
         TypeError / ValueError: dims not positive ints, n_samples < 2.
     """
     dims = _check_dims(dims)
-    _check_positive(n_samples=n_samples)
+    require_positive_ints(n_samples=n_samples)
     if n_samples < 2:
         raise ValueError(f"n_samples must be >= 2 to estimate a variance, got {n_samples}")
     generator = torch.Generator().manual_seed(seed)
@@ -132,7 +127,7 @@ def softmax_saturation(dims: Sequence[int], num_keys: int = 16, n_samples: int =
         TypeError / ValueError: dims, num_keys or n_samples not positive ints.
     """
     dims = _check_dims(dims)
-    _check_positive(num_keys=num_keys, n_samples=n_samples)
+    require_positive_ints(num_keys=num_keys, n_samples=n_samples)
     result = {name: [] for name in ("max_weight_unscaled", "max_weight_scaled", "entropy_unscaled", "entropy_scaled")}
     for tag, scores in _unscaled_and_scaled(dims, num_keys, n_samples, seed):
         log_p = torch.log_softmax(scores, dim=-1)  # (N, S)
@@ -168,7 +163,7 @@ def softmax_gradient_norm(dims: Sequence[int], num_keys: int = 16, n_samples: in
         TypeError / ValueError: dims, num_keys or n_samples not positive ints.
     """
     dims = _check_dims(dims)
-    _check_positive(num_keys=num_keys, n_samples=n_samples)
+    require_positive_ints(num_keys=num_keys, n_samples=n_samples)
     result = {name: [] for name in ("unscaled", "scaled", "fraction_tiny_unscaled", "fraction_tiny_scaled")}
     for tag, scores in _unscaled_and_scaled(dims, num_keys, n_samples, seed):
         weights = torch.softmax(scores, dim=-1)  # (N, S)
@@ -245,7 +240,7 @@ def train_retrieval(
         TypeError / ValueError: sizes not positive ints, num_pairs > num_keys, lr <= 0,
             qk_init_scale <= 0.
     """
-    _check_positive(
+    require_positive_ints(
         d_k=d_k,
         steps=steps,
         d_model=d_model,

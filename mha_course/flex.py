@@ -33,7 +33,14 @@ from collections.abc import Callable
 import torch
 
 from .masks import causal_mask
-from .validation import check_qkv, require_int, require_positive_int, require_rank, require_tensor
+from .validation import (
+    check_qkv,
+    require_int,
+    require_positive_int,
+    require_positive_ints,
+    require_rank,
+    require_tensor,
+)
 
 MaskMod = Callable[..., torch.Tensor]
 ScoreMod = Callable[..., torch.Tensor]
@@ -172,8 +179,7 @@ def and_mods(*mask_mods: MaskMod) -> MaskMod:
 
 
 def _grid(B: int, H: int, T: int, S: int, device=None):
-    for name, n in (("B", B), ("H", H), ("T", T), ("S", S)):
-        require_positive_int(n, name)
+    require_positive_ints(B=B, H=H, T=T, S=S)
     b = torch.arange(B, device=device)[:, None, None, None]  # (B, 1, 1, 1)
     h = torch.arange(H, device=device)[None, :, None, None]  # (1, H, 1, 1)
     q = torch.arange(T, device=device)[None, None, :, None]  # (1, 1, T, 1)
@@ -234,8 +240,7 @@ def make_block_mask(mask_mod: MaskMod, B: int, H: int, T: int, S: int, block_siz
         raise RuntimeError(why)
     if not callable(mask_mod):
         raise TypeError(f"mask_mod must be a function (b, h, q_idx, kv_idx) -> bool, got {type(mask_mod).__name__}")
-    for name, n in (("B", B), ("H", H), ("T", T), ("S", S), ("block_size", block_size)):
-        require_positive_int(n, name)
+    require_positive_ints(B=B, H=H, T=T, S=S, block_size=block_size)
     from torch.nn.attention.flex_attention import create_block_mask
 
     return create_block_mask(

@@ -20,7 +20,7 @@ import torch
 from .attention import scaled_dot_product_attention
 from .heads import gate_heads, merge_heads, split_heads
 from .masks import causal_mask
-from .validation import require_non_negative_int, require_positive_int, require_rank, require_tensor
+from .validation import require_non_negative_int, require_positive_ints, require_rank, require_tensor
 from .variants import grouped_query_attention
 
 
@@ -50,13 +50,7 @@ class KVCache:
         device: torch.device | str | None = None,
     ):
         value_dim = head_dim if value_dim is None else value_dim
-        for name, n in (
-            ("batch", batch),
-            ("num_kv_heads", num_kv_heads),
-            ("head_dim", head_dim),
-            ("value_dim", value_dim),
-        ):
-            require_positive_int(n, name)
+        require_positive_ints(batch=batch, num_kv_heads=num_kv_heads, head_dim=head_dim, value_dim=value_dim)
         if max_len is not None:
             require_non_negative_int(max_len, "max_len")
         self.batch, self.num_kv_heads, self.head_dim, self.value_dim = batch, num_kv_heads, head_dim, value_dim

@@ -20,7 +20,14 @@ from collections import deque
 import torch
 
 from .attention import resolve_scale
-from .validation import require_int, require_non_negative_int, require_positive_int, require_rank, require_tensor
+from .validation import (
+    require_int,
+    require_non_negative_int,
+    require_positive_int,
+    require_positive_ints,
+    require_rank,
+    require_tensor,
+)
 from .variants import grouped_query_attention
 
 
@@ -155,14 +162,13 @@ class PagedKVCache:
         device: torch.device | str | None = None,
     ):
         value_dim = head_dim if value_dim is None else value_dim
-        for name, n in (
-            ("num_blocks", num_blocks),
-            ("block_size", block_size),
-            ("num_kv_heads", num_kv_heads),
-            ("head_dim", head_dim),
-            ("value_dim", value_dim),
-        ):
-            require_positive_int(n, name)
+        require_positive_ints(
+            num_blocks=num_blocks,
+            block_size=block_size,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
+            value_dim=value_dim,
+        )
         self.block_size = block_size
         self.k_pool = torch.zeros(num_blocks, num_kv_heads, block_size, head_dim, dtype=dtype, device=device)
         self.v_pool = torch.zeros(num_blocks, num_kv_heads, block_size, value_dim, dtype=dtype, device=device)

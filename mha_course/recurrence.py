@@ -23,7 +23,7 @@ import math
 import torch
 from torch import nn
 
-from .validation import require_int, require_positive_int, require_rank, require_tensor
+from .validation import require_int, require_positive_int, require_positive_ints, require_rank, require_tensor
 
 
 def path_table(T: int, D: int, kernel: int = 3, window: int = 4) -> dict[str, dict[str, float]]:
@@ -36,8 +36,7 @@ def path_table(T: int, D: int, kernel: int = 3, window: int = 4) -> dict[str, di
     Raises:
         TypeError / ValueError: sizes that are not positive ints (kernel >= 2).
     """
-    for name, n in (("T", T), ("D", D), ("window", window)):
-        require_positive_int(n, name)
+    require_positive_ints(T=T, D=D, window=window)
     require_int(kernel, "kernel", 2)
     return {
         "self-attention": {"work": T * T * D, "sequential": 1, "path": 1},
@@ -64,8 +63,7 @@ class GRUTagger(nn.Module):
 
     def __init__(self, vocab_size: int, hidden_size: int, num_layers: int = 1):
         super().__init__()
-        for name, n in (("vocab_size", vocab_size), ("hidden_size", hidden_size), ("num_layers", num_layers)):
-            require_positive_int(n, name)
+        require_positive_ints(vocab_size=vocab_size, hidden_size=hidden_size, num_layers=num_layers)
         self.embed = nn.Embedding(vocab_size, hidden_size)
         self.gru = nn.GRU(hidden_size, hidden_size, num_layers=num_layers, batch_first=True)
         self.head = nn.Linear(hidden_size, vocab_size)

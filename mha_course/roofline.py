@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .cost import attention_flops
-from .validation import require_positive_int
+from .validation import require_positive_ints
 
 
 @dataclass(frozen=True)
@@ -111,12 +111,6 @@ def _predict(gpu: str, phase: str, flops: float, nbytes: float) -> Prediction:
     )
 
 
-def _require_positive(**sizes: int) -> None:
-    """Each size a positive int (bools refused), else an error naming it, the expected and the actual."""
-    for name, value in sizes.items():
-        require_positive_int(value, name)
-
-
 def prefill(
     gpu: str,
     B: int,
@@ -141,7 +135,7 @@ def prefill(
     """
     S = T if S is None else S
     num_kv_heads = H if num_kv_heads is None else num_kv_heads
-    _require_positive(B=B, H=H, T=T, D=D, S=S, num_kv_heads=num_kv_heads, element_bytes=element_bytes)
+    require_positive_ints(B=B, H=H, T=T, D=D, S=S, num_kv_heads=num_kv_heads, element_bytes=element_bytes)
     flops = attention_flops(B, H, T, D, S=S, causal=causal and fused)
     elements = 2 * B * H * T * D + 2 * B * num_kv_heads * S * D + (0 if fused else 4 * B * H * T * S)
     return _predict(gpu, "prefill" if fused else "prefill, materialised", flops, elements * element_bytes)
@@ -161,7 +155,7 @@ def decode_step(
         TypeError: a size that is not an int.
     """
     num_kv_heads = H if num_kv_heads is None else num_kv_heads
-    _require_positive(B=B, H=H, S=S, D=D, num_kv_heads=num_kv_heads, element_bytes=element_bytes)
+    require_positive_ints(B=B, H=H, S=S, D=D, num_kv_heads=num_kv_heads, element_bytes=element_bytes)
     flops = attention_flops(B, H, 1, D, S=S)
     nbytes = (2 * B * H * D + 2 * B * num_kv_heads * S * D) * element_bytes
     return _predict(gpu, "decode", flops, nbytes)

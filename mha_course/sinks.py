@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import torch
 
-from .validation import require_non_negative_int, require_positive_int, require_rank, require_tensor
+from .validation import (
+    require_non_negative_int,
+    require_non_negative_ints,
+    require_positive_int,
+    require_rank,
+    require_tensor,
+)
 
 
 def streaming_mask(
@@ -33,8 +39,7 @@ def streaming_mask(
     """
     S = T if S is None else S
     require_positive_int(window, "window")
-    for name, n in (("T", T), ("S", S), ("sinks", sinks)):
-        require_non_negative_int(n, name)
+    require_non_negative_ints(T=T, S=S, sinks=sinks)
     if S < T:
         raise ValueError(f"S must be >= T (queries are the last T of S positions), got T={T}, S={S}")
     query_pos = torch.arange(S - T, S, device=device)[:, None]  # (T, 1)

@@ -18,7 +18,7 @@ from torch import nn
 
 from .model import DEFAULT_MODEL, POSITIONS, build_model, run_model
 from .tasks import IGNORE, TASKS, Task, TaskData, get_task
-from .validation import require_positive_int
+from .validation import require_positive_ints
 
 HELD_OUT_SEED_OFFSET = 1_000_003  # held-out examples come from seed + this, never from the training stream
 
@@ -115,13 +115,7 @@ def train(
     Raises:
         ValueError: non-positive steps, batch_size, eval_every or eval_size.
     """
-    for name, value in (
-        ("steps", steps),
-        ("batch_size", batch_size),
-        ("eval_every", eval_every),
-        ("eval_size", eval_size),
-    ):
-        require_positive_int(value, name)
+    require_positive_ints(steps=steps, batch_size=batch_size, eval_every=eval_every, eval_size=eval_size)
     start = time.perf_counter()
     generator = torch.Generator().manual_seed(seed)
     held_out = task.sample(eval_size, seed + HELD_OUT_SEED_OFFSET)

@@ -1,7 +1,8 @@
 """Every input check the library shares: each raises TypeError or ValueError naming the expected and the actual.
 
 Types and shapes (``require_tensor``, ``require_rank``, ...), integers (``require_int`` and its
-positive and non-negative forms: bools are refused, as ``True`` is not a size), and attention's
+positive and non-negative forms, for one value or several keywords: bools are refused, as ``True``
+is not a size), and attention's
 inputs: ``check_qkv`` for (..., T, D), (..., S, D), (..., S, Dv), ``check_mask`` for a mask that
 broadcasts to the (..., T, S) scores, ``resolve_scale`` for the default 1/sqrt(D).
 """
@@ -32,6 +33,18 @@ def require_positive_int(value, name: str) -> int:
 def require_non_negative_int(value, name: str) -> int:
     """``value`` as an int >= 0 (see :func:`require_int`)."""
     return require_int(value, name, 0)
+
+
+def require_positive_ints(**values) -> None:
+    """Each keyword's value an int >= 1 (see :func:`require_int`); the error names the keyword."""
+    for name, value in values.items():
+        require_int(value, name, 1)
+
+
+def require_non_negative_ints(**values) -> None:
+    """Each keyword's value an int >= 0 (see :func:`require_int`); the error names the keyword."""
+    for name, value in values.items():
+        require_int(value, name, 0)
 
 
 def require_positive_number(value, name: str) -> float:

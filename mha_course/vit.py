@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from .model import Block
-from .validation import require_positive_int, require_rank, require_tensor
+from .validation import require_positive_int, require_positive_ints, require_rank, require_tensor
 
 SHAPES = ("square", "horizontal bar", "vertical bar")
 
@@ -91,13 +91,7 @@ class TinyViT(nn.Module):
         num_layers: int = 2,
     ):
         super().__init__()
-        for name, n in (
-            ("image_size", image_size),
-            ("patch_size", patch_size),
-            ("channels", channels),
-            ("num_classes", num_classes),
-        ):
-            require_positive_int(n, name)
+        require_positive_ints(image_size=image_size, patch_size=patch_size, channels=channels, num_classes=num_classes)
         if image_size % patch_size:
             raise ValueError(f"image_size {image_size} must be a multiple of patch_size {patch_size}")
         self.patch_size, self.grid = patch_size, image_size // patch_size
@@ -128,8 +122,7 @@ def fit_vit(
     Raises:
         ValueError: non-positive steps, batch_size or eval_every.
     """
-    for name, n in (("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every)):
-        require_positive_int(n, name)
+    require_positive_ints(steps=steps, batch_size=batch_size, eval_every=eval_every)
     size = model.grid * model.patch_size
     generator = torch.Generator().manual_seed(seed)
     held_images, held_labels = shapes(1000, size, generator=torch.Generator().manual_seed(seed + 1))
