@@ -74,15 +74,7 @@ def scaled_dot_product_attention_np(
         TypeError: inputs are not floating NumPy arrays; mask neither bool nor floating.
         ValueError: mismatched D or S, rank < 2, a mask that does not broadcast, bad scale.
     """
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(x, np.ndarray) or not np.issubdtype(x.dtype, np.floating):
-            raise TypeError(f"{name} must be a floating numpy.ndarray, got {type(x).__name__}")
-        if x.ndim < 2:
-            raise ValueError(f"{name} must have at least 2 dims (..., length, dim), got {x.shape}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q and k must have the same last dim D, got q {q.shape} and k {k.shape}")
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(f"k and v must have the same length S, got k {k.shape} and v {v.shape}")
+    _check_qkv_np(q, k, v)
     scale = resolve_scale(scale, q.shape[-1])
     out_dtype = np.result_type(q, k, v)
     # float16 scores overflow (max 65504) long before the softmax could help: work in float32.
@@ -100,3 +92,16 @@ def scaled_dot_product_attention_np(
         scores = np.where(mask, scores, -np.inf) if mask.dtype == bool else scores + mask.astype(work)
     weights = softmax_np(scores, axis=-1)  # (..., T, S)
     return (weights @ v).astype(out_dtype), weights.astype(out_dtype)
+
+
+def _check_qkv_np(q, k, v) -> None:
+    """:func:`mha_course.validation.check_qkv` for NumPy: floating arrays, rank >= 2, matching D and S."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, np.ndarray) or not np.issubdtype(x.dtype, np.floating):
+            raise TypeError(f"{name} must be a floating numpy.ndarray, got {type(x).__name__}")
+        if x.ndim < 2:
+            raise ValueError(f"{name} must have at least 2 dims (..., length, dim), got {x.shape}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q and k must have the same last dim D, got q {q.shape} and k {k.shape}")
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(f"k and v must have the same length S, got k {k.shape} and v {v.shape}")
