@@ -340,6 +340,7 @@ def test_isolation_is_reported(batch):
     assert batch["each"]["honest"]["extra_data"]["isolation"]["summary"].startswith("bubblewrap")
 
 
+@pytest.mark.slow
 def test_refuses_without_isolation_unless_told(tmp_path, monkeypatch):
     """Where bubblewrap is missing the grader refuses (exit 3) and says why; --unsafe-no-isolation grades."""
     from mha_course import grade

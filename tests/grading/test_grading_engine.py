@@ -299,6 +299,7 @@ def test_gradescope_json_gradebook_and_summary(graded):
     assert "fake_add: mean" in summary and "could not be graded" in summary
 
 
+@pytest.mark.slow
 def test_cli_writes_json_csv_summary_and_exits_zero(fake, tmp_path):
     from mha_course.grade import main
 

@@ -338,6 +338,7 @@ def test_specific_hint_comes_before_the_generic_one():
     assert cause_of("got 3 rows [1, 2, 3]; worst at index (1, 2)") == "got # rows"
 
 
+@pytest.mark.slow
 def test_real_global_max_softmax_is_told_to_use_each_rows_maximum(tmp_path):
     require_sandbox()
     nb = json.loads((ROOT / "solutions" / "a02_softmax.ipynb").read_text())
