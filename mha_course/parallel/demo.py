@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 
 import torch
@@ -33,7 +34,8 @@ from .workloads import RING_VARIANTS, Problem, demo_rank
 def run_demo(world_size: int = 4, problem: Problem | None = None, backend: str | None = None, repeats: int = 3) -> dict:
     """Run every scheme on ``world_size`` processes and check it; returns the report as plain data.
 
-    The report holds, per scheme: ``equal`` (True when the assembled output matches one process
+    The report holds ``world_size``, ``backend``, ``cpu_cores`` (of this machine), ``problem``, and
+    ``schemes``; per scheme: ``equal`` (True when the assembled output matches one process
     to float32 tolerance), ``max_abs_diff``, and ``ranks``: per rank ``seconds``, ``wire_bytes``
     (None where not measurable), ``model_bytes`` and, for the ring, ``bytes_sent`` and ``steps``
     (dicts of :class:`mha_course.parallel.ring.RingStep`, times in ms from the earliest step start).
@@ -47,7 +49,13 @@ def run_demo(world_size: int = 4, problem: Problem | None = None, backend: str |
         expected = {"tensor_parallel": module(x)[0], "ring": scaled_dot_product_attention(q, k, v)[0]}
         expected["causal"] = scaled_dot_product_attention(q, k, v, mask=causal_mask(problem.T))[0]
     itemsize = q.element_size()
-    report = {"world_size": world_size, "backend": backend, "problem": dataclasses.asdict(problem), "schemes": {}}
+    report = {
+        "world_size": world_size,
+        "backend": backend,
+        "cpu_cores": os.cpu_count(),
+        "problem": dataclasses.asdict(problem),
+        "schemes": {},
+    }
     tp = [r["tensor_parallel"] for r in results]
     report["schemes"]["tensor_parallel"] = _compare(tp[0]["out"], expected["tensor_parallel"]) | {
         "ranks": [
@@ -98,6 +106,12 @@ def format_report(report: dict) -> str:
         f"attention across {W} processes, backend {report['backend']}: B={p['B']} H={p['H']} T={p['T']} "
         f"D={p['D']} Dv={p['Dv'] or p['D']}, float32 (torch {torch.__version__})"
     ]
+    cores = report.get("cpu_cores")
+    if report["backend"] == "gloo" and cores and W > cores:
+        lines.append(
+            f"note: {W} ranks share {cores} CPU cores, so a rank may wait for a core: its times include those "
+            "waits, and a wait after compute is not all transfer"
+        )
     for name, scheme in report["schemes"].items():
         lines += [
             "",
@@ -196,7 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the report to this file")
     args = parser.parse_args(argv)
     try:
-        require_positive_int(args.world_size, "--world-size")
+        for flag in ("world_size", "seq_len", "head_dim", "batch", "repeats"):
+            require_positive_int(getattr(args, flag), "--" + flag.replace("_", "-"))
+        if args.heads is not None:
+            require_positive_int(args.heads, "--heads")
         problem = Problem(B=args.batch, H=args.heads or heads_for(args.world_size), T=args.seq_len, D=args.head_dim)
         if problem.H % args.world_size:
             raise ValueError(f"--heads {problem.H} is not divisible by --world-size {args.world_size}")
