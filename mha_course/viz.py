@@ -8,9 +8,9 @@ and returns the matplotlib object it drew on, so that a notebook can add to it a
 inspect it. Rows are always queries (T) and columns keys (S), as in ``weights[t, s]``.
 
 ``import mha_course`` imports neither this module nor matplotlib, so the library stays light for
-the grader and the command-line tools; the plotting modules (this one and its building block
-:mod:`.heatmap`, :mod:`.vectors_plot`, :mod:`.widgets`, :mod:`.interpret`, :mod:`.bench`) import
-matplotlib when they draw.
+the grader and the command-line tools; the modules that draw (this one and its building block
+:mod:`.heatmap`, :mod:`.vectors_plot`, :mod:`.widgets`, :mod:`.interpret`, :mod:`.bench_report`,
+and the grader's self-check and class report) import matplotlib inside the functions that draw.
 """
 
 from __future__ import annotations
