@@ -1,4 +1,5 @@
-"""The package's shape: no import cycle, small modules, and a map (docs/ARCHITECTURE.md) that matches the tree."""
+"""The package's shape: no import cycle, small modules, exercise modules that share helpers only through
+_common, and maps (docs/ARCHITECTURE.md, the README's module table) that match the tree."""
 
 from __future__ import annotations
 
@@ -133,3 +134,19 @@ def test_architecture_map_names_only_files_that_exist():
     files = {p.name for folder in ("mha_course", "tests", "benchmarks") for p in (ROOT / folder).rglob("*.py")}
     named = {n for n in re.findall(r"[\w*]+\.py\b", text) if "*" not in n}
     assert sorted(named - files) == []
+
+
+def test_exercise_modules_share_helpers_only_through_common():
+    """An exercise module never imports another assignment's exercise module, nor a private name of another module."""
+    folder = PACKAGE / "grading" / "exercises"
+    found = []
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ImportFrom) or node.module == "__future__":
+                continue
+            target = (node.module or "").rpartition(".")[2]
+            names = [alias.name for alias in node.names]
+            if node.level == 1 and (re.match(r"a\d\d", target) or any(re.match(r"a\d\d", n) for n in names)):
+                found.append(f"{path.name} imports exercise module {target or names}")
+            found += [f"{path.name} imports private {n} from {target}" for n in names if n.startswith("_")]
+    assert found == []
