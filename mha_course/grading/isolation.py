@@ -176,7 +176,7 @@ class Sandbox:
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
             "MPLBACKEND": "Agg",
-            "TRITON_INTERPRET": "1",
+            "TRITON_INTERPRET": "1",  # the sandbox's /dev holds no GPU: set before any cell imports triton
             "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONNOUSERSITE": "1",
             "PYTHONHASHSEED": "0",
