@@ -318,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         print("note: " + note)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(records, f, indent=1)
+            # Each record names the machine it was timed on: ratios differ between CPUs.
+            json.dump([{**record, "environment": env} for record in records], f, indent=1)
         print(f"wrote {len(records)} records to {args.json}")
     if args.plot and records:
         r0 = records[0]

@@ -156,6 +156,9 @@ def environment(device: str) -> dict[str, str]:
         env["cudnn"] = str(torch.backends.cudnn.version())
     else:
         env["cpu"] = _cpu_name()
+        # The widest vector instructions torch's CPU kernels use (AVX2, AVX512, ...): ratios against
+        # torch's fused kernel differ between them.
+        env["cpu capability"] = torch.backends.cpu.get_cpu_capability()
     try:
         import triton
 

@@ -66,6 +66,9 @@ def test_cli_quick_writes_valid_records_and_plot(tmp_path):
         assert r["device"] == "cpu" and r["dtype"] == "float32" and (r["B"], r["H"], r["D"]) == (1, 2, 64)
         assert r["max_abs_err"] < 1e-4, r  # every implementation computed the same attention
         assert r["vs_torch.sdpa[FLASH_ATTENTION]"] > 0
+        # the machine it ran on travels with each record
+        assert r["environment"]["torch"] == torch.__version__
+        assert r["environment"]["cpu capability"] == torch.backends.cpu.get_cpu_capability()
     assert out_png.stat().st_size > 1000
 
 
