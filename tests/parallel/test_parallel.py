@@ -94,6 +94,14 @@ def battery(rank: int, world_size: int) -> dict:
         with torch.no_grad():
             out, stats = ring_attention(q, k, v, causal=causal, layout=layout, return_stats=True)
         results["ring"][name] = (out, stats)
+    if world_size == 3:  # a subgroup: global ranks 1 and 2 form a group of two, with ranks 0 and 1 in it
+        group = dist.new_group([1, 2])  # every rank of the world must take part in creating it
+        if rank in (1, 2):
+            q, k, v = (shard_sequence(t, 2, rank - 1, "zigzag") for t in _ring_problem(T, T))
+            with torch.no_grad():
+                ring = ring_attention(q, k, v, causal=True, group=group, layout="zigzag")
+                shard = TensorParallelMultiHeadAttention.from_module(module, rank - 1, 2, group=group)
+                results["subgroup"] = {"ring": ring, "tp": shard(x)[0]}
     results["errors"]["wrong lengths"] = _error_of(
         lambda: ring_attention(*(t[..., : 1 + rank, :] for t in _ring_problem(T, T)), causal=True)
     )
@@ -190,6 +198,21 @@ def test_causal_ring_skips_future_blocks(ranks):
         skipped = [s.step for s in steps if s.scores == 0]
         assert skipped == [s for s in range(world_size) if (rank - s) % world_size > rank]  # keys of later ranks
         assert [s.scores for s in steps] == causal_work(T, world_size, "contiguous")[rank]
+
+
+def test_a_subgroup_runs_its_own_ring_and_heads(ranks):
+    world_size, results = ranks
+    if world_size != 3:
+        pytest.skip("a subgroup of two ranks beside a third needs three ranks")
+    q, k, v = _ring_problem(T, T)
+    expected, _ = scaled_dot_product_attention(q, k, v, mask=causal_mask(T))
+    assert_close(unshard_sequence([results[r]["subgroup"]["ring"] for r in (1, 2)], "zigzag"), expected)
+    module, x, _, _, _ = _tp_problem()
+    with torch.no_grad():
+        whole, _ = module(x)
+    for r in (1, 2):
+        assert_close(results[r]["subgroup"]["tp"], whole, what=f"global rank {r}")
+    assert "subgroup" not in results[0]
 
 
 def test_bad_shards_and_mismatched_groups_raise_clear_errors_on_every_rank(ranks):
