@@ -261,6 +261,9 @@ def test_demo_prints_equality_and_bytes_that_match_the_model(capsys, tmp_path):
             if "bytes_sent" in r:  # the ring: the tensors handed to send are exactly the model's bytes
                 assert r["bytes_sent"] == r["model_bytes"], name
                 assert [s["step"] for s in r["steps"]] == [0, 1] and r["steps"][-1]["transfer_ms"] is None
+                first = r["steps"][0]  # the part of its transfer not hidden is a part of it
+                assert 0 <= first["not_hidden_ms"] <= first["transfer_ms"] + 1e-6, name
+                assert r["steps"][-1]["not_hidden_ms"] is None
             if r["wire_bytes"] is not None:  # the sockets: the model's bytes and gloo's framing
                 assert r["model_bytes"] <= r["wire_bytes"] <= 1.05 * r["model_bytes"] + 4096, name
 
