@@ -61,6 +61,13 @@ def test_readme_lists_every_chapter_and_every_exercise():
     assert not re.search(r"\b[A-Z]+_(TABLE|SECTION)\b", readme), "README holds an unfilled placeholder"
 
 
+def test_start_here_maps_every_chapter():
+    start = nbformat.read(ROOT / "notebooks" / "00_start_here.ipynb", as_version=4)
+    markdown = "\n".join(c.source for c in start.cells if c.cell_type == "markdown")
+    for path in LECTURES:
+        assert f"| {path.name[:2]} |" in markdown, f"the chapter table of 00_start_here has no row for {path.name}"
+
+
 def test_requirements_are_pinned_and_install_the_package():
     lines = [line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()]
     lines = [line for line in lines if line]
