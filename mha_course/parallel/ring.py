@@ -46,7 +46,7 @@ class RingStep:
     scores: int  # query-key pairs attended (j <= i when causal; 0 when the whole block was in the future)
     compute_start: float
     compute_end: float
-    compute_cpu: float  # CPU seconds of that compute: other programs on a shared machine cannot inflate it
+    compute_cpu: float  # CPU seconds of that compute: time spent waiting for a core is not counted
     transfer_start: float | None  # None at the last step: nothing left to pass on
     transfer_end: float | None  # when the send and the receive had both completed
     wait_end: float  # when this rank could go on: after its compute and its transfer
