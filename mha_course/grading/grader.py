@@ -83,6 +83,12 @@ def new_seed() -> int:
     return secrets.randbits(31)
 
 
+#: CPython 3.11 keeps one AST recursion counter per interpreter: when two threads build AST objects
+#: at once (scan.parse holds a lock, but a library or traceback formatting in another thread may
+#: parse too), one of them can fail with this SystemError. It says nothing about the submission.
+AST_RACE = "AST constructor recursion depth mismatch"
+
+
 def grade_notebook(
     path: str | Path,
     limits: Limits | None = None,
@@ -110,13 +116,19 @@ def grade_notebook(
     own = isolator is None
     isolator = isolator or Isolator(unsafe_no_isolation)
     start = time.monotonic()
-    result = SubmissionResult(
-        path=str(path), seed=new_seed() if seed == -1 else seed, isolation=isolator.walls.as_dict()
-    )
+    seed = new_seed() if seed == -1 else seed
     try:
-        _grade_into(result, Path(path), limits, isolator, grade_as)
-    except Exception as exc:  # the grader's own failure: report it, never crash the batch
-        result.error = f"the grader failed on this notebook ({type(exc).__name__}: {exc})"
+        for attempt in range(2):
+            result = SubmissionResult(path=str(path), seed=seed, isolation=isolator.walls.as_dict())
+            try:
+                _grade_into(result, Path(path), limits, isolator, grade_as)
+            except SystemError as exc:
+                if attempt == 0 and AST_RACE in str(exc):
+                    continue  # CPython's race, not the submission: grade it once more from the start
+                result.error = f"the grader failed on this notebook ({type(exc).__name__}: {exc})"
+            except Exception as exc:  # the grader's own failure: report it, never crash the batch
+                result.error = f"the grader failed on this notebook ({type(exc).__name__}: {exc})"
+            break
     finally:
         if own:
             isolator.close()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, write_submission
 
-from mha_course.grading import notebook, registry, selfcheck, wire
+from mha_course.grading import grader, notebook, registry, selfcheck, wire
 from mha_course.grading.grader import Limits, grade_many
 from mha_course.grading.results import class_summary, gradebook_rows, gradescope
 
@@ -380,3 +380,32 @@ def test_common_exceptions_become_hints():
     assert "keepdims" in exception_hint(no_keepdims)
     assert exception_hint("ValueError: something else") is None
     assert with_exception_hint("ValueError: something else") == "ValueError: something else"
+
+
+@pytest.mark.parametrize(
+    ("failures", "error"),
+    [
+        ([], None),
+        ([SystemError(grader.AST_RACE + " (before=33, after=59)")], None),  # retried once, from the start
+        ([SystemError(grader.AST_RACE)] * 2, grader.AST_RACE),  # twice: reported, not retried forever
+        ([SystemError("another internal error")], "another internal error"),  # not the race: no retry
+        ([RuntimeError("a bug of the grader")], "a bug of the grader"),
+    ],
+)
+def test_cpythons_ast_race_is_retried_once_and_other_failures_reported(monkeypatch, tmp_path, failures, error):
+    calls = []
+
+    def grade_into(result, path, limits, isolator, grade_as=None):
+        calls.append(result)
+        result.notes.append(f"attempt {len(calls)}")
+        if len(calls) <= len(failures):
+            raise failures[len(calls) - 1]
+
+    monkeypatch.setattr(grader, "_grade_into", grade_into)
+    result = grader.grade_notebook(tmp_path / "any.ipynb", seed=7, unsafe_no_isolation=True)
+    if error is None:
+        assert result.error is None and result.notes == [f"attempt {len(calls)}"]  # a fresh result each time
+        assert len(calls) == len(failures) + 1
+    else:
+        assert error in result.error and "the grader failed" in result.error
+    assert result.seed == 7 and all(r.seed == 7 for r in calls)  # the same fresh inputs on the retry
