@@ -84,8 +84,9 @@ def new_seed() -> int:
 
 
 #: CPython 3.11 keeps one AST recursion counter per interpreter: when two threads build AST objects
-#: at once (scan.parse holds a lock, but a library or traceback formatting in another thread may
-#: parse too), one of them can fail with this SystemError. It says nothing about the submission.
+#: at once, one of them can fail with this SystemError. The grader's own parses hold scan.AST_LOCK,
+#: but a library may parse unseen (traceback formatting does in 3.11), so such a failure, which says
+#: nothing about the submission, is graded again once.
 AST_RACE = "AST constructor recursion depth mismatch"
 
 

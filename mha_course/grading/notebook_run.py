@@ -15,6 +15,7 @@ from typing import Any
 from . import hints, notebook, wire
 from .guard import explain
 from .process import Died, Isolator, SubmissionProcess, call_modules, call_name
+from .scan import AST_LOCK
 from .scoring import judge
 from .verdicts import Limits, TestResult
 
@@ -222,7 +223,8 @@ class NotebookRun:
                 hints.with_exception_hint(str(reply.get("error", "failed"))[:500], inputs)[:900],
             )
         try:
-            got = wire.unpack(reply["structure"], out)
+            with AST_LOCK:  # np.load reads each .npy header with ast.literal_eval
+                got = wire.unpack(reply["structure"], out)
         except (ValueError, KeyError, TypeError) as exc:
             return result_row(exercise, case, 0, "failed", f"the output could not be read back: {exc}")
         hint = judge(case, got, inputs)

@@ -40,7 +40,11 @@ from .scan_rules import (  # noqa: F401 (TAMPERING_PREFIXES: importable from her
 )
 from .spec import Assignment
 
-_PARSE_LOCK = threading.Lock()
+#: Held by every thread of the grader's process that builds Python AST objects: ``ast.parse`` here,
+#: and NumPy's .npy header reader (``ast.literal_eval``) when a reply is unpacked. CPython < 3.12
+#: keeps one AST recursion counter per interpreter, so two threads building ASTs at once can fail
+#: with SystemError ("AST constructor recursion depth mismatch").
+AST_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -141,9 +145,8 @@ def _attribute_call(node: ast.Call, aliases: dict[str, str]) -> tuple[str | None
 
 
 def parse(source: str) -> ast.Module:
-    """``ast.parse`` for the grader's threads: CPython < 3.12 can raise SystemError ("AST constructor
-    recursion depth mismatch") when two threads parse at once, so every parse in the grader goes through here."""
-    with _PARSE_LOCK:
+    """``ast.parse`` for the grader's threads, under :data:`AST_LOCK`: every parse in the grader goes through here."""
+    with AST_LOCK:
         return ast.parse(source)
 
 

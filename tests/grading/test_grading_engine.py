@@ -409,3 +409,39 @@ def test_cpythons_ast_race_is_retried_once_and_other_failures_reported(monkeypat
     else:
         assert error in result.error and "the grader failed" in result.error
     assert result.seed == 7 and all(r.seed == 7 for r in calls)  # the same fresh inputs on the retry
+
+
+def test_replies_are_unpacked_under_the_ast_lock(monkeypatch):
+    """np.load parses each .npy header with ast.literal_eval: in the grader's threads it must hold
+    scan.AST_LOCK, as ast.parse does, or CPython 3.11 can fail two concurrent parses."""
+    from grading_fake import ADD
+
+    from mha_course.grading import notebook_run, scan
+    from mha_course.grading.verdicts import Limits
+
+    class Child:  # answers the case with one array, as a submission process would
+        def set_deadline(self, *args):
+            pass
+
+        def send(self, message, blob):
+            pass
+
+        def recv(self):
+            structure, blob = wire.pack(np.ones((3, 4)))
+            return {"ok": True, "structure": structure}, blob
+
+    held = []
+    unpack = wire.unpack
+
+    def watched_unpack(structure, blob):
+        held.append(scan.AST_LOCK.locked())
+        return unpack(structure, blob)
+
+    monkeypatch.setattr(notebook_run.wire, "unpack", watched_unpack)
+    run = object.__new__(notebook_run.NotebookRun)
+    run.limits = Limits()
+    case = ADD.cases[0]
+    inputs = case.make_inputs()
+    row = run._run(Child(), ADD, 0, case, inputs, wire.pack(inputs))
+    assert held == [True] and not scan.AST_LOCK.locked()
+    assert row.status == "failed"  # ones are not a + b: the reply was read back and judged
