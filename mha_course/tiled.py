@@ -60,8 +60,10 @@ For trick 4, at T = 4096, as a fraction of torch's kernel quiet / beside one bus
     worker threads (kept)                                               0.94 / 0.94    0.98 / 1.09
 
 On a 2-core AVX2 host the same script gave 0.80 / 0.38, 0.71 / 0.51, 0.41 / 0.68 and 0.80 / 0.84
-non-causal: the workers kept their lead under load, but the quiet figure is lower there, where the
-separate ``exp2_`` pass over a tile larger than the L2 cache weighs more (benchmarks/RESULTS.md).
+non-causal with two heads per work item: the workers kept their lead under load, but the quiet
+figure was lower there, where the separate ``exp2_`` pass over a tile larger than the L2 cache
+weighs more; items of one head (:data:`mha_course.tiling.WORKER_TILE_SCORES`) raised it to 0.87-0.99
+in the benchmark's runs (benchmarks/RESULTS.md).
 
 Dropping to one thread when ``os.getloadavg()`` is high would run the third row under load: slower
 than the workers there, and the load average trails the machine by a minute. Below T = 2048 the

@@ -33,12 +33,17 @@ DIAGONAL_SPLIT = 4
 #: four runs). Robustness won: the pool starts low. From T = 2048 on the start-up cost is small.
 PARALLEL_MIN_WORK = 2**24
 
-#: With several workers and block_size=None: (2048, 256) tiles of up to 4 heads, 2^20 scores (4 MiB
-#: in float32) per worker, causal or not. Measured on 2 cores, fp32, T = 4096, B*H = 8, D = 64 against
-#: (1024, 256) x 1 or 2 heads, (512, 512), (1024, 512), (2048, 512), (2048, 1024) and (4096, 256) x 1:
-#: tiles beyond a core's L2 cache (1 MiB there) still won, since fewer, larger torch calls cost less
-#: Python (see "Measured and rejected" in :mod:`mha_course.tiled`).
-WORKER_TILE_SCORES = 2**20
+#: With several workers and block_size=None: (2048, 256) tiles of up to 4 heads, 2^19 scores (2 MiB
+#: in float32) per worker, causal or not: at T = 4096 one head per item. Measured on 2 cores, fp32,
+#: T = 4096, B*H = 8, D = 64 on an AVX-512 host against (1024, 256) x 1 or 2 heads, (512, 512),
+#: (1024, 512), (2048, 512), (2048, 1024) and (4096, 256) x 1: tiles beyond a core's L2 cache (1 MiB
+#: there) still won, since fewer, larger torch calls cost less Python (see "Measured and rejected" in
+#: :mod:`mha_course.tiled`). On an AVX2 host one head per item (2^19) beat two (2^20), the kept value
+#: before: quiet, as a fraction of torch's kernel in three runs of both in turns (median of 11 each),
+#: non-causal 0.86 / 0.92 / 0.98 against 0.79 / 0.86 / 0.85, causal 0.88 / 0.96 / 0.92 against
+#: 0.84 / 0.97 / 0.90; in the benchmark's three runs 0.87-0.99 against 0.75-0.81 non-causal and
+#: 0.84-0.87 against 0.82-0.93 causal (benchmarks/RESULTS.md).
+WORKER_TILE_SCORES = 2**19
 
 WORKER_BLOCKS = (2048, 256)
 
