@@ -2,9 +2,9 @@
 
 Types and shapes (``require_tensor``, ``require_rank``, ...), integers (``require_int`` and its
 positive and non-negative forms, for one value or several keywords: bools are refused, as ``True``
-is not a size), and attention's
-inputs: ``check_qkv`` for (..., T, D), (..., S, D), (..., S, Dv), ``check_mask`` for a mask that
-broadcasts to the (..., T, S) scores, ``resolve_scale`` for the default 1/sqrt(D).
+is not a size), and attention's inputs: ``check_qkv`` for (..., T, D), (..., S, D), (..., S, Dv),
+``check_mask`` for a mask that broadcasts to the (..., T, S) scores, ``resolve_scale`` for the
+default 1/sqrt(D).
 """
 
 from __future__ import annotations

@@ -123,11 +123,9 @@ def grade_notebook(
             result = SubmissionResult(path=str(path), seed=seed, isolation=isolator.walls.as_dict())
             try:
                 _grade_into(result, Path(path), limits, isolator, grade_as)
-            except SystemError as exc:
-                if attempt == 0 and AST_RACE in str(exc):
-                    continue  # CPython's race, not the submission: grade it once more from the start
-                result.error = f"the grader failed on this notebook ({type(exc).__name__}: {exc})"
             except Exception as exc:  # the grader's own failure: report it, never crash the batch
+                if attempt == 0 and isinstance(exc, SystemError) and AST_RACE in str(exc):
+                    continue  # CPython's race, not the submission: grade it once more from the start
                 result.error = f"the grader failed on this notebook ({type(exc).__name__}: {exc})"
             break
     finally:
