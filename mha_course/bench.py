@@ -36,7 +36,8 @@ same run, so both ratios share the machine's conditions, and prints them side by
 names its ``background_load`` and ``other_load``: the cores that other work (neither this process nor
 its helpers) kept busy while it was timed, from /proc/stat (None where there is none); the header
 gives the load averages before and after. Implementations are timed in turns (one call of each,
-``--repeats`` times), so a burst of other work slows all of them alike rather than one.
+``--repeats`` times, each round starting one further along), so a burst of other work slows all of
+them alike rather than one, and none always runs right after the same other one.
 """
 
 from __future__ import annotations
@@ -74,11 +75,18 @@ QUICK_T = [128, 256]
 
 
 def _interleaved_ms(calls: dict[str, Callable[[], object]], repeats: int, device: str) -> dict[str, float]:
-    """Median ms of each call, timed in turns: round r times every call once."""
+    """Median ms of each call, timed in turns: round r times every call once, starting with call r mod n.
+
+    The rotation lets each call follow each other about equally often: after a parallel torch op the CPU's
+    idle intra-op threads spin for several ms, and in a fixed order one implementation would always
+    pay for the one before it.
+    """
     cuda = torch.device(device).type == "cuda"
     times = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
+    names = list(calls)
+    for r in range(repeats if names else 0):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            call = calls[name]
             if cuda:
                 torch.cuda.synchronize()
             start = time.perf_counter()

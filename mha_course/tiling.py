@@ -105,14 +105,34 @@ def plan(blocks, N: int, T: int, S: int, D: int, causal: bool, device) -> tuple[
     return min(threads, items()), group, bq, bk
 
 
-def work_items(N: int, T: int, group: int, bq: int, causal: bool) -> list[tuple[int, int, int, int]]:
-    """(h0, h1, i0, i1): heads h0..h1-1 and queries i0..i1-1. Causal: the last, costliest query blocks first."""
+#: The last ``workers`` work items are cut into this many query blocks each (see :func:`work_items`).
+TAIL_SPLIT = 4
+
+
+def work_items(N: int, T: int, group: int, bq: int, causal: bool, workers: int = 1) -> list[tuple[int, int, int, int]]:
+    """(h0, h1, i0, i1): heads h0..h1-1 and queries i0..i1-1. Causal: the last, costliest query blocks first.
+
+    With several ``workers``, the last ``workers`` items are cut into :data:`TAIL_SPLIT` shorter query
+    blocks each: a worker that finds no item left waits for the others, at most about one item's time,
+    and small last items shorten that wait. At T = 4096, B*H = 8, D = 64 on 2 cores (AVX2, quiet),
+    the first worker to finish waited 8-20 ms (median of 8 calls, three runs) of a 270-290 ms
+    non-causal call, 1-5 ms with the cut; causal 3-5 ms of 150-160 ms, then 0.3-0.5 ms.
+    """
     starts = range(0, T, bq)
-    return [
+    items = [
         (h0, min(N, h0 + group), i0, min(T, i0 + bq))
         for i0 in (reversed(starts) if causal else starts)
         for h0 in range(0, N, group)
     ]
+    if workers < 2 or len(items) <= workers:
+        return items
+    pieces = []
+    for h0, h1, i0, i1 in items[-workers:]:
+        step = -(-(i1 - i0) // TAIL_SPLIT)
+        pieces += [(h0, h1, j, min(i1, j + step)) for j in range(i0, i1, step)]
+    if causal:  # a later query block sees more keys: costliest first, as above
+        pieces.sort(key=lambda item: -item[3])
+    return items[:-workers] + pieces
 
 
 def key_tiles(i0: int, i1: int, S: int, bk: int, causal: bool) -> list[tuple[int, int, int, bool]]:

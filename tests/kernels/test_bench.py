@@ -9,7 +9,7 @@ import torch
 
 from mha_course import assert_close, causal_mask
 from mha_course import scaled_dot_product_attention as sdpa
-from mha_course.bench import main, run_benchmark
+from mha_course.bench import _interleaved_ms, main, run_benchmark
 from mha_course.bench_impls import naive_attention, with_backward
 from mha_course.bench_report import add_ratios, format_load_summary, format_table
 from mha_course.machine_load import background_load
@@ -70,6 +70,17 @@ def test_cli_quick_writes_valid_records_and_plot(tmp_path):
         assert r["environment"]["torch"] == torch.__version__
         assert r["environment"]["cpu capability"] == torch.backends.cpu.get_cpu_capability()
     assert out_png.stat().st_size > 1000
+
+
+def test_calls_are_timed_in_turns_each_round_starting_one_further():
+    # In a fixed order one implementation would always run right after the same other one and pay
+    # for whatever that one leaves behind (torch's intra-op threads spin for ms after a parallel op).
+    order = []
+    calls = {name: (lambda name=name: order.append(name)) for name in "abc"}
+    ms = _interleaved_ms(calls, repeats=4, device="cpu")
+    assert order == [*"abc", *"bca", *"cab", *"abc"]
+    assert set(ms) == set("abc") and all(t >= 0 for t in ms.values())
+    assert _interleaved_ms({}, repeats=3, device="cpu") == {}
 
 
 def test_help_and_bad_arguments(capsys):

@@ -192,9 +192,8 @@ def test_huge_values_with_moderate_scores_take_the_exact_pass():
 
 
 @pytest.mark.parametrize("value", [2.0**61, math.inf, math.nan], ids=["2^61", "inf", "nan"])
-def test_values_beyond_the_trusted_bound_are_checked_block_by_block(value):
-    # With every |v| <= 2^60 the unshifted pass trusts l alone (|acc| <= l max|v| cannot overflow);
-    # one value beyond it, inf or NaN, must send the check back to acc itself and still agree with SDPA.
+def test_huge_infinite_or_nan_values_agree_with_sdpa(value):
+    # Each block's check looks at acc itself: one value of 2^61, inf or NaN must give what SDPA gives.
     # (Causal only for the finite value: 0 * inf from a masked weight is NaN in SDPA, while tiled skips the future.)
     q, k, v = make_qkv((1, 2), 9, 11, 4, 3, dtype=torch.float32, seed=5)
     v[0, 1, 4, 2] = value
@@ -518,6 +517,36 @@ def test_default_tiles_with_ragged_edges(causal):
 
 
 # ---- the worker pool: one intra-op thread per worker, work items shared out ------------------------
+
+
+@FAST
+@given(
+    N=st.integers(1, 9),
+    T=st.integers(1, 70),
+    group=st.integers(1, 4),
+    bq=st.integers(1, 40),
+    causal=st.booleans(),
+    workers=st.integers(1, 4),
+)
+def test_work_items_cover_every_head_and_query_once(N, T, group, bq, causal, workers):
+    items = tiling.work_items(N, T, group, bq, causal, workers)
+    covered = torch.zeros(N, T, dtype=torch.int64)
+    for h0, h1, i0, i1 in items:
+        assert 0 <= h0 < h1 <= N and 0 <= i0 < i1 <= T and h1 - h0 <= group and i1 - i0 <= bq, (h0, h1, i0, i1)
+        covered[h0:h1, i0:i1] += 1
+    assert bool((covered == 1).all()), f"heads x queries not covered exactly once by {items}"
+    if causal:  # costliest first: a later query block sees more keys (the tail pieces are sorted too)
+        ends = [i1 for *_, i1 in items]
+        assert ends == sorted(ends, reverse=True), f"causal items not costliest first: {items}"
+
+
+def test_the_last_work_items_are_cut_smaller_so_the_workers_finish_together():
+    whole = tiling.work_items(8, 4096, 1, 2048, False)
+    cut = tiling.work_items(8, 4096, 1, 2048, False, workers=2)
+    assert cut[:-8] == whole[:-2], "only the last item per worker is cut"
+    assert cut[-8:] == [(h, h + 1, i, i + 512) for h in (6, 7) for i in (2048, 2560, 3072, 3584)]
+    causal = tiling.work_items(8, 4096, 1, 2048, True, workers=2)
+    assert [i1 for *_, i1 in causal[-8:]] == [2048, 2048, 1536, 1536, 1024, 1024, 512, 512], "costliest first"
 
 
 @pytest.fixture
