@@ -590,6 +590,21 @@ def test_pool_forward_and_backward_match_float64_autograd(pool, lead_q, lead_kv,
     assert pool.size == 2, "the pool did the work"
 
 
+def test_pool_caller_only_allocates_and_reshapes(pool):
+    # After a parallel op of its own the caller's idle intra-op threads spin on a core for ms, and a
+    # worker waits for that core: a check of v there once delayed the second worker by 4 ms a call.
+    # (The profiler records the calling thread's ops, not the workers'.)
+    q, k, v = make_qkv((1, 2), 64, 64, 8, 8, dtype=torch.float32)
+    tiled_attention(q, k, v)  # starts the workers
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        tiled_attention(q, k, v)
+    caller_ops = {event.name for event in prof.events()}
+    allowed = {"aten::empty", "aten::expand", "aten::reshape", "aten::_reshape_alias", "aten::view"}
+    allowed |= {"aten::as_strided", "aten::to", "aten::promote_types"}
+    assert pool.size == 2
+    assert caller_ops <= allowed, f"the calling thread computed: {sorted(caller_ops - allowed)}"
+
+
 def test_pool_redoes_only_the_overflowing_item_exactly(pool, monkeypatch):
     calls = _count_fallbacks(monkeypatch)
     q, k, v = make_qkv((2,), 24, 30, 8, 8, seed=12)
