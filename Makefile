@@ -12,9 +12,16 @@ NBGRADER_STAMP := $(NBGRADER_VENV)/.installed-stamp
 
 .PHONY: lab test lint format sandbox nbgrader gpu-check clean-venv
 
-$(STAMP): requirements.txt pyproject.toml
-	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+# JupyterLab reads $(VENV)/share/jupyter/lab/settings/overrides.json as the defaults of this installation:
+# ours turns off the "official Jupyter news?" prompt (the course needs no network) without touching the learner's own settings.
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.json
+
+$(STAMP): requirements.txt pyproject.toml jupyter/overrides.json
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "the course needs Python 3.11 or newer (torch 2.13 and numpy 2.4 do); $(PYTHON) is " + sys.version.split()[0] + ": run make PYTHON=python3.11 ...")'
+	@# a .venv left by a failed first run, or made by an older Python, is made again
+	@test -x $(PY) && $(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { rm -rf $(VENV); $(PYTHON) -m venv $(VENV); }
 	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	@mkdir -p $(dir $(LAB_OVERRIDES)) && cp jupyter/overrides.json $(LAB_OVERRIDES)
 	@touch $(STAMP)
 
 # Serve the whole repository (lectures, exercises, solutions in the file browser) and open the
@@ -38,9 +45,10 @@ sandbox:
 
 # nbgrader (for the interop test) in an environment of its own that sees .venv's packages through a
 # .pth file: only what nbgrader adds is installed, and the learner's .venv stays free of its extensions.
-$(NBGRADER_STAMP): requirements-nbgrader.txt $(STAMP)
+$(NBGRADER_STAMP): requirements-nbgrader.txt $(STAMP) Makefile
 	@test -x $(NBGRADER_VENV)/bin/python || $(PY) -m venv $(NBGRADER_VENV)
-	$(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' > \
+	@# site.addsitedir, not a bare path: .venv's own .pth files (the editable install of mha_course) must run too
+	$(PY) -c 'import sysconfig; print("import site; site.addsitedir(%r)" % sysconfig.get_paths()["purelib"])' > \
 		"$$($(NBGRADER_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_course_venv.pth"
 	$(NBGRADER_VENV)/bin/python -m pip install --disable-pip-version-check -q -r requirements-nbgrader.txt
 	@touch $(NBGRADER_STAMP)

@@ -11,8 +11,8 @@ mha_course/grading/exercises/aNN_NAME.py        ``ASSIGNMENT``: the exercise, it
                                                 reference and hints (runs only in the grader)
 mha_course/grading/calls/aNN_NAME.py            how the sandbox calls the student's function
 exercises/aNN_NAME.ipynb                        generated from the solution (never edited by hand)
-README.md                                       a line under "More assignments" (a test wants every
-                                                exercise listed)
+README.md                                       a row at the end of the syllabus table (a test wants
+                                                every exercise listed)
 =============================================== ==================================================
 
 The example exercise is ``NAME(scores)``: subtract each row's maximum (the first step of a stable
@@ -74,11 +74,19 @@ def _diagnose(got, expected, inputs):
     if hint:
         return hint
     scores = inputs["scores"]
-    return hints.compare(arr, np.asarray(expected), "the shifted scores", alternatives=[
-        (lambda: scores - scores.max(), "you subtracted the largest score of the whole array; subtract each "
-                                        "row's own maximum (max(axis=-1, keepdims=True))"),
-        (lambda: scores - scores.max(axis=0, keepdims=True), "you subtracted each column's maximum; use axis=-1"),
-    ])
+    return hints.compare(
+        arr,
+        np.asarray(expected),
+        "the shifted scores",
+        alternatives=[
+            (
+                lambda: scores - scores.max(),
+                "you subtracted the largest score of the whole array; subtract each "
+                "row's own maximum (max(axis=-1, keepdims=True))",
+            ),
+            (lambda: scores - scores.max(axis=0, keepdims=True), "you subtracted each column's maximum; use axis=-1"),
+        ],
+    )
 
 
 EXERCISE_{upper} = Exercise(
@@ -88,8 +96,15 @@ EXERCISE_{upper} = Exercise(
     cases=(
         Case("(3, 5) random scores", 2, _scores((3, 5), 0), calls.{name}, _reference, _diagnose),
         Case("a batch (2, 4, 6)", 2, _scores((2, 4, 6), 1), calls.{name}, _reference, _diagnose),
-        Case("large scores (4, 7)", 1, _scores((4, 7), 2, scale=100.0), calls.{name}, _reference, _diagnose,
-             hidden=True),
+        Case(
+            "large scores (4, 7)",
+            1,
+            _scores((4, 7), 2, scale=100.0),
+            calls.{name},
+            _reference,
+            _diagnose,
+            hidden=True,
+        ),
     ),
 )
 
@@ -167,18 +182,36 @@ def next_number(root: Path) -> str:
 
 
 def _readme_line(readme: Path, key: str, title: str) -> None:
+    """A row for ``key`` at the end of the README's syllabus table (or, without one, a list under a heading)."""
     if not readme.is_file():
         return
     text = readme.read_text(encoding="utf-8")
-    line = f"- [{key}](exercises/{key}.ipynb): {title}"
     if f"exercises/{key}.ipynb" in text:
         return
-    heading = "### More assignments"
-    if heading not in text:
-        text = text.rstrip("\n") + f"\n\n{heading}\n\nAdded with `python -m mha_course.assign new NAME`:\n\n"
-    else:
-        text = text.rstrip("\n") + "\n"
-    readme.write_text(text + line + "\n", encoding="utf-8")
+    number = key.split("_", 1)[0]
+    row = f"| {number[1:]} | (your chapter, or — ) | {title} | [{number}](exercises/{key}.ipynb) {title} |"
+    lines = text.split("\n")
+    try:
+        start = lines.index("## Syllabus")
+        header = next(i for i in range(start, len(lines)) if lines[i].startswith("| #"))
+    except (ValueError, StopIteration):
+        readme.write_text(text.rstrip("\n") + f"\n\n## More assignments\n\n- [{key}](exercises/{key}.ipynb): {title}\n")
+        return
+    end = header
+    while end + 1 < len(lines) and lines[end + 1].startswith("|"):
+        end += 1
+    lines.insert(end + 1, row)
+    readme.write_text("\n".join(lines), encoding="utf-8")
+
+
+def _format(paths: list[Path]) -> None:
+    """Lay the new modules out as ``make lint`` expects (ruff is one of the course's pinned tools)."""
+    import subprocess
+    import sys
+
+    subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--quiet", *map(str, paths)], check=False, capture_output=True
+    )
 
 
 def new_assignment(root: Path, name: str, title: str | None = None) -> list[Path]:
@@ -202,6 +235,7 @@ def new_assignment(root: Path, name: str, title: str | None = None) -> list[Path
     fields = {"key": key, "name": name, "number": number, "title": title, "upper": name.upper()}
     paths["calls"].write_text(CALLS.format(**fields), encoding="utf-8")
     paths["exercise"].write_text(EXERCISE.format(**fields), encoding="utf-8")
+    _format([paths["calls"], paths["exercise"]])
     paths["solution"].write_text(notebook.dumps(_solution(key, name, number, title)), encoding="utf-8")
     json.loads(paths["solution"].read_text())  # fail here, not in a test, if the notebook were malformed
     written = list(paths.values())

@@ -87,3 +87,36 @@ def test_real_nbgrader_releases_a_notebook_this_grader_grades(tmp_path):
     assert result.score == result.max_score == untouched.max_score, [
         t.output for t in result.tests if t.score < t.points
     ]
+
+
+@pytest.mark.slow
+def test_real_nbgrader_autogrades_a_course_notebook_end_to_end(tmp_path):
+    """nbgrader's own autograde runs the solution's check and hidden-test cells (they import mha_course from
+    .venv-nbgrader, outside the repository) and gives the answered notebook every point of its grade cells."""
+    tool = _nbgrader()
+    course = tmp_path / "course"
+    (course / "source" / "a02_softmax").mkdir(parents=True)
+    shutil.copy(ROOT / "solutions" / "a02_softmax.ipynb", course / "source" / "a02_softmax")
+    submitted = course / "submitted" / "student1" / "a02_softmax"
+    submitted.mkdir(parents=True)
+    shutil.copy(ROOT / "solutions" / "a02_softmax.ipynb", submitted)
+    (course / "nbgrader_config.py").write_text(
+        f'c = get_config()\nc.CourseDirectory.course_id = "mha"\nc.CourseDirectory.db_url = "sqlite:///{course}/gradebook.db"\n'
+    )
+    env = dict(os.environ, PATH=f"{NBGRADER_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    env.pop("PYTHONPATH", None)  # mha_course must come from the environment itself, as for an instructor
+    for command in (
+        ["generate_assignment", "a02_softmax", "--force"],
+        ["autograde", "a02_softmax", "--force", "--create"],
+        ["export", "--to", str(tmp_path / "grades.csv")],
+    ):
+        done = subprocess.run([str(tool), *command], cwd=course, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, " ".join(command) + "\n" + done.stdout[-2000:] + done.stderr[-3000:]
+    graded = json.loads((course / "autograded" / "student1" / "a02_softmax" / "a02_softmax.ipynb").read_text())
+    checks = [c for c in graded["cells"] if c["metadata"].get("nbgrader", {}).get("grade")]
+    assert checks, "the hidden-test cells lost their nbgrader metadata"
+    for cell in graded["cells"]:
+        errors = [o for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+        assert not errors, (cell["id"], errors)
+    printed = json.dumps([o for c in checks for o in c.get("outputs", [])])
+    assert "passed" in printed and "failed" not in printed.replace("0 failed", ""), printed[-2000:]

@@ -65,7 +65,27 @@ def test_new_assignment_files_and_numbering(course):
         f"mha_course/grading/calls/{key}.py",
     ):
         assert (root / path).is_file(), path
-    assert f"exercises/{key}.ipynb" in (root / "README.md").read_text()
+    readme = (root / "README.md").read_text().split("\n")
+    rows = [line for line in readme if f"exercises/{key}.ipynb" in line]
+    assert len(rows) == 1 and rows[0].startswith("|"), rows
+    at = readme.index(rows[0])
+    # the last row of the syllabus table: a table row above it, none below
+    assert readme.index("## Syllabus") < at and readme[at - 1].startswith("| ") and not readme[at + 1].startswith("|")
+    lint = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "format",
+            "--check",
+            f"mha_course/grading/exercises/{key}.py",
+            f"mha_course/grading/calls/{key}.py",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    assert lint.returncode == 0, lint.stdout + lint.stderr
     check = subprocess.run(
         [sys.executable, "-m", "mha_course.assign", "--check", "--solutions", "solutions", "--exercises", "exercises"],
         cwd=root,
