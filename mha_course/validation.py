@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import numbers
 
+import numpy as np
 import torch
 
 
@@ -84,8 +85,9 @@ def require_floating(x: torch.Tensor, name: str) -> None:
 def broadcast_leading(shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
     """Broadcast the named leading (batch) shapes together; raise ValueError naming them if impossible."""
     try:
-        return tuple(torch.broadcast_shapes(*shapes.values()))
-    except RuntimeError:
+        # NumPy's rule is torch's; torch.broadcast_shapes costs about 1 ms a call (it goes through torch._refs)
+        return tuple(int(n) for n in np.broadcast_shapes(*shapes.values()))
+    except ValueError:
         described = ", ".join(f"{n} {s}" for n, s in shapes.items())
         raise ValueError(f"leading (batch) dims must broadcast together, got {described}") from None
 

@@ -176,6 +176,19 @@ def check(key: str, obj: Any, include_hidden: bool = False, show: bool = True) -
 
     exercise = find_exercise(key)
     result = CheckResult(exercise.key, exercise.title)
+    reached = library_reach(obj, _provided(exercise))
+    if reached:  # the grader's sandbox cannot import it: say so now, with the grade the grader will give
+        hint = (
+            f"your code uses {reached}, the course's own implementation; the grader cannot import it (only "
+            "check, assert_close and the building blocks this assignment provides), so this case gets 0 points "
+            "there: write it yourself"
+        )
+        for case in exercise.cases:
+            if include_hidden or not case.hidden:
+                result.rows.append(Row(case.name, case.points, 0, "failed", hint, case.hidden))
+        if show:
+            _show(result, [])
+        return result
     figures = []
     for case in exercise.cases:
         if case.hidden and not include_hidden:
@@ -190,6 +203,90 @@ def check(key: str, obj: Any, include_hidden: bool = False, show: bool = True) -
     if show:
         _show(result, [f for f in figures if f is not None])
     return result
+
+
+ALWAYS_IMPORTABLE = ("mha_course.grading", "mha_course.testing")  # check, assert_close: in the sandbox too
+
+
+def _provided(exercise: Any) -> tuple[str, ...]:
+    from .registry import assignments
+
+    for assignment in assignments():
+        if any(e is exercise for e in assignment.exercises):
+            return tuple(assignment.provided)
+    return ()
+
+
+def library_reach(obj: Any, provided: tuple[str, ...] = ()) -> str | None:
+    """The first ``mha_course`` function, class or module that ``obj`` reaches and the grader cannot import.
+
+    Follows what a function can reach: its own module, the globals its code names (nested code too), its
+    closure and defaults, a class's methods, and the learner's own helpers in turn. ``None`` if it only
+    reaches the self-check helpers, the assignment's ``provided`` modules and code outside the course.
+    """
+    import types
+
+    allowed = ALWAYS_IMPORTABLE + tuple(provided)
+
+    def course_name(value: Any) -> str | None:
+        if isinstance(value, types.ModuleType):
+            module, name = value.__name__, value.__name__
+        else:
+            module = getattr(value, "__module__", None)
+            qualname = getattr(value, "__qualname__", getattr(value, "__name__", ""))
+            name = f"{module}.{qualname}"
+        if not isinstance(module, str) or not (module == "mha_course" or module.startswith("mha_course.")):
+            return None
+        if module == "mha_course" or any(module == a or module.startswith(a + ".") for a in allowed):
+            return None
+        return name
+
+    seen: set[int] = set()
+    todo = [obj]
+    while todo and len(seen) < 500:
+        value = todo.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        found = course_name(value)
+        if found:
+            return found
+        if getattr(value, "__module__", None) not in ("__main__", None) and value is not obj:
+            continue  # a library outside the course: not followed
+        if isinstance(value, type):
+            todo.extend(v for v in vars(value).values() if callable(v) or isinstance(v, (staticmethod, classmethod)))
+            continue
+        function = getattr(value, "__func__", value)
+        code = getattr(function, "__code__", None)
+        if code is None:
+            continue
+        names, stack = set(), [code]
+        while stack:
+            c = stack.pop()
+            names.update(c.co_names)
+            stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+        module_globals = getattr(function, "__globals__", {})
+        reached = [module_globals[n] for n in names if n in module_globals]
+        for module in [m for m in reached if isinstance(m, types.ModuleType)]:
+            # ``mha_course.softmax(x)``: attribute names are in co_names too; the package exports lazily
+            for n in names:
+                if n in getattr(module, "__all__", ()) or n in vars(module):
+                    try:
+                        reached.append(getattr(module, n))
+                    except Exception:  # a lazy attribute that fails to import reaches nothing
+                        pass
+        todo.extend(reached)
+        todo.extend(cell.cell_contents for cell in (function.__closure__ or ()) if _filled(cell))
+        todo.extend(function.__defaults__ or ())
+    return None
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        cell.cell_contents  # noqa: B018 - an empty cell raises
+    except ValueError:
+        return False
+    return True
 
 
 def _show(result: CheckResult, figures: list) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import io
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mha_course.grading import registry, selfcheck
+from mha_course.grading import hints, registry, selfcheck
 from mha_course.grading.notebook import code_cells
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -1069,6 +1070,57 @@ BUGS = [
         "NaN where a query sees no key of the block",
         [("    shift = torch.where(torch.isneginf(lse_b), torch.zeros_like(lse_b), lse_b)", "    shift = lse_b")],
     ),
+    Bug(
+        "kv_new_first",
+        "a11_kv_cache",
+        "the new token put at the start of the caches (out stays right)",
+        [
+            ("torch.cat([k_cache, k_new], dim=2)", "torch.cat([k_new, k_cache], dim=2)"),
+            ("torch.cat([v_cache, v_new], dim=2)", "torch.cat([v_new, v_cache], dim=2)"),
+        ],
+    ),
+    Bug(
+        "kv_caches_not_returned_grown",
+        "a11_kv_cache",
+        "the old caches returned (out stays right)",
+        [
+            (
+                "    return weights @ values, k_cache, v_cache",
+                "    return weights @ values, k_cache[:, :, :-1], v_cache[:, :, :-1]",
+            )
+        ],
+    ),
+    Bug(
+        "kv_attend_old_cache_only",
+        "a11_kv_cache",
+        "attends before appending: the token does not see itself",
+        [
+            (
+                "    scores = q @ keys.transpose(-2, -1) / math.sqrt(q.shape[-1])",
+                "    keys, values = keys[:, :, :-1], values[:, :, :-1]\n    scores = q @ keys.transpose(-2, -1) / math.sqrt(q.shape[-1])",
+            )
+        ],
+    ),
+    Bug(
+        "kv_no_scale",
+        "a11_kv_cache",
+        "no 1/sqrt(D)",
+        [
+            (
+                "    scores = q @ keys.transpose(-2, -1) / math.sqrt(q.shape[-1])",
+                "    scores = q @ keys.transpose(-2, -1)",
+            )
+        ],
+    ),
+    Bug(
+        "kv_gqa_repeat",
+        "a11_kv_cache",
+        "repeat instead of repeat_interleave: query head h reads the wrong kv head",
+        [
+            ("keys = k_cache.repeat_interleave(H // G, dim=1)", "keys = k_cache.repeat(1, H // G, 1, 1)"),
+            ("values = v_cache.repeat_interleave(H // G, dim=1)", "values = v_cache.repeat(1, H // G, 1, 1)"),
+        ],
+    ),
 ]
 
 # Through the real grader: one bug per classic mistake named in the course's issue and design.
@@ -1222,3 +1274,52 @@ def test_grader_catches_bugs_and_scores_solutions_and_exercises(tmp_path):
         if not (top > 0 and score < top):
             problems.append(f"{stem}: {score}/{top}, expected to lose points")
     assert problems == []
+
+
+# Fresh draws per bug: a regrade draws new inputs, and a bug must lose the same points on each. CI takes 6
+# (about a minute on 2 cores); `MHA_COURSE_BUG_DRAWS=50 pytest -k same_cases` is the full check (RESULTS.md).
+DRAWS = int(os.environ.get("MHA_COURSE_BUG_DRAWS", "6"))
+
+
+def _draw_verdicts(assignment, namespace, salts, expected_cache):
+    """(exercise, case) -> the salts on which ``namespace``'s targets pass it (the reference computed once per draw)."""
+    import dataclasses
+
+    passed: dict[tuple[str, str], list] = {}
+    for exercise in assignment.exercises:
+        target = namespace.get(exercise.target)
+        if target is None:
+            continue
+        for case in exercise.cases:
+            for salt in salts:
+                key = (exercise.key, case.name, salt)
+
+                def reference(inputs, key=key, compute=case.reference):
+                    if key not in expected_cache:
+                        expected_cache[key] = compute(inputs)
+                    return expected_cache[key]
+
+                with hints.salted(salt):
+                    row, _, _ = selfcheck.run_case(dataclasses.replace(case, reference=reference), target)
+                if row.passed:
+                    passed.setdefault((exercise.key, case.name), []).append(salt)
+    return passed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("key", sorted({b.notebook for b in BUGS}))
+def test_every_bug_loses_the_same_cases_on_every_draw(key):
+    """A grade is a promise: a catalogued bug fails each case it fails on every one of DRAWS fresh draws
+    (regrades, and students given different inputs, get the same score), and the solution passes every draw."""
+    assignment = registry.get_assignment(key)
+    salts = list(range(1, DRAWS + 1))
+    cache: dict = {}
+    solution = _targets(nbformat.read(ROOT / "solutions" / f"{key}.ipynb", as_version=4))
+    everything = {(e.key, c.name) for e in assignment.exercises for c in e.cases}
+    solved = _draw_verdicts(assignment, solution, salts, cache)
+    unsteady = {case: len(s) for case, s in solved.items() if len(s) != len(salts)}
+    assert set(solved) == everything and not unsteady, f"the solution fails some draws: {unsteady}"
+    for bug in (b for b in BUGS if b.notebook == key):
+        verdicts = _draw_verdicts(assignment, _targets(_mutated(bug)), salts, cache)
+        lucky = {case: f"{len(s)}/{len(salts)} draws" for case, s in verdicts.items() if len(s) != len(salts)}
+        assert not lucky, f"{bug.id} ({bug.what}) passes these cases on some draws only: {lucky}"

@@ -19,7 +19,7 @@ from ._common import attention_alternatives
 
 def _sizes(T, S=None):
     def make():
-        if hints.salting():  # fresh sizes of the same kind (S - T kept)
+        if hints.salting() and T > 1:  # fresh sizes of the same kind (S - T kept; T = 1 stays the one-query edge)
             d = int(hints.rng(T).integers(1, 5))
             return {"T": T + d, "S": None if S is None else S + d}
         return {"T": T, "S": S}

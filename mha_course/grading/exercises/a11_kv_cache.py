@@ -168,6 +168,56 @@ def _compare_triple(got, expected, out_alts, k_first, v_first):
     return hints.compare(out, expected[0], "out", _LEGENDS[0], alternatives=out_alts)
 
 
+def _cache_shapes(got, expected, inputs):
+    """Only the caches' shapes: each grown by one position along the sequence axis (dim 2)."""
+    arrays, hint = hints.unpack(got, _NAMES)
+    if hint:
+        return hint
+    for name, arr, exp in zip(_NAMES[1:], arrays[1:], expected[1:], strict=True):
+        if arr.shape != np.shape(exp):
+            S = inputs["k_cache"].shape[2]
+            return (
+                f"{name} has shape {tuple(arr.shape)}, expected {tuple(np.shape(exp))}: the cache of S = {S} "
+                "positions must come back with S + 1 (one new position along the sequence axis, dim 2)"
+            )
+    return None
+
+
+def _cache_contents(got, expected, inputs):
+    """Only the caches' values: the old positions kept, the new token's k and v appended at the end."""
+    kc, vc = inputs["k_cache"], inputs["v_cache"]
+    arrays, hint = hints.unpack(got, _NAMES)
+    if hint:
+        return hint
+    for name, arr, exp, legend, new, old in (
+        ("k_cache", arrays[1], expected[1], _LEGENDS[1], inputs["k_new"], kc),
+        ("v_cache", arrays[2], expected[2], _LEGENDS[2], inputs["v_new"], vc),
+    ):
+        first = np.concatenate([new, old], axis=2)
+        alternatives = [
+            (lambda first=first: first, "the new token is at the start of the cache; append it at the END (dim 2)")
+        ]
+        hint = hints.compare(arr, exp, name, legend, alternatives=alternatives)
+        if hint:
+            return hint
+    return None
+
+
+def _out_only(alternatives):
+    """A diagnose that judges ``out`` alone, so that a wrong cache and a wrong output lose different points."""
+
+    def diagnose(got, expected, inputs):
+        arrays, hint = hints.unpack(got, _NAMES)
+        if hint:
+            return hint
+        return hints.compare(arrays[0], expected[0], "out", _LEGENDS[0], alternatives=alternatives(inputs))
+
+    return diagnose
+
+
+_step_out = _out_only(_step_alternatives)
+
+
 def _diagnose_step(got, expected, inputs):
     kc, vc = inputs["k_cache"], inputs["v_cache"]
     k_first = np.concatenate([inputs["k_new"], kc], axis=2) if kc.shape[2] else None
@@ -175,10 +225,11 @@ def _diagnose_step(got, expected, inputs):
     return _compare_triple(got, expected, _step_alternatives(inputs), k_first, v_first)
 
 
-def _diagnose_sequence(got, expected, inputs):
+def _sequence_alternatives(inputs):
+    """Wrong-but-plausible stacked outputs of N steps, with the hint for each."""
     q, k, v = inputs["q"], inputs["k"], inputs["v"]
     N = q.shape[2]
-    out_alts = [
+    return [
         (
             lambda: _attend(q, k, v),
             "later tokens leak into earlier outputs (no causal structure): each step "
@@ -204,6 +255,11 @@ def _diagnose_sequence(got, expected, inputs):
             "query; no mask is needed for one new query",
         ),
     ]
+
+
+def _diagnose_sequence(got, expected, inputs):
+    k, v, N = inputs["k"], inputs["v"], inputs["q"].shape[2]
+    out_alts = _sequence_alternatives(inputs)
     hint = _compare_triple(
         got, expected, out_alts, np.flip(k, axis=2) if N > 1 else None, np.flip(v, axis=2) if N > 1 else None
     )
@@ -212,16 +268,43 @@ def _diagnose_sequence(got, expected, inputs):
     return hint
 
 
+def _sequence_out(got, expected, inputs):
+    """The stacked outputs of N steps alone (the caches are judged by the one-step cases)."""
+    hint = _out_only(_sequence_alternatives)(got, expected, inputs)
+    return hint.replace("[B, H, 1, D]", "[B, H, N, D] (all steps stacked)") if hint else None
+
+
 def _cases():
     step, seq = calls.kv_decode_step, calls.kv_decode_sequence
+    # out, the caches' shapes and the caches' contents are judged by different cases (exact_shape=False: each
+    # looks at its own part): a learner with the right output and a cache in the wrong order, or none grown,
+    # loses only what is wrong
     return (
         Case(
-            "one step: out (B, H, 1, D), caches grown to S + 1",
+            "one step: out over the cache and the new token",
             2,
             _step_inputs(1, 2, 5, 4, 0),
             step,
             _ref_step,
-            _diagnose_step,
+            _step_out,
+            exact_shape=False,
+        ),
+        Case(
+            "one step: caches grown to S + 1",
+            1,
+            _step_inputs(1, 2, 5, 4, 0),
+            step,
+            _ref_step,
+            _cache_shapes,
+            exact_shape=False,
+        ),
+        Case(
+            "one step: the new k, v at the END of the caches",
+            1,
+            _step_inputs(1, 3, 4, 4, 8),
+            step,
+            _ref_step,
+            _cache_contents,
         ),
         Case(
             "first step (empty cache): the token attends to itself",
@@ -229,15 +312,17 @@ def _cases():
             _step_inputs(1, 2, 0, 4, 1),
             step,
             _ref_step,
-            _diagnose_step,
+            _step_out,
+            exact_shape=False,
         ),
         Case(
             "one step equals the last row of causal attention (D = 16)",
-            2,
+            1,
             _step_inputs(2, 3, 7, 16, 2),
             step,
             _ref_step,
-            _diagnose_step,
+            _step_out,
+            exact_shape=False,
         ),
         Case(
             "8 steps from an empty cache equal full causal attention",
@@ -245,11 +330,20 @@ def _cases():
             _sequence_inputs(1, 2, 8, 4, 3),
             seq,
             _ref_sequence,
-            _diagnose_sequence,
+            _sequence_out,
+            exact_shape=False,
         ),
-        Case("batch > 1, 4 heads, 6 steps", 1, _sequence_inputs(3, 4, 6, 8, 4), seq, _ref_sequence, _diagnose_sequence),
         Case(
-            "float32 cache, 12 steps",
+            "batch > 1, 4 heads, 6 steps",
+            1,
+            _sequence_inputs(3, 4, 6, 8, 4),
+            seq,
+            _ref_sequence,
+            _sequence_out,
+            exact_shape=False,
+        ),
+        Case(
+            "float32 cache, 12 steps (outputs and caches)",
             1,
             _sequence_inputs(2, 2, 12, 8, 5, dtype=np.float32),
             seq,

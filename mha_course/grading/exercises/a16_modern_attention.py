@@ -265,6 +265,8 @@ def _pool(N, G, P, D, table, length, seed):
         order, n = list(table), length
         if hints.salting():  # another table of as many blocks, in another order, and another length
             order = [int(b) for b in rng.permutation(N)[: len(table)]]
+            if order == list(range(len(order))):  # the blocks in pool order would hide an ignored table
+                order = [(b + 1) % N for b in order]
             if 1 < length < len(table) * P:  # a partly written last block stays partly written
                 n = int(rng.integers((len(table) - 1) * P + 1, len(table) * P))
         return {"pool": rng.standard_normal((N, G, P, D)), "table": np.array(order, dtype=np.int64), "length": n}
