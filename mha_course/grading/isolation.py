@@ -61,6 +61,7 @@ class Walls:
     kind: str  # "bubblewrap" | "none"
     detail: str = ""  # bubblewrap's version, or why there is none
     limits: dict[str, str] = field(default_factory=dict)
+    uid_note: str = ""  # what that uid is on the host, when the grader runs as root
 
     @property
     def isolated(self) -> bool:
@@ -73,8 +74,9 @@ class Walls:
                 "this machine's files; use only for code you trust"
             )
         limits = ", ".join(f"{k} {v}" for k, v in self.limits.items())
+        uid = f"uid {NOBODY}" + (f" ({self.uid_note})" if self.uid_note else "")
         return (
-            f"{self.detail}: own mount, PID, IPC and network namespaces, uid {NOBODY}, no capabilities, "
+            f"{self.detail}: own mount, PID, IPC and network namespaces, {uid}, no capabilities, "
             f"read-only view of the runtime only; limits: {limits}"
         )
 
@@ -113,6 +115,7 @@ def probe() -> str | None:
             capture_output=True,
             text=True,
             timeout=30,
+            preexec_fn=_drop_to(sandbox_uid()) if os.getuid() == 0 else None,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not be started ({exc})"
@@ -121,8 +124,58 @@ def probe() -> str | None:
         return (
             f"bwrap refused to build a sandbox ({why}); inside a container, allow user namespaces "
             "(e.g. docker run --security-opt seccomp=unconfined, or run the grader on the host)"
+            + (
+                " for unprivileged users (the grader, run as root, starts each sandbox as its own uid)"
+                if os.getuid() == 0
+                else ""
+            )
         )
     return None
+
+
+# As root the grader starts each sandbox as a uid of its own (bubblewrap then builds an unprivileged user
+# namespace): run as root, uid 65534 inside would be root outside, and read root's 0600 files in the
+# mounts. A uid per sandbox also makes RLIMIT_NPROC count that sandbox's tasks alone.
+SANDBOX_UID_BASE = 1_900_000_000
+_uids = iter(range(1 << 62))
+
+
+def sandbox_uid() -> int:
+    """A host uid (and gid) no account uses, different for each sandbox this grader starts."""
+    with _counter_lock:
+        n = next(_uids)
+    return SANDBOX_UID_BASE + (os.getpid() % 100_000) * 1000 + n % 1000
+
+
+def open_to_others(path: str) -> bool:
+    """Whether any uid may reach ``path`` (every folder above it searchable by others, it readable by others)."""
+    path = os.path.realpath(path)
+    try:
+        for parent in Path(path).parents:
+            if not os.stat(parent).st_mode & 0o001:
+                return False
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return bool(mode & 0o004) and (not os.path.isdir(path) or bool(mode & 0o001))
+
+
+def own_uid_possible(scratch_view: Path) -> str | None:
+    """As root: None if each sandbox can run as a uid of its own, else why not (one sentence)."""
+    mounts = _mounts(scratch_view, Resources())
+    hidden = [mounts[i + 1] for i, a in enumerate(mounts) if a == "--ro-bind" and not open_to_others(mounts[i + 1])]
+    if hidden:
+        return f"{hidden[0]} is not readable by other users, so bwrap could not mount it as another uid"
+    return None
+
+
+def _drop_to(uid: int) -> Any:
+    def drop() -> None:  # between fork and exec: system calls only
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+
+    return drop
 
 
 def bwrap_version() -> str:
@@ -149,6 +202,7 @@ def _namespace_args() -> list[str]:
         "ALL",
         "--die-with-parent",
         "--new-session",
+        "--as-pid-1",  # no bwrap init inside: the runtime's broker is pid 1 and holds the grader's socket alone
     ]
 
 
@@ -164,17 +218,23 @@ class Sandbox:
     ``fd`` is the submission's end of a socket pair; the runtime (:mod:`.sandbox`) serves on it.
     """
 
-    def __init__(self, view: Path | None, fd: int, res: Resources, cgroup: bool) -> None:
+    def __init__(self, view: Path | None, fd: int, res: Resources, cgroup: bool, own_uid: bool = False) -> None:
         with _counter_lock:
             name = f"{os.getpid()}-{next(_counter)}"
         self.cgroup = _Cgroup.create(name, res) if cgroup else None
-        self.stderr = tempfile.TemporaryFile()
+        self.uid = sandbox_uid() if view is not None and own_uid else None
+        # bwrap's stderr: a pipe the grader reads up to a cap, then closes (a host file would be
+        # writable from inside through /proc/1/fd/2, without bound)
+        self._stderr_r, stderr_w = os.pipe()
+        self._stderr = bytearray()
+        self._stderr_done = threading.Event()
         python = [sys.executable, "-B", "-m", "mha_course.grading.sandbox", str(fd)]
         env = {
             "PATH": "/usr/bin:/bin",
             "LANG": "C.UTF-8",
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",  # no BLAS thread pool: a case runs only while the notebook runs one thread
             "MPLBACKEND": "Agg",
             "TRITON_INTERPRET": "1",  # the sandbox's /dev holds no GPU: set before any cell imports triton
             "PYTHONDONTWRITEBYTECODE": "1",
@@ -192,10 +252,11 @@ class Sandbox:
                 MPLCONFIGDIR=f"{SCRATCH}/.matplotlib",
                 PYTHONPATH=f"{VIEW_EXTRA}/extra{os.pathsep}{PACKAGE_DIR.parent}",
             )
+            mounts = _mounts(view, res)
             command = [
                 bwrap_path() or "bwrap",
                 *_namespace_args(),
-                *_mounts(view, res),
+                *mounts,
                 "--chdir",
                 SCRATCH,
                 "--",
@@ -212,8 +273,9 @@ class Sandbox:
                 PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
             )
             command = python
-        limits = _rlimits(res)
+        limits = _rlimits(res, own_uid=self.uid is not None)
         group = self.cgroup
+        drop = _drop_to(self.uid) if self.uid is not None else None
 
         def prepare() -> None:  # runs in the child between fork and exec: system calls only
             if group is not None:
@@ -221,28 +283,52 @@ class Sandbox:
             for which, value in limits:
                 with contextlib.suppress(ValueError, OSError):
                     resource.setrlimit(which, (value, value))
+            if drop is not None:
+                drop()
 
-        self.proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=self.stderr,
-            pass_fds=(fd,),
-            env=env,
-            preexec_fn=prepare,
-            start_new_session=True,
-            cwd="/" if view is not None else self.scratch,
-        )
+        try:
+            self.proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr_w,
+                pass_fds=(fd,),
+                env=env,
+                preexec_fn=prepare,
+                start_new_session=True,
+                cwd="/" if view is not None else self.scratch,
+            )
+        except BaseException:
+            os.close(self._stderr_r)
+            raise
+        finally:
+            os.close(stderr_w)
+        threading.Thread(target=self._read_stderr, daemon=True).start()
         self.pid = self.proc.pid
         self._closed = False
 
+    STDERR_CAP = 64 * 1024
+
+    def _read_stderr(self) -> None:
+        """Keep the first :data:`STDERR_CAP` bytes, then close the pipe (a writer inside gets EPIPE)."""
+        try:
+            while len(self._stderr) < self.STDERR_CAP:
+                chunk = os.read(self._stderr_r, 65536)
+                if not chunk:
+                    break
+                self._stderr += chunk[: self.STDERR_CAP - len(self._stderr)]
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(self._stderr_r)
+            self._stderr_done.set()
+
     def startup_error(self) -> str:
         """The last lines bwrap or Python printed before the runtime took over (why a start failed)."""
-        with contextlib.suppress(OSError):
-            self.stderr.seek(0)
-            text = self.stderr.read(20000).decode("utf-8", "replace").strip()
-            return " | ".join(text.splitlines()[-3:])
-        return ""
+        self._stderr_done.wait(2)
+        text = bytes(self._stderr[:20000]).decode("utf-8", "replace").strip()
+        return " | ".join(text.splitlines()[-3:])
 
     def tasks(self) -> list[int]:
         """Host pids of every process of this sandbox (for the memory watch)."""
@@ -274,7 +360,6 @@ class Sandbox:
             self.proc.wait(timeout=10)
         if self.cgroup is not None:
             self.cgroup.close()
-        self.stderr.close()
         if getattr(self, "scratch", None):
             shutil.rmtree(self.scratch, ignore_errors=True)
 
@@ -333,22 +418,65 @@ def _mounts(view: Path, res: Resources) -> list[str]:
             entry == s or entry.startswith(s + "/") for s in seen
         ):
             ro(entry)
-    # the view replaces the real package wherever it lives (the repo, or site-packages)
+    # any other copy of the course in what is mounted (a second install, an editable finder, a .pth)
+    # is covered by an empty folder or an empty file; the view replaces the package itself
+    empty = view / "empty"
+    empty.mkdir(exist_ok=True)
+    for path in other_copies(sorted(seen)):
+        args.extend(["--ro-bind", str(empty) if os.path.isdir(path) else os.devnull, path])
     args.extend(["--ro-bind", str(view / "mha_course"), str(PACKAGE_DIR)])
     args.extend(["--ro-bind", str(view), VIEW_EXTRA])
-    cache = _matplotlib_cache()
-    if cache:
-        args.extend(["--ro-bind", cache, f"{VIEW_EXTRA}-mplcache"])
-    args.extend(["--proc", "/proc", "--dev", "/dev"])
+    # /dev read-only (its shm folder would be a writable tmpfs outside the scratch's size limit; the
+    # devices themselves stay usable), and last the root (and /run in it) read-only
+    args.extend(["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev", "--remount-ro", "/"])
     return args
 
 
-def _matplotlib_cache() -> str | None:
-    """The grader's matplotlib cache folder (its font list), copied in by the runtime: no 2 s font scan each start."""
-    try:
-        import matplotlib
+def _copy_names(folder: str) -> list[str]:
+    """Entries of ``folder`` that are (or lead to) a copy of mha_course: the package, its metadata, finders, .pth."""
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.listdir(folder):
+            path = os.path.join(folder, entry)
+            low = entry.lower().replace("-", "_")
+            if entry == "mha_course" or low.startswith("mha_course_") or low.startswith("mha_course."):
+                found.append(path)  # the package, mha_course-X.dist-info / .egg-info / .egg-link
+            elif "mha_course" in low:
+                found.append(path)  # __editable__.mha_course-X.pth, __editable___mha_course_X_finder.py
+            elif entry.endswith(".pth"):
+                with contextlib.suppress(OSError, UnicodeDecodeError):
+                    with open(path, encoding="utf-8") as f:
+                        if "mha_course" in f.read(1 << 20):
+                            found.append(path)
+    return found
 
-        path = matplotlib.get_cachedir()
-        return path if path and any(Path(path).glob("fontlist-*.json")) else None
-    except Exception:
-        return None
+
+def other_copies(mounted: list[str]) -> list[str]:
+    """Paths inside the ``mounted`` trees that hold a copy of mha_course other than :data:`PACKAGE_DIR`.
+
+    Looked for in every import path the grader's Python has (``sys.path`` and the folders its .pth
+    files add) and in the usual site folders under each mounted tree.
+    """
+
+    def inside(path: str) -> bool:
+        return any(path == m or path.startswith(m.rstrip("/") + "/") for m in mounted)
+
+    folders = {p for p in sys.path if p and os.path.isdir(p)}
+    for m in mounted:
+        for pattern in (
+            "lib/python3*/site-packages",
+            "lib/python3*/dist-packages",
+            "lib/python3/dist-packages",
+            "local/lib/python3*/dist-packages",
+            "local/lib/python3*/site-packages",
+        ):
+            folders.update(str(p) for p in Path(m).glob(pattern) if p.is_dir())
+    own = {str(PACKAGE_DIR), os.path.realpath(PACKAGE_DIR)}
+    found: set[str] = set()
+    for folder in folders:
+        for path in _copy_names(folder):
+            if path in own or os.path.realpath(path) in own:
+                continue
+            if inside(path) or inside(os.path.realpath(path)):
+                found.add(path)
+    return sorted(found)

@@ -42,6 +42,9 @@ from .guard import Tripwire, guarded
 
 SCRATCH = "/scratch"
 CALL_PACKAGE = "mha_course.grading.calls."
+# Library modules every sandbox may import: the self-check helpers the lectures import next to `check`
+# (tolerances and assert_close compare what they are given and hold no answers); :mod:`.view` copies them.
+HELPERS = ("mha_course.testing",)
 
 _BLOCK_MESSAGE = (
     "{name} is not available while grading: it holds the course's reference answers, and this "
@@ -218,7 +221,7 @@ def _preload() -> None:
     scratch = os.environ.get("MHA_COURSE_SCRATCH", SCRATCH)
     config_dir = os.path.join(scratch, ".matplotlib")
     os.makedirs(config_dir, exist_ok=True)
-    cache = "/run/grader-mplcache"
+    cache = "/run/grader/mplcache"
     if os.path.isdir(cache):  # the grader's font list: matplotlib need not scan the fonts again
         import shutil
 
@@ -237,10 +240,28 @@ def _preload() -> None:
         matplotlib.use("Agg")
     except Exception:
         pass
+    try:  # tqdm's monitor is a thread, and a case runs only while the notebook runs one thread (.broker)
+        import tqdm
+
+        tqdm.tqdm.monitor_interval = 0
+    except Exception:
+        pass
+
+
+def _display(*objects: Any, **kwargs: Any) -> None:
+    """IPython's ``display`` while grading: nothing is shown, so it does nothing (a cell may still call it)."""
+
+
+def _get_ipython() -> None:
+    """No IPython kernel while grading (the idiom ``if get_ipython() is not None`` works)."""
+    return None
 
 
 def serve(sock: Any, scratch: str) -> None:
-    """The submission process's main loop (never returns normally)."""
+    """The notebook process's loop, after :func:`.broker.split`: cells one at a time, then cases.
+
+    Only the broker is on the other end of ``sock``; it frames everything the grader reads.
+    """
     config, _ = wire.recv(sock)
     _isolate(scratch, int(config.get("memory_mb", 0)))
     provided = tuple(str(p) for p in config.get("provided", ()))
@@ -250,32 +271,38 @@ def serve(sock: Any, scratch: str) -> None:
             importlib.import_module(name)
         except Exception:
             pass
-    sys.meta_path.insert(0, _Blocker(provided))
+    sys.meta_path.insert(0, _Blocker(provided + HELPERS))
     tripwire = Tripwire()
     tripwire.install({str(n) for n in config.get("forbidden", ())})
     send, recv, unpack, run_case = wire.send, wire.recv, wire.unpack, _run_case  # bound before learner code
     _install_audit_hook()
-    namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
-    skip = set(config.get("skip", []))
+    namespace: dict = {
+        "__name__": "__main__",
+        "__builtins__": builtins,
+        "display": _display,
+        "get_ipython": _get_ipython,
+    }
     exit_now = os._exit
-    for index, source in config["cells"]:
-        if index in skip:
-            continue
-        send(sock, {"event": "cell", "index": index})
-        send(sock, {"event": "cell_done", "index": index, "error": _run_cell(source, index, namespace)})
-    send(sock, {"event": "ready"})
     while True:
         try:
             message, blob = recv(sock)
         except (EOFError, OSError, ValueError):
             break
-        if message.get("event") != "case":
+        event = message.get("event")
+        if event == "cell":
+            reply: dict = {
+                "event": "cell_done",
+                "error": _run_cell(str(message["source"]), int(message["index"]), namespace),
+            }
+            out = b""
+        elif event == "case":
+            try:
+                inputs = unpack(message["inputs"], blob)
+                reply, out = run_case(message, namespace, inputs, tripwire, extra)
+            except BaseException as exc:
+                reply, out = {"ok": False, "kind": "error", "error": error_text(exc), "forbidden": []}, b""
+        else:
             break
-        try:
-            inputs = unpack(message["inputs"], blob)
-            reply, out = run_case(message, namespace, inputs, tripwire, extra)
-        except BaseException as exc:
-            reply, out = {"ok": False, "kind": "error", "error": error_text(exc), "forbidden": []}, b""
         try:
             send(sock, reply, out)
         except BaseException:
@@ -284,15 +311,18 @@ def serve(sock: Any, scratch: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m mha_course.grading.sandbox FD``: serve the grader on the inherited socket FD."""
+    """``python -m mha_course.grading.sandbox FD``: the broker on the inherited socket FD, the notebook below it."""
     import socket
+
+    from . import broker
 
     argv = sys.argv[1:] if argv is None else argv
     code = 0
     try:
-        sock = socket.socket(fileno=int(argv[0]))
+        grader = socket.socket(fileno=int(argv[0]))
+        _, channel = broker.split(grader)  # only the notebook process returns
         _preload()
-        serve(sock, os.environ.get("MHA_COURSE_SCRATCH", SCRATCH))
+        serve(channel, os.environ.get("MHA_COURSE_SCRATCH", SCRATCH))
     except BaseException:
         code = 1
     finally:

@@ -3,8 +3,9 @@
 The view is a folder built per assignment and mounted read-only over the real package path inside
 the sandbox (:mod:`.isolation`). It holds the submission runtime (:data:`RUNTIME_FILES`), the
 assignment's call functions, the building blocks it declares in ``provided`` (and the library
-modules those import), a package ``__init__`` that exports only those, and a ``check`` that does
-nothing. solutions/, the exercise modules (hidden tests), the reference implementations and the
+modules those import), the self-check helpers (:data:`HELPERS`: ``assert_close``), a package
+``__init__`` that exports only those, a ``check`` that does nothing, and the grader's matplotlib
+font list (``mplcache/``, so no sandbox scans the fonts again). solutions/, the exercise modules (hidden tests), the reference implementations and the
 grader are simply not in it.
 """
 
@@ -15,19 +16,20 @@ import shutil
 import sys
 from pathlib import Path
 
+from .sandbox import HELPERS
 from .scan import parse
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # mha_course/
 
 # Files of mha_course/grading/ that run inside the sandbox (everything else there is the grader's).
-RUNTIME_FILES = ("wire.py", "guard.py", "convert.py", "sandbox.py")
+RUNTIME_FILES = ("wire.py", "guard.py", "convert.py", "sandbox.py", "broker.py")
 
 
 class IsolationError(RuntimeError):
     """Bubblewrap is missing or refuses to run here; the message says why and what to do."""
 
 
-_PACKAGE_INIT = '''"""mha_course as a submission sees it while being graded: `check` and the provided building blocks."""
+_PACKAGE_INIT = '''"""mha_course as a submission sees it while being graded: `check`, `assert_close` and the provided building blocks."""
 
 import importlib
 
@@ -45,7 +47,7 @@ def __getattr__(name):
         return check
     raise AttributeError(
         f"mha_course.{{name}} is not available while grading: it holds the course's reference answers, and this "
-        "assignment asks you to write the code yourself (only `check` and the building blocks this assignment "
+        "assignment asks you to write the code yourself (only `check`, `assert_close` and the building blocks this assignment "
         f"provides{{' (' + ', '.join(PROVIDED) + ')' if PROVIDED else ''}} can be imported from mha_course)")
 '''
 
@@ -100,7 +102,7 @@ def view_modules(call_modules: list[str], provided: tuple[str, ...]) -> tuple[li
     inside: set[str] = set()
     done = {f"mha_course.grading.{f[:-3]}" for f in RUNTIME_FILES}  # copied by build_view itself
     extra = []
-    todo = list(provided)
+    todo = list(provided) + list(HELPERS)
     for name in call_modules:
         if name.startswith("mha_course."):
             todo.append(name)
@@ -149,7 +151,21 @@ def build_view(root: Path, call_modules: list[str], provided: tuple[str, ...]) -
                 init.write_text("")
     for name in extra:
         shutil.copyfile(_module_file(name), root / "extra" / (name.replace(".", "/") + ".py"))
+    _copy_font_cache(root / "mplcache")
     for path in root.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
     root.chmod(0o755)
     return root
+
+
+def _copy_font_cache(target: Path) -> None:
+    """The grader's matplotlib font list, copied into the view (a bind of the grader's home could fail or leak)."""
+    target.mkdir(exist_ok=True)
+    try:
+        import matplotlib
+
+        cache = Path(matplotlib.get_cachedir())
+    except Exception:
+        return
+    for path in cache.glob("fontlist-*.json"):
+        shutil.copyfile(path, target / path.name)
