@@ -5,13 +5,19 @@ security boundary of the grader is the kernel. Every submission process starts i
 ``bwrap`` (bubblewrap) sandbox::
 
     namespaces   mount, PID, IPC, network, UTS, user (and cgroup where the kernel allows)
-    identity     uid/gid 65534 (nobody) inside, no capabilities, no new privileges, new session
+    identity     uid/gid 65534 (nobody) inside, no capabilities, no new privileges, new session; a
+                 grader run as root starts each sandbox as a host uid of its own (:func:`sandbox_uid`),
+                 so host file permissions hold inside and RLIMIT_NPROC counts that sandbox alone
+    processes    no bwrap init: the runtime's broker (:mod:`.broker`) is pid 1
     filesystem   read-only: /usr, /lib*, /bin, the Python installation and environment;
                  the package mha_course replaced by a *view* (:func:`build_view`): the submission
                  runtime, the assignment's call functions and its provided building blocks only.
                  solutions/, the exercise modules (hidden tests), the references, the grader,
-                 other submissions and the results folder are not mounted at all.
-                 writable: two private size-limited tmpfs (/scratch, /tmp), gone with the sandbox.
+                 other submissions and the results folder are not mounted at all, and any other
+                 copy of mha_course in what is mounted (a second install, .pth, finders) is covered.
+                 writable: two private size-limited tmpfs (/scratch, /tmp), gone with the sandbox;
+                 /, /run and /dev (its shm folder) are read-only. bwrap's stderr is a pipe the grader
+                 reads up to a cap, never a host file.
     network      none (an empty network namespace: not even loopback is shared with the host)
     limits       memory, processes and CPU time through a cgroup where one is writable (root),
                  else rlimits; file size, open files, core dumps through rlimits; wall time by
@@ -162,11 +168,63 @@ def open_to_others(path: str) -> bool:
 
 def own_uid_possible(scratch_view: Path) -> str | None:
     """As root: None if each sandbox can run as a uid of its own, else why not (one sentence)."""
-    mounts = _mounts(scratch_view, Resources())
-    hidden = [mounts[i + 1] for i, a in enumerate(mounts) if a == "--ro-bind" and not open_to_others(mounts[i + 1])]
-    if hidden:
-        return f"{hidden[0]} is not readable by other users, so bwrap could not mount it as another uid"
+    mounts, staged = _staged(_mounts(scratch_view, Resources()), scratch_view / "stage")
+    if not staged:
+        return None
+    try:
+        subprocess.run(["/bin/true"], check=True, timeout=30, preexec_fn=lambda: _bind_privately(staged))
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{staged[0][0]} is not readable by other users and could not be bound for the sandbox's uid ({exc})"
     return None
+
+
+def _staged(mounts: list[str], stage: Path) -> tuple[list[str], list[tuple[str, str]]]:
+    """Mounts whose source another uid cannot reach (a Python under /root, mode 0700) get a stand-in.
+
+    Each such source is bound, as root, in a private mount namespace of the process that then becomes
+    the sandbox's uid, onto a stand-in under ``stage`` (a folder every uid may reach); bwrap mounts the
+    stand-in. Inside, the files keep their host owners and modes: what is private on the host stays so.
+    Returns the rewritten mounts and the (source, stand-in) pairs.
+    """
+    out, staged = list(mounts), []
+    for i, arg in enumerate(mounts):
+        if arg != "--ro-bind" or not os.path.exists(mounts[i + 1]) or open_to_others(mounts[i + 1]):
+            continue
+        source = mounts[i + 1]
+        stage.mkdir(mode=0o755, exist_ok=True)
+        stand_in = stage / str(len(staged))
+        if os.path.isdir(source):
+            stand_in.mkdir(mode=0o755, exist_ok=True)
+        else:
+            stand_in.touch(mode=0o644, exist_ok=True)
+        staged.append((source, str(stand_in)))
+        out[i + 1] = str(stand_in)
+    return out, staged
+
+
+_MS_BIND, _MS_REC, _MS_PRIVATE, _CLONE_NEWNS = 0x1000, 0x4000, 0x40000, 0x20000
+
+
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _bind_privately(staged: list[tuple[str, str]], libc: Any = None) -> None:
+    """Between fork and exec, as root: a mount namespace of this process's own with each source on its stand-in."""
+    import ctypes
+
+    libc = libc or _libc()
+
+    def check(result: int, what: str) -> None:
+        if result != 0:
+            raise OSError(ctypes.get_errno(), what)
+
+    check(libc.unshare(_CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    check(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "mount --make-rprivate /")
+    for source, stand_in in staged:
+        check(libc.mount(source.encode(), stand_in.encode(), None, _MS_BIND | _MS_REC, None), f"bind {source}")
 
 
 def _drop_to(uid: int) -> Any:
@@ -229,6 +287,7 @@ class Sandbox:
         self._stderr = bytearray()
         self._stderr_done = threading.Event()
         python = [sys.executable, "-B", "-m", "mha_course.grading.sandbox", str(fd)]
+        staged: list[tuple[str, str]] = []  # mounts bound for the sandbox's own uid (see _staged)
         env = {
             "PATH": "/usr/bin:/bin",
             "LANG": "C.UTF-8",
@@ -253,6 +312,8 @@ class Sandbox:
                 PYTHONPATH=f"{VIEW_EXTRA}/extra{os.pathsep}{PACKAGE_DIR.parent}",
             )
             mounts = _mounts(view, res)
+            if self.uid is not None:
+                mounts, staged = _staged(mounts, view / "stage")
             command = [
                 bwrap_path() or "bwrap",
                 *_namespace_args(),
@@ -273,6 +334,7 @@ class Sandbox:
                 PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
             )
             command = python
+        libc = _libc() if staged else None
         limits = _rlimits(res, own_uid=self.uid is not None)
         group = self.cgroup
         drop = _drop_to(self.uid) if self.uid is not None else None
@@ -283,6 +345,8 @@ class Sandbox:
             for which, value in limits:
                 with contextlib.suppress(ValueError, OSError):
                     resource.setrlimit(which, (value, value))
+            if staged:
+                _bind_privately(staged, libc)
             if drop is not None:
                 drop()
 

@@ -3,27 +3,33 @@
 The grader starts it as ``python -m mha_course.grading.sandbox FD`` inside a bubblewrap sandbox
 (:mod:`.isolation`): its own namespaces, uid nobody, no capabilities, no network, and a read-only
 view in which ``mha_course`` holds only this runtime, the assignment's call functions
-(:mod:`.calls`), its provided building blocks and a no-op ``check``. It talks to the grader over
-the socket ``FD`` with :mod:`.wire` frames (JSON + ``.npy``, never pickle). Its life:
+(:mod:`.calls`), its provided building blocks, the self-check helpers (``assert_close``) and a no-op
+``check``. Before anything else it splits in two (:mod:`.broker`): the broker, pid 1, keeps the
+socket ``FD`` to the grader and never runs learner code; the notebook process below it runs the code
+below, talking to the broker only. Frames are :mod:`.wire`'s (JSON + ``.npy``, never pickle). Its life:
 
 1. import torch and numpy (before any learner code), stdin/stdout/stderr to /dev/null (printing
    "passed" reaches nobody), work in the private scratch folder, ``RLIMIT_AS`` = current size +
-   the memory limit (a hog gets ``MemoryError``), one torch thread;
+   the memory limit (a hog gets ``MemoryError``), one torch thread, no tqdm monitor thread;
 2. install the forbidden-call wrappers (:class:`.guard.Tripwire`) and an audit hook that *explains*
    what grading never needs (new processes, sockets, ctypes, ...). Neither is a wall: the kernel is;
    they turn a refused or pointless operation into a sentence an honest learner can act on;
-3. run the notebook's code cells in one namespace, announcing each cell first (so if the process
-   dies or hangs in a cell, the grader knows which one and skips it next time); an exception,
-   ``sys.exit()`` or ``KeyboardInterrupt`` in a cell is recorded and the next cell runs;
+3. run each code cell the broker hands over, in one namespace (which also holds a ``display`` that
+   does nothing and a ``get_ipython`` that returns None); an exception, ``sys.exit()`` or
+   ``KeyboardInterrupt`` in a cell is recorded and the next cell runs;
 4. answer case requests: import the named call function (only from :mod:`.calls` or a module the
    grader put in the view), run ``call(target, inputs)`` with the target guarded (subclasses
    rejected) and the tripwire armed; reply with the output as plain data, or the error's last line
    with the learner's own cell and line. Every judgement happens in the grader.
 
-Messages (child -> grader): ``{"event": "cell", "index": i}``, ``{"event": "cell_done", "index": i,
-"error": str|None}``, ``{"event": "ready"}``, and per case ``{"ok": true, "structure": ...,
-"forbidden": [...]}`` + blob, or ``{"ok": false, "kind": "not_implemented"|"missing"|"error",
-"error": str, "forbidden": [...]}``.
+Messages, broker -> notebook process: the configuration (no cells), then ``{"event": "cell",
+"index": i, "source": str}`` or ``{"event": "case", ...}`` + inputs blob. Notebook process -> broker:
+``{"event": "cell_done", "error": str|None}``, and per case ``{"ok": true, "structure": ...,
+"forbidden": [...], "ops": [...]}`` + blob, or ``{"ok": false, "kind": "not_implemented"|"missing"|
+"error", "error": str, "forbidden": [...]}``. The grader reads only the broker's frames: ``{"event":
+"cell", "index": i}``, ``{"event": "cell_done", "index": i, "error": ...}``, ``{"event": "ready"}``, then
+per case the notebook's reply (its known fields only) or ``{"ok": false, "kind": "background",
+"error": str}`` when something else of the notebook was running.
 """
 
 from __future__ import annotations
