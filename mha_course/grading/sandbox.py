@@ -54,8 +54,8 @@ HELPERS = ("mha_course.testing",)
 
 _BLOCK_MESSAGE = (
     "{name} is not available while grading: it holds the course's reference answers, and this "
-    "assignment asks you to write the code yourself (only `check` and the building blocks this "
-    "assignment provides{provided} can be imported from mha_course)"
+    "assignment asks you to write the code yourself (only `check`, `assert_close` and the building "
+    "blocks this assignment provides{provided} can be imported from mha_course)"
 )
 
 
@@ -68,7 +68,7 @@ class _Blocker(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
         if not fullname.startswith("mha_course.") or fullname.startswith("mha_course.grading"):
             return None
-        if any(fullname == p or fullname.startswith(p + ".") for p in self.provided):
+        if any(fullname == p or fullname.startswith(p + ".") for p in self.provided + HELPERS):
             return None
         listed = f" ({', '.join(self.provided)})" if self.provided else ""
         raise ImportError(_BLOCK_MESSAGE.format(name=fullname, provided=listed), name=fullname)
@@ -277,7 +277,7 @@ def serve(sock: Any, scratch: str) -> None:
             importlib.import_module(name)
         except Exception:
             pass
-    sys.meta_path.insert(0, _Blocker(provided + HELPERS))
+    sys.meta_path.insert(0, _Blocker(provided))
     tripwire = Tripwire()
     tripwire.install({str(n) for n in config.get("forbidden", ())})
     send, recv, unpack, run_case = wire.send, wire.recv, wire.unpack, _run_case  # bound before learner code

@@ -360,8 +360,19 @@ def test_as_root_without_a_cgroup_tasks_are_still_limited(tmp_path, monkeypatch)
 
 # --- 6. the idioms of an honest notebook -------------------------------------------------------------
 
-IDIOMS_FIRST = "from mha_course import check, assert_close\nimport numpy as np\nassert_close(np.ones(2), np.ones(2))\n"
+IDIOMS_FIRST = (
+    "from mha_course import check, assert_close\n"
+    "import mha_course.testing\n"
+    "import numpy as np\n"
+    "assert_close(np.ones(2), np.ones(2))\n"
+    "try:  # the reference answers stay out of reach\n"
+    "    from mha_course import softmax_np as REFERENCE\n"
+    "except ImportError:\n"
+    "    REFERENCE = None\n"
+)
 IDIOMS_LAST = (
+    "if REFERENCE is not None:\n"
+    "    softmax_np = None\n"
     "display(softmax_np(np.array([1.0, 2.0])))\nprint(get_ipython())\ndef helper_after_display(x):\n    return x\n"
 )
 
