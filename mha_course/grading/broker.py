@@ -20,6 +20,11 @@ thread started in a cell can therefore neither answer a case nor do a case's for
 in a pool's thread): it must be gone before a case runs, and threads a case itself starts are watched
 by the tripwire (:mod:`.guard`).
 
+What the broker cannot see is which code the notebook's one thread runs: a cell that never returns
+and itself answers on the channel looks like the runtime. That is no more than a target that
+switches the tripwire off can do, so the tripwire stays what explains a forbidden call to an honest
+learner, beside the static scan (:mod:`.scan`), whose findings come from outside the sandbox.
+
 Outside bubblewrap (``--unsafe-no-isolation``) the broker is a plain parent process: it becomes the
 child subreaper, so whatever the notebook starts stays its descendant and is counted the same way.
 """
@@ -29,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import time
 from typing import Any
 
 from . import wire
@@ -148,6 +154,7 @@ def serve(grader: socket.socket, child: socket.socket, pid: int) -> None:
         error = done.get("error")
         wire.send(grader, {"event": "cell_done", "index": index, "error": None if error is None else str(error)[:400]})
     wire.send(grader, {"event": "ready"})
+    wait = 1.0
     while True:
         try:
             request, blob = wire.recv(grader)
@@ -155,16 +162,27 @@ def serve(grader: socket.socket, child: socket.socket, pid: int) -> None:
             return
         if request.get("event") != "case":
             return
-        reply, out = _case(child, pid, me, request, blob)
+        reply, out = _case(child, pid, me, request, blob, wait)
         wire.send(grader, reply, out)
+        wait = 0.0 if reply.get("kind") == "background" else 1.0  # no second wait for what did not end
 
 
-def _case(child: socket.socket, pid: int, me: int, request: dict, blob: bytes) -> tuple[dict, bytes]:
-    why = background(me, pid)
+def _settled(me: int, child: int, wait: float = 1.0) -> str | None:
+    """:func:`background`, given a moment to clear (a thread or process that is just ending)."""
+    why = background(me, child)
+    deadline = time.monotonic() + wait
+    while why is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+        why = background(me, child)
+    return why
+
+
+def _case(child: socket.socket, pid: int, me: int, request: dict, blob: bytes, wait: float) -> tuple[dict, bytes]:
+    why = _settled(me, pid, wait)
     if why is None:
         wire.send(child, request, blob)
         reply, out = wire.recv(child)
-        why = background(me, pid)
+        why = _settled(me, pid, wait)
         if why is None:
             return _plain(reply), out
     return {"ok": False, "kind": "background", "error": why, "forbidden": []}, b""
