@@ -388,3 +388,30 @@ def test_display_and_the_self_check_helpers_work_while_grading(tmp_path, isolato
     )
     result = _grade(tmp_path, nb, isolator)
     assert _score(result) == result.max_points == 29, [(t.name, t.output) for t in result.tests if not t.score]
+
+
+# --- the broker's check outside bubblewrap too ------------------------------------------------------
+
+LINGERING = (
+    "import threading\n"
+    "threading.Thread(target=threading.Event().wait, daemon=True).start()  # never ends\n"
+    "def add_arrays(a, b):\n"
+    "    return a + b\n"
+)
+
+
+def test_without_isolation_a_lingering_thread_is_refused_too(tmp_path, monkeypatch):
+    """``--unsafe-no-isolation``: the broker is a plain parent process, and still checks before each case."""
+    from mha_course.grading import isolation
+
+    monkeypatch.setattr(isolation, "probe", lambda: "bwrap is switched off for this test")
+    isolator = Isolator(unsafe_no_isolation=True)
+    try:
+        assert not isolator.walls.isolated
+        with registry.registered("grading_fake"):
+            path = write_submission(tmp_path / "lingering.ipynb", LINGERING)
+            result = grader.grade_notebook(path, limits=LIMITS, isolator=isolator, seed=None)
+    finally:
+        isolator.close()
+    add = [t for t in result.tests if t.exercise == "fake_add"]
+    assert add and all(t.score == 0 and "other thread" in t.output for t in add), [t.output for t in add]
