@@ -104,7 +104,7 @@ def grade_notebook(
         path: the .ipynb file (any name: the assignment comes from its metadata).
         limits: time and memory limits (defaults: :class:`Limits`).
         isolator: a shared :class:`Isolator` (one is made and closed here if omitted).
-        seed: the salt of the fresh inputs every passing case is run on again; -1 (default) draws
+        seed: the salt of the fresh inputs every case is run on again; -1 (default) draws
             one (:func:`new_seed`), None skips the second run.
         unsafe_no_isolation: with no ``isolator``, run submissions without bubblewrap's sandbox.
         grade_as: the assignment key to grade a notebook *without* assignment metadata as (a

@@ -5,13 +5,19 @@ security boundary of the grader is the kernel. Every submission process starts i
 ``bwrap`` (bubblewrap) sandbox::
 
     namespaces   mount, PID, IPC, network, UTS, user (and cgroup where the kernel allows)
-    identity     uid/gid 65534 (nobody) inside, no capabilities, no new privileges, new session
+    identity     uid/gid 65534 (nobody) inside, no capabilities, no new privileges, new session; a
+                 grader run as root starts each sandbox as a host uid of its own (:func:`sandbox_uid`),
+                 so host file permissions hold inside and RLIMIT_NPROC counts that sandbox alone
+    processes    no bwrap init: the runtime's broker (:mod:`.broker`) is pid 1
     filesystem   read-only: /usr, /lib*, /bin, the Python installation and environment;
                  the package mha_course replaced by a *view* (:func:`build_view`): the submission
                  runtime, the assignment's call functions and its provided building blocks only.
                  solutions/, the exercise modules (hidden tests), the references, the grader,
-                 other submissions and the results folder are not mounted at all.
-                 writable: two private size-limited tmpfs (/scratch, /tmp), gone with the sandbox.
+                 other submissions and the results folder are not mounted at all, and any other
+                 copy of mha_course in what is mounted (a second install, .pth, finders) is covered.
+                 writable: two private size-limited tmpfs (/scratch, /tmp), gone with the sandbox;
+                 /, /run and /dev (its shm folder) are read-only. bwrap's stderr is a pipe the grader
+                 reads up to a cap, never a host file.
     network      none (an empty network namespace: not even loopback is shared with the host)
     limits       memory, processes and CPU time through a cgroup where one is writable (root),
                  else rlimits; file size, open files, core dumps through rlimits; wall time by
@@ -42,10 +48,22 @@ from typing import Any
 
 # The view and the limits are modules of their own; their names are part of this module's API too.
 from .limits import RUNTIME_MB, Resources, _Cgroup, _count_own_tasks, _rlimits, cgroup_available  # noqa: F401
-from .view import PACKAGE_DIR, RUNTIME_FILES, IsolationError, build_view, view_modules  # noqa: F401
+from .view import (  # noqa: F401
+    PACKAGE_DIR,
+    RUNTIME_FILES,
+    SCRATCH,
+    VIEW_EXTRA,
+    IsolationError,
+    bind_privately,
+    build_view,
+    libc_handle,
+    mount_args,
+    open_to_others,
+    other_copies,
+    stand_ins,
+    view_modules,
+)
 
-SCRATCH = "/scratch"  # the submission's writable tmpfs
-VIEW_EXTRA = "/run/grader"  # extra modules (an assignment registered from elsewhere)
 NOBODY = 65534
 
 INSTALL_HINT = (
@@ -61,6 +79,7 @@ class Walls:
     kind: str  # "bubblewrap" | "none"
     detail: str = ""  # bubblewrap's version, or why there is none
     limits: dict[str, str] = field(default_factory=dict)
+    uid_note: str = ""  # what that uid is on the host, when the grader runs as root
 
     @property
     def isolated(self) -> bool:
@@ -73,8 +92,9 @@ class Walls:
                 "this machine's files; use only for code you trust"
             )
         limits = ", ".join(f"{k} {v}" for k, v in self.limits.items())
+        uid = f"uid {NOBODY}" + (f" ({self.uid_note})" if self.uid_note else "")
         return (
-            f"{self.detail}: own mount, PID, IPC and network namespaces, uid {NOBODY}, no capabilities, "
+            f"{self.detail}: own mount, PID, IPC and network namespaces, {uid}, no capabilities, "
             f"read-only view of the runtime only; limits: {limits}"
         )
 
@@ -113,6 +133,7 @@ def probe() -> str | None:
             capture_output=True,
             text=True,
             timeout=30,
+            preexec_fn=_drop_to(sandbox_uid()) if os.getuid() == 0 else None,
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not be started ({exc})"
@@ -121,8 +142,48 @@ def probe() -> str | None:
         return (
             f"bwrap refused to build a sandbox ({why}); inside a container, allow user namespaces "
             "(e.g. docker run --security-opt seccomp=unconfined, or run the grader on the host)"
+            + (
+                " for unprivileged users (the grader, run as root, starts each sandbox as its own uid)"
+                if os.getuid() == 0
+                else ""
+            )
         )
     return None
+
+
+# As root the grader starts each sandbox as a uid of its own (bubblewrap then builds an unprivileged user
+# namespace): run as root, uid 65534 inside would be root outside, and read root's 0600 files in the
+# mounts. A uid per sandbox also makes RLIMIT_NPROC count that sandbox's tasks alone.
+SANDBOX_UID_BASE = 1_900_000_000
+_uids = iter(range(1 << 62))
+
+
+def sandbox_uid() -> int:
+    """A host uid (and gid) no account uses, different for each sandbox this grader starts."""
+    with _counter_lock:
+        n = next(_uids)
+    return SANDBOX_UID_BASE + (os.getpid() % 100_000) * 1000 + n % 1000
+
+
+def own_uid_possible(scratch_view: Path) -> str | None:
+    """As root: None if each sandbox can run as a uid of its own, else why not (one sentence)."""
+    mounts, staged = stand_ins(mount_args(scratch_view, Resources()), scratch_view / "stage")
+    if not staged:
+        return None
+    try:
+        subprocess.run(["/bin/true"], check=True, timeout=30, preexec_fn=lambda: bind_privately(staged))
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{staged[0][0]} is not readable by other users and could not be bound for the sandbox's uid ({exc})"
+    return None
+
+
+def _drop_to(uid: int) -> Any:
+    def drop() -> None:  # between fork and exec: system calls only
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+
+    return drop
 
 
 def bwrap_version() -> str:
@@ -149,6 +210,7 @@ def _namespace_args() -> list[str]:
         "ALL",
         "--die-with-parent",
         "--new-session",
+        "--as-pid-1",  # no bwrap init inside: the runtime's broker is pid 1 and holds the grader's socket alone
     ]
 
 
@@ -164,17 +226,24 @@ class Sandbox:
     ``fd`` is the submission's end of a socket pair; the runtime (:mod:`.sandbox`) serves on it.
     """
 
-    def __init__(self, view: Path | None, fd: int, res: Resources, cgroup: bool) -> None:
+    def __init__(self, view: Path | None, fd: int, res: Resources, cgroup: bool, own_uid: bool = False) -> None:
         with _counter_lock:
             name = f"{os.getpid()}-{next(_counter)}"
         self.cgroup = _Cgroup.create(name, res) if cgroup else None
-        self.stderr = tempfile.TemporaryFile()
+        self.uid = sandbox_uid() if view is not None and own_uid else None
+        # bwrap's stderr: a pipe the grader reads up to a cap, then closes (a host file would be
+        # writable from inside through /proc/1/fd/2, without bound)
+        self._stderr_r, stderr_w = os.pipe()
+        self._stderr = bytearray()
+        self._stderr_done = threading.Event()
         python = [sys.executable, "-B", "-m", "mha_course.grading.sandbox", str(fd)]
+        staged: list[tuple[str, str]] = []  # mounts bound for the sandbox's own uid (see view.stand_ins)
         env = {
             "PATH": "/usr/bin:/bin",
             "LANG": "C.UTF-8",
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
+            "OPENBLAS_NUM_THREADS": "1",  # no BLAS thread pool: a case runs only while the notebook runs one thread
             "MPLBACKEND": "Agg",
             "TRITON_INTERPRET": "1",  # the sandbox's /dev holds no GPU: set before any cell imports triton
             "PYTHONDONTWRITEBYTECODE": "1",
@@ -192,10 +261,13 @@ class Sandbox:
                 MPLCONFIGDIR=f"{SCRATCH}/.matplotlib",
                 PYTHONPATH=f"{VIEW_EXTRA}/extra{os.pathsep}{PACKAGE_DIR.parent}",
             )
+            mounts = mount_args(view, res)
+            if self.uid is not None:
+                mounts, staged = stand_ins(mounts, view / "stage")
             command = [
                 bwrap_path() or "bwrap",
                 *_namespace_args(),
-                *_mounts(view, res),
+                *mounts,
                 "--chdir",
                 SCRATCH,
                 "--",
@@ -212,8 +284,10 @@ class Sandbox:
                 PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
             )
             command = python
-        limits = _rlimits(res)
+        libc = libc_handle() if staged else None
+        limits = _rlimits(res, own_uid=self.uid is not None)
         group = self.cgroup
+        drop = _drop_to(self.uid) if self.uid is not None else None
 
         def prepare() -> None:  # runs in the child between fork and exec: system calls only
             if group is not None:
@@ -221,28 +295,54 @@ class Sandbox:
             for which, value in limits:
                 with contextlib.suppress(ValueError, OSError):
                     resource.setrlimit(which, (value, value))
+            if staged:
+                bind_privately(staged, libc)
+            if drop is not None:
+                drop()
 
-        self.proc = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=self.stderr,
-            pass_fds=(fd,),
-            env=env,
-            preexec_fn=prepare,
-            start_new_session=True,
-            cwd="/" if view is not None else self.scratch,
-        )
+        try:
+            self.proc = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr_w,
+                pass_fds=(fd,),
+                env=env,
+                preexec_fn=prepare,
+                start_new_session=True,
+                cwd="/" if view is not None else self.scratch,
+            )
+        except BaseException:
+            os.close(self._stderr_r)
+            raise
+        finally:
+            os.close(stderr_w)
+        threading.Thread(target=self._read_stderr, daemon=True).start()
         self.pid = self.proc.pid
         self._closed = False
 
+    STDERR_CAP = 64 * 1024
+
+    def _read_stderr(self) -> None:
+        """Keep the first :data:`STDERR_CAP` bytes, then close the pipe (a writer inside gets EPIPE)."""
+        try:
+            while len(self._stderr) < self.STDERR_CAP:
+                chunk = os.read(self._stderr_r, 65536)
+                if not chunk:
+                    break
+                self._stderr += chunk[: self.STDERR_CAP - len(self._stderr)]
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(self._stderr_r)
+            self._stderr_done.set()
+
     def startup_error(self) -> str:
         """The last lines bwrap or Python printed before the runtime took over (why a start failed)."""
-        with contextlib.suppress(OSError):
-            self.stderr.seek(0)
-            text = self.stderr.read(20000).decode("utf-8", "replace").strip()
-            return " | ".join(text.splitlines()[-3:])
-        return ""
+        self._stderr_done.wait(2)
+        text = bytes(self._stderr[:20000]).decode("utf-8", "replace").strip()
+        return " | ".join(text.splitlines()[-3:])
 
     def tasks(self) -> list[int]:
         """Host pids of every process of this sandbox (for the memory watch)."""
@@ -274,81 +374,5 @@ class Sandbox:
             self.proc.wait(timeout=10)
         if self.cgroup is not None:
             self.cgroup.close()
-        self.stderr.close()
         if getattr(self, "scratch", None):
             shutil.rmtree(self.scratch, ignore_errors=True)
-
-
-def _mounts(view: Path, res: Resources) -> list[str]:
-    """bwrap arguments: the read-only system and Python, the view over mha_course, /scratch, /proc, /dev."""
-    # The writable places first: a bind below them (a checkout under /tmp) then lands inside the tmpfs.
-    size = str(res.scratch_mb * 2**20)
-    args: list[str] = [
-        "--perms",
-        "1777",
-        "--size",
-        size,
-        "--tmpfs",
-        "/tmp",
-        "--perms",
-        "1777",
-        "--size",
-        size,
-        "--tmpfs",
-        SCRATCH,
-    ]
-    seen: set[str] = set()
-
-    def ro(path: str | Path) -> None:
-        p = str(path)
-        if p in seen or not os.path.exists(p):
-            return
-        seen.add(p)
-        args.extend(["--ro-bind", p, p])
-
-    for system in (
-        "/usr",
-        "/bin",
-        "/sbin",
-        "/lib",
-        "/lib32",
-        "/lib64",
-        "/libx32",
-        "/etc/ld.so.cache",
-        "/etc/localtime",
-        "/etc/alternatives",
-    ):
-        if os.path.islink(system):
-            args.extend(["--symlink", os.readlink(system), system])
-            seen.add(system)
-        else:
-            ro(system)
-    for prefix in {sys.base_prefix, sys.prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}:
-        if not any(prefix == s or prefix.startswith(s + "/") for s in seen):
-            ro(prefix)
-    # Package folders reached through a .pth file (a venv that reuses another's packages): only
-    # folders named site-packages/dist-packages, never a source tree that sys.path may also hold.
-    for entry in sys.path:
-        if os.path.basename(entry) in ("site-packages", "dist-packages") and not any(
-            entry == s or entry.startswith(s + "/") for s in seen
-        ):
-            ro(entry)
-    # the view replaces the real package wherever it lives (the repo, or site-packages)
-    args.extend(["--ro-bind", str(view / "mha_course"), str(PACKAGE_DIR)])
-    args.extend(["--ro-bind", str(view), VIEW_EXTRA])
-    cache = _matplotlib_cache()
-    if cache:
-        args.extend(["--ro-bind", cache, f"{VIEW_EXTRA}-mplcache"])
-    args.extend(["--proc", "/proc", "--dev", "/dev"])
-    return args
-
-
-def _matplotlib_cache() -> str | None:
-    """The grader's matplotlib cache folder (its font list), copied in by the runtime: no 2 s font scan each start."""
-    try:
-        import matplotlib
-
-        path = matplotlib.get_cachedir()
-        return path if path and any(Path(path).glob("fontlist-*.json")) else None
-    except Exception:
-        return None

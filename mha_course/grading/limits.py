@@ -1,7 +1,8 @@
 """Resource limits of one sandbox: a cgroup (v1 or v2) where one is writable, rlimits always.
 
 Memory, processes and CPU time go through a per-sandbox cgroup when the grader may create one (as
-root); otherwise RLIMIT_NPROC bounds processes and the grader's watch bounds memory. File size,
+root); otherwise RLIMIT_NPROC bounds processes (a grader run as root starts each sandbox as a uid of
+its own, so RLIMIT_NPROC holds there too) and the grader's watch bounds memory. File size,
 open files and core dumps are rlimits in every case. :class:`Resources` holds the numbers.
 """
 
@@ -122,14 +123,17 @@ def cgroup_available() -> str | None:
     return kind
 
 
-def _rlimits(res: Resources) -> list[tuple[int, int]]:
+def _rlimits(res: Resources, own_uid: bool = False) -> list[tuple[int, int]]:
+    """The rlimits of a sandbox; ``own_uid``: it runs as a uid of its own (the grader is root), whose tasks are its own."""
     limits = [
         (resource.RLIMIT_CORE, 0),
         (resource.RLIMIT_FSIZE, res.file_mb * 2**20),
         (resource.RLIMIT_NOFILE, res.open_files),
         (resource.RLIMIT_CPU, res.cpu_seconds),
     ]
-    if os.getuid() != 0:  # root's processes are exempt from RLIMIT_NPROC; a cgroup limits them instead
+    if own_uid:
+        limits.append((resource.RLIMIT_NPROC, res.processes))
+    elif os.getuid() != 0:  # root's processes are exempt from RLIMIT_NPROC; a cgroup limits them instead
         current = _count_own_tasks()
         limits.append((resource.RLIMIT_NPROC, current + res.processes))
     return limits

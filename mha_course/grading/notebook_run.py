@@ -1,7 +1,8 @@
 """One submission's run: its notebook in a sandboxed process, its cases one by one.
 
 :class:`NotebookRun` starts the submission process (skipping cells that kill or hang it), runs each
-case there and judges the answer here, runs a passing case again on fresh inputs, and keeps the
+case there (every visible case before any hidden one) and judges the answer here, runs every case
+again on fresh inputs, and keeps the
 crashes so far (a sandbox that dies costs that case only; after ``max_crashes`` an exercise's
 remaining cases are not run). :mod:`.grader` decides what to run; :mod:`.process` owns the process.
 """
@@ -96,7 +97,9 @@ class NotebookRun:
 
     def run(self, jobs: list[tuple[Any, int, Any]], blocked: dict[str, str]) -> list[TestResult]:
         results: dict[tuple[str, int], TestResult] = {}
-        pending = [j for j in jobs if j[0].key not in blocked]
+        # every visible case (and its fresh-input run) before any hidden one: what a visible case's
+        # output shows (an error message the notebook wrote) cannot depend on how hidden cases went
+        pending = sorted((j for j in jobs if j[0].key not in blocked), key=lambda j: bool(j[2].hidden))
         for exercise, i, case in jobs:
             if exercise.key in blocked:
                 results[(exercise.key, i)] = result_row(exercise, case, 0, "forbidden", blocked[exercise.key])
@@ -154,14 +157,18 @@ class NotebookRun:
         return [results[(e.key, i)] for e, i, _ in jobs]
 
     def _case(self, child: SubmissionProcess, exercise: Any, index: int, case: Any) -> TestResult:
-        """Run a case on its published inputs; if it passes and a seed is set, again on fresh ones."""
+        """Run a case on its published inputs and, when a seed is set, again on fresh ones.
+
+        The second run happens whatever the first gave (short of a dead process), so the calls a
+        notebook sees never tell it which cases passed.
+        """
         try:
             inputs = case.make_inputs()
             packed = wire.pack(inputs)
         except Exception as exc:
             return result_row(exercise, case, 0, "failed", f"internal grader error while making inputs: {exc}")
         row = self._run(child, exercise, index, case, inputs, packed)
-        if row.status != "passed" or self.seed is None:
+        if self.seed is None or row.status in ("timeout", "crashed", "memory"):
             return row
         try:
             with hints.salted(self.seed):
@@ -172,6 +179,8 @@ class NotebookRun:
         if fresh_packed == packed:
             return row  # a case with fixed inputs
         again = self._run(child, exercise, index, case, fresh, fresh_packed)
+        if row.status != "passed" or again.status in ("timeout", "crashed", "memory"):
+            return row if again.status not in ("timeout", "crashed", "memory") else again
         if again.status == "failed":
             return result_row(
                 exercise,
@@ -213,6 +222,8 @@ class NotebookRun:
             return result_row(exercise, case, 0, "forbidden", explain(forbidden, ops))
         if not reply.get("ok"):
             kind = reply.get("kind")
+            if kind == "background":  # the broker's sentence (.broker): something of the notebook still ran
+                return result_row(exercise, case, 0, "failed", str(reply.get("error", ""))[:600])
             if kind == "not_implemented":
                 return result_row(exercise, case, 0, "not attempted", "not attempted yet (NotImplementedError)")
             return result_row(

@@ -42,7 +42,18 @@ class Isolator:
         self._lock = threading.Lock()
         self._views: dict[str, Path] = {}
         self._root = Path(tempfile.mkdtemp(prefix="mhag-views-"))
+        self._root.chmod(0o755)  # run as root, each sandbox's own uid must reach its view
+        self.own_uid = False
         if why is None:
+            uid_note = ""
+            if os.getuid() == 0:
+                no_uid = isolation.own_uid_possible(self._root)
+                self.own_uid = no_uid is None
+                uid_note = (
+                    "a host uid of its own per sandbox"
+                    if no_uid is None
+                    else f"root on the host, since {no_uid}: make the Python installation readable by all"
+                )
             cgroup = isolation.cgroup_available()
             self.use_cgroup = cgroup is not None
             res = isolation.Resources()
@@ -52,7 +63,11 @@ class Isolator:
                 else (
                     f"{res.processes} more tasks (RLIMIT_NPROC)"
                     if os.getuid() != 0
-                    else "not limited (no writable cgroup)"
+                    else (
+                        f"{res.processes} tasks (RLIMIT_NPROC of the sandbox's own uid)"
+                        if self.own_uid
+                        else "not limited (no writable cgroup)"
+                    )
                 )
             )
             self.walls = isolation.Walls(
@@ -66,6 +81,7 @@ class Isolator:
                     "CPU": f"{res.cpu_seconds} s",
                     "network": "none",
                 },
+                uid_note,
             )
         else:
             self.use_cgroup = False
@@ -88,7 +104,7 @@ class Isolator:
 
     def start(self, assignment: Any, fd: int, limits: Limits) -> isolation.Sandbox:
         res = isolation.Resources(memory_mb=limits.memory_mb)
-        return isolation.Sandbox(self.view(assignment), fd, res, cgroup=self.use_cgroup)
+        return isolation.Sandbox(self.view(assignment), fd, res, cgroup=self.use_cgroup, own_uid=self.own_uid)
 
     def close(self) -> None:
         shutil.rmtree(self._root, ignore_errors=True)

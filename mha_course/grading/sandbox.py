@@ -3,27 +3,33 @@
 The grader starts it as ``python -m mha_course.grading.sandbox FD`` inside a bubblewrap sandbox
 (:mod:`.isolation`): its own namespaces, uid nobody, no capabilities, no network, and a read-only
 view in which ``mha_course`` holds only this runtime, the assignment's call functions
-(:mod:`.calls`), its provided building blocks and a no-op ``check``. It talks to the grader over
-the socket ``FD`` with :mod:`.wire` frames (JSON + ``.npy``, never pickle). Its life:
+(:mod:`.calls`), its provided building blocks, the self-check helpers (``assert_close``) and a no-op
+``check``. Before anything else it splits in two (:mod:`.broker`): the broker, pid 1, keeps the
+socket ``FD`` to the grader and never runs learner code; the notebook process below it runs the code
+below, talking to the broker only. Frames are :mod:`.wire`'s (JSON + ``.npy``, never pickle). Its life:
 
 1. import torch and numpy (before any learner code), stdin/stdout/stderr to /dev/null (printing
    "passed" reaches nobody), work in the private scratch folder, ``RLIMIT_AS`` = current size +
-   the memory limit (a hog gets ``MemoryError``), one torch thread;
+   the memory limit (a hog gets ``MemoryError``), one torch thread, no tqdm monitor thread;
 2. install the forbidden-call wrappers (:class:`.guard.Tripwire`) and an audit hook that *explains*
    what grading never needs (new processes, sockets, ctypes, ...). Neither is a wall: the kernel is;
    they turn a refused or pointless operation into a sentence an honest learner can act on;
-3. run the notebook's code cells in one namespace, announcing each cell first (so if the process
-   dies or hangs in a cell, the grader knows which one and skips it next time); an exception,
-   ``sys.exit()`` or ``KeyboardInterrupt`` in a cell is recorded and the next cell runs;
+3. run each code cell the broker hands over, in one namespace (which also holds a ``display`` that
+   does nothing and a ``get_ipython`` that returns None); an exception, ``sys.exit()`` or
+   ``KeyboardInterrupt`` in a cell is recorded and the next cell runs;
 4. answer case requests: import the named call function (only from :mod:`.calls` or a module the
    grader put in the view), run ``call(target, inputs)`` with the target guarded (subclasses
    rejected) and the tripwire armed; reply with the output as plain data, or the error's last line
    with the learner's own cell and line. Every judgement happens in the grader.
 
-Messages (child -> grader): ``{"event": "cell", "index": i}``, ``{"event": "cell_done", "index": i,
-"error": str|None}``, ``{"event": "ready"}``, and per case ``{"ok": true, "structure": ...,
-"forbidden": [...]}`` + blob, or ``{"ok": false, "kind": "not_implemented"|"missing"|"error",
-"error": str, "forbidden": [...]}``.
+Messages, broker -> notebook process: the configuration (no cells), then ``{"event": "cell",
+"index": i, "source": str}`` or ``{"event": "case", ...}`` + inputs blob. Notebook process -> broker:
+``{"event": "cell_done", "error": str|None}``, and per case ``{"ok": true, "structure": ...,
+"forbidden": [...], "ops": [...]}`` + blob, or ``{"ok": false, "kind": "not_implemented"|"missing"|
+"error", "error": str, "forbidden": [...]}``. The grader reads only the broker's frames: ``{"event":
+"cell", "index": i}``, ``{"event": "cell_done", "index": i, "error": ...}``, ``{"event": "ready"}``, then
+per case the notebook's reply (its known fields only) or ``{"ok": false, "kind": "background",
+"error": str}`` when something else of the notebook was running.
 """
 
 from __future__ import annotations
@@ -42,11 +48,14 @@ from .guard import Tripwire, guarded
 
 SCRATCH = "/scratch"
 CALL_PACKAGE = "mha_course.grading.calls."
+# Library modules every sandbox may import: the self-check helpers the lectures import next to `check`
+# (tolerances and assert_close compare what they are given and hold no answers); :mod:`.view` copies them.
+HELPERS = ("mha_course.testing",)
 
 _BLOCK_MESSAGE = (
     "{name} is not available while grading: it holds the course's reference answers, and this "
-    "assignment asks you to write the code yourself (only `check` and the building blocks this "
-    "assignment provides{provided} can be imported from mha_course)"
+    "assignment asks you to write the code yourself (only `check`, `assert_close` and the building "
+    "blocks this assignment provides{provided} can be imported from mha_course)"
 )
 
 
@@ -59,7 +68,7 @@ class _Blocker(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
         if not fullname.startswith("mha_course.") or fullname.startswith("mha_course.grading"):
             return None
-        if any(fullname == p or fullname.startswith(p + ".") for p in self.provided):
+        if any(fullname == p or fullname.startswith(p + ".") for p in self.provided + HELPERS):
             return None
         listed = f" ({', '.join(self.provided)})" if self.provided else ""
         raise ImportError(_BLOCK_MESSAGE.format(name=fullname, provided=listed), name=fullname)
@@ -218,7 +227,7 @@ def _preload() -> None:
     scratch = os.environ.get("MHA_COURSE_SCRATCH", SCRATCH)
     config_dir = os.path.join(scratch, ".matplotlib")
     os.makedirs(config_dir, exist_ok=True)
-    cache = "/run/grader-mplcache"
+    cache = "/run/grader/mplcache"
     if os.path.isdir(cache):  # the grader's font list: matplotlib need not scan the fonts again
         import shutil
 
@@ -237,10 +246,28 @@ def _preload() -> None:
         matplotlib.use("Agg")
     except Exception:
         pass
+    try:  # tqdm's monitor is a thread, and a case runs only while the notebook runs one thread (.broker)
+        import tqdm
+
+        tqdm.tqdm.monitor_interval = 0
+    except Exception:
+        pass
+
+
+def _display(*objects: Any, **kwargs: Any) -> None:
+    """IPython's ``display`` while grading: nothing is shown, so it does nothing (a cell may still call it)."""
+
+
+def _get_ipython() -> None:
+    """No IPython kernel while grading (the idiom ``if get_ipython() is not None`` works)."""
+    return None
 
 
 def serve(sock: Any, scratch: str) -> None:
-    """The submission process's main loop (never returns normally)."""
+    """The notebook process's loop, after :func:`.broker.split`: cells one at a time, then cases.
+
+    Only the broker is on the other end of ``sock``; it frames everything the grader reads.
+    """
     config, _ = wire.recv(sock)
     _isolate(scratch, int(config.get("memory_mb", 0)))
     provided = tuple(str(p) for p in config.get("provided", ()))
@@ -255,27 +282,33 @@ def serve(sock: Any, scratch: str) -> None:
     tripwire.install({str(n) for n in config.get("forbidden", ())})
     send, recv, unpack, run_case = wire.send, wire.recv, wire.unpack, _run_case  # bound before learner code
     _install_audit_hook()
-    namespace: dict = {"__name__": "__main__", "__builtins__": builtins}
-    skip = set(config.get("skip", []))
+    namespace: dict = {
+        "__name__": "__main__",
+        "__builtins__": builtins,
+        "display": _display,
+        "get_ipython": _get_ipython,
+    }
     exit_now = os._exit
-    for index, source in config["cells"]:
-        if index in skip:
-            continue
-        send(sock, {"event": "cell", "index": index})
-        send(sock, {"event": "cell_done", "index": index, "error": _run_cell(source, index, namespace)})
-    send(sock, {"event": "ready"})
     while True:
         try:
             message, blob = recv(sock)
         except (EOFError, OSError, ValueError):
             break
-        if message.get("event") != "case":
+        event = message.get("event")
+        if event == "cell":
+            reply: dict = {
+                "event": "cell_done",
+                "error": _run_cell(str(message["source"]), int(message["index"]), namespace),
+            }
+            out = b""
+        elif event == "case":
+            try:
+                inputs = unpack(message["inputs"], blob)
+                reply, out = run_case(message, namespace, inputs, tripwire, extra)
+            except BaseException as exc:
+                reply, out = {"ok": False, "kind": "error", "error": error_text(exc), "forbidden": []}, b""
+        else:
             break
-        try:
-            inputs = unpack(message["inputs"], blob)
-            reply, out = run_case(message, namespace, inputs, tripwire, extra)
-        except BaseException as exc:
-            reply, out = {"ok": False, "kind": "error", "error": error_text(exc), "forbidden": []}, b""
         try:
             send(sock, reply, out)
         except BaseException:
@@ -284,15 +317,18 @@ def serve(sock: Any, scratch: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m mha_course.grading.sandbox FD``: serve the grader on the inherited socket FD."""
+    """``python -m mha_course.grading.sandbox FD``: the broker on the inherited socket FD, the notebook below it."""
     import socket
+
+    from . import broker
 
     argv = sys.argv[1:] if argv is None else argv
     code = 0
     try:
-        sock = socket.socket(fileno=int(argv[0]))
+        grader = socket.socket(fileno=int(argv[0]))
+        _, channel = broker.split(grader)  # only the notebook process returns
         _preload()
-        serve(sock, os.environ.get("MHA_COURSE_SCRATCH", SCRATCH))
+        serve(channel, os.environ.get("MHA_COURSE_SCRATCH", SCRATCH))
     except BaseException:
         code = 1
     finally:
