@@ -51,7 +51,7 @@ def _probabilities_t(
     q_base,
     do_base,
     LSE,
-    batch_head,
+    row_stats,
     k,
     keys,
     key_ok,
@@ -76,7 +76,7 @@ def _probabilities_t(
     q = _load_tile(q_base, rows, stride_qt, T, dims, stride_qd, D)  # (BLOCK_M, BLOCK_D)
     do = _load_tile(do_base, rows, stride_ot, T, dims_v, stride_od, DV)  # (BLOCK_M, BLOCK_DV)
     # Padding rows get lse = +inf, so their probabilities come out as exactly 0.
-    lse = tl.load(LSE + batch_head * T + rows, mask=row_ok, other=float("inf"))  # (BLOCK_M,)
+    lse = tl.load(LSE + row_stats + rows, mask=row_ok, other=float("inf"))  # (BLOCK_M,)
     s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M) = S^T tile
     p_t = tl.math.exp2(s_t * qk_scale_log2 - lse[None, :] * LOG2E_K)  # P^T tile
     visible = key_ok[:, None] & row_ok[None, :]
@@ -110,6 +110,14 @@ def _dkdv_kernel(
     stride_oh,
     stride_ot,
     stride_od,
+    stride_dkb,
+    stride_dkh,
+    stride_dks,
+    stride_dkd,
+    stride_dvb,
+    stride_dvh,
+    stride_dvs,
+    stride_dvd,
     num_heads,
     T,
     S,
@@ -132,10 +140,13 @@ def _dkdv_kernel(
     twice) for about a third fewer live registers, which keeps Ampere's mma.sync version from
     spilling at D = 128 (see ``python -m mha_course.gpu_report``).
     """
-    block_n = tl.program_id(0)
-    batch_head = tl.program_id(1)
-    b = batch_head // num_heads
-    h = batch_head % num_heads
+    # A 1-D grid (any B * H launches) and int64 batch and head indices (see the forward kernel).
+    n_blocks = tl.cdiv(S, BLOCK_N)
+    block_n = tl.program_id(0) % n_blocks
+    batch_head = tl.program_id(0) // n_blocks
+    b = (batch_head // num_heads).to(tl.int64)
+    h = (batch_head % num_heads).to(tl.int64)
+    row_stats = batch_head.to(tl.int64) * T  # where this head's lse and delta start
 
     keys = block_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
     offs_m = tl.arange(0, BLOCK_M)  # query offsets within a block (BLOCK_M,)
@@ -146,8 +157,9 @@ def _dkdv_kernel(
     k_base = K + b * stride_kb + h * stride_kh
     v_base = V + b * stride_vb + h * stride_vh
     do_base = DO + b * stride_ob + h * stride_oh
-    dk_base = DK_OUT + b * stride_kb + h * stride_kh  # dK, dV have the layout (and strides) of K, V
-    dv_base = DV_OUT + b * stride_vb + h * stride_vh
+    # dK and dV have strides of their own: k and v may be views into packed or sliced storage.
+    dk_base = DK_OUT + b * stride_dkb + h * stride_dkh
+    dv_base = DV_OUT + b * stride_dvb + h * stride_dvh
 
     k = _load_tile(k_base, keys, stride_ks, S, dims, stride_kd, D)  # (BLOCK_N, BLOCK_D)
     # In causal mode query i sees key j iff j <= i: query blocks before this key block see none of it.
@@ -159,7 +171,7 @@ def _dkdv_kernel(
                 q_base,
                 do_base,
                 LSE,
-                batch_head,
+                row_stats,
                 k,
                 keys,
                 key_ok,
@@ -179,7 +191,7 @@ def _dkdv_kernel(
                 PRECISION,
             )
             dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)  # (BLOCK_N, BLOCK_DV)
-        _store_tile(dv_base, keys, stride_vs, S, dims_v, stride_vd, DV, dv)
+        _store_tile(dv_base, keys, stride_dvs, S, dims_v, stride_dvd, DV, dv)
     v = _load_tile(v_base, keys, stride_vs, S, dims_v, stride_vd, DV)  # (BLOCK_N, BLOCK_DV)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
@@ -188,7 +200,7 @@ def _dkdv_kernel(
             q_base,
             do_base,
             LSE,
-            batch_head,
+            row_stats,
             k,
             keys,
             key_ok,
@@ -209,15 +221,15 @@ def _dkdv_kernel(
         )
         if not TWO_PASS:
             dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)  # (BLOCK_N, BLOCK_DV)
-        delta = tl.load(DELTA + batch_head * T + rows, mask=rows < T, other=0.0)  # (BLOCK_M,)
+        delta = tl.load(DELTA + row_stats + rows, mask=rows < T, other=0.0)  # (BLOCK_M,)
         dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M) = dP^T tile
         ds_t = p_t * (dp_t - delta[None, :])  # (BLOCK_N, BLOCK_M)
         dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)  # (BLOCK_N, BLOCK_D)
 
     dk = dk * scale  # S = Q K^T * scale, so the scale reaches dK once, at the end
-    _store_tile(dk_base, keys, stride_ks, S, dims, stride_kd, D, dk)
+    _store_tile(dk_base, keys, stride_dks, S, dims, stride_dkd, D, dk)
     if not TWO_PASS:
-        _store_tile(dv_base, keys, stride_vs, S, dims_v, stride_vd, DV, dv)
+        _store_tile(dv_base, keys, stride_dvs, S, dims_v, stride_dvd, DV, dv)
 
 
 def _dq_kernel(
@@ -244,6 +256,10 @@ def _dq_kernel(
     stride_oh,
     stride_ot,
     stride_od,
+    stride_dqb,
+    stride_dqh,
+    stride_dqt,
+    stride_dqd,
     num_heads,
     T,
     S,
@@ -259,10 +275,12 @@ def _dq_kernel(
     PRECISION: tl.constexpr,
 ):
     """One program: dQ for BLOCK_M queries of one (batch, head), summed over every visible key block."""
-    block_m = tl.program_id(0)
-    batch_head = tl.program_id(1)
-    b = batch_head // num_heads
-    h = batch_head % num_heads
+    n_blocks = tl.cdiv(T, BLOCK_M)
+    block_m = tl.program_id(0) % n_blocks
+    batch_head = tl.program_id(0) // n_blocks
+    b = (batch_head // num_heads).to(tl.int64)
+    h = (batch_head % num_heads).to(tl.int64)
+    row_stats = batch_head.to(tl.int64) * T
 
     rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
     offs_n = tl.arange(0, BLOCK_N)
@@ -274,8 +292,8 @@ def _dq_kernel(
     do = _load_tile(
         DO + b * stride_ob + h * stride_oh, rows, stride_ot, T, dims_v, stride_od, DV
     )  # (BLOCK_M, BLOCK_DV)
-    lse = tl.load(LSE + batch_head * T + rows, mask=row_ok, other=float("inf"))  # (BLOCK_M,)
-    delta = tl.load(DELTA + batch_head * T + rows, mask=row_ok, other=0.0)  # (BLOCK_M,)
+    lse = tl.load(LSE + row_stats + rows, mask=row_ok, other=float("inf"))  # (BLOCK_M,)
+    delta = tl.load(DELTA + row_stats + rows, mask=row_ok, other=0.0)  # (BLOCK_M,)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
     k_base = K + b * stride_kb + h * stride_kh
@@ -300,7 +318,7 @@ def _dq_kernel(
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)  # (BLOCK_M, BLOCK_D)
 
     dq = dq * scale
-    _store_tile(DQ_OUT + b * stride_qb + h * stride_qh, rows, stride_qt, T, dims, stride_qd, D, dq)
+    _store_tile(DQ_OUT + b * stride_dqb + h * stride_dqh, rows, stride_dqt, T, dims, stride_dqd, D, dq)
 
 
 def _dkdv_configs():
@@ -381,7 +399,7 @@ def flash_backward(
     """
     B, H, T, D = q.shape
     S, Dv = v.shape[2], v.shape[3]
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))  # contiguous
     if T == 0 or S == 0 or B * H == 0:  # no score at all: every gradient is zero
         return dq.zero_(), dk.zero_(), dv.zero_()
     grad_out = grad_out.to(q.dtype)
@@ -399,18 +417,20 @@ def flash_backward(
         CAUSAL=causal,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
     )
-    dkdv_args = (q, k, v, grad_out, lse, delta, dk, dv, *strides, *shared)
-    dq_args = (q, k, v, grad_out, lse, delta, dq, *strides, *shared)
+    # Each gradient is written with its own strides (contiguous here), never with its input's: q, k, v
+    # may be views into packed or sliced storage, whose strides would write outside dq, dk, dv.
+    dkdv_args = (q, k, v, grad_out, lse, delta, dk, dv, *strides, *dk.stride(), *dv.stride(), *shared)
+    dq_args = (q, k, v, grad_out, lse, delta, dq, *strides, *dq.stride(), *shared)
     if block_m is None and block_n is None and _dkdv_autotuned is not None:
-        _dkdv_autotuned[lambda cfg: (triton.cdiv(S, cfg["BLOCK_N"]), B * H)](*dkdv_args, **meta)
-        _dq_autotuned[lambda cfg: (triton.cdiv(T, cfg["BLOCK_M"]), B * H)](*dq_args, **meta)
+        _dkdv_autotuned[lambda cfg: (triton.cdiv(S, cfg["BLOCK_N"]) * B * H,)](*dkdv_args, **meta)
+        _dq_autotuned[lambda cfg: (triton.cdiv(T, cfg["BLOCK_M"]) * B * H,)](*dq_args, **meta)
     else:
         block_m = block_m or (64 if ON_GPU else 32)
         block_n = block_n or (64 if ON_GPU else 32)
-        _dkdv_jitted[(triton.cdiv(S, block_n), B * H)](
+        _dkdv_jitted[(triton.cdiv(S, block_n) * B * H,)](
             *dkdv_args, **meta, BLOCK_M=block_m, BLOCK_N=block_n, TWO_PASS=two_pass
         )
-        _dq_jitted[(triton.cdiv(T, block_m), B * H)](*dq_args, **meta, BLOCK_M=block_m, BLOCK_N=block_n)
+        _dq_jitted[(triton.cdiv(T, block_m) * B * H,)](*dq_args, **meta, BLOCK_M=block_m, BLOCK_N=block_n)
     return dq, dk, dv
 
 

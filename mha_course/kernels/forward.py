@@ -117,10 +117,13 @@ def _flash_forward_kernel(
     PRECISION: tl.constexpr,
 ):
     """One program: BLOCK_M queries of one (batch, head); streams every visible key block past them."""
-    block_m = tl.program_id(0)
-    batch_head = tl.program_id(1)
-    b = batch_head // num_heads
-    h = batch_head % num_heads
+    # A 1-D grid of cdiv(T, BLOCK_M) * B * H programs: any B * H launches (a grid's y and z stop at 65535).
+    n_blocks = tl.cdiv(T, BLOCK_M)
+    block_m = tl.program_id(0) % n_blocks
+    batch_head = tl.program_id(0) // n_blocks
+    # int64 before multiplying by a stride: b * stride_qb passes 2**31 elements in a large batch.
+    b = (batch_head // num_heads).to(tl.int64)
+    h = (batch_head % num_heads).to(tl.int64)
 
     rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)  # query positions (BLOCK_M,)
     cols = tl.arange(0, BLOCK_N)  # key offsets within a block (BLOCK_N,)
@@ -224,7 +227,7 @@ def _flash_forward_kernel(
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=(rows[:, None] < T) & (dims_v[None, :] < DV))
     # Natural-log log-sum-exp of each row's scores: what a backward pass needs to rebuild P.
     lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) / LOG2E_K)
-    tl.store(LSE + batch_head * T + rows, lse, mask=rows < T)
+    tl.store(LSE + batch_head.to(tl.int64) * T + rows, lse, mask=rows < T)
 
 
 def _gpu_configs():
@@ -278,8 +281,8 @@ def _forward(q4, k4, v4, causal, scale, block_m, block_n):
         PRECISION="ieee" if q4.dtype == torch.float32 else "tf32",
     )
     if block_m is None and block_n is None and _autotuned is not None:
-        grid = lambda cfg: (triton.cdiv(T, cfg["BLOCK_M"]), B * H)
+        grid = lambda cfg: (triton.cdiv(T, cfg["BLOCK_M"]) * B * H,)
         _autotuned[grid](*args, **meta)
     else:
-        _jitted[(triton.cdiv(T, block_m), B * H)](*args, **meta, BLOCK_M=block_m, BLOCK_N=block_n)
+        _jitted[(triton.cdiv(T, block_m) * B * H,)](*args, **meta, BLOCK_M=block_m, BLOCK_N=block_n)
     return out, lse

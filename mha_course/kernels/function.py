@@ -89,6 +89,8 @@ def triton_attention(
 
     lead = q.shape[:-2]
     q4, k4, v4 = (x.reshape((1,) * (4 - x.dim()) + tuple(x.shape)) for x in (q, k, v))  # (B, H, ., .)
+    for name, x in (("q", q4), ("k", k4), ("v", v4)):
+        _check_head_offsets(name, x)
     if INTERPRETED and q.dtype == torch.bfloat16:
         q4, k4, v4 = q4.float(), k4.float(), v4.float()  # the interpreter mishandles bfloat16
     if torch.is_grad_enabled() and any(x.requires_grad for x in (q4, k4, v4)):
@@ -97,6 +99,20 @@ def triton_attention(
         out, lse = _forward(q4, k4, v4, causal, scale, block_m, block_n)
     out = out.to(q.dtype).reshape(*lead, T, Dv)  # back to the caller's dtype and leading dims
     return (out, lse.reshape(*lead, T)) if return_lse else out
+
+
+_INT32_MAX = 2**31 - 1
+
+
+def _check_head_offsets(name: str, x4: torch.Tensor) -> None:
+    """The kernels add a 64-bit offset per (batch, head) and 32-bit offsets inside one head: those must fit."""
+    _, _, n, d = x4.shape
+    last = (n - 1) * abs(x4.stride(2)) + (d - 1) * abs(x4.stride(3)) if n and d else 0
+    if last > _INT32_MAX:
+        raise ValueError(
+            f"{name}: one head spans {last + 1} elements (shape {tuple(x4.shape)}, strides {x4.stride()}); "
+            f"the kernel's offsets inside a head are 32-bit (at most {_INT32_MAX}): make the tensor contiguous"
+        )
 
 
 class _TritonAttention(torch.autograd.Function):
