@@ -65,6 +65,7 @@ def _probabilities_t(
     stride_od,
     T,
     qk_scale_log2,
+    causal_offset,
     D: tl.constexpr,
     DV: tl.constexpr,
     CAUSAL: tl.constexpr,
@@ -81,7 +82,7 @@ def _probabilities_t(
     p_t = tl.math.exp2(s_t * qk_scale_log2 - lse[None, :] * LOG2E_K)  # P^T tile
     visible = key_ok[:, None] & row_ok[None, :]
     if CAUSAL:
-        visible = visible & (keys[:, None] <= rows[None, :])
+        visible = visible & (keys[:, None] <= rows[None, :] + causal_offset)
     return rows, q, do, tl.where(visible, p_t, 0.0)
 
 
@@ -123,6 +124,7 @@ def _dkdv_kernel(
     S,
     scale,
     qk_scale_log2,
+    causal_offset,
     D: tl.constexpr,
     DV: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -162,8 +164,9 @@ def _dkdv_kernel(
     dv_base = DV_OUT + b * stride_dvb + h * stride_dvh
 
     k = _load_tile(k_base, keys, stride_ks, S, dims, stride_kd, D)  # (BLOCK_N, BLOCK_D)
-    # In causal mode query i sees key j iff j <= i: query blocks before this key block see none of it.
-    first = (block_n * BLOCK_N // BLOCK_M) * BLOCK_M if CAUSAL else 0
+    # In causal mode query i sees key j iff j <= i + causal_offset (0: top-left, S - T: bottom-right):
+    # query blocks whose last row cannot see this key block's first key see none of it.
+    first = tl.maximum(block_n * BLOCK_N - causal_offset, 0) // BLOCK_M * BLOCK_M if CAUSAL else 0
     if TWO_PASS:
         dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
         for start_m in range(first, T, BLOCK_M):
@@ -185,6 +188,7 @@ def _dkdv_kernel(
                 stride_od,
                 T,
                 qk_scale_log2,
+                causal_offset,
                 D,
                 DV,
                 CAUSAL,
@@ -214,6 +218,7 @@ def _dkdv_kernel(
             stride_od,
             T,
             qk_scale_log2,
+            causal_offset,
             D,
             DV,
             CAUSAL,
@@ -265,6 +270,7 @@ def _dq_kernel(
     S,
     scale,
     qk_scale_log2,
+    causal_offset,
     D: tl.constexpr,
     DV: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -299,7 +305,7 @@ def _dq_kernel(
     k_base = K + b * stride_kb + h * stride_kh
     v_base = V + b * stride_vb + h * stride_vh
     # Keys after this block's last query are invisible to all its rows in causal mode: not visited.
-    stop = tl.minimum(S, (block_m + 1) * BLOCK_M) if CAUSAL else S
+    stop = tl.minimum(S, (block_m + 1) * BLOCK_M + causal_offset) if CAUSAL else S
     for start_n in range(0, stop, BLOCK_N):
         keys = start_n + offs_n  # (BLOCK_N,)
         key_ok = keys < S
@@ -310,7 +316,7 @@ def _dq_kernel(
         p = tl.math.exp2(s * qk_scale_log2 - lse[:, None] * LOG2E_K)
         visible = row_ok[:, None] & key_ok[None, :]
         if CAUSAL:
-            visible = visible & (keys[None, :] <= rows[:, None])
+            visible = visible & (keys[None, :] <= rows[:, None] + causal_offset)
         p = tl.where(visible, p, 0.0)
 
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
@@ -382,6 +388,7 @@ def flash_backward(
     block_m: int | None = None,
     block_n: int | None = None,
     two_pass: bool = False,
+    causal_offset: int = 0,
 ):
     """Launch the two backward kernels. Inputs are already checked (by ``triton_attention``).
 
@@ -391,6 +398,8 @@ def flash_backward(
         grad_out: (B, H, T, Dv), dLoss/dout.
         causal, scale: as in the forward call.
         block_m, block_n: tile sizes (powers of two >= 16); autotuned on a GPU when omitted.
+        causal_offset: in causal mode query i sees key j iff j <= i + causal_offset (0: top-left, S - T:
+            bottom-right), as in the forward call.
         two_pass: with given block sizes, the dK/dV kernel's two-pass variant (``TWO_PASS``; autotuned
             configs set it themselves).
 
@@ -408,7 +417,7 @@ def flash_backward(
     lse = lse.contiguous()  # (B, H, T): the kernels index it as batch_head * T + row
 
     strides = (*q.stride(), *k.stride(), *v.stride(), *grad_out.stride())
-    shared = (H, T, S, scale, scale * LOG2E)
+    shared = (H, T, S, scale, scale * LOG2E, causal_offset)
     meta = dict(
         D=D,
         DV=Dv,

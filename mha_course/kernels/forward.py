@@ -43,6 +43,7 @@ def _attend_key_range(
     stride_vd,
     S,
     qk_scale_log2,
+    causal_offset,
     start,
     stop,
     D: tl.constexpr,
@@ -62,7 +63,7 @@ def _attend_key_range(
         s = tl.dot(q, k, input_precision=PRECISION) * qk_scale_log2  # (BLOCK_M, BLOCK_N), base-2 scores
         visible = keys[None, :] < S
         if MASK_FUTURE:  # only the diagonal blocks need the causal comparison
-            visible = visible & (keys[None, :] <= rows[:, None])
+            visible = visible & (keys[None, :] <= rows[:, None] + causal_offset)
         s = tl.where(visible, s, float("-inf"))
 
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -107,6 +108,7 @@ def _flash_forward_kernel(
     T,
     S,
     qk_scale_log2,
+    causal_offset,
     D: tl.constexpr,
     DV: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -140,8 +142,10 @@ def _flash_forward_kernel(
     k_base = K + b * stride_kb + h * stride_kh
     v_base = V + b * stride_vb + h * stride_vh
     if CAUSAL:
-        # Keys before this block's first query are visible to all its rows: no causal test needed.
-        diagonal = tl.minimum(S, block_m * BLOCK_M)
+        # Query i sees key j iff j <= i + causal_offset (0: top-left aligned; S - T: bottom-right).
+        # Key blocks wholly at or before the block's first query's diagonal are visible to all its rows:
+        # no causal test needed there.
+        diagonal = tl.minimum(S, tl.maximum(block_m * BLOCK_M + causal_offset + 1, 0) // BLOCK_N * BLOCK_N)
         m_i, l_i, acc = _attend_key_range(
             q,
             m_i,
@@ -159,6 +163,7 @@ def _flash_forward_kernel(
             stride_vd,
             S,
             qk_scale_log2,
+            causal_offset,
             0,
             diagonal,
             D,
@@ -185,8 +190,9 @@ def _flash_forward_kernel(
             stride_vd,
             S,
             qk_scale_log2,
+            causal_offset,
             diagonal,
-            tl.minimum(S, (block_m + 1) * BLOCK_M),
+            tl.minimum(S, (block_m + 1) * BLOCK_M + causal_offset),
             D,
             DV,
             BLOCK_N,
@@ -211,6 +217,7 @@ def _flash_forward_kernel(
             stride_vd,
             S,
             qk_scale_log2,
+            causal_offset,
             0,
             S,
             D,
@@ -263,15 +270,22 @@ def _check_blocks(block_m, block_n, causal):
         raise ValueError(f"causal mode needs block_m to be a multiple of block_n, got {block_m} and {block_n}")
 
 
-def _forward(q4, k4, v4, causal, scale, block_m, block_n):
-    """Launch the forward kernel on (B, H, T, D) / (B, H, S, D) / (B, H, S, Dv); returns (out, lse)."""
+def _forward(q4, k4, v4, causal, scale, block_m, block_n, causal_offset=0):
+    """Launch the forward kernel on (B, H, T, D) / (B, H, S, D) / (B, H, S, Dv); returns (out, lse).
+
+    ``causal_offset``: query i sees key j iff j <= i + causal_offset (0 top-left, S - T bottom-right).
+    """
     B, H, T, D = q4.shape
     S, Dv = v4.shape[2], v4.shape[3]
     out = torch.empty((B, H, T, Dv), dtype=q4.dtype, device=q4.device)  # (B, H, T, Dv)
     lse = torch.empty((B, H, T), dtype=torch.float32, device=q4.device)  # (B, H, T)
     if T == 0 or B * H == 0:
         return out, lse
-    args = (q4, k4, v4, out, lse, *q4.stride(), *k4.stride(), *v4.stride(), *out.stride(), H, T, S, scale * LOG2E)
+    args = (
+        *(q4, k4, v4, out, lse),
+        *(*q4.stride(), *k4.stride(), *v4.stride(), *out.stride()),
+        *(H, T, S, scale * LOG2E, causal_offset),
+    )
     meta = dict(
         D=D,
         DV=Dv,
