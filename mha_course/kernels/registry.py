@@ -1,0 +1,84 @@
+"""The course's Triton kernels by name: the jitted function, its autotune configs per GPU, its launch arguments.
+
+The launchers (:mod:`.forward`, :mod:`.backward`) and :mod:`mha_course.gpu_report` read the same
+entries, so the report compiles exactly the kernels, configs and arguments a launch uses::
+
+    name      kernel                   tile of one loop iteration     matmuls per tile
+    forward   _flash_forward_kernel    BLOCK_M queries x BLOCK_N keys  2 (QK^T, PV)
+    dkdv      _dkdv_kernel             BLOCK_N keys x BLOCK_M queries  4 (K Q^T, P^T dO, V dO^T, dS^T Q)
+    dq        _dq_kernel               BLOCK_M queries x BLOCK_N keys  3 (Q K^T, dO V^T, dS K)
+
+Each module registers its kernels when imported (``import mha_course.kernels`` registers all three).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .runtime import ON_GPU, triton
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One kernel as its launcher calls it."""
+
+    name: str
+    kernel: Any  # the triton.jit function
+    configs: Callable[[int, int], list]  # (compute capability, e.g. 90; head dim) -> the triton.Configs shipped
+    example: Callable[..., tuple[tuple, dict]]  # (q4, k4, v4, causal) -> (positional args, constexprs) of a launch
+    products: int  # matmuls per tile of scores, each BLOCK_M * BLOCK_N * D multiply-adds
+
+    def tile(self, config) -> tuple[int, int]:
+        """(BLOCK_M, BLOCK_N) of a config: the scores one iteration of the kernel's loop handles."""
+        return config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
+
+
+REGISTRY: dict[str, KernelSpec] = {}
+
+
+def register(spec: KernelSpec) -> KernelSpec:
+    REGISTRY[spec.name] = spec
+    return spec
+
+
+def constexprs(D: int, Dv: int, causal: bool, dtype: torch.dtype) -> dict[str, Any]:
+    """The constexpr arguments every kernel takes, from the problem: head dims padded to a power of two >= 16,
+    the mask, and the matmul precision (float32 inputs: exact "ieee"; fp16/bf16 inputs ignore it)."""
+    return dict(
+        D=D,
+        DV=Dv,
+        BLOCK_D=max(16, triton.next_power_of_2(D)),
+        BLOCK_DV=max(16, triton.next_power_of_2(Dv)),
+        CAUSAL=causal,
+        PRECISION="ieee" if dtype == torch.float32 else "tf32",
+    )
+
+
+def capability() -> int:
+    """This machine's GPU as 80, 90, ... (0 without a GPU)."""
+    if not ON_GPU:
+        return 0
+    major, minor = torch.cuda.get_device_capability()
+    return 10 * major + minor
+
+
+def autotuned(spec: KernelSpec, key: list[str]):
+    """The spec's kernel behind Triton's autotuner, with this GPU's configs, pruned to the launch's head dim."""
+
+    def prune(configs, named_args, **kwargs):
+        head_dim = max(kwargs.get("D", named_args.get("D", 0)), kwargs.get("DV", named_args.get("DV", 0)))
+        wanted = {_describe(c) for c in spec.configs(capability(), head_dim)}
+        return [c for c in configs if _describe(c) in wanted] or configs
+
+    every = {_describe(c): c for d in (64, 128) for c in spec.configs(capability(), d)}
+    return triton.autotune(configs=list(every.values()), key=key, prune_configs_by={"early_config_prune": prune})(
+        spec.kernel
+    )
+
+
+def _describe(config) -> tuple:
+    return (tuple(sorted(config.kwargs.items())), config.num_warps, config.num_stages)
