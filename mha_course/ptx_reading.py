@@ -1,9 +1,11 @@
-"""Reading compiled GPU code without a GPU: the targets' per-SM limits, what ``ptxas -v`` says about a
-kernel's PTX (registers, spills, stack), which tensor-core instruction its matmuls became, and the
-occupancy those figures allow.
+"""Reading compiled GPU code without a GPU: the targets' per-SM limits and peak rates, which tensor-core
+instruction a kernel's PTX uses, what its cubin holds (registers and local memory, read by the wheel's
+``cuobjdump``; the SASS, by its ``nvdisasm``), the SASS's loops, and a static throughput bound per
+loop: the clocks the tensor cores, the instruction issue, the special-function units (``ex2``) and
+shared memory need, at their peak rates, for a 128 x 128 block of scores.
 
-:mod:`.gpu_report` compiles the kernels and tabulates these facts; apart from finding ptxas in the
-triton wheel, each is a small function on plain text and numbers.
+:mod:`.gpu_report` compiles the kernels and tabulates these facts; apart from running the two CUDA
+tools in the triton wheel, each is a small function on plain text and numbers.
 """
 
 from __future__ import annotations
@@ -40,54 +42,6 @@ TARGETS = {
     "sm_90": Target(90, "H100", tensor_fmas_per_clock=2048),
     "sm_100": Target(100, "B200", tensor_fmas_per_clock=4096),
 }
-
-
-def ptxas_binary() -> Path:
-    """The newest ptxas shipped in the triton wheel (the older one rejects the PTX version Triton 3.9 emits)."""
-    import triton
-
-    folder = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-    found = []
-    for path in folder.glob("ptxas*"):
-        try:
-            out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=30).stdout
-        except OSError:
-            continue
-        version = re.search(r"release (\d+)\.(\d+)", out)
-        if version:
-            found.append(((int(version[1]), int(version[2])), path))
-    if not found:
-        raise FileNotFoundError(f"no ptxas in {folder}: is this triton wheel built for NVIDIA?")
-    return max(found)[1]
-
-
-def ptxas_usage(ptx: str, ptxas: Path) -> dict[str, int]:
-    """registers, spill_stores, spill_loads, stack of the PTX's kernel, from ``ptxas -v``."""
-    target = re.search(r"\.target\s+(sm_\w+)", ptx)
-    if target is None:
-        raise ValueError("the PTX names no .target")
-    with tempfile.TemporaryDirectory(prefix="mha-ptx-") as tmp:
-        source = Path(tmp) / "kernel.ptx"
-        source.write_text(ptx)
-        proc = subprocess.run(
-            [str(ptxas), "-v", "--gpu-name", target[1], str(source), "-o", str(Path(tmp) / "k.cubin")],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    text = proc.stdout + proc.stderr
-    if proc.returncode != 0:
-        raise RuntimeError(f"ptxas failed: {text.strip()[-500:]}")
-    registers = re.search(r"Used (\d+) registers", text)
-    frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", text)
-    if registers is None or frame is None:
-        raise RuntimeError(f"could not read ptxas -v: {text.strip()[-500:]}")
-    return {
-        "registers": int(registers[1]),
-        "stack": int(frame[1]),
-        "spill_stores": int(frame[2]),
-        "spill_loads": int(frame[3]),
-    }
 
 
 def tensor_core_instruction(ptx: str) -> str:
@@ -173,7 +127,7 @@ class Instruction:
         return self.opcode.split(".")[0]
 
 
-_SASS_LINE = re.compile(r"/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)\s*([^;]*);")
+_SASS_LINE = re.compile(r"/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)\s*([^;]*);")
 _BRANCH_TARGET = re.compile(r"BRA\s+`?\(?(\.L_x_\d+)\)?")
 
 
@@ -203,7 +157,7 @@ def sass_loops(sass: str) -> list[list[Instruction]]:
 # Tensor-core instructions and their (m, n, k) when the SASS names it. HGMMA is one per warpgroup (4 warps);
 # HMMA (mma.sync) is one per warp. tcgen05's UTC*MMA take their shape from a descriptor, not the opcode.
 _HGMMA = re.compile(r"HGMMA\.(\d+)x(\d+)x(\d+)")
-_HMMA = re.compile(r"HMMA\.(\d)(\d)(\d+)")
+_HMMA = re.compile(r"HMMA\.(16)(8)(16|8)\b")
 TENSOR_OPCODES = ("HGMMA", "HMMA", "UTCHMMA", "UTCQMMA", "UTCOMMA", "UTCMMA")
 
 
@@ -321,3 +275,19 @@ def steady_loop(loops: list[list[Instruction]]) -> list[Instruction]:
 
     most = max(work(loop) for loop in with_mma)
     return min((loop for loop in with_mma if work(loop) == most), key=len)
+
+
+def parameter_multiplies(ptx: str, index: int) -> list[str]:
+    """The PTX multiplies that read kernel parameter ``index`` (counted among the non-constexpr parameters).
+
+    ``mul.wide.s32`` / ``.s64`` forms a 64-bit product; ``mul.lo.s32`` wraps at 2**31 before any widening.
+    """
+    loaded = re.search(rf"ld\.param\.\w+\s+(%\w+),\s*\[\w+_param_{index}\];", ptx)
+    if loaded is None:
+        return []
+    register = re.escape(loaded[1])
+    return [
+        line.strip()
+        for line in ptx.splitlines()
+        if re.match(r"\s*(mul|mad)\.", line) and re.search(rf"{register}\b", line.split(",", 1)[-1])
+    ]

@@ -334,20 +334,25 @@ def _dq_kernel(
     _store_rows(DQ_OUT + b * stride_dqb + h * stride_dqh, rows, stride_dqt, T, dims, stride_dqd, D, dq)
 
 
-def _dkdv_configs(capability: int, head_dim: int):
+def _dkdv_configs(capability: int, head_dim: int, causal: bool):
     """dK/dV: (BLOCK_M, BLOCK_N, warps, stages); BLOCK_N keys are the accumulators' rows, 64 per Hopper
-    warpgroup. None spills (``python -m mha_course.gpu_report``)."""
+    warpgroup. None spills (``python -m mha_course.gpu_report``): at D = 128 the two (BLOCK_N, D) float32
+    accumulators take 128 registers a thread, so the causal kernel (which adds the diagonal's masked loop)
+    walks 32 queries at a time, and stages = 1 keeps the copies of q and dO out of the registers."""
     if capability >= 90:
-        shapes = [(64, 128, 8, 2), (32, 128, 8, 2)]
+        if head_dim <= 64:
+            shapes = [(64, 128, 8, 1), (64, 128, 8, 2)]
+        else:
+            shapes = [(32, 128, 8, 1)] if causal else [(64, 128, 8, 1), (32, 128, 8, 2)]
     else:
         shapes = [(64, 64, 4, 2), (32, 64, 4, 2)] if head_dim <= 64 else [(32, 64, 8, 2), (16, 64, 4, 2)]
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in shapes]
 
 
-def _dq_configs(capability: int, head_dim: int):
+def _dq_configs(capability: int, head_dim: int, causal: bool):
     """dQ: (BLOCK_M, BLOCK_N, warps, stages); BLOCK_M queries are the accumulator's rows."""
     if capability >= 90:
-        shapes = [(128, 64, 8, 2), (128, 128, 8, 2)]
+        shapes = [(128, 128, 8, 2), (128, 64, 8, 2)] if head_dim <= 64 else [(128, 64, 8, 2)]
     else:
         shapes = [(64, 64, 4, 2), (64, 32, 4, 2)] if head_dim <= 64 else [(64, 64, 8, 2), (64, 32, 8, 2)]
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in shapes]

@@ -254,7 +254,7 @@ def _flash_forward_kernel(
     tl.store(LSE + batch_head.to(tl.int64) * T + rows, lse, mask=rows < T)
 
 
-def _configs(capability: int, head_dim: int):
+def _configs(capability: int, head_dim: int, causal: bool):
     """The (BLOCK_M, BLOCK_N, warps, stages) shipped for a GPU and head dim; none spills (``python -m
     mha_course.gpu_report``). Hopper's wgmma gives each warpgroup (4 warps) 64 rows of the accumulator,
     so 8 warps need BLOCK_M = 128: with 64 rows both warpgroups would compute the same scores. Ampere's

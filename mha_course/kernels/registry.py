@@ -28,7 +28,7 @@ class KernelSpec:
 
     name: str
     kernel: Any  # the triton.jit function
-    configs: Callable[[int, int], list]  # (compute capability, e.g. 90; head dim) -> the triton.Configs shipped
+    configs: Callable[[int, int, bool], list]  # (compute capability, e.g. 90; head dim; causal) -> the Configs shipped
     example: Callable[..., tuple[tuple, dict]]  # (q4, k4, v4, causal) -> (positional args, constexprs) of a launch
     products: int  # matmuls per tile of scores, each BLOCK_M * BLOCK_N * D multiply-adds
 
@@ -66,18 +66,29 @@ def capability() -> int:
     return 10 * major + minor
 
 
-def autotuned(spec: KernelSpec, key: list[str]):
-    """The spec's kernel behind Triton's autotuner, with this GPU's configs, pruned to the launch's head dim."""
+def shipped(spec: KernelSpec, gpu: int) -> list:
+    """Every config of ``spec`` shipped for GPU ``gpu`` (e.g. 90), any head dim and mask, without repeats."""
+    every = {_describe(c): c for d in (64, 128) for m in (False, True) for c in spec.configs(gpu, d, m)}
+    return list(every.values())
+
+
+def pruner(spec: KernelSpec, gpu: int):
+    """The autotuner's early prune: of the configs, those shipped for the launch's head dim and mask on ``gpu``."""
 
     def prune(configs, named_args, **kwargs):
-        head_dim = max(kwargs.get("D", named_args.get("D", 0)), kwargs.get("DV", named_args.get("DV", 0)))
-        wanted = {_describe(c) for c in spec.configs(capability(), head_dim)}
+        launch = {**named_args, **kwargs}
+        wanted = {_describe(c) for c in spec.configs(gpu, max(launch["D"], launch["DV"]), bool(launch["CAUSAL"]))}
         return [c for c in configs if _describe(c) in wanted] or configs
 
-    every = {_describe(c): c for d in (64, 128) for c in spec.configs(capability(), d)}
-    return triton.autotune(configs=list(every.values()), key=key, prune_configs_by={"early_config_prune": prune})(
-        spec.kernel
-    )
+    return prune
+
+
+def autotuned(spec: KernelSpec, key: list[str]):
+    """The spec's kernel behind Triton's autotuner, with this GPU's configs, pruned to the launch's head dim and mask."""
+    gpu = capability()
+    return triton.autotune(
+        configs=shipped(spec, gpu), key=key, prune_configs_by={"early_config_prune": pruner(spec, gpu)}
+    )(spec.kernel)
 
 
 def _describe(config) -> tuple:
