@@ -56,9 +56,6 @@ from .ptx_reading import (  # noqa: F401 (re-exported: gpu_report.TARGETS, .occu
 )
 
 DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
-# The example launch: contiguous (B, H, T, D) tensors. Sizes only matter through Triton's specialisation
-# (divisible by 16, equal to 1): T = S = 1024 and H = 16 are what a typical training launch looks like.
-EXAMPLE_B, EXAMPLE_H, EXAMPLE_T = 2, 16, 1024
 
 
 @dataclass
@@ -111,42 +108,19 @@ class Record:
         return f"{text} {self.variant}" if self.variant else text
 
 
+def compile_launch(spec: Any, arch: str | int, dtype: str, head_dim: int, config: Any, causal: bool):
+    """:func:`mha_course.kernels.registry.compile_as_launched` for ``arch`` ("sm_90" or 90)."""
+    from .kernels.registry import compile_as_launched
+
+    number = TARGETS[arch].arch if isinstance(arch, str) else arch
+    return compile_as_launched(spec, number, dtype, head_dim, config, causal)
+
+
 def registry() -> dict[str, Any]:
     """name -> :class:`mha_course.kernels.registry.KernelSpec`, every kernel the course ships."""
     from .kernels import registry as kernel_registry
 
     return dict(kernel_registry.REGISTRY)
-
-
-def example_inputs(dtype: str, head_dim: int):
-    """Contiguous CPU (B, H, T, D) q, k, v for the example launch (never written; only shapes, strides, alignment)."""
-    import torch
-
-    shape = (EXAMPLE_B, EXAMPLE_H, EXAMPLE_T, head_dim)
-    return [torch.empty(shape, dtype=getattr(torch, dtype)) for _ in range(3)]
-
-
-def compile_launch(spec: Any, arch: str, dtype: str, head_dim: int, config: Any, causal: bool):
-    """Compile ``spec``'s kernel for ``arch`` as a contiguous launch with ``config`` would: Triton's binder
-    specialises the launcher's own arguments, Triton's options and ptxas build the cubin.
-
-    Returns (the CompiledKernel, the signature Triton derived: name -> type, "constexpr" for constants).
-    """
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, make_backend
-    from triton.runtime.jit import create_function_from_signature
-
-    target = GPUTarget("cuda", TARGETS[arch].arch, 32)
-    backend = make_backend(target)
-    args, constants = spec.example(*example_inputs(dtype, head_dim), causal)
-    kwargs = dict(constants, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
-    jitted = spec.kernel
-    binder = create_function_from_signature(jitted.signature, jitted.params, backend)
-    bound, specialization, options = binder(*args, **kwargs)
-    options, signature, constexprs, attrs = jitted._pack_args(backend, kwargs, bound, specialization, options)
-    source = ASTSource(fn=jitted, signature=signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(source, target=target, options=options.__dict__), signature
 
 
 def _local_bytes(sass: str, opcode: str) -> int:
@@ -181,7 +155,7 @@ def compile_record(
     target = TARGETS[arch]
     start = time.perf_counter()
     try:
-        compiled, _ = compile_launch(spec, arch, dtype, head_dim, config, causal)
+        compiled, _ = compile_launch(spec, target.arch, dtype, head_dim, config, causal)
         ptx, cubin = compiled.asm["ptx"], compiled.asm["cubin"]
         resources = cubin_resources(cubin)
         sass = disassemble(cubin)

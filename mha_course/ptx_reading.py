@@ -278,16 +278,21 @@ def steady_loop(loops: list[list[Instruction]]) -> list[Instruction]:
 
 
 def parameter_multiplies(ptx: str, index: int) -> list[str]:
-    """The PTX multiplies that read kernel parameter ``index`` (counted among the non-constexpr parameters).
+    """The PTX multiplies that read kernel parameter ``index`` (counted among the non-constexpr parameters),
+    directly or after a widening ``cvt`` to 64 bits.
 
     ``mul.wide.s32`` / ``.s64`` forms a 64-bit product; ``mul.lo.s32`` wraps at 2**31 before any widening.
     """
     loaded = re.search(rf"ld\.param\.\w+\s+(%\w+),\s*\[\w+_param_{index}\];", ptx)
     if loaded is None:
         return []
-    register = re.escape(loaded[1])
+    registers = {loaded[1]}
+    for widened in re.finditer(r"cvt\.[su]64\.[su]32\s+(%\w+),\s*(%\w+);", ptx):
+        if widened[2] in registers:
+            registers.add(widened[1])
+    uses = re.compile("|".join(rf"{re.escape(r)}\b" for r in registers))
     return [
         line.strip()
         for line in ptx.splitlines()
-        if re.match(r"\s*(mul|mad)\.", line) and re.search(rf"{register}\b", line.split(",", 1)[-1])
+        if re.match(r"\s*(mul|mad)\.", line) and uses.search(line.split(",", 1)[-1])
     ]

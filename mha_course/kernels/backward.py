@@ -16,8 +16,8 @@ Two kernels, so that every output tile has exactly one owner and nothing needs a
 
 - ``_dkdv_kernel``: one program per key block; it walks the query blocks that can see it and
   accumulates dK and dV in one pass: 4 tile products per (query block, key block): S^T, dV, dP^T, dK;
-- ``_dq_kernel``: one program per query block; it walks the visible key blocks and accumulates dQ:
-  it recomputes S and dP to get dS, 3 products per tile.
+- ``_dq_kernel`` (in :mod:`.dq`): one program per query block; it walks the visible key blocks and
+  accumulates dQ: it recomputes S and dP to get dS, 3 products per tile.
 
 That is 7 products per tile against FlashAttention-2's 5 (one kernel, dQ added with atomics), and
 buys deterministic results. P is rebuilt as exp2(s * scale * log2 e - lse * log2 e): one fused
@@ -34,28 +34,10 @@ from __future__ import annotations
 
 import torch
 
+from .dq import _dq_configs, _dq_jitted
 from .registry import KernelSpec, autotuned, constexprs, register
+from .rows import _load_rows, _store_rows  # noqa: F401 (the kernels call them by these global names)
 from .runtime import INTERPRETED, LOG2E, ON_GPU, tl, triton
-
-
-def _load_rows(base, idx, stride_idx, n_idx, dims, stride_d, N_DIM: tl.constexpr, CHECK_IDX: tl.constexpr):
-    """The (len(idx), len(dims)) tile at base[idx, dims]: zeros past n_idx (if CHECK_IDX) and past N_DIM."""
-    ptrs = base + idx[:, None] * stride_idx + dims[None, :] * stride_d
-    if CHECK_IDX:
-        return tl.load(ptrs, mask=(idx[:, None] < n_idx) & (dims[None, :] < N_DIM), other=0.0)
-    elif dims.shape[0] != N_DIM:
-        return tl.load(ptrs, mask=dims[None, :] < N_DIM, other=0.0)
-    else:
-        return tl.load(ptrs)
-
-
-def _store_rows(base, idx, stride_idx, n_idx, dims, stride_d, N_DIM: tl.constexpr, tile):
-    """Write the float32 tile to base[idx, dims] in base's dtype, skipping the padding."""
-    tl.store(
-        base + idx[:, None] * stride_idx + dims[None, :] * stride_d,
-        tile.to(base.dtype.element_ty),
-        mask=(idx[:, None] < n_idx) & (dims[None, :] < N_DIM),
-    )
 
 
 def _dkdv_range(
@@ -205,135 +187,6 @@ def _dkdv_kernel(
     _store_rows(DV_OUT + b * stride_dvb + h * stride_dvh, keys, stride_dvs, S, dims_v, stride_dvd, DV, dv)
 
 
-def _dq_range(
-    dq,
-    q,
-    do,
-    lse2,
-    delta,
-    k_base,
-    v_base,
-    rows,
-    offs_n,
-    dims,
-    dims_v,
-    stride_ks,
-    stride_kd,
-    stride_vs,
-    stride_vd,
-    S,
-    qk_scale_log2,
-    causal_offset,
-    start,
-    stop,
-    D: tl.constexpr,
-    DV: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    MASKED: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    PRECISION: tl.constexpr,
-):
-    """Add the key blocks [start, stop) to one query block's dQ (S and dP recomputed: 3 products per tile)."""
-    for start_n in range(start, stop, BLOCK_N):
-        start_n = tl.multiple_of(start_n, BLOCK_N)
-        keys = start_n + offs_n  # (BLOCK_N,)
-        k = _load_rows(k_base, keys, stride_ks, S, dims, stride_kd, D, MASKED)  # (BLOCK_N, BLOCK_D)
-        v = _load_rows(v_base, keys, stride_vs, S, dims_v, stride_vd, DV, MASKED)  # (BLOCK_N, BLOCK_DV)
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N), unscaled
-        p = tl.math.exp2(s * qk_scale_log2 - lse2[:, None])
-        if MASKED and CAUSAL:
-            p = tl.where(keys[None, :] <= rows[:, None] + causal_offset, p, 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
-        ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)  # (BLOCK_M, BLOCK_D)
-    return dq
-
-
-def _dq_kernel(
-    Q,
-    K,
-    V,
-    DO,
-    LSE2,
-    DELTA,
-    DQ_OUT,
-    stride_qb,
-    stride_qh,
-    stride_qt,
-    stride_qd,
-    stride_kb,
-    stride_kh,
-    stride_ks,
-    stride_kd,
-    stride_vb,
-    stride_vh,
-    stride_vs,
-    stride_vd,
-    stride_ob,
-    stride_oh,
-    stride_ot,
-    stride_od,
-    stride_dqb,
-    stride_dqh,
-    stride_dqt,
-    stride_dqd,
-    num_heads,
-    T,
-    S,
-    scale,
-    qk_scale_log2,
-    causal_offset,
-    D: tl.constexpr,
-    DV: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    PRECISION: tl.constexpr,
-):
-    """One program: dQ for BLOCK_M queries of one (batch, head), summed over every visible key block."""
-    n_blocks = tl.cdiv(T, BLOCK_M)
-    block_m = tl.program_id(0) % n_blocks
-    batch_head = tl.program_id(0) // n_blocks
-    if CAUSAL:  # later query blocks see more keys: start them first
-        block_m = n_blocks - 1 - block_m
-    b = (batch_head // num_heads).to(tl.int64)
-    h = (batch_head % num_heads).to(tl.int64)
-    row_stats = batch_head.to(tl.int64) * T
-
-    rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
-    offs_n = tl.arange(0, BLOCK_N)
-    dims = tl.arange(0, BLOCK_D)
-    dims_v = tl.arange(0, BLOCK_DV)
-    row_ok = rows < T
-
-    q = _load_rows(
-        Q + b * stride_qb + h * stride_qh, rows, stride_qt, T, dims, stride_qd, D, True
-    )  # (BLOCK_M, BLOCK_D)
-    do = _load_rows(DO + b * stride_ob + h * stride_oh, rows, stride_ot, T, dims_v, stride_od, DV, True)
-    lse2 = tl.load(LSE2 + row_stats + rows, mask=row_ok, other=float("inf"))  # (BLOCK_M,), base 2
-    delta = tl.load(DELTA + row_stats + rows, mask=row_ok, other=0.0)  # (BLOCK_M,)
-    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-
-    # Keys before `full_end` are seen by every row of the block (and are < S); the rest up to `stop` need a mask.
-    full_end = S // BLOCK_N * BLOCK_N
-    if CAUSAL:
-        first_row = block_m * BLOCK_M
-        full_end = tl.minimum(full_end, tl.maximum(first_row + causal_offset + 1, 0) // BLOCK_N * BLOCK_N)
-        stop = tl.maximum(tl.minimum(S, first_row + BLOCK_M + causal_offset), 0)
-    else:
-        stop = S
-    k_base = K + b * stride_kb + h * stride_kh
-    v_base = V + b * stride_vb + h * stride_vh
-    args = (q, do, lse2, delta, k_base, v_base, rows, offs_n, dims, dims_v, stride_ks, stride_kd, stride_vs, stride_vd)
-    dq = _dq_range(dq, *args, S, qk_scale_log2, causal_offset, 0, full_end, D, DV, BLOCK_N, False, CAUSAL, PRECISION)
-    dq = _dq_range(dq, *args, S, qk_scale_log2, causal_offset, full_end, stop, D, DV, BLOCK_N, True, CAUSAL, PRECISION)
-
-    dq = dq * scale
-    _store_rows(DQ_OUT + b * stride_dqb + h * stride_dqh, rows, stride_dqt, T, dims, stride_dqd, D, dq)
-
-
 def _dkdv_configs(capability: int, head_dim: int, causal: bool):
     """dK/dV: (BLOCK_M, BLOCK_N, warps, stages); BLOCK_N keys are the accumulators' rows, 64 per Hopper
     warpgroup. None spills (``python -m mha_course.gpu_report``): at D = 128 the two (BLOCK_N, D) float32
@@ -345,16 +198,8 @@ def _dkdv_configs(capability: int, head_dim: int, causal: bool):
         else:
             shapes = [(32, 128, 8, 1)] if causal else [(64, 128, 8, 1), (32, 128, 8, 2)]
     else:
-        shapes = [(64, 64, 4, 2), (32, 64, 4, 2)] if head_dim <= 64 else [(32, 64, 8, 2), (16, 64, 4, 2)]
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in shapes]
-
-
-def _dq_configs(capability: int, head_dim: int, causal: bool):
-    """dQ: (BLOCK_M, BLOCK_N, warps, stages); BLOCK_M queries are the accumulator's rows."""
-    if capability >= 90:
-        shapes = [(128, 128, 8, 2), (128, 64, 8, 2)] if head_dim <= 64 else [(128, 64, 8, 2)]
-    else:
-        shapes = [(64, 64, 4, 2), (64, 32, 4, 2)] if head_dim <= 64 else [(64, 64, 8, 2), (64, 32, 8, 2)]
+        # 64 x 64 tiles on 4 warps spill 40 B (136 B causal) at D = 64
+        shapes = [(32, 64, 4, 2), (32, 64, 8, 2)] if head_dim <= 64 else [(32, 64, 8, 2), (16, 64, 4, 2)]
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in shapes]
 
 
@@ -399,12 +244,8 @@ def _example(kernel):
 
 
 if triton is not None:
-    _load_rows = triton.jit(_load_rows)  # the kernels call them by these global names
-    _store_rows = triton.jit(_store_rows)
-    _dkdv_range = triton.jit(_dkdv_range)
-    _dq_range = triton.jit(_dq_range)
+    _dkdv_range = triton.jit(_dkdv_range)  # the kernel calls it by this global name
     _dkdv_jitted = triton.jit(_dkdv_kernel)
-    _dq_jitted = triton.jit(_dq_kernel)
     DKDV = register(KernelSpec("dkdv", _dkdv_jitted, _dkdv_configs, _example("dkdv"), products=4))
     DQ = register(KernelSpec("dq", _dq_jitted, _dq_configs, _example("dq"), products=3))
     _tuning_key = ["T", "S", "D", "DV", "CAUSAL"]

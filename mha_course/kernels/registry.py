@@ -9,6 +9,8 @@ entries, so the report compiles exactly the kernels, configs and arguments a lau
     dq        _dq_kernel               BLOCK_M queries x BLOCK_N keys  3 (Q K^T, dO V^T, dS K)
 
 Each module registers its kernels when imported (``import mha_course.kernels`` registers all three).
+:func:`compile_as_launched` compiles an entry for any GPU target, on a CPU, exactly as a contiguous
+launch specialises it (Triton's own binder on the launcher's own arguments).
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ class KernelSpec:
 
 
 REGISTRY: dict[str, KernelSpec] = {}
+# The example launch of :func:`compile_as_launched`: contiguous (B, H, T, D) tensors. Sizes matter only through
+# Triton's specialisation (divisible by 16, equal to 1); T = S = 1024 and H = 16 look like a training launch.
+EXAMPLE_B, EXAMPLE_H, EXAMPLE_T = 2, 16, 1024
 
 
 def register(spec: KernelSpec) -> KernelSpec:
@@ -93,3 +98,32 @@ def autotuned(spec: KernelSpec, key: list[str]):
 
 def _describe(config) -> tuple:
     return (tuple(sorted(config.kwargs.items())), config.num_warps, config.num_stages)
+
+
+def example_inputs(dtype: str, head_dim: int):
+    """Contiguous CPU (B, H, T, D) q, k, v for the example launch (never written; only shapes, strides, alignment)."""
+    shape = (EXAMPLE_B, EXAMPLE_H, EXAMPLE_T, head_dim)
+    return [torch.empty(shape, dtype=getattr(torch, dtype)) for _ in range(3)]
+
+
+def compile_as_launched(spec: KernelSpec, gpu: int, dtype: str, head_dim: int, config, causal: bool):
+    """Compile ``spec``'s kernel for GPU ``gpu`` (e.g. 90) as a contiguous launch with ``config`` would: Triton's binder
+    specialises the launcher's own arguments, Triton's options and ptxas build the cubin.
+
+    Returns (the CompiledKernel, the signature Triton derived: name -> type, "constexpr" for constants).
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    target = GPUTarget("cuda", gpu, 32)
+    backend = make_backend(target)
+    args, constants = spec.example(*example_inputs(dtype, head_dim), causal)
+    kwargs = dict(constants, **config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
+    jitted = spec.kernel
+    binder = create_function_from_signature(jitted.signature, jitted.params, backend)
+    bound, specialization, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = jitted._pack_args(backend, kwargs, bound, specialization, options)
+    source = ASTSource(fn=jitted, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(source, target=target, options=options.__dict__), signature

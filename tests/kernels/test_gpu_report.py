@@ -212,3 +212,12 @@ def test_the_autotuner_tries_only_the_configs_shipped_for_the_launch(name, gpu):
             kept = registry.pruner(spec, gpu)(every, {}, D=head_dim, DV=head_dim, CAUSAL=causal)
             expected = spec.configs(gpu, head_dim, causal)
             assert sorted(map(registry._describe, kept)) == sorted(map(registry._describe, expected))
+
+
+def test_parameter_multiplies_follow_a_widening_conversion():
+    ptx = """
+	ld.param.b32 	%r7, [k_param_2];
+	cvt.s64.s32 	%rd3, %r7;
+	mul.lo.s64 	%rd4, %rd9, %rd3;
+"""
+    assert pr.parameter_multiplies(ptx, 2) == ["mul.lo.s64 \t%rd4, %rd9, %rd3;"]
