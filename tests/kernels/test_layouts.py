@@ -104,3 +104,28 @@ def test_a_head_larger_than_32_bit_offsets_is_rejected():
     q = storage.as_strided((1, 1, 2, 16), (0, 0, 2**31, 1))
     with pytest.raises(ValueError, match="32-bit"):
         flash.triton_attention(q, q, q)
+
+
+class _RecordingLauncher:
+    """Stands in for a jitted kernel: records the grid of each launch, then runs the real kernel."""
+
+    def __init__(self, kernel, grids):
+        self.kernel, self.grids = kernel, grids
+
+    def __getitem__(self, grid):
+        self.grids.append(grid)
+        return self.kernel[grid]
+
+
+def test_every_launch_is_a_1d_grid_so_any_batch_times_heads_fits(monkeypatch):
+    """A grid's y and z stop at 65535; B * H rides in x (up to 2**31 - 1) with the blocks."""
+    from mha_course.kernels import backward, dq, forward
+
+    grids = []
+    monkeypatch.setattr(forward, "_jitted", _RecordingLauncher(forward._jitted, grids))
+    monkeypatch.setattr(backward, "_dkdv_jitted", _RecordingLauncher(backward._dkdv_jitted, grids))
+    monkeypatch.setattr(backward, "_dq_jitted", _RecordingLauncher(dq._dq_jitted, grids))
+    (qkv,), views = packed_qkv(torch.float32)  # B = 2, H = 2, T = S = 19
+    flash.triton_attention(*views(qkv), block_m=16, block_n=16).sum().backward()
+    blocks = 2  # cdiv(19, 16), for queries and for keys
+    assert grids == [(blocks * B * H,)] * 3
