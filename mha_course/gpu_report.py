@@ -1,24 +1,28 @@
-"""What a GPU would run, found without a GPU: compile every shipped Triton kernel for real targets.
+"""What a GPU would run, found without a GPU: compile every shipped Triton kernel as a launch would.
 
-Triton's compiler needs no GPU: ``triton.compile(ASTSource(kernel, signature, constexprs),
-target=GPUTarget("cuda", 90, 32))`` lowers a kernel to TTIR, TTGIR, LLVM IR, PTX and a cubin on
-the CPU. ``ptxas -v`` (shipped inside the triton wheel) then reports what the hardware would
-get: registers per thread, bytes spilled to local memory (stores + loads) and stack. Spills are
-the number to watch: a spilled register lives in local memory, i.e. in DRAM behind the L1, and a
-kernel that spills in its inner loop can run several times slower than one that does not.
+Triton's compiler needs no GPU. A launch specialises the kernel to its arguments (a stride equal to
+1 becomes a constant, integers divisible by 16 and 16-byte-aligned pointers are marked so loads can
+be vectorised); this module gets that specialisation from Triton itself, by binding the arguments
+the launcher passes (:mod:`mha_course.kernels.registry`) for contiguous CPU tensors of the right
+shapes with the JITFunction's own binder, then compiles for a real target
+(``GPUTarget("cuda", 90, 32)``) with Triton's own options: the cubin is the one a contiguous launch
+on that GPU builds. The wheel's CUDA tools then read it:
 
-For each kernel (forward, dK/dV, dQ), target, dtype, head dimension and autotune config this
-module records::
+    cuobjdump -res-usage   registers per thread, local memory (spills) and stack
+    nvdisasm               the SASS: spill instructions (STL/LDL), and the inner loop of the kernel
 
-    registers, spill bytes, stack, shared memory, the tensor-core instruction the PTX uses
-    (wgmma on Hopper, mma.sync on Ampere, or none), and the theoretical occupancy:
-    warps per SM = min(register limit, shared-memory limit, warp limit, block limit) * warps
+and :func:`mha_course.ptx_reading.throughput_bound` turns the steady-state loop's SASS into SM clocks
+per 128 x 128 block of scores for the tensor cores, instruction issue, the special-function unit
+(EX2) and shared memory; the largest is the limit. That bound is optimistic and for comparing
+kernels and configs, not a prediction of TFLOP/s: it assumes every unit at its peak rate in
+parallel, no stall and no latency, no global-memory traffic, and only the loop's full, unmasked
+tiles. For the backward pass, one 128 x 128 block costs the dK/dV loop's clocks plus the dQ loop's.
 
 Command line (one row per compiled kernel; exit 1 if any kernel fails to compile)::
 
     python -m mha_course.gpu_report [--arch sm_80 sm_90 sm_100] [--dtype float16 bfloat16]
                                     [--head-dim 64 128] [--kernel forward dkdv dq]
-                                    [--configs all|first] [--causal] [--json PATH]
+                                    [--configs all|first] [--causal | --non-causal] [--json PATH]
 
 It must run with Triton's *compiler*, not its interpreter: when this process chose the
 interpreter (no GPU), :func:`main` runs itself again with ``TRITON_INTERPRET=0``.
@@ -28,7 +32,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -39,11 +45,14 @@ from typing import Any
 from .ptx_reading import (  # noqa: F401 (re-exported: gpu_report.TARGETS, .occupancy, ... as before)
     TARGETS,
     Target,
+    cubin_resources,
+    disassemble,
     occupancy,
     ptx_excerpt,
-    ptxas_binary,
-    ptxas_usage,
+    sass_loops,
+    steady_loop,
     tensor_core_instruction,
+    throughput_bound,
 )
 
 DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
@@ -51,7 +60,7 @@ DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
 
 @dataclass
 class Record:
-    """One compiled kernel: what ptxas and the PTX say about it."""
+    """One compiled kernel: what its cubin and SASS say about it."""
 
     kernel: str
     arch: str
@@ -63,19 +72,31 @@ class Record:
     num_stages: int
     causal: bool
     ok: bool
-    variant: str = ""  # other constexprs of the config, e.g. "TWO_PASS"
+    variant: str = ""  # other constexprs of the config
     registers: int = 0
-    spill_stores: int = 0
-    spill_loads: int = 0
+    spill_stores: int = 0  # bytes per thread the SASS stores to local memory (STL), counted statically
+    spill_loads: int = 0  # bytes per thread it loads back (LDL)
+    local_bytes: int = 0  # local memory per thread (cuobjdump LOCAL): 0 when nothing spills
     stack: int = 0
     shared_bytes: int = 0
     tensor_cores: str = "none"
     warps_per_sm: int = 0
     occupancy: float = 0.0
+    # the static bound, SM clocks per 128 x 128 block of scores (see the module docstring)
+    tensor_clocks: float = math.nan
+    issue_clocks: float = math.nan
+    mufu_clocks: float = math.nan
+    shared_clocks: float = math.nan
+    bound_clocks: float = math.nan
+    limit: str = ""
+    instructions_per_score: float = math.nan
+    mma_redundancy: float = math.nan
+    loop_instructions: int = 0
     compile_s: float = 0.0
     error: str = ""
     triton_version: str = ""
     ptx: str = field(default="", repr=False)  # kept only when asked (compile_record(keep_ptx=True))
+    sass: str = field(default="", repr=False)
 
     @property
     def spill_bytes(self) -> int:
@@ -87,76 +108,36 @@ class Record:
         return f"{text} {self.variant}" if self.variant else text
 
 
-# --- the kernels and how to describe their arguments ----------------------------------------------------
+def compile_launch(spec: Any, arch: str | int, dtype: str, head_dim: int, config: Any, causal: bool):
+    """:func:`mha_course.kernels.registry.compile_as_launched` for ``arch`` ("sm_90" or 90)."""
+    from .kernels.registry import compile_as_launched
+
+    number = TARGETS[arch].arch if isinstance(arch, str) else arch
+    return compile_as_launched(spec, number, dtype, head_dim, config, causal)
 
 
-def kernels() -> dict[str, tuple[Any, Any]]:
-    """name -> (the jitted kernel, the function listing its autotune configs)."""
-    from .kernels import backward, forward
+def registry() -> dict[str, Any]:
+    """name -> :class:`mha_course.kernels.registry.KernelSpec`, every kernel the course ships."""
+    from .kernels import registry as kernel_registry
 
-    return {
-        "forward": (forward._jitted, forward._gpu_configs),
-        "dkdv": (backward._dkdv_jitted, backward._dkdv_configs),
-        "dq": (backward._dq_jitted, backward._dq_configs),
-    }
+    return dict(kernel_registry.REGISTRY)
 
 
-_FP32_POINTERS = ("LSE", "DELTA")  # per-row statistics stay float32 whatever the inputs' dtype
-_FLOAT_SCALARS = ("scale", "qk_scale_log2")
-
-
-def signature(kernel: Any, dtype: str) -> dict[str, str]:
-    """Triton's type string for every argument: pointers, int32 sizes and strides, float32 scalars, constexprs."""
-    element = DTYPES[dtype]
-    types = {}
-    import inspect
-
-    pointers = True  # the kernels take their tensors first, then strides, sizes, scalars, constexprs
-    for name, param in inspect.signature(getattr(kernel, "fn", kernel)).parameters.items():
-        pointers = pointers and not name.startswith("stride")
-        if "constexpr" in str(param.annotation):  # tl.constexpr (a string under postponed annotations)
-            types[name] = "constexpr"
-        elif pointers:
-            types[name] = "*fp32" if name in _FP32_POINTERS else f"*{element}"
-        elif name in _FLOAT_SCALARS:
-            types[name] = "fp32"
-        else:
-            types[name] = "i32"
-    return types
-
-
-def constants(head_dim: int, block_m: int, block_n: int, causal: bool, dtype: str) -> dict[str, Any]:
-    """The constexpr arguments, as :func:`mha_course.kernels.triton_attention` passes them."""
-    block_d = max(16, 1 << (head_dim - 1).bit_length())
-    return {
-        "D": head_dim,
-        "DV": head_dim,
-        "BLOCK_D": block_d,
-        "BLOCK_DV": block_d,
-        "BLOCK_M": block_m,
-        "BLOCK_N": block_n,
-        "CAUSAL": causal,
-        "PRECISION": "ieee" if dtype == "float32" else "tf32",
-    }
+def _local_bytes(sass: str, opcode: str) -> int:
+    """Bytes per thread the SASS moves to or from local memory with ``opcode`` (STL or LDL), counted statically."""
+    total = 0
+    for width in re.findall(rf"\b{opcode}(\.\w+)*", sass):
+        total += {".128": 16, ".64": 8, ".U16": 2, ".S16": 2, ".U8": 1, ".S8": 1}.get(width, 4)
+    return total
 
 
 def compile_record(
-    name: str,
-    kernel: Any,
-    arch: str,
-    dtype: str,
-    head_dim: int,
-    config: Any,
-    causal: bool,
-    ptxas: Path,
-    keep_ptx: bool = False,
+    name: str, spec: Any, arch: str, dtype: str, head_dim: int, config: Any, causal: bool, keep_ptx: bool = False
 ) -> Record:
     """Compile one kernel for one target and config; a failure is a record with ``ok=False``, never a raise."""
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
-    block_m, block_n = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
+    block_m, block_n = spec.tile(config)
     record = Record(
         name,
         arch,
@@ -169,35 +150,46 @@ def compile_record(
         causal,
         ok=False,
         triton_version=triton.__version__,
-        variant=" ".join(k for k, v in config.kwargs.items() if k not in ("BLOCK_M", "BLOCK_N") and v),
+        variant=" ".join(f"{k}={v}" for k, v in config.kwargs.items() if k not in ("BLOCK_M", "BLOCK_N")),
     )
     target = TARGETS[arch]
     start = time.perf_counter()
     try:
-        extra = {k: v for k, v in config.kwargs.items() if k not in ("BLOCK_M", "BLOCK_N")}  # e.g. TWO_PASS
-        source = ASTSource(
-            fn=kernel,
-            signature=signature(kernel, dtype),
-            constexprs={**constants(head_dim, block_m, block_n, causal, dtype), **extra},
-        )
-        compiled = triton.compile(
-            source,
-            target=GPUTarget("cuda", target.arch, 32),
-            options={"num_warps": config.num_warps, "num_stages": config.num_stages},
-        )
-        ptx = compiled.asm["ptx"]
-        usage = ptxas_usage(ptx, ptxas)
+        compiled, _ = compile_launch(spec, target.arch, dtype, head_dim, config, causal)
+        ptx, cubin = compiled.asm["ptx"], compiled.asm["cubin"]
+        resources = cubin_resources(cubin)
+        sass = disassemble(cubin)
     except Exception as exc:  # reported, and the command exits 1
         record.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"[:300]
         record.compile_s = time.perf_counter() - start
         return record
     record.ok = True
     record.ptx = ptx if keep_ptx else ""
-    record.registers, record.stack = usage["registers"], usage["stack"]
-    record.spill_stores, record.spill_loads = usage["spill_stores"], usage["spill_loads"]
+    record.sass = sass if keep_ptx else ""
+    record.registers, record.stack, record.local_bytes = resources["registers"], resources["stack"], resources["local"]
+    record.spill_stores, record.spill_loads = _local_bytes(sass, "STL"), _local_bytes(sass, "LDL")
     record.shared_bytes = int(getattr(compiled.metadata, "shared", 0) or 0)
     record.tensor_cores = tensor_core_instruction(ptx)
     record.warps_per_sm, record.occupancy = occupancy(target, record.registers, record.shared_bytes, record.num_warps)
+    block_d = max(16, 1 << (head_dim - 1).bit_length())
+    try:
+        loop = steady_loop(sass_loops(sass))
+    except ValueError as exc:
+        record.error = f"no bound: {exc}"
+    else:
+        bound = throughput_bound(
+            loop,
+            config.num_warps,
+            block_m * block_n,
+            spec.products * block_m * block_n * block_d,
+            target,
+            element_bytes=4 if dtype == "float32" else 2,
+        )
+        record.tensor_clocks, record.issue_clocks = bound.tensor, bound.issue
+        record.mufu_clocks, record.shared_clocks = bound.mufu, bound.shared
+        record.bound_clocks, record.limit = bound.clocks, bound.limit
+        record.instructions_per_score, record.mma_redundancy = bound.instructions_per_score, bound.mma_redundancy
+        record.loop_instructions = len(loop)
     record.compile_s = time.perf_counter() - start
     return record
 
@@ -208,78 +200,146 @@ def sweep(
     head_dims: list[int],
     names: list[str],
     first_only: bool = False,
-    causal: bool = False,
+    causal: tuple[bool, ...] = (False, True),
     progress: bool = True,
 ) -> list[Record]:
-    """Compile every (kernel, arch, dtype, head_dim, config) combination; see :func:`compile_record`."""
+    """Compile every (kernel, arch, dtype, head_dim, causal, config) combination; see :func:`compile_record`."""
     from tqdm import tqdm
 
-    ptxas = ptxas_binary()
-    table = kernels()
+    table = registry()
     jobs = []
     for name in names:
-        kernel, configs = table[name]
-        chosen = configs()[:1] if first_only else configs()
-        jobs += [
-            (name, kernel, arch, dtype, d, c) for arch in archs for dtype in dtypes for d in head_dims for c in chosen
-        ]
+        spec = table[name]
+        for arch in archs:
+            for d in head_dims:
+                for m in causal:
+                    chosen = spec.configs(TARGETS[arch].arch, d, m)
+                    chosen = chosen[:1] if first_only else chosen
+                    jobs += [(name, spec, arch, dtype, d, c, m) for dtype in dtypes for c in chosen]
     return [
-        compile_record(name, kernel, arch, dtype, d, c, causal, ptxas)
-        for name, kernel, arch, dtype, d, c in tqdm(jobs, desc="compiling", unit="kernel", disable=not progress)
+        compile_record(name, spec, arch, dtype, d, c, m)
+        for name, spec, arch, dtype, d, c, m in tqdm(jobs, desc="compiling", unit="kernel", disable=not progress)
     ]
 
 
-def compiled_view(
-    kernel: str = "forward", arch: str = "sm_90", dtype: str = "float16", head_dim: int = 64, timeout: float = 300
-) -> dict[str, Any]:
-    """What ``kernel``'s first autotune config becomes on ``arch``, compiled in a fresh process (any machine).
+def best_bounds(records: list[Record]) -> list[dict[str, Any]]:
+    """Per (arch, dtype, D, causal): the forward's best config's bound and the backward's (best dK/dV + best dQ)."""
+    groups: dict[tuple, dict[str, Record]] = {}
+    for r in records:
+        if not (r.ok and math.isfinite(r.bound_clocks)) or r.spill_bytes or r.local_bytes:
+            continue  # a config that spills is not shipped
+        key = (r.arch, r.dtype, r.head_dim, r.causal)
+        best = groups.setdefault(key, {})
+        if r.kernel not in best or r.bound_clocks < best[r.kernel].bound_clocks:
+            best[r.kernel] = r
+    rows = []
+    for (arch, dtype, d, causal), best in sorted(groups.items()):
+        row = dict(arch=arch, dtype=dtype, head_dim=d, causal=causal)
+        if "forward" in best:
+            row.update(forward=best["forward"].bound_clocks, forward_config=best["forward"].config)
+        if "dkdv" in best and "dq" in best:
+            row.update(
+                backward=best["dkdv"].bound_clocks + best["dq"].bound_clocks,
+                dkdv_config=best["dkdv"].config,
+                dq_config=best["dq"].config,
+            )
+        rows.append(row)
+    return rows
 
-    Returns the :class:`Record` fields plus ``ptx_lines`` (the PTX's line count) and ``excerpt``
-    (:func:`ptx_excerpt`). Used by chapter 13, whose kernel runs in Triton's interpreter: the
-    compiler needs a process that did not choose the interpreter.
+
+def compiled_view(
+    kernel: str = "forward",
+    arch: str = "sm_90",
+    dtype: str = "float16",
+    head_dim: int = 64,
+    config: tuple[int, int, int, int] | None = None,
+    timeout: float = 300,
+) -> dict[str, Any]:
+    """What ``kernel`` becomes on ``arch``, non-causal, compiled in a fresh process (any machine).
+
+    ``config``: (BLOCK_M, BLOCK_N, warps, stages), or None for the first config shipped for ``arch``.
+
+    Returns the :class:`Record` fields plus ``ptx_lines`` (the PTX's line count), ``excerpt``
+    (:func:`ptx_excerpt`) and ``loop_sass`` (the steady-state loop, one SASS instruction a line). Used
+    by chapter 13, whose kernel runs in Triton's interpreter: the compiler needs a process that did
+    not choose the interpreter.
     """
     code = (
         "import json\nfrom mha_course import gpu_report as g\n"
-        f"print(json.dumps(g._compiled_view_here({kernel!r}, {arch!r}, {dtype!r}, {head_dim!r})))"
+        f"print(json.dumps(g._compiled_view_here({kernel!r}, {arch!r}, {dtype!r}, {head_dim!r}, {config!r})))"
     )
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=_compiler_env()
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"compiling {kernel} for {arch} failed: {proc.stderr.strip()[-800:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _compiled_view_here(kernel: str, arch: str, dtype: str, head_dim: int) -> dict[str, Any]:
-    jitted, configs = kernels()[kernel]
-    record = compile_record(kernel, jitted, arch, dtype, head_dim, configs()[0], False, ptxas_binary(), keep_ptx=True)
+def _compiled_view_here(kernel: str, arch: str, dtype: str, head_dim: int, shape=None) -> dict[str, Any]:
+    import triton
+
+    spec = registry()[kernel]
+    config = spec.configs(TARGETS[arch].arch, head_dim, False)[0]
+    if shape is not None:
+        block_m, block_n, warps, stages = shape
+        config = triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=warps, num_stages=stages)
+    record = compile_record(kernel, spec, arch, dtype, head_dim, config, False, keep_ptx=True)
     if not record.ok:
         raise RuntimeError(record.error)
-    return dict(_as_json(record), ptx_lines=len(record.ptx.splitlines()), excerpt=ptx_excerpt(record.ptx))
+    loop = steady_loop(sass_loops(record.sass))
+    return dict(
+        _as_json(record),
+        ptx_lines=len(record.ptx.splitlines()),
+        excerpt=ptx_excerpt(record.ptx),
+        loop_sass=[f"{ins.opcode} {ins.operands}".strip() for ins in loop],
+    )
+
+
+def _compiler_env() -> dict[str, str]:
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9's default, stated: silences its warning
+    return env
 
 
 def _as_json(record: Record) -> dict[str, Any]:
     data = asdict(record)
     data.pop("ptx")
+    data.pop("sass")
     return dict(data, spill_bytes=record.spill_bytes, config=record.config)
 
 
 def format_table(records: list[Record]) -> str:
-    """A fixed-width table, one row per record."""
+    """A fixed-width table, one row per record; the bound's columns are SM clocks per 128 x 128 scores."""
     header = (
-        f"{'kernel':8} {'arch':6} {'dtype':8} {'D':>4} {'config (M, N, warps, stages)':29} {'regs':>5} "
-        f"{'spill B':>8} {'smem KiB':>9} {'tensor cores':12} {'warps/SM':>8} {'occ.':>5}"
+        f"{'kernel':7} {'arch':6} {'dtype':8} {'D':>4} {'causal':6} {'config (M, N, warps, stages)':28} "
+        f"{'regs':>4} {'spill B':>7} {'smem KiB':>8} {'tensor':8} {'occ.':>4} | {'tensor':>6} {'issue':>6} "
+        f"{'mufu':>6} {'smem':>6} {'limit':6} {'instr/score':>11} {'mma x':>5}"
     )
     lines = [header, "-" * len(header)]
     for r in records:
+        head = f"{r.kernel:7} {r.arch:6} {r.dtype:8} {r.head_dim:>4} {('yes' if r.causal else 'no'):6} {r.config:28}"
         if not r.ok:
-            lines.append(f"{r.kernel:8} {r.arch:6} {r.dtype:8} {r.head_dim:>4} {r.config:29} FAILED: {r.error}")
+            lines.append(f"{head} FAILED: {r.error}")
             continue
         lines.append(
-            f"{r.kernel:8} {r.arch:6} {r.dtype:8} {r.head_dim:>4} {r.config:29} {r.registers:>5} "
-            f"{r.spill_bytes:>8} {r.shared_bytes / 1024:>9.1f} {r.tensor_cores:12} {r.warps_per_sm:>8} "
-            f"{r.occupancy:>5.0%}"
+            f"{head} {r.registers:>4} {r.spill_bytes:>7} {r.shared_bytes / 1024:>8.1f} {r.tensor_cores:8} "
+            f"{r.occupancy:>4.0%} | {r.tensor_clocks:>6.0f} {r.issue_clocks:>6.0f} {r.mufu_clocks:>6.0f} "
+            f"{r.shared_clocks:>6.0f} {r.limit:6} {r.instructions_per_score:>11.2f} {r.mma_redundancy:>5.2f}"
         )
+    return "\n".join(lines)
+
+
+def format_bounds(rows: list[dict[str, Any]]) -> str:
+    """The best config's bound per problem: forward, and backward = dK/dV + dQ."""
+    lines = ["bound, SM clocks per 128 x 128 block of scores (best config; optimistic, for comparing kernels):"]
+    for row in rows:
+        text = f"  {row['arch']:6} {row['dtype']:8} D={row['head_dim']:<4} causal={'yes' if row['causal'] else 'no ':3}"
+        if "forward" in row:
+            text += f"  forward {row['forward']:6.0f} {row['forward_config']:18}"
+        if "backward" in row:
+            text += f"  backward {row['backward']:6.0f} (dK/dV {row['dkdv_config']}, dQ {row['dq_config']})"
+        lines.append(text)
     return "\n".join(lines)
 
 
@@ -288,8 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m mha_course.gpu_report",
         description=(
-            "Compile the course's Triton kernels for real GPU targets on this machine (no GPU needed) and report "
-            "registers, spills, shared memory, tensor-core instructions and occupancy."
+            "Compile the course's Triton kernels for real GPU targets on this machine (no GPU needed), specialised "
+            "as a contiguous launch is, and report registers, spills, shared memory, tensor-core instructions, "
+            "occupancy and a static throughput bound of the inner loop."
         ),
     )
     parser.add_argument("--arch", nargs="+", default=["sm_80", "sm_90"], choices=sorted(TARGETS))
@@ -300,9 +361,11 @@ def main(argv: list[str] | None = None) -> int:
         "--configs",
         choices=["all", "first"],
         default="all",
-        help="every config of each kernel's autotune list (default), or only the first",
+        help="every shipped config of each kernel (default), or only the first",
     )
-    parser.add_argument("--causal", action="store_true", help="compile the causal variant")
+    masks = parser.add_mutually_exclusive_group()
+    masks.add_argument("--causal", action="store_true", help="only the causal variant (default: both)")
+    masks.add_argument("--non-causal", action="store_true", help="only the non-causal variant (default: both)")
     parser.add_argument("--json", type=Path, help="write the records here")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
@@ -314,28 +377,32 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if runtime.INTERPRETED or runtime.IMPORTED_TOO_EARLY:
         # the kernels were decorated for the interpreter: compile in a fresh process that uses the compiler
-        env = dict(os.environ, TRITON_INTERPRET="0")
         return subprocess.run(
-            [sys.executable, "-m", "mha_course.gpu_report", *(argv if argv is not None else sys.argv[1:])], env=env
+            [sys.executable, "-m", "mha_course.gpu_report", *(argv if argv is not None else sys.argv[1:])],
+            env=_compiler_env(),
         ).returncode
+    causal = (True,) if args.causal else (False,) if args.non_causal else (False, True)
     records = sweep(
         args.arch,
         args.dtype,
         args.head_dim,
         args.kernel,
         first_only=args.configs == "first",
-        causal=args.causal,
+        causal=causal,
         progress=not args.quiet,
     )
     print(format_table(records))
-    spilling = [r for r in records if r.ok and r.spill_bytes]
+    bounds = best_bounds(records)
+    print(format_bounds(bounds))
+    spilling = [r for r in records if r.ok and (r.spill_bytes or r.local_bytes)]
     print(
         f"{len(records)} kernels compiled for {', '.join(args.arch)}; {len(spilling)} spill; "
         f"{sum(not r.ok for r in records)} failed"
     )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps([_as_json(r) for r in records], indent=1) + "\n")
+        payload = {"records": [_as_json(r) for r in records], "bounds": bounds}
+        args.json.write_text(json.dumps(payload, indent=1) + "\n")
         print(f"records: {args.json}")
     return 1 if any(not r.ok for r in records) else 0
 

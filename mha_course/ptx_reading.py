@@ -1,9 +1,11 @@
-"""Reading compiled GPU code without a GPU: the targets' per-SM limits, what ``ptxas -v`` says about a
-kernel's PTX (registers, spills, stack), which tensor-core instruction its matmuls became, and the
-occupancy those figures allow.
+"""Reading compiled GPU code without a GPU: the targets' per-SM limits and peak rates, which tensor-core
+instruction a kernel's PTX uses, what its cubin holds (registers and local memory, read by the wheel's
+``cuobjdump``; the SASS, by its ``nvdisasm``), the SASS's loops, and a static throughput bound per
+loop: the clocks the tensor cores, the instruction issue, the special-function units (``ex2``) and
+shared memory need, at their peak rates, for a 128 x 128 block of scores.
 
-:mod:`.gpu_report` compiles the kernels and tabulates these facts; apart from finding ptxas in the
-triton wheel, each is a small function on plain text and numbers.
+:mod:`.gpu_report` compiles the kernels and tabulates these facts; apart from running the two CUDA
+tools in the triton wheel, each is a small function on plain text and numbers.
 """
 
 from __future__ import annotations
@@ -28,65 +30,24 @@ class Target:
     shared_per_sm: int = 228 * 1024
     shared_reserved_per_block: int = 1024  # the driver keeps 1 KiB of shared memory per block (sm_80+)
     register_granule: int = 256  # registers are allocated per warp in units of 256
+    # Peak rates per SM and clock, for the static throughput bound (:func:`throughput_bound`):
+    tensor_fmas_per_clock: int = 1024  # dense fp16/bf16 multiply-adds (tf32: half)
+    issue_per_clock: int = 4  # one warp instruction per scheduler, four schedulers
+    mufu_per_clock: int = 16  # special-function results (ex2, rcp, lg2): 4 per scheduler
+    shared_bytes_per_clock: int = 128  # shared-memory bandwidth
 
 
 TARGETS = {
     "sm_80": Target(80, "A100", shared_per_sm=164 * 1024),
-    "sm_90": Target(90, "H100"),
-    "sm_100": Target(100, "B200"),
+    "sm_90": Target(90, "H100", tensor_fmas_per_clock=2048),
+    "sm_100": Target(100, "B200", tensor_fmas_per_clock=4096),
 }
 
 
-def ptxas_binary() -> Path:
-    """The newest ptxas shipped in the triton wheel (the older one rejects the PTX version Triton 3.9 emits)."""
-    import triton
-
-    folder = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-    found = []
-    for path in folder.glob("ptxas*"):
-        try:
-            out = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=30).stdout
-        except OSError:
-            continue
-        version = re.search(r"release (\d+)\.(\d+)", out)
-        if version:
-            found.append(((int(version[1]), int(version[2])), path))
-    if not found:
-        raise FileNotFoundError(f"no ptxas in {folder}: is this triton wheel built for NVIDIA?")
-    return max(found)[1]
-
-
-def ptxas_usage(ptx: str, ptxas: Path) -> dict[str, int]:
-    """registers, spill_stores, spill_loads, stack of the PTX's kernel, from ``ptxas -v``."""
-    target = re.search(r"\.target\s+(sm_\w+)", ptx)
-    if target is None:
-        raise ValueError("the PTX names no .target")
-    with tempfile.TemporaryDirectory(prefix="mha-ptx-") as tmp:
-        source = Path(tmp) / "kernel.ptx"
-        source.write_text(ptx)
-        proc = subprocess.run(
-            [str(ptxas), "-v", "--gpu-name", target[1], str(source), "-o", str(Path(tmp) / "k.cubin")],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-    text = proc.stdout + proc.stderr
-    if proc.returncode != 0:
-        raise RuntimeError(f"ptxas failed: {text.strip()[-500:]}")
-    registers = re.search(r"Used (\d+) registers", text)
-    frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", text)
-    if registers is None or frame is None:
-        raise RuntimeError(f"could not read ptxas -v: {text.strip()[-500:]}")
-    return {
-        "registers": int(registers[1]),
-        "stack": int(frame[1]),
-        "spill_stores": int(frame[2]),
-        "spill_loads": int(frame[3]),
-    }
-
-
 def tensor_core_instruction(ptx: str) -> str:
-    """ "wgmma" (Hopper's warpgroup MMA), "mma.sync" (Ampere-style), or "none": what the matmuls became."""
+    """ "tcgen05" (Blackwell's), "wgmma" (Hopper's warpgroup MMA), "mma.sync" (Ampere-style), or "none"."""
+    if "tcgen05.mma" in ptx:
+        return "tcgen05"
     if "wgmma.mma_async" in ptx:
         return "wgmma"
     if re.search(r"\bmma\.sync\b", ptx):
@@ -114,3 +75,224 @@ def ptx_excerpt(
     for pattern in patterns:
         shown += [line for line in lines if line.startswith(pattern) or f" {pattern}" in line][:per_pattern]
     return shown
+
+
+# --- the cubin: resources and SASS --------------------------------------------------------------------------
+
+
+def triton_tool(name: str) -> Path:
+    """A CUDA binary shipped in the triton wheel (``cuobjdump``, ``nvdisasm``)."""
+    import triton
+
+    path = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing: is this triton wheel built for NVIDIA?")
+    return path
+
+
+def _run_on_cubin(tool: str, flags: list[str], cubin: bytes) -> str:
+    with tempfile.TemporaryDirectory(prefix="mha-cubin-") as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        proc = subprocess.run([str(triton_tool(tool)), *flags, str(path)], capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{tool} failed: {(proc.stdout + proc.stderr).strip()[-500:]}")
+    return proc.stdout
+
+
+def cubin_resources(cubin: bytes) -> dict[str, int]:
+    """registers, stack and local bytes per thread, as ``cuobjdump -res-usage`` reads them from the cubin."""
+    text = _run_on_cubin("cuobjdump", ["-res-usage"], cubin)
+    found = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
+    if found is None:
+        raise RuntimeError(f"could not read cuobjdump -res-usage: {text.strip()[-500:]}")
+    return {"registers": int(found[1]), "stack": int(found[2]), "local": int(found[4])}
+
+
+def disassemble(cubin: bytes) -> str:
+    """The cubin's SASS, as ``nvdisasm -c`` prints it (one instruction per line, labels ``.L_x_N:``)."""
+    return _run_on_cubin("nvdisasm", ["-c"], cubin)
+
+
+@dataclass(frozen=True)
+class Instruction:
+    """One SASS instruction: its opcode with modifiers (``HGMMA.64x64x16.F32``) and operands."""
+
+    opcode: str
+    operands: str
+    never: bool = False  # predicated on !PT: issued, never executed (padding the scheduler inserts)
+
+    @property
+    def base(self) -> str:
+        return self.opcode.split(".")[0]
+
+
+_SASS_LINE = re.compile(r"/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)\s*([^;]*);")
+_BRANCH_TARGET = re.compile(r"BRA\s+`?\(?(\.L_x_\d+)\)?")
+
+
+def sass_loops(sass: str) -> list[list[Instruction]]:
+    """The bodies of the SASS's loops: instructions from a label to a branch back to it, in program order."""
+    instructions: list[tuple[str | None, Instruction]] = []
+    label = None
+    for line in sass.splitlines():
+        stripped = line.strip()
+        if re.fullmatch(r"\.L_x_\d+:", stripped):
+            label = stripped[:-1]
+            continue
+        found = _SASS_LINE.search(line)
+        if found:
+            predicate = (found[1] or "").strip()
+            instructions.append((label, Instruction(found[2], found[3].strip(), never=predicate == "@!PT")))
+            label = None
+    starts = {lab: i for i, (lab, _) in enumerate(instructions) if lab}
+    loops = []
+    for end, (_, ins) in enumerate(instructions):
+        target = _BRANCH_TARGET.search(f"{ins.opcode} {ins.operands}") if ins.base == "BRA" else None
+        if target and target[1] in starts and starts[target[1]] <= end:
+            loops.append([i for _, i in instructions[starts[target[1]] : end + 1]])
+    return loops
+
+
+# Tensor-core instructions and their (m, n, k) when the SASS names it. HGMMA is one per warpgroup (4 warps);
+# HMMA (mma.sync) is one per warp. tcgen05's UTC*MMA take their shape from a descriptor, not the opcode.
+_HGMMA = re.compile(r"HGMMA\.(\d+)x(\d+)x(\d+)")
+_HMMA = re.compile(r"HMMA\.(16)(8)(16|8)\b")
+TENSOR_OPCODES = ("HGMMA", "HMMA", "UTCHMMA", "UTCQMMA", "UTCOMMA", "UTCMMA")
+
+
+def tensor_fmas(ins: Instruction) -> tuple[int, int]:
+    """(multiply-adds, warps that issue it together) of one tensor-core instruction; (0, 1) for any other."""
+    if ins.base == "HGMMA":
+        m, n, k = map(int, _HGMMA.match(ins.opcode).groups())
+        return m * n * k, 4
+    if ins.base == "HMMA":
+        m, n, k = map(int, _HMMA.match(ins.opcode).groups())  # HMMA.16816 = m16 n8 k16, HMMA.1688 = m16 n8 k8
+        return m * n * k, 1
+    return 0, 1
+
+
+def shared_bytes(ins: Instruction, element_bytes: int) -> float:
+    """Bytes one warp's instruction moves through shared memory (a warpgroup's wgmma counted a quarter per warp)."""
+    if ins.never:
+        return 0.0
+    if ins.base in ("LDS", "STS", "LDGSTS", "ATOMS"):
+        width = re.search(r"\.(128|64|U16|S16|U8|S8)\b", ins.opcode)
+        size = {"128": 16, "64": 8, "U16": 2, "S16": 2, "U8": 1, "S8": 1}[width[1]] if width else 4
+        return 32.0 * size
+    if ins.base in ("LDSM", "STSM"):
+        count = re.search(r"\.(\d)$", ins.opcode)
+        return 128.0 * (int(count[1]) if count else 1)  # 8x8 matrices of 16-bit values
+    if ins.base == "HGMMA":
+        m, n, k = map(int, _HGMMA.match(ins.opcode).groups())
+        operands = [x.strip() for x in ins.operands.split(",")]
+        a_from_shared = len(operands) > 1 and operands[1].startswith("gdesc")
+        return (n * k + (m * k if a_from_shared else 0)) * element_bytes / 4
+    return 0.0
+
+
+#: The scores one bound is counted for: a 128 x 128 block, whatever the kernel's tiles.
+BOUND_SCORES = 128 * 128
+
+
+@dataclass(frozen=True)
+class Bound:
+    """SM clocks per 128 x 128 block of scores that each unit needs at its peak rate, from one loop's SASS.
+
+    An optimistic bound for comparing kernels, not a prediction of TFLOP/s: it assumes every unit
+    runs at its peak rate in parallel with the others, no latency, no stall, no memory traffic
+    beyond shared memory, and the loop's steady state (no prologue, epilogue or masked blocks).
+    """
+
+    tensor: float  # tensor-core clocks; nan where the SASS does not name the shape (tcgen05)
+    issue: float  # instruction-issue clocks (all instructions, 4 warp instructions per clock)
+    mufu: float  # special-function clocks (EX2 and friends, 16 lanes per clock)
+    shared: float  # shared-memory clocks (LDS/STS/ldmatrix/cp.async and wgmma operands, 128 B per clock)
+    instructions_per_score: float  # thread instructions per score
+    mma_redundancy: float  # tensor work issued / the tile's matmuls: 2.0 when two warpgroups repeat one product
+
+    @property
+    def limit(self) -> str:
+        """The unit with the most clocks: what bounds the loop."""
+        units = {"tensor": self.tensor, "issue": self.issue, "mufu": self.mufu, "shared": self.shared}
+        return max(units, key=lambda u: -1.0 if math.isnan(units[u]) else units[u])
+
+    @property
+    def clocks(self) -> float:
+        return max(x for x in (self.tensor, self.issue, self.mufu, self.shared) if not math.isnan(x))
+
+
+def throughput_bound(
+    loop: list[Instruction],
+    num_warps: int,
+    tile_scores: int,
+    tile_fmas: int,
+    target: Target,
+    element_bytes: int = 2,
+) -> Bound:
+    """The static bound of one loop iteration that handles ``tile_scores`` scores with ``tile_fmas`` matmul FMAs.
+
+    Every warp of the block runs the loop body once per iteration; a 128 x 128 block of scores takes
+    ``BOUND_SCORES / tile_scores`` iterations. ``element_bytes``: 2 for fp16/bf16 operands (4 for tf32,
+    which also halves the tensor rate).
+    """
+    if not loop or num_warps < 1 or tile_scores < 1:
+        raise ValueError(
+            f"need a loop, warps >= 1 and scores >= 1, got {len(loop)} instructions, {num_warps}, {tile_scores}"
+        )
+    iterations = BOUND_SCORES / tile_scores
+    issued = sum(1 for ins in loop if ins.base != "NOP")
+    mufu = sum(1 for ins in loop if ins.base == "MUFU" and not ins.never)
+    fmas = 0.0
+    named = True
+    for ins in loop:
+        per, warps = tensor_fmas(ins)
+        fmas += per * num_warps / warps
+        named = named and not (ins.base in TENSOR_OPCODES and per == 0)
+    rate = target.tensor_fmas_per_clock * (2 / element_bytes)
+    shared = sum(shared_bytes(ins, element_bytes) for ins in loop) * num_warps
+    return Bound(
+        tensor=fmas * iterations / rate if named else math.nan,
+        issue=issued * num_warps * iterations / target.issue_per_clock,
+        mufu=mufu * num_warps * 32 * iterations / target.mufu_per_clock,
+        shared=shared * iterations / target.shared_bytes_per_clock,
+        instructions_per_score=issued * num_warps * 32 / tile_scores,
+        mma_redundancy=fmas / tile_fmas if named and tile_fmas else math.nan,
+    )
+
+
+def steady_loop(loops: list[list[Instruction]]) -> list[Instruction]:
+    """The loop that runs the full, unmasked tiles: of the loops doing the most tensor-core work per iteration,
+    the one with the fewest instructions (masked or tail variants of the same loop carry extra ones)."""
+    with_mma = [loop for loop in loops if any(ins.base in TENSOR_OPCODES for ins in loop)]
+    if not with_mma:
+        raise ValueError("no loop of the SASS issues a tensor-core instruction")
+
+    def work(loop):
+        return sum(tensor_fmas(ins)[0] / tensor_fmas(ins)[1] for ins in loop) or sum(
+            ins.base in TENSOR_OPCODES for ins in loop
+        )
+
+    most = max(work(loop) for loop in with_mma)
+    return min((loop for loop in with_mma if work(loop) == most), key=len)
+
+
+def parameter_multiplies(ptx: str, index: int) -> list[str]:
+    """The PTX multiplies that read kernel parameter ``index`` (counted among the non-constexpr parameters),
+    directly or after a widening ``cvt`` to 64 bits.
+
+    ``mul.wide.s32`` / ``.s64`` forms a 64-bit product; ``mul.lo.s32`` wraps at 2**31 before any widening.
+    """
+    loaded = re.search(rf"ld\.param\.\w+\s+(%\w+),\s*\[\w+_param_{index}\];", ptx)
+    if loaded is None:
+        return []
+    registers = {loaded[1]}
+    for widened in re.finditer(r"cvt\.[su]64\.[su]32\s+(%\w+),\s*(%\w+);", ptx):
+        if widened[2] in registers:
+            registers.add(widened[1])
+    uses = re.compile("|".join(rf"{re.escape(r)}\b" for r in registers))
+    return [
+        line.strip()
+        for line in ptx.splitlines()
+        if re.match(r"\s*(mul|mad)\.", line) and uses.search(line.split(",", 1)[-1])
+    ]

@@ -92,7 +92,7 @@ import torch
 from .attention import check_qkv, resolve_scale
 from .softmax import LOG2E
 from .tiled_backward import tiled_backward
-from .tiling import blocks_from, drop_future, key_tiles, plan, tile_scores, work_items
+from .tiling import blocks_from, causal_diagonal, drop_future, key_tiles, plan, tile_scores, work_items
 from .worker_pool import run_items
 
 _LOW, _HIGH = 2.0**-60, 2.0**60  # where l must end for the unshifted pass to be exact
@@ -106,6 +106,7 @@ def tiled_attention(
     causal: bool = False,
     scale: float | None = None,
     return_lse: bool = False,
+    causal_align: str = "top_left",
 ):
     """softmax(q k^T * scale) v computed tile by tile with the online softmax; never builds (T, S).
 
@@ -116,10 +117,16 @@ def tiled_attention(
             tiles of about :data:`mha_course.tiling.TILE_SCORES` scores (see there). Any positive size works, 1
             included; T and S need not be multiples of it.
         causal: query i may attend key j only when j <= i (top-left aligned, like torch's
-            ``is_causal=True`` and :func:`mha_course.causal_mask`); tiles wholly in the future are skipped.
+            ``is_causal=True`` and :func:`mha_course.causal_mask`), or j <= i + S - T (bottom-right,
+            see ``causal_align``); tiles wholly in the future are skipped.
         scale: multiplies the scores; default 1/sqrt(D).
         return_lse: also return the log-sum-exp of each row's scores, lse_i = log sum_j exp(s_ij),
             (..., T) float32 (float64 for float64 inputs), -inf for a row with no visible key.
+        causal_align: "top_left" (the default) or "bottom_right": FlashAttention's alignment when
+            T != S, where the T queries are the last T of S positions (decoding with a KV cache) and
+            the last query sees every key; ``causal_mask(T, S, diagonal=S - T)`` is its mask. With
+            T > S the first T - S queries see no key and get zeros. The same option as
+            :func:`mha_course.triton_attention`'s.
 
     Returns:
         out (..., T, Dv) in q's dtype (float16/bfloat16 accumulate in float32), or (out, lse).
@@ -130,22 +137,31 @@ def tiled_attention(
     Raises:
         TypeError: inputs are not floating tensors of one dtype; block_size or scale of a wrong type.
         ValueError: mismatched D or S, rank < 2, unbroadcastable leading dims, block_size < 1,
-            a scale that is NaN or infinite.
+            a scale that is NaN or infinite, a causal_align other than the two above.
     """
     T, S, D = check_qkv(q, k, v)
     scale = resolve_scale(scale, D)
+    diagonal = causal_diagonal(causal_align, T, S) if causal else 0  # query i sees key j iff j <= i + diagonal
+    if diagonal < 0:  # bottom-right with T > S: the first T - S queries see no key; the rest are top-left
+        hidden = T - S
+        out, lse = tiled_attention(q[..., hidden:, :], k, v, block_size, True, scale, return_lse=True)
+        lead = out.shape[:-2]
+        out = torch.cat([out.new_zeros(*lead, hidden, out.shape[-1]), out], dim=-2)  # (..., T, Dv)
+        lse = torch.cat([lse.new_full((*lead, hidden), -math.inf), lse], dim=-1)  # (..., T)
+        return (out, lse) if return_lse else out
     blocks = None if block_size is None else blocks_from(block_size, q, k, v, bool(causal))  # validates it
     if torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v)):
-        out, lse = _TiledAttention.apply(q, k, v, blocks, bool(causal), scale)
+        out, lse = _TiledAttention.apply(q, k, v, blocks, bool(causal), scale, diagonal)
     else:
-        out, lse = _tiled_forward(q, k, v, blocks, bool(causal), scale)
+        out, lse = _tiled_forward(q, k, v, blocks, bool(causal), scale, diagonal)
     return (out, lse) if return_lse else out
 
 
-def _tiled_forward(q, k, v, blocks, causal: bool, scale: float):
+def _tiled_forward(q, k, v, blocks, causal: bool, scale: float, diagonal: int = 0):
     """The loop itself; returns out (..., T, Dv) in q's dtype and lse (..., T) in the work dtype.
 
     ``blocks``: (block_q, block_k), or None for the defaults of :func:`mha_course.tiling.plan`.
+    ``diagonal`` (>= 0): in causal mode query i sees key j iff j <= i + diagonal.
     """
     T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
     Dv = v.shape[-1]
@@ -176,8 +192,9 @@ def _tiled_forward(q, k, v, blocks, causal: bool, scale: float):
             # Scores in base 2 (trick 1): s2 = (q * scale * log2 e) k^T. Scaling q costs g*nq*D products, not g*nq*S.
             q_blk = q_buf[: g * nq * D].view(g, nq, D).copy_(q3[h0:h1, i0:i1]).mul_(scale * LOG2E)  # (g, nq, D)
             a, l = acc_buf[: g * nq * Dv].view(g, nq, Dv), l_buf[: g * nq].view(g, nq)  # contiguous, for out=
-            tiles = key_tiles(i0, i1, S, bk, causal)
-            _sweep(q_blk, k_h, v_h, tiles, i0, scratch, a, l, shift=None)  # c = 0 (trick 2)
+            tiles = key_tiles(i0, i1, S, bk, causal, diagonal)
+            p0 = i0 + diagonal  # the block's first query as a position among the keys
+            _sweep(q_blk, k_h, v_h, tiles, p0, scratch, a, l, shift=None)  # c = 0 (trick 2)
             low, high = torch.aminmax(l)
             shift = None
             # l in range: no exponential overflowed; acc finite: no product with a huge value did (one sync).
@@ -186,8 +203,8 @@ def _tiled_forward(q, k, v, blocks, causal: bool, scale: float):
             # is (a sum that overflows from finite terms only sends the block to the exact pass).
             exact = (low >= _LOW) & (high <= _HIGH) & torch.isfinite(a.sum())  # NaN fails too
             if not exact.item():
-                shift = _row_max(q_blk, k_h, tiles, i0, scratch)  # (g, nq): redo with c = m
-                _sweep(q_blk, k_h, v_h, tiles, i0, scratch, a, l, shift)
+                shift = _row_max(q_blk, k_h, tiles, p0, scratch)  # (g, nq): redo with c = m
+                _sweep(q_blk, k_h, v_h, tiles, p0, scratch, a, l, shift)
             torch.div(a, l.unsqueeze(-1), out=out[h0:h1, i0:i1])  # no temporary: written where it belongs
             log2_sum = torch.log2(l) if shift is None else torch.log2(l) + shift  # log2 sum_j 2^s2_j
             torch.mul(log2_sum, math.log(2.0), out=lse[h0:h1, i0:i1])
@@ -229,15 +246,15 @@ class _TiledAttention(torch.autograd.Function):
     """Tiled forward, tiled backward: neither ever holds a (T, S) matrix."""
 
     @staticmethod
-    def forward(ctx, q, k, v, blocks, causal, scale):
-        out, lse = _tiled_forward(q, k, v, blocks, causal, scale)
+    def forward(ctx, q, k, v, blocks, causal, scale, diagonal):
+        out, lse = _tiled_forward(q, k, v, blocks, causal, scale, diagonal)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.scale, ctx.blocks = causal, scale, blocks
+        ctx.causal, ctx.scale, ctx.blocks, ctx.diagonal = causal, scale, blocks, diagonal
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = tiled_backward(q, k, v, out, lse, grad_out, ctx.blocks, ctx.causal, ctx.scale)
-        return dq, dk, dv, None, None, None
+        dq, dk, dv = tiled_backward(q, k, v, out, lse, grad_out, ctx.blocks, ctx.causal, ctx.scale, ctx.diagonal)
+        return dq, dk, dv, None, None, None, None

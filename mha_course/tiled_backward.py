@@ -11,7 +11,7 @@ from .tiling import drop_future, key_tiles, plan, work_items
 from .worker_pool import run_items
 
 
-def tiled_backward(q, k, v, out, lse, grad_out, blocks, causal: bool, scale: float):
+def tiled_backward(q, k, v, out, lse, grad_out, blocks, causal: bool, scale: float, diagonal: int = 0):
     """Gradients of tiled attention, tile by tile, with P rebuilt from the saved log-sum-exp.
 
     The formulas are :mod:`mha_course.backward`'s; only the order of work changes. For each query
@@ -26,6 +26,7 @@ def tiled_backward(q, k, v, out, lse, grad_out, blocks, causal: bool, scale: flo
     copy of its own, added up at the end. Extra memory: two (heads, block_q, block_k) tiles per
     worker, float32 copies of the gradients and a dK, dV per extra worker: O(T), never (T, S).
     Gradients of broadcast inputs (k, v shared by heads) are summed back to their shapes.
+    ``diagonal`` (>= 0): in causal mode query i sees key j iff j <= i + diagonal, as in the forward.
     """
     T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
     Dv = v.shape[-1]
@@ -70,7 +71,7 @@ def tiled_backward(q, k, v, out, lse, grad_out, blocks, causal: bool, scale: flo
                 prod = torch.mul(g_blk, o3[h0:h1, i0:i1], out=prod_buf[: g * nq * Dv].view(g, nq, Dv))  # dO * O
                 neg_delta = prod.sum(-1).neg_().unsqueeze(-1)  # (g, nq, 1): -rowsum(dO * O)
                 k_h, v_h, dq_h, dk_h, dv_h = k3[h0:h1], v3[h0:h1], dq3[h0:h1], dk_w[h0:h1], dv_w[h0:h1]
-                for tile in key_tiles(i0, i1, S, bk, causal):
+                for tile in key_tiles(i0, i1, S, bk, causal, diagonal):
                     r0, j0, j1, _ = tile
                     rows, nk = nq - r0, j1 - j0
                     p = torch.baddbmm(
@@ -80,7 +81,7 @@ def tiled_backward(q, k, v, out, lse, grad_out, blocks, causal: bool, scale: flo
                         out=scratch[: g * rows * nk].view(g, rows, nk),
                     )  # s2 - lse2, (g, rows, nk)
                     p.exp2_()  # the P tile
-                    drop_future(p, tile, i0)  # P = 0 in the causal future
+                    drop_future(p, tile, i0 + diagonal)  # P = 0 in the causal future
                     dv_h[:, j0:j1].baddbmm_(p.transpose(1, 2), g_blk[:, r0:])  # += P^T dO
                     ds = torch.baddbmm(
                         neg_delta[:, r0:],

@@ -77,6 +77,24 @@ def default_blocks(heads: int, causal: bool, scores: int = TILE_SCORES) -> tuple
     return min(1024, max(64, block_q)), 256
 
 
+CAUSAL_ALIGNS = ("top_left", "bottom_right")
+
+
+def causal_diagonal(causal_align: str, T: int, S: int) -> int:
+    """The causal diagonal d for T queries and S keys: query i may attend key j iff j <= i + d.
+
+    "top_left" (d = 0, torch's ``is_causal``): query 0 sees key 0. "bottom_right" (d = S - T,
+    FlashAttention's convention): the queries are the last T of S positions, so the last query sees
+    every key; with T > S the first T - S queries see none. ``causal_mask(T, S, diagonal=d)`` is the mask.
+
+    Raises:
+        ValueError: causal_align is not one of :data:`CAUSAL_ALIGNS`.
+    """
+    if causal_align not in CAUSAL_ALIGNS:
+        raise ValueError(f"causal_align must be one of {CAUSAL_ALIGNS}, got {causal_align!r}")
+    return 0 if causal_align == "top_left" else S - T
+
+
 def plan(blocks, N: int, T: int, S: int, D: int, causal: bool, device) -> tuple[int, int, int, int]:
     """(workers, heads per work item, block_q, block_k) for N heads of (T, S) attention.
 
@@ -135,18 +153,22 @@ def work_items(N: int, T: int, group: int, bq: int, causal: bool, workers: int =
     return items[:-workers] + pieces
 
 
-def key_tiles(i0: int, i1: int, S: int, bk: int, causal: bool) -> list[tuple[int, int, int, bool]]:
+def key_tiles(i0: int, i1: int, S: int, bk: int, causal: bool, diagonal: int = 0) -> list[tuple[int, int, int, bool]]:
     """(r0, j0, j1, needs_mask) for each tile of the query block i0..i1-1 (trick 3 of :mod:`mha_course.tiled`).
 
     The tile covers keys j0..j1-1 and the block's rows r0.. (queries i0 + r0 ..); r0 > 0 only on the
-    causal diagonal, where queries before key j0 see none of the tile's keys.
+    causal diagonal, where queries before key j0 - ``diagonal`` see none of the tile's keys (query i
+    sees key j iff j <= i + diagonal; ``diagonal`` >= 0, see :func:`causal_diagonal`).
     """
     if not causal:
         return [(0, j0, min(S, j0 + bk), False) for j0 in range(0, S, bk)]
-    past, end = min(i0, S), min(i1, S)  # keys < i0: seen by all; keys >= i1: seen by none
+    if diagonal < 0:
+        raise ValueError(f"key_tiles needs diagonal >= 0 (every query sees a key), got {diagonal}")
+    p0, p1 = i0 + diagonal, i1 + diagonal  # the block's first and last query, as positions among the keys
+    past, end = min(p0, S), min(p1, S)  # keys < p0: seen by all; keys >= p1: seen by none
     width = min(bk, -(-(i1 - i0) // DIAGONAL_SPLIT))  # ceil(nq / DIAGONAL_SPLIT)
     return [(0, j0, min(past, j0 + bk), False) for j0 in range(0, past, bk)] + [
-        (j0 - i0, j0, min(end, j0 + width), True) for j0 in range(past, end, width)
+        (j0 - p0, j0, min(end, j0 + width), True) for j0 in range(past, end, width)
     ]
 
 
@@ -170,6 +192,7 @@ def drop_future(p: torch.Tensor, tile, i0: int) -> None:
 
     Key j0 + c is in the future of query i0 + r0 + r when c - r > i0 + r0 - j0: everything above that
     diagonal. An exponential there may have overflowed to inf; it is overwritten, never used.
+    ``i0`` is the block's first query as a position among the keys (its index + the causal diagonal).
     """
     r0, j0, _, needs_mask = tile
     if needs_mask:

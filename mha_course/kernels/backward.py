@@ -14,48 +14,42 @@ stream tiles the way the forward did and never hold P. The formulas are chapter 
 
 Two kernels, so that every output tile has exactly one owner and nothing needs atomic adds:
 
-- ``_dkdv_kernel``: one program per key block; it walks the query blocks that can see it
-  (in causal mode, only those at or after the block's first key) and accumulates dK and dV;
-- ``_dq_kernel``: one program per query block; it walks the visible key blocks and accumulates dQ.
+- ``_dkdv_kernel``: one program per key block; it walks the query blocks that can see it and
+  accumulates dK and dV in one pass: 4 tile products per (query block, key block): S^T, dV, dP^T, dK;
+- ``_dq_kernel`` (in :mod:`.dq`): one program per query block; it walks the visible key blocks and
+  accumulates dQ: it recomputes S and dP to get dS, 3 products per tile.
 
-Each recomputes the score tile (P and dP), which costs one extra matmul pair per tile against
-FlashAttention-2's single fused kernel with atomics, and buys deterministic results.
+That is 7 products per tile against FlashAttention-2's 5 (one kernel, dQ added with atomics), and
+buys deterministic results. P is rebuilt as exp2(s * scale * log2 e - lse * log2 e): one fused
+multiply-add and one exponential per score, with lse * log2 e computed once per row by the launcher.
+
+Masks are paid only where they change something. Keys past S are loaded as zeros and give junk
+only in rows of dK and dV that are never stored, or products with a zero row of K; query rows past
+T are loaded as zeros with lse = +inf, so their P is 0. So each kernel walks its blocks in three
+ranges: the causal diagonal (masked), the full blocks (no mask at all), and the last, partial
+block (masked loads).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .runtime import INTERPRETED, LOG2E, LOG2E_K, ON_GPU, tl, triton
+from .dq import _dq_configs, _dq_jitted
+from .registry import KernelSpec, autotuned, constexprs, register
+from .rows import _load_rows, _store_rows  # noqa: F401 (the kernels call them by these global names)
+from .runtime import INTERPRETED, LOG2E, ON_GPU, tl, triton
 
 
-def _load_tile(base, rows, stride_row, n_rows, cols, stride_col, n_cols):
-    """The (len(rows), len(cols)) tile at base[rows, cols]; entries out of range read as 0."""
-    return tl.load(
-        base + rows[:, None] * stride_row + cols[None, :] * stride_col,
-        mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols),
-        other=0.0,
-    )
-
-
-def _store_tile(base, rows, stride_row, n_rows, cols, stride_col, n_cols, tile):
-    """Write the float32 tile to base[rows, cols] in base's dtype, skipping the padding."""
-    tl.store(
-        base + rows[:, None] * stride_row + cols[None, :] * stride_col,
-        tile.to(base.dtype.element_ty),
-        mask=(rows[:, None] < n_rows) & (cols[None, :] < n_cols),
-    )
-
-
-def _probabilities_t(
+def _dkdv_range(
+    dk,
+    dv,
+    k,
+    v,
     q_base,
     do_base,
-    LSE,
-    batch_head,
-    k,
+    lse2_base,
+    delta_base,
     keys,
-    key_ok,
-    start_m,
     offs_m,
     dims,
     dims_v,
@@ -65,24 +59,37 @@ def _probabilities_t(
     stride_od,
     T,
     qk_scale_log2,
+    causal_offset,
+    start,
+    stop,
     D: tl.constexpr,
     DV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    MASKED: tl.constexpr,
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    """One query block seen from a key block: (rows, q, dO, P^T tile), P rebuilt from the saved lse."""
-    rows = start_m + offs_m  # (BLOCK_M,)
-    row_ok = rows < T
-    q = _load_tile(q_base, rows, stride_qt, T, dims, stride_qd, D)  # (BLOCK_M, BLOCK_D)
-    do = _load_tile(do_base, rows, stride_ot, T, dims_v, stride_od, DV)  # (BLOCK_M, BLOCK_DV)
-    # Padding rows get lse = +inf, so their probabilities come out as exactly 0.
-    lse = tl.load(LSE + batch_head * T + rows, mask=row_ok, other=float("inf"))  # (BLOCK_M,)
-    s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M) = S^T tile
-    p_t = tl.math.exp2(s_t * qk_scale_log2 - lse[None, :] * LOG2E_K)  # P^T tile
-    visible = key_ok[:, None] & row_ok[None, :]
-    if CAUSAL:
-        visible = visible & (keys[:, None] <= rows[None, :])
-    return rows, q, do, tl.where(visible, p_t, 0.0)
+    """Add the query blocks [start, stop) to one key block's dK and dV (4 products per tile)."""
+    for start_m in range(start, stop, BLOCK_M):
+        start_m = tl.multiple_of(start_m, BLOCK_M)
+        rows = start_m + offs_m  # (BLOCK_M,)
+        q = _load_rows(q_base, rows, stride_qt, T, dims, stride_qd, D, MASKED)  # (BLOCK_M, BLOCK_D)
+        do = _load_rows(do_base, rows, stride_ot, T, dims_v, stride_od, DV, MASKED)  # (BLOCK_M, BLOCK_DV)
+        if MASKED:  # padding rows get lse = +inf: their probabilities come out as exactly 0
+            lse2 = tl.load(lse2_base + rows, mask=rows < T, other=float("inf"))
+            delta = tl.load(delta_base + rows, mask=rows < T, other=0.0)
+        else:
+            lse2 = tl.load(lse2_base + rows)
+            delta = tl.load(delta_base + rows)
+        s_t = tl.dot(k, tl.trans(q), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M) = S^T tile, unscaled
+        p_t = tl.math.exp2(s_t * qk_scale_log2 - lse2[None, :])  # P^T tile
+        if MASKED and CAUSAL:
+            p_t = tl.where(keys[:, None] <= rows[None, :] + causal_offset, p_t, 0.0)
+        dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)  # (BLOCK_N, BLOCK_DV)
+        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M) = dP^T tile
+        ds_t = p_t * (dp_t - delta[None, :])
+        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)  # (BLOCK_N, BLOCK_D)
+    return dk, dv
 
 
 def _dkdv_kernel(
@@ -90,7 +97,7 @@ def _dkdv_kernel(
     K,
     V,
     DO,
-    LSE,
+    LSE2,
     DELTA,
     DK_OUT,
     DV_OUT,
@@ -110,11 +117,20 @@ def _dkdv_kernel(
     stride_oh,
     stride_ot,
     stride_od,
+    stride_dkb,
+    stride_dkh,
+    stride_dks,
+    stride_dkd,
+    stride_dvb,
+    stride_dvh,
+    stride_dvs,
+    stride_dvd,
     num_heads,
     T,
     S,
     scale,
     qk_scale_log2,
+    causal_offset,
     D: tl.constexpr,
     DV: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -123,233 +139,118 @@ def _dkdv_kernel(
     BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
-    TWO_PASS: tl.constexpr = False,
 ):
-    """One program: dK and dV for BLOCK_N keys of one (batch, head), summed over every query block.
-
-    ``TWO_PASS`` walks the query blocks twice, dV first (stored), then dK, so that only one
-    (BLOCK_N, D) float32 accumulator is alive at a time: one more matmul per tile (P is rebuilt
-    twice) for about a third fewer live registers, which keeps Ampere's mma.sync version from
-    spilling at D = 128 (see ``python -m mha_course.gpu_report``).
-    """
-    block_n = tl.program_id(0)
-    batch_head = tl.program_id(1)
-    b = batch_head // num_heads
-    h = batch_head % num_heads
+    """One program: dK and dV for BLOCK_N keys of one (batch, head), summed over every query block."""
+    # A 1-D grid (any B * H launches) and int64 batch and head indices (see the forward kernel).
+    n_blocks = tl.cdiv(S, BLOCK_N)
+    block_n = tl.program_id(0) % n_blocks
+    batch_head = tl.program_id(0) // n_blocks
+    b = (batch_head // num_heads).to(tl.int64)
+    h = (batch_head % num_heads).to(tl.int64)
+    row_stats = batch_head.to(tl.int64) * T  # where this head's lse and delta start
 
     keys = block_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
     offs_m = tl.arange(0, BLOCK_M)  # query offsets within a block (BLOCK_M,)
     dims = tl.arange(0, BLOCK_D)
     dims_v = tl.arange(0, BLOCK_DV)
-    key_ok = keys < S
     q_base = Q + b * stride_qb + h * stride_qh
-    k_base = K + b * stride_kb + h * stride_kh
-    v_base = V + b * stride_vb + h * stride_vh
     do_base = DO + b * stride_ob + h * stride_oh
-    dk_base = DK_OUT + b * stride_kb + h * stride_kh  # dK, dV have the layout (and strides) of K, V
-    dv_base = DV_OUT + b * stride_vb + h * stride_vh
-
-    k = _load_tile(k_base, keys, stride_ks, S, dims, stride_kd, D)  # (BLOCK_N, BLOCK_D)
-    # In causal mode query i sees key j iff j <= i: query blocks before this key block see none of it.
-    first = (block_n * BLOCK_N // BLOCK_M) * BLOCK_M if CAUSAL else 0
-    if TWO_PASS:
-        dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
-        for start_m in range(first, T, BLOCK_M):
-            rows, q, do, p_t = _probabilities_t(
-                q_base,
-                do_base,
-                LSE,
-                batch_head,
-                k,
-                keys,
-                key_ok,
-                start_m,
-                offs_m,
-                dims,
-                dims_v,
-                stride_qt,
-                stride_qd,
-                stride_ot,
-                stride_od,
-                T,
-                qk_scale_log2,
-                D,
-                DV,
-                CAUSAL,
-                PRECISION,
-            )
-            dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)  # (BLOCK_N, BLOCK_DV)
-        _store_tile(dv_base, keys, stride_vs, S, dims_v, stride_vd, DV, dv)
-    v = _load_tile(v_base, keys, stride_vs, S, dims_v, stride_vd, DV)  # (BLOCK_N, BLOCK_DV)
+    k = _load_rows(
+        K + b * stride_kb + h * stride_kh, keys, stride_ks, S, dims, stride_kd, D, True
+    )  # (BLOCK_N, BLOCK_D)
+    v = _load_rows(V + b * stride_vb + h * stride_vh, keys, stride_vs, S, dims_v, stride_vd, DV, True)
     dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_DV], dtype=tl.float32)
-    for start_m in range(first, T, BLOCK_M):
-        rows, q, do, p_t = _probabilities_t(
-            q_base,
-            do_base,
-            LSE,
-            batch_head,
-            k,
-            keys,
-            key_ok,
-            start_m,
-            offs_m,
-            dims,
-            dims_v,
-            stride_qt,
-            stride_qd,
-            stride_ot,
-            stride_od,
-            T,
-            qk_scale_log2,
-            D,
-            DV,
-            CAUSAL,
-            PRECISION,
-        )
-        if not TWO_PASS:
-            dv += tl.dot(p_t.to(do.dtype), do, input_precision=PRECISION)  # (BLOCK_N, BLOCK_DV)
-        delta = tl.load(DELTA + batch_head * T + rows, mask=rows < T, other=0.0)  # (BLOCK_M,)
-        dp_t = tl.dot(v, tl.trans(do), input_precision=PRECISION)  # (BLOCK_N, BLOCK_M) = dP^T tile
-        ds_t = p_t * (dp_t - delta[None, :])  # (BLOCK_N, BLOCK_M)
-        dk += tl.dot(ds_t.to(q.dtype), q, input_precision=PRECISION)  # (BLOCK_N, BLOCK_D)
+
+    # Query i sees key j iff j <= i + causal_offset: query blocks before `first` see none of these keys,
+    # blocks from `full` on see all of them. Without CAUSAL every block sees every key.
+    full_end = T // BLOCK_M * BLOCK_M  # blocks before this hold no row past T
+    if CAUSAL:
+        first = tl.maximum(block_n * BLOCK_N - causal_offset, 0) // BLOCK_M * BLOCK_M
+        full = tl.cdiv(tl.maximum(block_n * BLOCK_N + BLOCK_N - 1 - causal_offset, 0), BLOCK_M) * BLOCK_M
+        diagonal_end = tl.minimum(tl.maximum(full, first), T)
+    else:
+        first = 0
+        diagonal_end = 0
+    middle_end = tl.maximum(diagonal_end, full_end)
+    args = (q_base, do_base, LSE2 + row_stats, DELTA + row_stats, keys, offs_m, dims, dims_v)
+    strides = (stride_qt, stride_qd, stride_ot, stride_od, T, qk_scale_log2, causal_offset)
+    dk, dv = _dkdv_range(dk, dv, k, v, *args, *strides, first, diagonal_end, D, DV, BLOCK_M, True, CAUSAL, PRECISION)
+    dk, dv = _dkdv_range(
+        dk, dv, k, v, *args, *strides, diagonal_end, middle_end, D, DV, BLOCK_M, False, CAUSAL, PRECISION
+    )
+    dk, dv = _dkdv_range(dk, dv, k, v, *args, *strides, middle_end, T, D, DV, BLOCK_M, True, CAUSAL, PRECISION)
 
     dk = dk * scale  # S = Q K^T * scale, so the scale reaches dK once, at the end
-    _store_tile(dk_base, keys, stride_ks, S, dims, stride_kd, D, dk)
-    if not TWO_PASS:
-        _store_tile(dv_base, keys, stride_vs, S, dims_v, stride_vd, DV, dv)
+    # dK and dV have strides of their own: k and v may be views into packed or sliced storage.
+    _store_rows(DK_OUT + b * stride_dkb + h * stride_dkh, keys, stride_dks, S, dims, stride_dkd, D, dk)
+    _store_rows(DV_OUT + b * stride_dvb + h * stride_dvh, keys, stride_dvs, S, dims_v, stride_dvd, DV, dv)
 
 
-def _dq_kernel(
-    Q,
-    K,
-    V,
-    DO,
-    LSE,
-    DELTA,
-    DQ_OUT,
-    stride_qb,
-    stride_qh,
-    stride_qt,
-    stride_qd,
-    stride_kb,
-    stride_kh,
-    stride_ks,
-    stride_kd,
-    stride_vb,
-    stride_vh,
-    stride_vs,
-    stride_vd,
-    stride_ob,
-    stride_oh,
-    stride_ot,
-    stride_od,
-    num_heads,
-    T,
-    S,
-    scale,
-    qk_scale_log2,
-    D: tl.constexpr,
-    DV: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    PRECISION: tl.constexpr,
-):
-    """One program: dQ for BLOCK_M queries of one (batch, head), summed over every visible key block."""
-    block_m = tl.program_id(0)
-    batch_head = tl.program_id(1)
-    b = batch_head // num_heads
-    h = batch_head % num_heads
-
-    rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
-    offs_n = tl.arange(0, BLOCK_N)
-    dims = tl.arange(0, BLOCK_D)
-    dims_v = tl.arange(0, BLOCK_DV)
-    row_ok = rows < T
-
-    q = _load_tile(Q + b * stride_qb + h * stride_qh, rows, stride_qt, T, dims, stride_qd, D)  # (BLOCK_M, BLOCK_D)
-    do = _load_tile(
-        DO + b * stride_ob + h * stride_oh, rows, stride_ot, T, dims_v, stride_od, DV
-    )  # (BLOCK_M, BLOCK_DV)
-    lse = tl.load(LSE + batch_head * T + rows, mask=row_ok, other=float("inf"))  # (BLOCK_M,)
-    delta = tl.load(DELTA + batch_head * T + rows, mask=row_ok, other=0.0)  # (BLOCK_M,)
-    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-
-    k_base = K + b * stride_kb + h * stride_kh
-    v_base = V + b * stride_vb + h * stride_vh
-    # Keys after this block's last query are invisible to all its rows in causal mode: not visited.
-    stop = tl.minimum(S, (block_m + 1) * BLOCK_M) if CAUSAL else S
-    for start_n in range(0, stop, BLOCK_N):
-        keys = start_n + offs_n  # (BLOCK_N,)
-        key_ok = keys < S
-        k = _load_tile(k_base, keys, stride_ks, S, dims, stride_kd, D)  # (BLOCK_N, BLOCK_D)
-        v = _load_tile(v_base, keys, stride_vs, S, dims_v, stride_vd, DV)  # (BLOCK_N, BLOCK_DV)
-
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
-        p = tl.math.exp2(s * qk_scale_log2 - lse[:, None] * LOG2E_K)
-        visible = row_ok[:, None] & key_ok[None, :]
-        if CAUSAL:
-            visible = visible & (keys[None, :] <= rows[:, None])
-        p = tl.where(visible, p, 0.0)
-
-        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
-        ds = p * (dp - delta[:, None])
-        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)  # (BLOCK_M, BLOCK_D)
-
-    dq = dq * scale
-    _store_tile(DQ_OUT + b * stride_qb + h * stride_qh, rows, stride_qt, T, dims, stride_qd, D, dq)
+def _dkdv_configs(capability: int, head_dim: int, causal: bool):
+    """dK/dV: (BLOCK_M, BLOCK_N, warps, stages); BLOCK_N keys are the accumulators' rows, 64 per Hopper
+    warpgroup. None spills (``python -m mha_course.gpu_report``): at D = 128 the two (BLOCK_N, D) float32
+    accumulators take 128 registers a thread, so the causal kernel (which adds the diagonal's masked loop)
+    walks 32 queries at a time, and stages = 1 keeps the copies of q and dO out of the registers."""
+    if capability >= 90:
+        if head_dim <= 64:
+            shapes = [(64, 128, 8, 1), (64, 128, 8, 2)]
+        else:
+            shapes = [(32, 128, 8, 1)] if causal else [(64, 128, 8, 1), (32, 128, 8, 2)]
+    else:
+        # 64 x 64 tiles on 4 warps spill 40 B (136 B causal) at D = 64
+        shapes = [(32, 64, 4, 2), (32, 64, 8, 2)] if head_dim <= 64 else [(32, 64, 8, 2), (16, 64, 4, 2)]
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in shapes]
 
 
-def _dkdv_configs():
-    """Autotuning space of the dK/dV kernel (CUDA only): every config is TWO_PASS, which compiles
-    without spills for D = 64 and 128, fp16 and bf16, on sm_80 and sm_90; the one-pass kernel
-    spills 48 B or more on sm_80 at D = 128 in every tile shape (``python -m mha_course.gpu_report``).
-    Outputs are overwritten, never accumulated across launches, so autotuning's repeated launches are harmless."""
-    return [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "TWO_PASS": True}, num_warps=w, num_stages=s)
-        for bm, bn, w, s in [
-            (16, 64, 8, 2),
-            (32, 64, 8, 2),
-            (64, 64, 8, 2),
-            (16, 64, 8, 3),
-            (32, 64, 8, 3),
-            (16, 64, 4, 2),
-        ]
-    ]
+def _arguments(kernel, q, k, v, grad_out, lse2, delta, grads, scale, causal, causal_offset=0):
+    """Positional arguments and constexprs of a launch of ``kernel`` ("dkdv" or "dq") on (B, H, ., .) tensors."""
+    H, T, D = q.shape[1], q.shape[2], q.shape[3]
+    S, Dv = v.shape[2], v.shape[3]
+    strides = (*q.stride(), *k.stride(), *v.stride(), *grad_out.stride())
+    # Each gradient is written with its own strides (contiguous here), never with its input's: q, k, v
+    # may be views into packed or sliced storage, whose strides would write outside dq, dk, dv.
+    grad_strides = tuple(s for g in grads for s in g.stride())
+    args = (
+        q,
+        k,
+        v,
+        grad_out,
+        lse2,
+        delta,
+        *grads,
+        *strides,
+        *grad_strides,
+        H,
+        T,
+        S,
+        scale,
+        scale * LOG2E,
+        causal_offset,
+    )
+    return args, constexprs(D, Dv, causal, q.dtype)
 
 
-def _dq_configs():
-    """Autotuning space of the dQ kernel (CUDA only): 64 query rows and 8 warps keep the (BLOCK_M, D)
-    accumulator, q and dO in registers without spills (BLOCK_M = 128, or 4 warps, spill at D = 128)."""
-    return [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bm, bn, w, s in [
-            (64, 16, 8, 2),
-            (64, 32, 8, 2),
-            (64, 64, 8, 2),
-            (64, 16, 8, 3),
-            (64, 32, 8, 3),
-            (64, 64, 8, 3),
-        ]
-    ]
+def _example(kernel):
+    def example(q4, k4, v4, causal):
+        """What :func:`flash_backward` passes for these inputs (gpu_report compiles from it)."""
+        B, H, T, _ = q4.shape
+        stats = torch.empty((B, H, T), dtype=torch.float32, device=q4.device)
+        grads = (torch.empty_like(k4), torch.empty_like(v4)) if kernel == "dkdv" else (torch.empty_like(q4),)
+        grad_out = torch.empty(B, H, T, v4.shape[3], dtype=q4.dtype, device=q4.device)
+        return _arguments(kernel, q4, k4, v4, grad_out, stats, stats, grads, q4.shape[3] ** -0.5, causal)
+
+    return example
 
 
 if triton is not None:
-    _load_tile = triton.jit(_load_tile)  # the kernels call them by these global names
-    _store_tile = triton.jit(_store_tile)
-    _probabilities_t = triton.jit(_probabilities_t)
+    _dkdv_range = triton.jit(_dkdv_range)  # the kernel calls it by this global name
     _dkdv_jitted = triton.jit(_dkdv_kernel)
-    _dq_jitted = triton.jit(_dq_kernel)
+    DKDV = register(KernelSpec("dkdv", _dkdv_jitted, _dkdv_configs, _example("dkdv"), products=4))
+    DQ = register(KernelSpec("dq", _dq_jitted, _dq_configs, _example("dq"), products=3))
     _tuning_key = ["T", "S", "D", "DV", "CAUSAL"]
-    _dkdv_autotuned = (
-        triton.autotune(configs=_dkdv_configs(), key=_tuning_key)(_dkdv_jitted) if ON_GPU and not INTERPRETED else None
-    )
-    _dq_autotuned = (
-        triton.autotune(configs=_dq_configs(), key=_tuning_key)(_dq_jitted) if ON_GPU and not INTERPRETED else None
-    )
+    _dkdv_autotuned = autotuned(DKDV, _tuning_key) if ON_GPU and not INTERPRETED else None
+    _dq_autotuned = autotuned(DQ, _tuning_key) if ON_GPU and not INTERPRETED else None
 
 
 def flash_backward(
@@ -363,7 +264,7 @@ def flash_backward(
     scale: float,
     block_m: int | None = None,
     block_n: int | None = None,
-    two_pass: bool = False,
+    causal_offset: int = 0,
 ):
     """Launch the two backward kernels. Inputs are already checked (by ``triton_attention``).
 
@@ -373,44 +274,32 @@ def flash_backward(
         grad_out: (B, H, T, Dv), dLoss/dout.
         causal, scale: as in the forward call.
         block_m, block_n: tile sizes (powers of two >= 16); autotuned on a GPU when omitted.
-        two_pass: with given block sizes, the dK/dV kernel's two-pass variant (``TWO_PASS``; autotuned
-            configs set it themselves).
+        causal_offset: in causal mode query i sees key j iff j <= i + causal_offset (0: top-left, S - T:
+            bottom-right), as in the forward call.
 
     Returns:
-        (dq, dk, dv) with the shapes and dtype of (q, k, v).
+        (dq, dk, dv) with the shapes and dtype of (q, k, v), contiguous.
     """
     B, H, T, D = q.shape
-    S, Dv = v.shape[2], v.shape[3]
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    S = v.shape[2]
+    dq, dk, dv = (torch.empty(x.shape, dtype=x.dtype, device=x.device) for x in (q, k, v))  # contiguous
     if T == 0 or S == 0 or B * H == 0:  # no score at all: every gradient is zero
         return dq.zero_(), dk.zero_(), dv.zero_()
     grad_out = grad_out.to(q.dtype)
     # delta = rowsum(dO * O) is O(T * Dv) work with no reuse: plain torch does it well.
     delta = (grad_out.float() * out.float()).sum(-1).contiguous()  # (B, H, T)
-    lse = lse.contiguous()  # (B, H, T): the kernels index it as batch_head * T + row
+    lse2 = (lse * LOG2E).contiguous()  # (B, H, T), base 2: the kernels index it as batch_head * T + row
 
-    strides = (*q.stride(), *k.stride(), *v.stride(), *grad_out.stride())
-    shared = (H, T, S, scale, scale * LOG2E)
-    meta = dict(
-        D=D,
-        DV=Dv,
-        BLOCK_D=max(16, triton.next_power_of_2(D)),
-        BLOCK_DV=max(16, triton.next_power_of_2(Dv)),
-        CAUSAL=causal,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-    )
-    dkdv_args = (q, k, v, grad_out, lse, delta, dk, dv, *strides, *shared)
-    dq_args = (q, k, v, grad_out, lse, delta, dq, *strides, *shared)
+    dkdv_args, meta = _arguments("dkdv", q, k, v, grad_out, lse2, delta, (dk, dv), scale, causal, causal_offset)
+    dq_args, _ = _arguments("dq", q, k, v, grad_out, lse2, delta, (dq,), scale, causal, causal_offset)
     if block_m is None and block_n is None and _dkdv_autotuned is not None:
-        _dkdv_autotuned[lambda cfg: (triton.cdiv(S, cfg["BLOCK_N"]), B * H)](*dkdv_args, **meta)
-        _dq_autotuned[lambda cfg: (triton.cdiv(T, cfg["BLOCK_M"]), B * H)](*dq_args, **meta)
+        _dkdv_autotuned[lambda cfg: (triton.cdiv(S, cfg["BLOCK_N"]) * B * H,)](*dkdv_args, **meta)
+        _dq_autotuned[lambda cfg: (triton.cdiv(T, cfg["BLOCK_M"]) * B * H,)](*dq_args, **meta)
     else:
         block_m = block_m or (64 if ON_GPU else 32)
         block_n = block_n or (64 if ON_GPU else 32)
-        _dkdv_jitted[(triton.cdiv(S, block_n), B * H)](
-            *dkdv_args, **meta, BLOCK_M=block_m, BLOCK_N=block_n, TWO_PASS=two_pass
-        )
-        _dq_jitted[(triton.cdiv(T, block_m), B * H)](*dq_args, **meta, BLOCK_M=block_m, BLOCK_N=block_n)
+        _dkdv_jitted[(triton.cdiv(S, block_n) * B * H,)](*dkdv_args, **meta, BLOCK_M=block_m, BLOCK_N=block_n)
+        _dq_jitted[(triton.cdiv(T, block_m) * B * H,)](*dq_args, **meta, BLOCK_M=block_m, BLOCK_N=block_n)
     return dq, dk, dv
 
 

@@ -9,20 +9,28 @@ and streams the keys and values past them BLOCK_N at a time with the online soft
     out   = acc / l                           once every key block has been seen
 
 so the (T, S) scores never exist in memory: extra memory is O(T) (m and l) instead of O(T * S).
-Scores are computed in base 2 (``exp2``) with log2(e) folded into the scale: one multiply saved
-per score. In causal mode (top-left aligned like ``torch``'s ``is_causal``: key j is visible to
-query i iff j <= i) key blocks entirely in a query block's future are skipped, which halves the
-work.
+Scores are computed in base 2 (``exp2``) with log2(e) folded into the scale, and the row maximum
+is taken of the raw scores and scaled once per row, so each score costs one fused multiply-add
+(``s * scale - m``) before its exponential. In causal mode (query i sees key j iff
+j <= i + causal_offset: 0 is top-left aligned like ``torch``'s ``is_causal``, S - T bottom-right)
+key blocks entirely in a query block's future are skipped, which halves the work.
+
+The key blocks are walked in two loops: the full blocks every row of the program sees, with no
+mask at all, then the blocks that need one (the causal diagonal, and the last block when S is
+not a multiple of BLOCK_N). Masking costs a compare and a select per score, so it is paid only
+where it changes something.
 
 This module holds the kernel and its launcher :func:`_forward`; the public
 :func:`mha_course.kernels.triton_attention` (checks, dtypes, autograd) is in :mod:`.function`,
-and whether the kernel runs on a GPU or in Triton's interpreter is decided in :mod:`.runtime`.
+the configs and launch arguments are registered in :mod:`.registry`, and whether the kernel runs on a
+GPU or in Triton's interpreter is decided in :mod:`.runtime`.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .registry import KernelSpec, autotuned, constexprs, register
 from .runtime import INTERPRETED, LOG2E, LOG2E_K, ON_GPU, tl, triton
 
 
@@ -43,40 +51,62 @@ def _attend_key_range(
     stride_vd,
     S,
     qk_scale_log2,
+    causal_offset,
     start,
     stop,
     D: tl.constexpr,
     DV: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
     BLOCK_N: tl.constexpr,
-    MASK_FUTURE: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    NEGATIVE_SCALE: tl.constexpr,
     PRECISION: tl.constexpr,
 ):
-    """Fold key blocks [start, stop) into the running (m_i, l_i, acc) with the online softmax."""
-    for start_n in range(start, stop, BLOCK_N):
-        keys = start_n + cols  # (BLOCK_N,)
-        k = tl.load(
-            k_base + keys[None, :] * stride_ks + dims[:, None] * stride_kd,
-            mask=(keys[None, :] < S) & (dims[:, None] < D),
-            other=0.0,
-        )  # (BLOCK_D, BLOCK_N) = K^T block
-        s = tl.dot(q, k, input_precision=PRECISION) * qk_scale_log2  # (BLOCK_M, BLOCK_N), base-2 scores
-        visible = keys[None, :] < S
-        if MASK_FUTURE:  # only the diagonal blocks need the causal comparison
-            visible = visible & (keys[None, :] <= rows[:, None])
-        s = tl.where(visible, s, float("-inf"))
+    """Fold key blocks [start, stop) into the running (m_i, l_i, acc) with the online softmax.
 
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        # A row that has seen only masked keys so far has m_new = -inf; shift by 0 to avoid inf - inf.
-        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(s - m_shift[:, None])  # (BLOCK_M, BLOCK_N)
+    MASKED: the blocks may hold keys past S or (CAUSAL) in some row's future; otherwise every key
+    of every block is visible to every row, and no score is compared or selected.
+    """
+    for start_n in range(start, stop, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        keys = start_n + cols  # (BLOCK_N,)
+        key_ok = keys[None, :] < S
+        k_ptrs = k_base + keys[None, :] * stride_ks + dims[:, None] * stride_kd  # (BLOCK_D, BLOCK_N) = K^T block
+        v_ptrs = v_base + keys[:, None] * stride_vs + dims_v[None, :] * stride_vd  # (BLOCK_N, BLOCK_DV)
+        if MASKED:
+            k = tl.load(k_ptrs, mask=key_ok & (dims[:, None] < D), other=0.0)
+        elif BLOCK_D != D:  # full blocks: only a padded head dim needs a mask
+            k = tl.load(k_ptrs, mask=dims[:, None] < D, other=0.0)
+        else:
+            k = tl.load(k_ptrs)
+        s = tl.dot(q, k, input_precision=PRECISION)  # (BLOCK_M, BLOCK_N) raw scores
+        if MASKED:
+            visible = key_ok
+            if CAUSAL:
+                visible = visible & (keys[None, :] <= rows[:, None] + causal_offset)
+            s = tl.where(visible, s * qk_scale_log2, float("-inf"))  # base-2 scores, -inf where invisible
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            # A row that has seen only masked keys so far has m_new = -inf; shift by 0 to avoid inf - inf.
+            m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.math.exp2(s - m_shift[:, None])
+        else:
+            # max(s * c) = max(s) * c for c >= 0 (min for c < 0): one multiply per row, not per score.
+            peak = tl.min(s, 1) if NEGATIVE_SCALE else tl.max(s, 1)
+            m_new = tl.maximum(m_i, peak * qk_scale_log2)
+            m_shift = m_new  # finite: every row has seen a visible key by now
+            p = tl.math.exp2(s * qk_scale_log2 - m_shift[:, None])  # one FFMA and one EX2 per score
         rescale = tl.math.exp2(m_i - m_shift)  # how much the old statistics shrink
         l_i = l_i * rescale + tl.sum(p, 1)
-        v = tl.load(
-            v_base + keys[:, None] * stride_vs + dims_v[None, :] * stride_vd,
-            mask=(keys[:, None] < S) & (dims_v[None, :] < DV),
-            other=0.0,
-        )  # (BLOCK_N, BLOCK_DV)
-        acc = acc * rescale[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        if MASKED:
+            v = tl.load(v_ptrs, mask=(keys[:, None] < S) & (dims_v[None, :] < DV), other=0.0)
+        elif BLOCK_DV != DV:
+            v = tl.load(v_ptrs, mask=dims_v[None, :] < DV, other=0.0)
+        else:
+            v = tl.load(v_ptrs)
+        acc = acc * rescale[:, None]
+        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)  # (BLOCK_M, BLOCK_DV)
         m_i = m_new
     return m_i, l_i, acc
 
@@ -107,6 +137,7 @@ def _flash_forward_kernel(
     T,
     S,
     qk_scale_log2,
+    causal_offset,
     D: tl.constexpr,
     DV: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -115,12 +146,18 @@ def _flash_forward_kernel(
     BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr,
     PRECISION: tl.constexpr,
+    NEGATIVE_SCALE: tl.constexpr = False,
 ):
     """One program: BLOCK_M queries of one (batch, head); streams every visible key block past them."""
-    block_m = tl.program_id(0)
-    batch_head = tl.program_id(1)
-    b = batch_head // num_heads
-    h = batch_head % num_heads
+    # A 1-D grid of cdiv(T, BLOCK_M) * B * H programs: any B * H launches (a grid's y and z stop at 65535).
+    n_blocks = tl.cdiv(T, BLOCK_M)
+    block_m = tl.program_id(0) % n_blocks
+    batch_head = tl.program_id(0) // n_blocks
+    if CAUSAL:  # later query blocks see more keys: start them first, so the last programs are short ones
+        block_m = n_blocks - 1 - block_m
+    # int64 before multiplying by a stride: b * stride_qb passes 2**31 elements in a large batch.
+    b = (batch_head // num_heads).to(tl.int64)
+    h = (batch_head % num_heads).to(tl.int64)
 
     rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)  # query positions (BLOCK_M,)
     cols = tl.arange(0, BLOCK_N)  # key offsets within a block (BLOCK_N,)
@@ -136,86 +173,76 @@ def _flash_forward_kernel(
 
     k_base = K + b * stride_kb + h * stride_kh
     v_base = V + b * stride_vb + h * stride_vh
+    full_end = S // BLOCK_N * BLOCK_N  # blocks before this hold no key past S
     if CAUSAL:
-        # Keys before this block's first query are visible to all its rows: no causal test needed.
-        diagonal = tl.minimum(S, block_m * BLOCK_M)
-        m_i, l_i, acc = _attend_key_range(
-            q,
-            m_i,
-            l_i,
-            acc,
-            k_base,
-            v_base,
-            rows,
-            cols,
-            dims,
-            dims_v,
-            stride_ks,
-            stride_kd,
-            stride_vs,
-            stride_vd,
-            S,
-            qk_scale_log2,
-            0,
-            diagonal,
-            D,
-            DV,
-            BLOCK_N,
-            False,
-            PRECISION,
-        )
-        # The diagonal blocks; keys past the block's last query are invisible to every row: skipped.
-        m_i, l_i, acc = _attend_key_range(
-            q,
-            m_i,
-            l_i,
-            acc,
-            k_base,
-            v_base,
-            rows,
-            cols,
-            dims,
-            dims_v,
-            stride_ks,
-            stride_kd,
-            stride_vs,
-            stride_vd,
-            S,
-            qk_scale_log2,
-            diagonal,
-            tl.minimum(S, (block_m + 1) * BLOCK_M),
-            D,
-            DV,
-            BLOCK_N,
-            True,
-            PRECISION,
-        )
+        # Query i sees key j iff j <= i + causal_offset. Blocks of keys at or before the block's first
+        # query's diagonal are seen by all its rows; keys past its last query's diagonal by none (skipped).
+        first_row = block_m * BLOCK_M
+        full_end = tl.minimum(full_end, tl.maximum(first_row + causal_offset + 1, 0) // BLOCK_N * BLOCK_N)
+        stop = tl.maximum(tl.minimum(S, first_row + BLOCK_M + causal_offset), 0)
     else:
-        m_i, l_i, acc = _attend_key_range(
-            q,
-            m_i,
-            l_i,
-            acc,
-            k_base,
-            v_base,
-            rows,
-            cols,
-            dims,
-            dims_v,
-            stride_ks,
-            stride_kd,
-            stride_vs,
-            stride_vd,
-            S,
-            qk_scale_log2,
-            0,
-            S,
-            D,
-            DV,
-            BLOCK_N,
-            False,
-            PRECISION,
-        )
+        stop = S
+    m_i, l_i, acc = _attend_key_range(
+        q,
+        m_i,
+        l_i,
+        acc,
+        k_base,
+        v_base,
+        rows,
+        cols,
+        dims,
+        dims_v,
+        stride_ks,
+        stride_kd,
+        stride_vs,
+        stride_vd,
+        S,
+        qk_scale_log2,
+        causal_offset,
+        0,
+        full_end,
+        D,
+        DV,
+        BLOCK_D,
+        BLOCK_DV,
+        BLOCK_N,
+        False,
+        CAUSAL,
+        NEGATIVE_SCALE,
+        PRECISION,
+    )
+    # The blocks that need a mask: the causal diagonal, and the last block when S % BLOCK_N != 0.
+    m_i, l_i, acc = _attend_key_range(
+        q,
+        m_i,
+        l_i,
+        acc,
+        k_base,
+        v_base,
+        rows,
+        cols,
+        dims,
+        dims_v,
+        stride_ks,
+        stride_kd,
+        stride_vs,
+        stride_vd,
+        S,
+        qk_scale_log2,
+        causal_offset,
+        full_end,
+        stop,
+        D,
+        DV,
+        BLOCK_D,
+        BLOCK_DV,
+        BLOCK_N,
+        True,
+        CAUSAL,
+        NEGATIVE_SCALE,
+        PRECISION,
+    )
 
     # Rows with no visible key (l = 0) give zeros, the library's convention for fully masked rows.
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
@@ -224,32 +251,53 @@ def _flash_forward_kernel(
     tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=(rows[:, None] < T) & (dims_v[None, :] < DV))
     # Natural-log log-sum-exp of each row's scores: what a backward pass needs to rebuild P.
     lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) / LOG2E_K)
-    tl.store(LSE + batch_head * T + rows, lse, mask=rows < T)
+    tl.store(LSE + batch_head.to(tl.int64) * T + rows, lse, mask=rows < T)
 
 
-def _gpu_configs():
-    """Autotuning space (CUDA only): (BLOCK_M, BLOCK_N, warps, stages) that compile without register
-    spills for D = 64 and 128, fp16 and bf16, on sm_80 and sm_90 (``python -m mha_course.gpu_report``).
+def _configs(capability: int, head_dim: int, causal: bool):
+    """The (BLOCK_M, BLOCK_N, warps, stages) shipped for a GPU and head dim; none spills (``python -m
+    mha_course.gpu_report``). Hopper's wgmma gives each warpgroup (4 warps) 64 rows of the accumulator,
+    so 8 warps need BLOCK_M = 128: with 64 rows both warpgroups would compute the same scores. Ampere's
+    mma.sync keeps the (BLOCK_M, D) accumulator and q in registers: 64-wide key blocks at D = 128."""
+    if capability >= 90:
+        shapes = [(128, 128, 8, 2), (128, 64, 8, 3)]
+    elif head_dim <= 64:  # 4 warps on 128 rows spill 32 B in the causal kernel (its diagonal loop)
+        shapes = [(64, 64, 4, 3), (128, 64, 8, 3)] if causal else [(128, 64, 4, 3), (64, 64, 4, 3)]
+    else:
+        shapes = [(128, 64, 8, 3), (64, 64, 4, 3)]
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in shapes]
 
-    128 x 128 tiles, and 128 x 64 or 64 x 64 tiles with only 4 warps, spill at D = 128: the
-    (BLOCK_M, D) float32 accumulator and the q tile need more than 255 registers per thread.
-    """
-    return [
-        triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bm, bn, w, s in [(128, 32, 8, 3), (64, 64, 8, 3), (64, 32, 4, 3), (64, 32, 4, 4)]
-    ]
+
+def _arguments(q4, k4, v4, out, lse, scale, causal, causal_offset=0):
+    """The launch's positional arguments and constexprs (all but the config's) for (B, H, T, D) inputs."""
+    H, T, D = q4.shape[1], q4.shape[2], q4.shape[3]
+    S, Dv = v4.shape[2], v4.shape[3]
+    args = (
+        *(q4, k4, v4, out, lse),
+        *(*q4.stride(), *k4.stride(), *v4.stride(), *out.stride()),
+        *(H, T, S, scale * LOG2E, causal_offset),
+    )
+    # The kernel scales the row maximum of the raw scores: their minimum when the scale is negative.
+    meta = dict(constexprs(D, Dv, causal, q4.dtype), NEGATIVE_SCALE=scale < 0)
+    return args, meta
+
+
+def _example(q4, k4, v4, causal):
+    """What :func:`_forward` passes for these inputs (gpu_report compiles from it)."""
+    B, H, T, _ = q4.shape
+    out = torch.empty((B, H, T, v4.shape[3]), dtype=q4.dtype, device=q4.device)
+    lse = torch.empty((B, H, T), dtype=torch.float32, device=q4.device)
+    return _arguments(q4, k4, v4, out, lse, q4.shape[3] ** -0.5, causal)
 
 
 _autotuned = None  # the autotuned launcher, on a GPU only
+SPEC = None
 if triton is not None:
     _attend_key_range = triton.jit(_attend_key_range)  # the kernel calls it by this global name
     _jitted = triton.jit(_flash_forward_kernel)
+    SPEC = register(KernelSpec("forward", _jitted, _configs, _example, products=2))
     # Autotune needs a live GPU driver; under the interpreter block sizes are chosen by the caller.
-    _autotuned = (
-        triton.autotune(configs=_gpu_configs(), key=["T", "S", "D", "DV", "CAUSAL"])(_jitted)
-        if ON_GPU and not INTERPRETED
-        else None
-    )
+    _autotuned = autotuned(SPEC, key=["T", "S", "D", "DV", "CAUSAL"]) if ON_GPU and not INTERPRETED else None
 
 
 def _check_blocks(block_m, block_n, causal):
@@ -260,26 +308,24 @@ def _check_blocks(block_m, block_n, causal):
         raise ValueError(f"causal mode needs block_m to be a multiple of block_n, got {block_m} and {block_n}")
 
 
-def _forward(q4, k4, v4, causal, scale, block_m, block_n):
-    """Launch the forward kernel on (B, H, T, D) / (B, H, S, D) / (B, H, S, Dv); returns (out, lse)."""
+def _forward(q4, k4, v4, causal, scale, block_m, block_n, causal_offset=0):
+    """Launch the forward kernel on (B, H, T, D) / (B, H, S, D) / (B, H, S, Dv); returns (out, lse).
+
+    ``causal_offset``: query i sees key j iff j <= i + causal_offset (0 top-left, S - T bottom-right).
+    """
     B, H, T, D = q4.shape
-    S, Dv = v4.shape[2], v4.shape[3]
+    Dv = v4.shape[3]
     out = torch.empty((B, H, T, Dv), dtype=q4.dtype, device=q4.device)  # (B, H, T, Dv)
     lse = torch.empty((B, H, T), dtype=torch.float32, device=q4.device)  # (B, H, T)
     if T == 0 or B * H == 0:
         return out, lse
-    args = (q4, k4, v4, out, lse, *q4.stride(), *k4.stride(), *v4.stride(), *out.stride(), H, T, S, scale * LOG2E)
-    meta = dict(
-        D=D,
-        DV=Dv,
-        BLOCK_D=max(16, triton.next_power_of_2(D)),
-        BLOCK_DV=max(16, triton.next_power_of_2(Dv)),
-        CAUSAL=causal,
-        PRECISION="ieee" if q4.dtype == torch.float32 else "tf32",
-    )
+    args, meta = _arguments(q4, k4, v4, out, lse, scale, causal, causal_offset)
     if block_m is None and block_n is None and _autotuned is not None:
-        grid = lambda cfg: (triton.cdiv(T, cfg["BLOCK_M"]), B * H)
+        grid = lambda cfg: (triton.cdiv(T, cfg["BLOCK_M"]) * B * H,)
         _autotuned[grid](*args, **meta)
     else:
-        _jitted[(triton.cdiv(T, block_m), B * H)](*args, **meta, BLOCK_M=block_m, BLOCK_N=block_n)
+        _jitted[(triton.cdiv(T, block_m) * B * H,)](*args, **meta, BLOCK_M=block_m, BLOCK_N=block_n)
     return out, lse
+
+
+__all__ = ["SPEC"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from ..tiling import causal_diagonal
 from ..validation import check_qkv, resolve_scale
 from .backward import flash_backward
 from .forward import _autotuned, _check_blocks, _forward
@@ -25,6 +26,7 @@ def triton_attention(
     block_m: int | None = None,
     block_n: int | None = None,
     return_lse: bool = False,
+    causal_align: str = "top_left",
 ):
     """softmax(q k^T * scale [+ causal mask]) v computed by the fused Triton kernel.
 
@@ -32,11 +34,16 @@ def triton_attention(
         q: (B, H, T, D), or (H, T, D) / (T, D) (leading dims are added and removed).
         k: (B, H, S, D), same leading dims as q.
         v: (B, H, S, Dv).
-        causal: top-left aligned causal mask (key j visible to query i iff j <= i).
+        causal: causal mask, aligned as ``causal_align`` says.
         scale: multiplies the scores; default 1/sqrt(D).
         block_m, block_n: tile sizes (powers of two >= 16). On a GPU they are autotuned when
             omitted; under the interpreter they default to 32.
         return_lse: also return the natural-log log-sum-exp of each row's scores, (B, H, T), float32.
+        causal_align: "top_left" (key j visible to query i iff j <= i, torch's ``is_causal``) or
+            "bottom_right" (iff j <= i + S - T: the T queries are the last T of S positions, as when
+            decoding with a KV cache; FlashAttention's convention). The same option as
+            :func:`mha_course.tiled_attention`'s; :func:`mha_course.causal_mask` with ``diagonal=S - T``
+            is the bottom-right mask. A row that sees no key (bottom-right with T > S) gives zeros.
 
     Returns:
         out (B, H, T, Dv) in q's dtype (and lse if asked). float16, bfloat16 and float32;
@@ -79,6 +86,7 @@ def triton_attention(
             )
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    causal_offset = causal_diagonal(causal_align, T, S)
     scale = resolve_scale(scale, D)
     if q.device.type != "cuda" and not INTERPRETED:
         raise ValueError(f"tensors are on {q.device} but Triton was set up for the GPU; move them to cuda")
@@ -89,32 +97,50 @@ def triton_attention(
 
     lead = q.shape[:-2]
     q4, k4, v4 = (x.reshape((1,) * (4 - x.dim()) + tuple(x.shape)) for x in (q, k, v))  # (B, H, ., .)
+    for name, x in (("q", q4), ("k", k4), ("v", v4)):
+        _check_head_offsets(name, x)
     if INTERPRETED and q.dtype == torch.bfloat16:
         q4, k4, v4 = q4.float(), k4.float(), v4.float()  # the interpreter mishandles bfloat16
     if torch.is_grad_enabled() and any(x.requires_grad for x in (q4, k4, v4)):
-        out, lse = _TritonAttention.apply(q4, k4, v4, causal, scale, block_m, block_n)
+        out, lse = _TritonAttention.apply(q4, k4, v4, causal, scale, block_m, block_n, causal_offset)
     else:
-        out, lse = _forward(q4, k4, v4, causal, scale, block_m, block_n)
+        out, lse = _forward(q4, k4, v4, causal, scale, block_m, block_n, causal_offset)
     out = out.to(q.dtype).reshape(*lead, T, Dv)  # back to the caller's dtype and leading dims
     return (out, lse.reshape(*lead, T)) if return_lse else out
+
+
+_INT32_MAX = 2**31 - 1
+
+
+def _check_head_offsets(name: str, x4: torch.Tensor) -> None:
+    """The kernels add a 64-bit offset per (batch, head) and 32-bit offsets inside one head: those must fit."""
+    _, _, n, d = x4.shape
+    last = (n - 1) * abs(x4.stride(2)) + (d - 1) * abs(x4.stride(3)) if n and d else 0
+    if last > _INT32_MAX:
+        raise ValueError(
+            f"{name}: one head spans {last + 1} elements (shape {tuple(x4.shape)}, strides {x4.stride()}); "
+            f"the kernel's offsets inside a head are 32-bit (at most {_INT32_MAX}): make the tensor contiguous"
+        )
 
 
 class _TritonAttention(torch.autograd.Function):
     """The forward kernel, and the two backward kernels of :mod:`mha_course.kernels.backward`."""
 
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, block_m, block_n):
-        out, lse = _forward(q, k, v, causal, scale, block_m, block_n)
+    def forward(ctx, q, k, v, causal, scale, block_m, block_n, causal_offset):
+        out, lse = _forward(q, k, v, causal, scale, block_m, block_n, causal_offset)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.causal, ctx.scale, ctx.blocks = causal, scale, (block_m, block_n)
+        ctx.causal, ctx.scale, ctx.blocks, ctx.causal_offset = causal, scale, (block_m, block_n), causal_offset
         ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = flash_backward(q, k, v, out, lse, grad_out, ctx.causal, ctx.scale, *ctx.blocks)
-        return dq, dk, dv, None, None, None, None
+        dq, dk, dv = flash_backward(
+            q, k, v, out, lse, grad_out, ctx.causal, ctx.scale, *ctx.blocks, causal_offset=ctx.causal_offset
+        )
+        return dq, dk, dv, None, None, None, None, None
 
 
 __all__ = ["triton_attention"]

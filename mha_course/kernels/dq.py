@@ -1,0 +1,154 @@
+"""The dQ kernel of the backward pass: one program per query block, dQ summed over every visible key block.
+
+It recomputes the score tile S and dP = dO V^T to get dS (3 tile products per tile: S, dP, dS K); the
+formulas and the ranges it walks are described in :mod:`.backward`, which launches it.
+"""
+
+from __future__ import annotations
+
+from .rows import _load_rows, _store_rows  # noqa: F401 (the kernels call them by these global names)
+from .runtime import tl, triton
+
+
+def _dq_range(
+    dq,
+    q,
+    do,
+    lse2,
+    delta,
+    k_base,
+    v_base,
+    rows,
+    offs_n,
+    dims,
+    dims_v,
+    stride_ks,
+    stride_kd,
+    stride_vs,
+    stride_vd,
+    S,
+    qk_scale_log2,
+    causal_offset,
+    start,
+    stop,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    MASKED: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """Add the key blocks [start, stop) to one query block's dQ (S and dP recomputed: 3 products per tile)."""
+    for start_n in range(start, stop, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        keys = start_n + offs_n  # (BLOCK_N,)
+        k = _load_rows(k_base, keys, stride_ks, S, dims, stride_kd, D, MASKED)  # (BLOCK_N, BLOCK_D)
+        v = _load_rows(v_base, keys, stride_vs, S, dims_v, stride_vd, DV, MASKED)  # (BLOCK_N, BLOCK_DV)
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N), unscaled
+        p = tl.math.exp2(s * qk_scale_log2 - lse2[:, None])
+        if MASKED and CAUSAL:
+            p = tl.where(keys[None, :] <= rows[:, None] + causal_offset, p, 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)  # (BLOCK_M, BLOCK_D)
+    return dq
+
+
+def _dq_kernel(
+    Q,
+    K,
+    V,
+    DO,
+    LSE2,
+    DELTA,
+    DQ_OUT,
+    stride_qb,
+    stride_qh,
+    stride_qt,
+    stride_qd,
+    stride_kb,
+    stride_kh,
+    stride_ks,
+    stride_kd,
+    stride_vb,
+    stride_vh,
+    stride_vs,
+    stride_vd,
+    stride_ob,
+    stride_oh,
+    stride_ot,
+    stride_od,
+    stride_dqb,
+    stride_dqh,
+    stride_dqt,
+    stride_dqd,
+    num_heads,
+    T,
+    S,
+    scale,
+    qk_scale_log2,
+    causal_offset,
+    D: tl.constexpr,
+    DV: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    PRECISION: tl.constexpr,
+):
+    """One program: dQ for BLOCK_M queries of one (batch, head), summed over every visible key block."""
+    n_blocks = tl.cdiv(T, BLOCK_M)
+    block_m = tl.program_id(0) % n_blocks
+    batch_head = tl.program_id(0) // n_blocks
+    if CAUSAL:  # later query blocks see more keys: start them first
+        block_m = n_blocks - 1 - block_m
+    b = (batch_head // num_heads).to(tl.int64)
+    h = (batch_head % num_heads).to(tl.int64)
+    row_stats = batch_head.to(tl.int64) * T
+
+    rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
+    offs_n = tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, BLOCK_D)
+    dims_v = tl.arange(0, BLOCK_DV)
+    row_ok = rows < T
+
+    q = _load_rows(
+        Q + b * stride_qb + h * stride_qh, rows, stride_qt, T, dims, stride_qd, D, True
+    )  # (BLOCK_M, BLOCK_D)
+    do = _load_rows(DO + b * stride_ob + h * stride_oh, rows, stride_ot, T, dims_v, stride_od, DV, True)
+    lse2 = tl.load(LSE2 + row_stats + rows, mask=row_ok, other=float("inf"))  # (BLOCK_M,), base 2
+    delta = tl.load(DELTA + row_stats + rows, mask=row_ok, other=0.0)  # (BLOCK_M,)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+
+    # Keys before `full_end` are seen by every row of the block (and are < S); the rest up to `stop` need a mask.
+    full_end = S // BLOCK_N * BLOCK_N
+    if CAUSAL:
+        first_row = block_m * BLOCK_M
+        full_end = tl.minimum(full_end, tl.maximum(first_row + causal_offset + 1, 0) // BLOCK_N * BLOCK_N)
+        stop = tl.maximum(tl.minimum(S, first_row + BLOCK_M + causal_offset), 0)
+    else:
+        stop = S
+    k_base = K + b * stride_kb + h * stride_kh
+    v_base = V + b * stride_vb + h * stride_vh
+    args = (q, do, lse2, delta, k_base, v_base, rows, offs_n, dims, dims_v, stride_ks, stride_kd, stride_vs, stride_vd)
+    dq = _dq_range(dq, *args, S, qk_scale_log2, causal_offset, 0, full_end, D, DV, BLOCK_N, False, CAUSAL, PRECISION)
+    dq = _dq_range(dq, *args, S, qk_scale_log2, causal_offset, full_end, stop, D, DV, BLOCK_N, True, CAUSAL, PRECISION)
+
+    dq = dq * scale
+    _store_rows(DQ_OUT + b * stride_dqb + h * stride_dqh, rows, stride_dqt, T, dims, stride_dqd, D, dq)
+
+
+def _dq_configs(capability: int, head_dim: int, causal: bool):
+    """dQ: (BLOCK_M, BLOCK_N, warps, stages); BLOCK_M queries are the accumulator's rows."""
+    if capability >= 90:
+        shapes = [(128, 128, 8, 2), (128, 64, 8, 2)] if head_dim <= 64 else [(128, 64, 8, 2)]
+    else:
+        shapes = [(64, 64, 4, 2), (64, 32, 4, 2)] if head_dim <= 64 else [(64, 64, 8, 2), (64, 32, 8, 2)]
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in shapes]
+
+
+_dq_jitted = None  # without Triton: the name exists, nothing can launch
+if triton is not None:
+    _dq_range = triton.jit(_dq_range)  # the kernel calls it by this global name
+    _dq_jitted = triton.jit(_dq_kernel)
