@@ -145,9 +145,16 @@ def _attribute_call(node: ast.Call, aliases: dict[str, str]) -> tuple[str | None
 
 
 def parse(source: str) -> ast.Module:
-    """``ast.parse`` for the grader's threads, under :data:`AST_LOCK`: every parse in the grader goes through here."""
+    """``ast.parse`` for the grader's threads, under :data:`AST_LOCK`: every parse in the grader goes through here.
+
+    Raises SyntaxError also for code nested too deeply for CPython's parser (``not not ... True``
+    or ``((((...))))`` raise MemoryError or RecursionError there), so callers handle one error.
+    """
     with AST_LOCK:
-        return ast.parse(source)
+        try:
+            return ast.parse(source)
+        except (MemoryError, RecursionError) as exc:
+            raise SyntaxError(f"nested too deeply for the grader to read ({type(exc).__name__})") from None
 
 
 def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
