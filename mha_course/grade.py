@@ -9,7 +9,9 @@ A folder is a class as a learning platform downloads it: each first-level folder
 is one student (see :mod:`mha_course.grading.collect`), keyed by its path, so students whose files
 share a name never overwrite each other. ``--assignment KEY`` grades one assignment: a notebook of
 another assignment, a missing notebook or a broken link gets a row saying so, never a silent
-skip; without it, each notebook is graded as the assignment its metadata names.
+skip; without it, each notebook is graded as the assignment its metadata names. A student gets one
+grade per assignment: of several notebooks the one named like the assignment's, else the newest,
+is graded, and the row names the others (never a sum). Links are never followed.
 
 Every test that passes is run again on fresh random inputs of the same kind (``--seed`` fixes
 them; the CSV records it), so memorised answers gain nothing.
@@ -19,9 +21,11 @@ gradebook (student, file, a column per exercise, total, seed, isolation, notes);
 HTML class report with its Markdown twin; ``--feedback-dir`` one Markdown file per submission for
 the student; ``--results-dir`` one Gradescope results.json per submission; ``--json`` one merged
 results.json; ``--grades-out`` the roster back with the grade filled in (Canvas/Moodle import);
-``--overrides`` per-student decisions applied on every (re)grade. Exit status 0 whenever grading
-ran, however the submissions scored; 2 for a usage error; 3 when submissions cannot be isolated
-here and ``--unsafe-no-isolation`` was not given.
+``--overrides`` per-student decisions applied on every (re)grade. Whatever one submission holds,
+the run ends with every output for the others (its failure is its row); learner text is made safe
+for each output (:mod:`~.grading.safe_text`). Exit status 0 whenever grading ran, however the
+submissions scored; 1 when an output could not be written (the others are); 2 for a usage error;
+3 when submissions cannot be isolated here and ``--unsafe-no-isolation`` was not given.
 """
 
 from __future__ import annotations
@@ -115,7 +119,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m mha_course.grade",
         description="Grade submission notebooks, each in its own sandbox. A folder is a class: each first-level "
         "folder or file is one student. Exit status 0 whenever grading ran (failing tests are not an "
-        "error), 2 for a usage error, 3 when submissions cannot be isolated here.",
+        "error), 1 when an output could not be written, 2 for a usage error, 3 when submissions cannot be "
+        "isolated here.",
     )
     parser.add_argument("submissions", nargs="+", help="notebooks, or folders of a class (searched recursively)")
     parser.add_argument(
