@@ -438,3 +438,12 @@ def test_lecture_notebooks_use_no_flagged_idiom_but_dispatch_modes():
         report = scan.scan(notebook.code_cells(notebook.load(path)), registry.get_assignment("a02_softmax"))
         names = {f.name for f in report.tampering if "_python_dispatch" not in f.name}
         assert not names, (path.name, names)
+
+
+def test_a_file_over_the_read_limit_is_refused_unread(tmp_path, monkeypatch):
+    from mha_course.grading import grader
+
+    path = _write(tmp_path / "a02_softmax.ipynb", _notebook())
+    monkeypatch.setattr(grader, "MAX_NOTEBOOK_BYTES", 1000)
+    result = grader.grade_notebook(path, unsafe_no_isolation=True)
+    assert result.error and "the grader reads notebooks of at most" in result.error and not result.tests
