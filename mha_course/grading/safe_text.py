@@ -11,8 +11,9 @@ a browser renders and UTF-8 files. Each output has one function here:
   become escapes, so one field is one line and a terminal runs none of it.
 * :func:`csv_cell` -- a cell starting with ``= + - @``, a tab or a carriage return gets a leading
   ``'`` (OWASP's rule against formula injection); plain numbers are kept.
-* :func:`markdown` / :func:`code_span` -- learner text inside Markdown: HTML as entities, backslashes, backticks and brackets escaped,
-  or a code span whose fence is longer than any run of backticks inside.
+* :func:`markdown` / :func:`code_span` -- learner text inside Markdown: HTML as entities and
+  backslashes, backticks and brackets escaped, or a code span whose fence is longer than any run of
+  backticks inside (a code span shows HTML as text).
 """
 
 from __future__ import annotations
