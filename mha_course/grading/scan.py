@@ -205,16 +205,18 @@ def _attribute_call(
     return None, None
 
 
-def _number(node: ast.AST, ints: set[str]) -> bool:
+def _number(node: ast.AST, ints: set[str], depth: int = 0) -> bool:
     """Whether an expression is an int literal, a name assigned one, or arithmetic on them (a file descriptor)."""
+    if depth > 50:
+        return True  # arithmetic this deep as a file name is no path anyone writes
     if isinstance(node, ast.Constant):
         return type(node.value) is int
     if isinstance(node, ast.Name):
         return node.id in ints
     if isinstance(node, ast.UnaryOp):
-        return _number(node.operand, ints)
+        return _number(node.operand, ints, depth + 1)
     if isinstance(node, ast.BinOp):
-        return _number(node.left, ints) or _number(node.right, ints)
+        return _number(node.left, ints, depth + 1) or _number(node.right, ints, depth + 1)
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("int", "len", "abs"):
         return True
     return False
@@ -237,7 +239,8 @@ def parse(source: str) -> ast.Module:
         try:
             return ast.parse(source)
         except (MemoryError, RecursionError) as exc:
-            raise SyntaxError(f"nested too deeply for the grader to read ({type(exc).__name__})") from None
+            message = f"nested too deeply for the grader to read ({type(exc).__name__})"
+            raise SyntaxError(message, ("<cell>", 1, 1, "")) from None
 
 
 def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:

@@ -447,3 +447,11 @@ def test_a_file_over_the_read_limit_is_refused_unread(tmp_path, monkeypatch):
     monkeypatch.setattr(grader, "MAX_NOTEBOOK_BYTES", 1000)
     result = grader.grade_notebook(path, unsafe_no_isolation=True)
     assert result.error and "the grader reads notebooks of at most" in result.error and not result.tests
+
+
+def test_arithmetic_too_deep_costs_the_scan_nothing():
+    """``open(1+1+...+1)`` 200,000 terms deep: a syntax error in the notes, never the grader's own failure."""
+    report = scan.scan([(0, "x = open(" + "1+" * 200_000 + "1)")], registry.get_assignment("a02_softmax"))
+    assert report.syntax_errors == [
+        "cell 1, line 1: SyntaxError: nested too deeply for the grader to read (RecursionError)"
+    ]
