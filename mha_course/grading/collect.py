@@ -137,22 +137,47 @@ def _classify(root: Path, path: Path, rel: str) -> _File:
     return entry
 
 
+#: Folders deeper than this below the class folder are not entered (a tar can hold thousands of
+#: levels; a walk that recursed through them would stop the whole class).
+MAX_DEPTH = 32
+
+
 def _walk(root: Path, start: Path) -> list[_File]:
-    """Every entry under ``start`` (links not followed into folders), sorted."""
+    """Every entry under ``start``, depth first and sorted; links are listed, never entered.
+
+    Iterative (no recursion, whatever the depth); a folder that cannot be read, or lies deeper than
+    :data:`MAX_DEPTH`, is an entry with the reason.
+    """
     found = []
-    for folder, dirs, files in os.walk(start, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if d not in _NOISE)
-        here = Path(folder)
-        for name in sorted(files) + [d for d in dirs if d.lower().endswith(".ipynb")]:
-            if name in _NOISE:
+    stack = [(start, 0)]
+    while stack:
+        here, depth = stack.pop()
+        try:
+            with os.scandir(here) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError as exc:
+            rel = here.relative_to(root).as_posix()
+            found.append(_File(rel, here, "special", unreadable=f"a folder that cannot be read ({exc.strerror})"))
+            continue
+        folders = []
+        for entry in entries:
+            if entry.name in _NOISE:
                 continue
-            path = here / name
-            found.append(_classify(root, path, path.relative_to(root).as_posix()))
-        # a link to a folder is listed by os.walk among dirs and never entered: report it as a file
-        for d in dirs:
-            if (here / d).is_symlink() and not d.lower().endswith(".ipynb"):
-                found.append(_link(root, here / d, (here / d).relative_to(root).as_posix()))
-        dirs[:] = [d for d in dirs if not (here / d).is_symlink()]
+            path = here / entry.name
+            try:
+                is_folder = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                is_folder = False
+            if is_folder:
+                folders.append(path)
+            if not is_folder or entry.name.lower().endswith(".ipynb"):  # files, links, a folder named x.ipynb
+                found.append(_classify(root, path, path.relative_to(root).as_posix()))
+        for folder in reversed(folders):
+            if depth + 1 > MAX_DEPTH:
+                rel = folder.relative_to(root).as_posix()
+                found.append(_File(rel, folder, "special", unreadable=f"folders nested deeper than {MAX_DEPTH} levels"))
+            else:
+                stack.append((folder, depth + 1))
     return found
 
 

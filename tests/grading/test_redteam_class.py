@@ -452,6 +452,27 @@ def test_a_file_over_the_read_limit_is_refused_unread(tmp_path, monkeypatch):
 def test_arithmetic_too_deep_costs_the_scan_nothing():
     """``open(1+1+...+1)`` 200,000 terms deep: a syntax error in the notes, never the grader's own failure."""
     report = scan.scan([(0, "x = open(" + "1+" * 200_000 + "1)")], registry.get_assignment("a02_softmax"))
-    assert report.syntax_errors == [
-        "cell 1, line 1: SyntaxError: nested too deeply for the grader to read (RecursionError)"
-    ]
+    (error,) = report.syntax_errors
+    assert error.startswith("cell 1, line 1: SyntaxError: nested too deeply for the grader to read")
+
+
+def test_folders_thousands_of_levels_deep_are_a_note(tmp_path):
+    here, levels = tmp_path / "deep_student", 1500
+    here.mkdir()
+    cwd = os.getcwd()
+    os.chdir(here)  # relative steps: an absolute path this deep is longer than PATH_MAX
+    made = 0
+    try:
+        for _ in range(levels):
+            os.mkdir("a")
+            os.chdir("a")
+            made += 1
+        _write(tmp_path / "ann" / "a02_softmax.ipynb", _notebook())
+        rows = {r.student: r for r in collect([tmp_path], "a02_softmax")}
+        assert rows["ann"].path is not None
+        assert "folders nested deeper than 32 levels" in rows["deep_student"].problem
+    finally:
+        for _ in range(made):  # removed here, bottom up: a recursive rmtree would overflow on it
+            os.chdir("..")
+            os.rmdir("a")
+        os.chdir(cwd)
