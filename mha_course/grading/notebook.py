@@ -75,7 +75,7 @@ def read_regular(path: str | Path, limit: int = MAX_FILE_BYTES) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
-        raise ValueError(f"not a readable notebook ({type(exc).__name__}: {exc.strerror})") from None
+        raise ValueError(f"{type(exc).__name__}: {exc.strerror}") from None
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
