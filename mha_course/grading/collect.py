@@ -24,7 +24,8 @@ rule across rows that the roster says are one student.
 
 **Only regular files are read, and links are never followed** (a link to a classmate's notebook or
 to ``solutions/`` must not be graded as the student's work): a link, a FIFO or a device named like a
-notebook becomes a note of the row. File names that are not UTF-8 are kept as Python decodes them
+notebook becomes a note of the row (a notebook that is one file with a classmate's, a hard link, is
+graded and noted on both rows for review). File names that are not UTF-8 are kept as Python decodes them
 (``os.fsdecode``), so the student keeps their identity; outputs show them escaped.
 """
 
@@ -77,6 +78,7 @@ class _File:
     kind: str  # notebook | fallback | other | link | special | folder
     assignment: str | None = None
     unreadable: str | None = None
+    inode: tuple[int, int] | None = None  # (device, inode) of a file with several hard links
 
 
 def peek_assignment(path: Path) -> tuple[str | None, str | None]:
@@ -134,7 +136,28 @@ def _classify(root: Path, path: Path, rel: str) -> _File:
     checkpoint = ".ipynb_checkpoints" in Path(rel).parts or name.endswith("-checkpoint.ipynb")
     entry = _File(rel, path, "fallback" if checkpoint or _COPY.search(name) else "notebook")
     entry.assignment, entry.unreadable = peek_assignment(path)
+    if info.st_nlink > 1:
+        entry.inode = (info.st_dev, info.st_ino)
     return entry
+
+
+def _shared_files(groups: dict[str, list[_File]]) -> dict[str, list[str]]:
+    """Student -> notes on notebooks that are one file (hard links) with another student's."""
+    owners: dict[tuple[int, int], list[tuple[str, str]]] = {}
+    for student, files in groups.items():
+        for f in files:
+            if f.inode is not None:
+                owners.setdefault(f.inode, []).append((student, f.rel))
+    notes: dict[str, list[str]] = {}
+    for holders in owners.values():
+        if len({student for student, _ in holders}) < 2:
+            continue
+        for student, rel in holders:
+            others = ", ".join(r for s, r in holders if s != student)
+            notes.setdefault(student, []).append(
+                f"{rel} is the same file as {others} (a hard link): two students hand in one notebook; for your review"
+            )
+    return notes
 
 
 #: Folders deeper than this below the class folder are not entered (a tar can hold thousands of
@@ -391,7 +414,11 @@ def collect(
         merged = [f for s in order for f in groups[s]]
         order, groups = [order[0] if order else "submission"], {}
         groups[order[0]] = merged
+    shared = _shared_files(groups)
     rows = []
     for student in order:
-        rows += _rows_for(student, groups[student], assignment, notebook_names)
+        mine = _rows_for(student, groups[student], assignment, notebook_names)
+        for row in mine:
+            row.notes += shared.get(student, [])
+        rows += mine
     return rows

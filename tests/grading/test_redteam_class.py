@@ -476,3 +476,12 @@ def test_folders_thousands_of_levels_deep_are_a_note(tmp_path):
             os.chdir("..")
             os.rmdir("a")
         os.chdir(cwd)
+
+
+def test_a_hard_link_to_a_classmates_notebook_is_noted_on_both_rows(tmp_path):
+    original = _write(tmp_path / "ann" / "a02_softmax.ipynb", _notebook())
+    (tmp_path / "bob").mkdir()
+    os.link(original, tmp_path / "bob" / "a02_softmax.ipynb")
+    rows = {r.student: r for r in collect([tmp_path], "a02_softmax")}
+    assert "is the same file as bob/a02_softmax.ipynb (a hard link)" in " ".join(rows["ann"].notes)
+    assert "is the same file as ann/a02_softmax.ipynb (a hard link)" in " ".join(rows["bob"].notes)
