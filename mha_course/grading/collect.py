@@ -223,17 +223,10 @@ def original_name(rel: str) -> str:
     return match["name"] if match else name
 
 
-def _mtime(path: Path) -> float:
-    try:
-        return os.lstat(path).st_mtime
-    except OSError:
-        return 0.0
-
-
 def _rank(rel: str, path: Path, notebook_name: str | None) -> tuple:
     """The order of :func:`_pick`: the assignment's own file name first, then the newest, then by path."""
     named = notebook_name is not None and original_name(rel) == notebook_name
-    return (not named, -_mtime(path), rel)
+    return (not named, -os.lstat(path).st_mtime if os.path.lexists(path) else 0.0, rel)
 
 
 def _pick(candidates: list[_File], notebook_name: str | None) -> tuple[_File, list[_File]]:
