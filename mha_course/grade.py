@@ -9,7 +9,9 @@ A folder is a class as a learning platform downloads it: each first-level folder
 is one student (see :mod:`mha_course.grading.collect`), keyed by its path, so students whose files
 share a name never overwrite each other. ``--assignment KEY`` grades one assignment: a notebook of
 another assignment, a missing notebook or a broken link gets a row saying so, never a silent
-skip; without it, each notebook is graded as the assignment its metadata names.
+skip; without it, each notebook is graded as the assignment its metadata names. A student gets one
+grade per assignment: of several notebooks the one named like the assignment's, else the newest,
+is graded, and the row names the others (never a sum). Links are never followed.
 
 Every test that passes is run again on fresh random inputs of the same kind (``--seed`` fixes
 them; the CSV records it), so memorised answers gain nothing.
@@ -19,9 +21,11 @@ gradebook (student, file, a column per exercise, total, seed, isolation, notes);
 HTML class report with its Markdown twin; ``--feedback-dir`` one Markdown file per submission for
 the student; ``--results-dir`` one Gradescope results.json per submission; ``--json`` one merged
 results.json; ``--grades-out`` the roster back with the grade filled in (Canvas/Moodle import);
-``--overrides`` per-student decisions applied on every (re)grade. Exit status 0 whenever grading
-ran, however the submissions scored; 2 for a usage error; 3 when submissions cannot be isolated
-here and ``--unsafe-no-isolation`` was not given.
+``--overrides`` per-student decisions applied on every (re)grade. Whatever one submission holds,
+the run ends with every output for the others (its failure is its row); learner text is made safe
+for each output (:mod:`~.grading.safe_text`). Exit status 0 whenever grading ran, however the
+submissions scored; 1 when an output could not be written (the others are); 2 for a usage error;
+3 when submissions cannot be isolated here and ``--unsafe-no-isolation`` was not given.
 """
 
 from __future__ import annotations
@@ -31,9 +35,9 @@ import sys
 from pathlib import Path
 
 from .grading import notebook, registry
-from .grading.collect import Submission, collect
+from .grading.collect import Submission, collect, one_per_student
 from .grading.feedback import feedback_markdown
-from .grading.grader import Isolator, Limits, SubmissionResult, grade_many
+from .grading.grader import MAX_CODE_BYTES, Isolator, Limits, SubmissionResult, grade_many
 from .grading.isolation import IsolationError
 from .grading.report import write_report
 from .grading.results import (
@@ -46,7 +50,8 @@ from .grading.results import (
     write_csv,
     write_json,
 )
-from .grading.roster import Roster, apply_overrides, read_overrides, read_roster, write_grades
+from .grading.roster import Roster, apply_overrides, read_overrides, read_roster, write_grade_columns
+from .grading.safe_text import clean
 
 
 def find_notebooks(paths: list[str]) -> list[Path]:
@@ -86,8 +91,27 @@ def _feedback(results: list[SubmissionResult], folder: Path) -> None:
                 targets = {e.key: e.target for e in registry.get_assignment(r.assignment).exercises}
             except (ValueError, OSError, KeyError):
                 pass
+        if sum(len(source) for _, source in cells) > MAX_CODE_BYTES:
+            cells = []  # the grader refused to read this much code; the feedback does not parse it either
         name = results_file_name(r).removesuffix(".results.json") + ".feedback.md"
-        write_atomic(folder / name, feedback_markdown(r, cells, targets))
+        try:
+            text = feedback_markdown(r, cells, targets)
+        except Exception as exc:  # one submission's feedback must not cost the class its outputs
+            text = feedback_markdown(r, [], {}) + f"\n(cells not shown: {type(exc).__name__})\n"
+        write_atomic(folder / name, text)
+
+
+def _grades(results: list[SubmissionResult]) -> dict[str, dict[str, float]]:
+    """Assignment key -> student id -> points: one grade per student and assignment, never a sum.
+
+    Rows are one per student and assignment already (:func:`~.grading.collect.one_per_student`);
+    should two remain, the first graded one counts.
+    """
+    grades: dict[str, dict[str, float]] = {}
+    for r in results:
+        if r.student_id and not r.error and r.assignment:
+            grades.setdefault(r.assignment, {}).setdefault(r.student_id, r.score)
+    return grades
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,7 +119,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m mha_course.grade",
         description="Grade submission notebooks, each in its own sandbox. A folder is a class: each first-level "
         "folder or file is one student. Exit status 0 whenever grading ran (failing tests are not an "
-        "error), 2 for a usage error, 3 when submissions cannot be isolated here.",
+        "error), 1 when an output could not be written, 2 for a usage error, 3 when submissions cannot be "
+        "isolated here.",
     )
     parser.add_argument("submissions", nargs="+", help="notebooks, or folders of a class (searched recursively)")
     parser.add_argument(
@@ -207,6 +232,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = _parser().parse_args(argv)
+    for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 prints escaped, never aborts
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
     fail_json = (
         (lambda text: write_json(args.json, {"score": 0, "max_score": 0, "output": text, "tests": []}))
         if args.json
@@ -229,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         fail_json("No notebook was found in the submission.")
         return 2
     missing = _identify(rows, roster)
+    rows = one_per_student(rows, names)
     limits = Limits(
         case_timeout=args.case_timeout,
         cell_timeout=args.cell_timeout,
@@ -259,51 +288,81 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         isolator.close()
     apply_overrides(results, overrides)
-    _write_outputs(args, results, roster, missing)
+    failed = _write_outputs(args, results, roster, missing)
     if results:  # also with --quiet: the seed reproduces this run
         print(f"fresh inputs drawn with --seed {results[0].seed}")
-    return 0
+    return 1 if failed else 0
 
 
-def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None, missing: list[str]) -> None:
-    if len(results) == 1 and not args.quiet:
-        print(text_report(results[0]))
-    elif len(results) > 1:
-        if not args.quiet:
-            for r in results:
-                status = f"error: {r.error}" if r.error else f"{r.score:g} / {r.max_score:g}"
-                print(f"{r.key or r.path}: {status}")
-        print(class_summary(results))
-    if missing:
-        print(f"no submission from {len(missing)} student(s) of the roster: {', '.join(missing)}")
+def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None, missing: list[str]) -> int:
+    """Print the summary and write every output asked for; returns how many outputs failed.
+
+    Each output is written on its own: one that fails (a full disk, a bug) is reported on stderr
+    and the others are still written.
+    """
+    failed = 0
+
+    def step(what: str, write) -> None:
+        nonlocal failed
+        try:
+            write()
+        except Exception as exc:
+            failed += 1
+            print(f"error: could not write {what} ({type(exc).__name__}: {clean(exc)})", file=sys.stderr)
+
+    def terminal() -> None:
+        if len(results) == 1 and not args.quiet:
+            print(text_report(results[0]))
+        elif len(results) > 1:
+            if not args.quiet:
+                for r in results:  # learner text is clean (one line, no escapes): see safe_text
+                    status = f"error: {r.error}" if r.error else f"{r.score:g} / {r.max_score:g}"
+                    print(f"{r.key or clean(r.path)}: {status}")
+            print(class_summary(results))
+        if missing:
+            print(f"no submission from {len(missing)} student(s) of the roster: {clean(', '.join(missing))}")
+
+    def grades_out() -> None:
+        grades = _grades(results)
+        if len(grades) > 1:  # several assignments: a column each, never one summed grade
+            columns = {key: grades[key] for key in sorted(grades)}
+            note = (
+                f"one column per assignment: {', '.join(columns)}; a platform's worksheet takes one "
+                "assignment: grade it with --assignment KEY"
+            )
+        else:
+            column = args.grade_column or ("Grade" if "Grade" in roster.columns else (args.assignment or "grade"))
+            columns, note = {column: next(iter(grades.values()), {})}, f"column {column!r}"
+        write_grade_columns(args.grades_out, roster, columns, write_atomic)
+        print(f"grades for import: {args.grades_out} ({note})")
+
+    step("the summary", terminal)
     if args.results_dir:
         for r in results:
-            write_json(args.results_dir / results_file_name(r), gradescope(r))
+            step(
+                f"results.json of {r.key or clean(r.path)}",
+                lambda r=r: write_json(args.results_dir / results_file_name(r), gradescope(r)),
+            )
     if args.feedback_dir:
-        _feedback(results, args.feedback_dir)
+        step("the feedback", lambda: _feedback(results, args.feedback_dir))
         print(f"feedback: {args.feedback_dir}/")
     if args.csv:
-        write_csv(args.csv, results)
+        step("the gradebook", lambda: write_csv(args.csv, results))
         print(f"gradebook: {args.csv}")
     if args.report:
-        write_report(args.report, results, missing, write_atomic, write_atomic)
+        step("the class report", lambda: write_report(args.report, results, missing, write_atomic, write_atomic))
         print(f"class report: {args.report} (and {args.report.with_suffix('.md')})")
     if args.grades_out and roster is not None:
-        column = args.grade_column or ("Grade" if "Grade" in roster.columns else (args.assignment or "grade"))
-        grades = {}
-        for r in results:
-            if r.student_id and not r.error:
-                grades[r.student_id] = grades.get(r.student_id, 0.0) + r.score
-        write_grades(args.grades_out, roster, grades, column, write_atomic)
-        print(f"grades for import: {args.grades_out} (column {column!r})")
+        step("the grades for import", grades_out)
     elif args.grades_out:
         print("--grades-out needs --roster (the platform's class list, written back with the grades)", file=sys.stderr)
     if args.summary:
-        write_atomic(args.summary, class_summary(results) + "\n")
+        step("the class summary", lambda: write_atomic(args.summary, class_summary(results) + "\n"))
         print(f"class summary: {args.summary}")
     if args.json:  # last: nothing a submission wrote can replace it (none of its processes is left)
-        write_json(args.json, merged_gradescope(results))
+        step("results.json", lambda: write_json(args.json, merged_gradescope(results)))
         print(f"results.json: {args.json}")
+    return failed
 
 
 if __name__ == "__main__":

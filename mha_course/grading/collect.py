@@ -12,28 +12,44 @@ becomes one :class:`Submission` keyed by its path relative to the folder given, 
       Bob_99_.../a01_dot.ipynb         ->  "Bob_99_..."             wrong assignment a01, expected a02
       Carol_7_.../report.pdf           ->  "Carol_7_..."            no notebook submitted (found: report.pdf)
 
-Within a student's files, checkpoint files (``.ipynb_checkpoints/``, ``-checkpoint.ipynb``) and
-copies (``-Copy1.ipynb``, ``Copy of ...``, ``name (1).ipynb``) are used only when nothing else was
-submitted; other files are listed in a note. A link is followed only to a file inside the folder
-given (a link to ``solutions/`` must not be graded as the student's work).
+Moodle's flat download (``Alice Martin_1234_assignsubmission_file_a02.ipynb``) is grouped by that
+prefix, as its folders are. Within a student's files, checkpoint files (``.ipynb_checkpoints/``,
+``-checkpoint.ipynb``) and copies (``-Copy1.ipynb``, ``Copy of ...``, ``name (1).ipynb``) are used
+only when nothing else was submitted; other files are listed in a note.
+
+**One notebook per student and assignment.** Among several, the one named as the assignment's
+notebook (after the platform's prefix) is graded, else the newest (modification time); each other
+one is named in a note of the row, never graded or added. :func:`one_per_student` applies the same
+rule across rows that the roster says are one student.
+
+**Only regular files are read, and links are never followed** (a link to a classmate's notebook or
+to ``solutions/`` must not be graded as the student's work): a link, a FIFO or a device named like a
+notebook becomes a note of the row (a notebook that is one file with a classmate's, a hard link, is
+graded and noted on both rows for review). File names that are not UTF-8 are kept as Python decodes them
+(``os.fsdecode``), so the student keeps their identity; outputs show them escaped.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .notebook import MAX_FILE_BYTES, parse_json, read_regular
 
 #: Files a platform or an OS adds that no student chose to submit; skipped without a note.
 _NOISE = {".DS_Store", "Thumbs.db", "desktop.ini", "__MACOSX"}
 #: Jupyter's and file managers' copies: graded only when the student submitted nothing else.
 _COPY = re.compile(r"(-Copy\d*|[ _-]copy\d*| \(\d+\))\.ipynb$|^Copy of ", re.IGNORECASE)
 #: Canvas's bulk download: ``lastfirst[_LATE]_USERID_SUBMISSIONID_original name``.
-_CANVAS = re.compile(r"^(?P<who>[a-z]+)_(?:LATE_)?(?P<id>\d+)_\d+_.+$")
+_CANVAS = re.compile(r"^(?P<who>[a-z]+)_(?:LATE_)?(?P<id>\d+)_\d+_(?P<name>.+)$")
+#: Moodle's flat download: ``Full Name_PARTICIPANT_assignsubmission_file_original name`` (its
+#: folder download names each folder with the same prefix).
+_MOODLE = re.compile(r"^(?P<who>.+?_\d+_assign(?:submission|feedback)_[a-z]+_)(?P<name>.+)$")
 #: A notebook larger than this is not opened to find its assignment (the grader refuses it anyway).
-PEEK_LIMIT = 16 * 2**20
+PEEK_LIMIT = MAX_FILE_BYTES
 
 
 @dataclass
@@ -59,19 +75,23 @@ class Submission:
 class _File:
     rel: str  # relative to the root, POSIX
     path: Path
-    kind: str  # notebook | fallback | other | broken | outside | folder
+    kind: str  # notebook | fallback | other | link | special | folder
     assignment: str | None = None
     unreadable: str | None = None
+    inode: tuple[int, int] | None = None  # (device, inode) of a file with several hard links
 
 
 def peek_assignment(path: Path) -> tuple[str | None, str | None]:
-    """(assignment key from the notebook's metadata or None, error text or None); never raises."""
+    """(assignment key from the notebook's metadata or None, error text or None); never raises.
+
+    Reads only a regular file (:func:`.notebook.read_regular`: a FIFO never blocks it); JSON nested
+    too deeply to parse is "not a readable notebook", like any other broken file.
+    """
     try:
-        if path.stat().st_size > PEEK_LIMIT:
-            return None, f"larger than {PEEK_LIMIT // 2**20} MiB"
-        with open(path, encoding="utf-8") as handle:
-            nb = json.load(handle)
-    except (OSError, ValueError) as exc:
+        nb = parse_json(read_regular(path, PEEK_LIMIT))
+    except ValueError as exc:
+        return None, f"not a readable notebook ({str(exc).split(':')[0]})"
+    except Exception as exc:  # anything else a file can do to a parser: a row, never an aborted class
         return None, f"not a readable notebook ({type(exc).__name__})"
     meta = nb.get("metadata") if isinstance(nb, dict) else None
     meta = meta.get("mha_course") if isinstance(meta, dict) else None
@@ -81,64 +101,180 @@ def peek_assignment(path: Path) -> tuple[str | None, str | None]:
     return (key if isinstance(key, str) else None), None
 
 
+def _link(root: Path, path: Path, rel: str) -> _File:
+    """A link, never followed; its note says where it points (broken, outside, another student's file)."""
+    try:
+        target = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return _File(rel, path, "link", unreadable="a broken link")
+    base = root.resolve()
+    if not target.is_relative_to(base):
+        return _File(rel, path, "link", unreadable="a link to outside the submissions folder; links are not followed")
+    inside = target.relative_to(base).as_posix()
+    if _student_of(inside) != _student_of(rel):
+        return _File(
+            rel, path, "link", unreadable=f"a link to {inside}, another student's file; links are not followed"
+        )
+    return _File(rel, path, "link", unreadable=f"a link to {inside}; links are not followed, submit the file itself")
+
+
 def _classify(root: Path, path: Path, rel: str) -> _File:
-    """What one entry of a student's files is (links resolved only inside ``root``)."""
-    if path.is_symlink():
-        try:
-            target = path.resolve(strict=True)
-        except (OSError, RuntimeError):
-            return _File(rel, path, "broken")
-        if not target.is_relative_to(root.resolve()):
-            return _File(rel, path, "outside")
-        path = target
-    if path.is_dir():
+    """What one entry of a student's files is; links are never followed, only regular files are read."""
+    try:
+        info = os.lstat(path)
+    except OSError as exc:
+        return _File(rel, path, "special", unreadable=f"cannot be read ({exc.strerror})")
+    if stat.S_ISLNK(info.st_mode):
+        return _link(root, path, rel)
+    if stat.S_ISDIR(info.st_mode):
         return _File(rel, path, "folder")
     name = Path(rel).name
     if not name.lower().endswith(".ipynb"):
         return _File(rel, path, "other")
+    if not stat.S_ISREG(info.st_mode):
+        return _File(rel, path, "special", unreadable="not a regular file (a pipe, device or socket)")
     checkpoint = ".ipynb_checkpoints" in Path(rel).parts or name.endswith("-checkpoint.ipynb")
     entry = _File(rel, path, "fallback" if checkpoint or _COPY.search(name) else "notebook")
     entry.assignment, entry.unreadable = peek_assignment(path)
+    if info.st_nlink > 1:
+        entry.inode = (info.st_dev, info.st_ino)
     return entry
 
 
+def _shared_files(groups: dict[str, list[_File]]) -> dict[str, list[str]]:
+    """Student -> notes on notebooks that are one file (hard links) with another student's."""
+    owners: dict[tuple[int, int], list[tuple[str, str]]] = {}
+    for student, files in groups.items():
+        for f in files:
+            if f.inode is not None:
+                owners.setdefault(f.inode, []).append((student, f.rel))
+    notes: dict[str, list[str]] = {}
+    for holders in owners.values():
+        if len({student for student, _ in holders}) < 2:
+            continue
+        for student, rel in holders:
+            others = ", ".join(r for s, r in holders if s != student)
+            notes.setdefault(student, []).append(
+                f"{rel} is the same file as {others} (a hard link): two students hand in one notebook; for your review"
+            )
+    return notes
+
+
+#: Folders deeper than this below the class folder are not entered (a tar can hold thousands of
+#: levels; a walk that recursed through them would stop the whole class).
+MAX_DEPTH = 32
+
+
 def _walk(root: Path, start: Path) -> list[_File]:
-    """Every entry under ``start`` (links not followed into folders), sorted."""
+    """Every entry under ``start``, depth first and sorted; links are listed, never entered.
+
+    Iterative (no recursion, whatever the depth); a folder that cannot be read, or lies deeper than
+    :data:`MAX_DEPTH`, is an entry with the reason.
+    """
     found = []
-    for folder, dirs, files in os.walk(start, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if d not in _NOISE)
-        here = Path(folder)
-        for name in sorted(files) + [d for d in dirs if d.lower().endswith(".ipynb")]:
-            if name in _NOISE:
+    stack = [(start, 0)]
+    while stack:
+        here, depth = stack.pop()
+        try:
+            with os.scandir(here) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+        except OSError as exc:
+            rel = here.relative_to(root).as_posix()
+            found.append(_File(rel, here, "special", unreadable=f"a folder that cannot be read ({exc.strerror})"))
+            continue
+        folders = []
+        for entry in entries:
+            if entry.name in _NOISE:
                 continue
-            path = here / name
-            found.append(_classify(root, path, path.relative_to(root).as_posix()))
-        # a link to a folder is listed by os.walk among dirs and never entered: report it as a file
-        for d in dirs:
-            if (here / d).is_symlink():
-                found.append(_File((here / d).relative_to(root).as_posix(), here / d, "outside"))
-        dirs[:] = [d for d in dirs if not (here / d).is_symlink()]
+            path = here / entry.name
+            try:
+                is_folder = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                is_folder = False
+            if is_folder:
+                folders.append(path)
+            if not is_folder or entry.name.lower().endswith(".ipynb"):  # files, links, a folder named x.ipynb
+                found.append(_classify(root, path, path.relative_to(root).as_posix()))
+        for folder in reversed(folders):
+            if depth + 1 > MAX_DEPTH:
+                rel = folder.relative_to(root).as_posix()
+                found.append(_File(rel, folder, "special", unreadable=f"folders nested deeper than {MAX_DEPTH} levels"))
+            else:
+                stack.append((folder, depth + 1))
     return found
 
 
 def _student_of(rel: str) -> str:
-    """The student a path belongs to: its first folder, or for a flat file its Canvas prefix or its name."""
+    """The student a path belongs to: its first folder, or for a flat file its Moodle or Canvas prefix, or its name."""
     parts = rel.split("/")
     if len(parts) > 1:
         return parts[0]
+    moodle = _MOODLE.match(parts[0])
+    if moodle:
+        return moodle["who"]
     match = _CANVAS.match(parts[0])
     return f"{match['who']}_{match['id']}" if match else parts[0]
 
 
+def original_name(rel: str) -> str:
+    """The file name the student gave, without a flat download's Moodle or Canvas prefix."""
+    name = rel.rsplit("/", 1)[-1]
+    match = _MOODLE.match(name) or _CANVAS.match(name)
+    return match["name"] if match else name
+
+
+def _rank(rel: str, path: Path, notebook_name: str | None) -> tuple:
+    """The order of :func:`_pick`: the assignment's own file name first, then the newest, then by path."""
+    named = notebook_name is not None and original_name(rel) == notebook_name
+    return (not named, -os.lstat(path).st_mtime if os.path.lexists(path) else 0.0, rel)
+
+
 def _pick(candidates: list[_File], notebook_name: str | None) -> tuple[_File, list[_File]]:
     """The notebook graded among several of one assignment: the expected file name, else the newest."""
-
-    def rank(f: _File):
-        named = notebook_name is not None and Path(f.rel).name == notebook_name
-        return (not named, -f.path.stat().st_mtime, f.rel)
-
-    ordered = sorted(candidates, key=rank)
+    ordered = sorted(candidates, key=lambda f: _rank(f.rel, f.path, notebook_name))
     return ordered[0], ordered[1:]
+
+
+def _also(other: str, key: str, chosen: str, notebook_name: str | None) -> str:
+    """The note on a notebook that is not graded because another one of the same assignment is."""
+    rule = f"named {notebook_name}" if notebook_name and original_name(chosen) == notebook_name else "the newest"
+    return (
+        f"also submitted {other} for {key}: not graded (one notebook per student and assignment; "
+        f"graded {chosen}, {rule})"
+    )
+
+
+def one_per_student(rows: list[Submission], notebook_names: dict[str, str] | None = None) -> list[Submission]:
+    """At most one row per student and assignment, by the rule of :func:`_pick`; the others become notes.
+
+    A student is their roster id once :func:`mha_course.grade` has matched one (two uploads of one
+    Moodle participant, or a folder and a flat file of one student), else their folder or prefix.
+    A row that can be graded wins over one that cannot; rows without an assignment are kept as they are.
+    """
+    notebook_names = notebook_names or {}
+    groups: dict[tuple[str, str], list[Submission]] = {}
+    for row in rows:
+        key = row.assignment or row.grade_as
+        if key:
+            groups.setdefault((row.student_id or row.student, key), []).append(row)
+    dropped: set[int] = set()
+    for (_, key), group in groups.items():
+        if len(group) < 2:
+            continue
+        gradable = [r for r in group if r.path is not None and not r.problem]
+        if gradable:
+            ordered = sorted(gradable, key=lambda r: _rank(r.key, r.path, notebook_names.get(key)))
+            chosen = ordered[0]
+            for other in ordered[1:]:
+                chosen.notes.append(_also(other.key, key, chosen.key, notebook_names.get(key)))
+        else:
+            chosen = group[0]
+        for other in group:
+            if other is not chosen and other not in gradable:
+                chosen.notes.append(f"also found {other.key} for {key}: {other.problem}")
+            if other is not chosen:
+                dropped.add(id(other))
+    return [r for r in rows if id(r) not in dropped]
 
 
 def _rows_for(
@@ -151,10 +287,6 @@ def _rows_for(
             notes.append(f"ignored {f.rel} (not a notebook)")
         elif f.kind == "folder":
             notes.append(f"ignored {f.rel} (a folder, not a notebook)")
-        elif f.kind == "broken":
-            notes.append(f"ignored {f.rel} (a broken link)")
-        elif f.kind == "outside":
-            notes.append(f"ignored {f.rel} (a link to outside the submissions folder)")
         elif f.unreadable:
             notes.append(f"ignored {f.rel} ({f.unreadable})")
     readable = [f for f in files if f.kind in ("notebook", "fallback") and not f.unreadable]
@@ -171,10 +303,7 @@ def _rows_for(
         if chosen.kind == "fallback":
             sub.notes.append(f"graded {chosen.rel}, a checkpoint or copy: nothing else was submitted for {key}")
         for other in others:
-            sub.notes.append(
-                f"also submitted {other.rel} for {key}: not graded (one notebook per student "
-                f"and assignment; graded {chosen.rel})"
-            )
+            sub.notes.append(_also(other.rel, key, chosen.rel, notebook_names.get(key)))
         return sub
 
     keys = [expected] if expected else sorted({f.assignment for f in readable if f.assignment})
@@ -219,11 +348,12 @@ def _rows_for(
                 )
             )
         if not rows:
-            problem = (
-                f"no notebook submitted (found: {', '.join(f.rel for f in files)})"
-                if files
-                else "no notebook submitted (empty folder)"
-            )
+            if notes:
+                problem, notes = f"no notebook could be graded: {'; '.join(notes)}", []
+            elif files:
+                problem = f"no notebook submitted (found: {', '.join(f.rel for f in files)})"
+            else:
+                problem = "no notebook submitted (empty folder)"
             rows.append(Submission(key=student, student=student, problem=problem, notes=notes))
     return rows
 
@@ -264,6 +394,8 @@ def collect(
                     if child.is_dir() and not child.is_symlink() and child.name not in _NOISE:
                         by_student.setdefault(child.name, [])
         else:
+            if root.is_symlink():  # a file named on the command line: the instructor chose the link
+                root = root.resolve()
             entry = _classify(root.parent, root, root.name)
             entry.rel = str(raw)
             by_student = {root.parent.name if one_submission else root.name: [entry]}
@@ -275,7 +407,11 @@ def collect(
         merged = [f for s in order for f in groups[s]]
         order, groups = [order[0] if order else "submission"], {}
         groups[order[0]] = merged
+    shared = _shared_files(groups)
     rows = []
     for student in order:
-        rows += _rows_for(student, groups[student], assignment, notebook_names)
+        mine = _rows_for(student, groups[student], assignment, notebook_names)
+        for row in mine:
+            row.notes += shared.get(student, [])
+        rows += mine
     return rows

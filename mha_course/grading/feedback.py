@@ -18,6 +18,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .safe_text import clean, code_span
+from .safe_text import markdown as md
 from .scan import parse
 from .verdicts import SubmissionResult, TestResult
 
@@ -89,7 +91,7 @@ def defining_cells(cells: list[tuple[int, str]], targets: list[str]) -> dict[str
         first = next((line.strip() for line in source.splitlines() if line.strip()), "")
         for node in tree.body:
             if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name in targets:
-                found[node.name] = f"cell {index + 1} (`{first[:70]}`)"
+                found[node.name] = f"cell {index + 1} ({code_span(first[:70])})"
     return found
 
 
@@ -103,15 +105,16 @@ def feedback_markdown(
         cells: its code cells as (index, source), to point at the cell to fix (optional).
         targets: exercise key -> the name the exercise grades (function or class).
     """
-    who = result.student_name or result.student or Path(result.path).name
+    # learner text (names, keys, hints quoting exceptions, code) goes through md() or code_span(): no raw HTML
+    who = result.student_name or result.student or clean(Path(result.path).name)
     lines = [
-        f"# Feedback: {result.title or result.assignment or 'submission'}",
+        f"# Feedback: {md(result.title or result.assignment or 'submission')}",
         "",
-        f"**{who}**, `{result.key or Path(result.path).name}`",
+        f"**{md(who)}**, {code_span(result.key or clean(Path(result.path).name))}",
         "",
     ]
     if result.error:
-        return "\n".join(lines + [f"This submission could not be graded: {result.error}", ""])
+        return "\n".join(lines + [f"This submission could not be graded: {md(result.error)}", ""])
     lines += [
         f"**{result.score:g} / {result.max_score:g} points** (assignment {result.assignment}, "
         f"version {result.version}). Tests marked *hidden* ran only in the grader.",
@@ -124,21 +127,21 @@ def feedback_markdown(
         title = next(t.exercise_title for t in result.tests if t.exercise == exercise)
         adjusted = result.adjustments.get(exercise, got) if exercise in result.adjustments else got
         status = "waived" if adjusted is None else f"{adjusted:g} / {most:g}"
-        lines.append(f"## {title} (`{exercise}`): {status}")
+        lines.append(f"## {md(title)} ({code_span(exercise)}): {status}")
         mine = [c for c in causes if c.exercise == exercise]
         if not mine:
             lines += ["All tests pass.", ""]
             continue
         cell = where.get((targets or {}).get(exercise, ""), "")
         for cause in mine:
-            names = ", ".join(t.case + (" (hidden)" if t.hidden else "") for t in cause.tests)
+            names = md(", ".join(t.case + (" (hidden)" if t.hidden else "") for t in cause.tests))
             prefix = "Also: " if cause.generic and any(not c.generic for c in mine) else ""
             lines.append(
-                f"- {prefix}{cause.example}  \n  _{len(cause.tests)} test(s), "
+                f"- {prefix}{md(cause.example)}  \n  _{len(cause.tests)} test(s), "
                 f"{cause.points_lost:g} point(s): {names}_" + (f"; look at {cell}" if cell else "")
             )
         lines.append("")
     extra = [n for n in result.notes if not n.startswith("ignored ")]
     if extra:
-        lines += ["## Notes", *[f"- {n}" for n in extra], ""]
+        lines += ["## Notes", *[f"- {md(n)}" for n in extra], ""]
     return "\n".join(lines)

@@ -44,6 +44,7 @@ from . import notebook, registry, similarity
 from .collect import Submission
 from .notebook_run import NotebookRun, result_row
 from .process import Isolator
+from .safe_text import clean_result
 from .scan import ScanReport, scan
 from .verdicts import Limits, SubmissionResult, TestResult
 
@@ -132,10 +133,11 @@ def grade_notebook(
         if own:
             isolator.close()
     result.execution_time = time.monotonic() - start
+    clean_result(result)
     return result
 
 
-MAX_NOTEBOOK_BYTES = 16 * 2**20  # a notebook file larger than this is not read at all
+MAX_NOTEBOOK_BYTES = notebook.MAX_FILE_BYTES  # a file larger than this is not read at all; outputs are dropped
 MAX_CODE_BYTES = 512 * 2**10  # all code cells together (course notebooks hold about 20 KiB): bounds the scan
 
 
@@ -149,7 +151,7 @@ def _grade_into(
                 f"{path.name} is {size / 2**20:.1f} MiB; the grader reads notebooks of at most "
                 f"{MAX_NOTEBOOK_BYTES // 2**20} MiB (clear the outputs and resubmit)"
             )
-        nb = notebook.load(path)
+        nb = notebook.load(path)  # a regular file only; saved outputs dropped (only the code is graded)
         meta = notebook.metadata(nb)
         if meta is None and grade_as:
             assignment = registry.get_assignment(grade_as)
@@ -227,6 +229,26 @@ def grade_many(
             def one(item):
                 sub = item if isinstance(item, Submission) else None
                 path = (sub.path or sub.key) if sub else item
+                try:
+                    r = grade_one(sub, path)
+                except Exception as exc:  # whatever one submission holds, the others are graded
+                    r = SubmissionResult(
+                        path=str(path),
+                        seed=seed,
+                        isolation=isolator.walls.as_dict(),
+                        error=f"the grader failed on this submission ({type(exc).__name__}: {exc})",
+                    )
+                if sub is not None:
+                    r.key, r.student = sub.key, sub.student
+                    r.student_id, r.student_name = sub.student_id, sub.student_name
+                    r.notes[:0] = sub.notes
+                    if r.assignment is None:
+                        r.assignment = sub.assignment
+                clean_result(r)
+                bar.update(1)
+                return r
+
+            def grade_one(sub, path):
                 if sub is not None and sub.problem:
                     r = SubmissionResult(
                         path=str(path),
@@ -246,13 +268,6 @@ def grade_many(
                     )
                 else:
                     r = grade_notebook(path, limits, isolator, seed, grade_as=sub.grade_as if sub else None)
-                if sub is not None:
-                    r.key, r.student = sub.key, sub.student
-                    r.student_id, r.student_name = sub.student_id, sub.student_name
-                    r.notes[:0] = sub.notes
-                    if r.assignment is None:
-                        r.assignment = sub.assignment
-                bar.update(1)
                 return r
 
             return list(pool.map(one, paths))

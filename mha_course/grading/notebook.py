@@ -25,7 +25,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,23 +61,65 @@ def read(path: str | Path) -> Any:
         raise ValueError(f"{path}: not a readable notebook ({type(exc).__name__}: {exc})") from exc
 
 
+#: A notebook file larger than this is not read at all (it bounds the grader's memory). Saved outputs
+#: (plots) count here only: :func:`load` drops them, and the grader's limit on code is far smaller.
+MAX_FILE_BYTES = 128 * 2**20
+
+
+def read_regular(path: str | Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of ``path`` if it is a regular file of at most ``limit`` bytes; raises ValueError otherwise.
+
+    Opened non-blocking and checked with ``fstat`` before reading: a FIFO (``tar`` keeps them) or a
+    device named like a notebook would block the reader or never end.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise ValueError(f"{type(exc).__name__}: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file (a pipe, device or socket named like a notebook)")
+        if info.st_size > limit:
+            raise ValueError(f"the file is {info.st_size / 2**20:.1f} MiB; at most {limit // 2**20} MiB is read")
+        os.set_blocking(fd, True)
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"the file grew past {limit // 2**20} MiB while it was read")
+    return data
+
+
+def parse_json(data: bytes) -> object:
+    """JSON text (UTF-8) as Python objects; raises ValueError also for nesting too deep to parse."""
+    try:
+        return json.loads(data.decode("utf-8"))
+    except RecursionError:
+        raise ValueError("RecursionError: JSON nested too deeply to read") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{type(exc).__name__}: {exc}") from None
+
+
 def load(path: str | Path) -> dict:
     """Read a notebook as plain JSON (fast: no nbformat/jsonschema import); for the grader.
 
+    Only a regular file of at most :data:`MAX_FILE_BYTES` is read (:func:`read_regular`). Code cells'
+    saved outputs are dropped: the grader never looks at them, and a notebook of plots stays small.
     nbformat 4 files are returned as parsed; older formats go through :func:`read` (conversion).
     Raises ValueError if the file is not a notebook.
     """
     try:
-        with open(path, encoding="utf-8") as handle:
-            nb = json.load(handle)
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"{path}: not a readable notebook ({type(exc).__name__}: {exc})") from exc
+        nb = parse_json(read_regular(path))
+    except ValueError as exc:
+        raise ValueError(f"{path}: not a readable notebook ({exc})") from None
     if not isinstance(nb, dict):
         raise ValueError(f"{path}: not a readable notebook (JSON but not an object)")
     if nb.get("nbformat") != 4:
         return read(path)
     if not isinstance(nb.get("cells"), list) or not all(isinstance(c, dict) for c in nb["cells"]):
         raise ValueError(f"{path}: not a readable notebook (no list of cells)")
+    for cell in nb["cells"]:
+        if "outputs" in cell:
+            cell["outputs"] = []
     return nb
 
 

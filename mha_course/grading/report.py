@@ -12,12 +12,15 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .feedback import root_causes
+from .safe_text import clean, code_span
+from .safe_text import markdown as md
 from .verdicts import SubmissionResult
 
 
@@ -43,7 +46,7 @@ class Section:
 
 
 def _who(r: SubmissionResult) -> str:
-    return r.student_name or r.student or Path(r.path).name
+    return r.student_name or r.student or clean(Path(r.path).name)
 
 
 def sections(results: list[SubmissionResult]) -> list[Section]:
@@ -131,32 +134,33 @@ def markdown_report(
     results: list[SubmissionResult], missing: list[str] = (), image_names: dict[str, str] | None = None
 ) -> str:
     """The report as Markdown; ``image_names`` maps assignment keys to histogram files beside it."""
-    lines = ["# Class report", "", *[f"{line}  " for line in _header(results, list(missing))], ""]
+    # learner text (names, keys, hints quoting exceptions) goes through md() or code_span(): no raw HTML
+    lines = ["# Class report", "", *[f"{md(line)}  " for line in _header(results, list(missing))], ""]
     for s in sections(results):
-        lines += [f"## {s.title} (`{s.key}`)", "", _summary(s), ""]
+        lines += [f"## {md(s.title)} ({code_span(s.key)})", "", _summary(s), ""]
         if image_names and s.key in image_names:
-            lines += [f"![score histogram of {s.key}]({image_names[s.key]})", ""]
+            lines += [f"![score histogram of {md(s.key)}]({image_names[s.key]})", ""]
         if s.exercises:
             lines += ["| exercise | mean | max | full marks |", "|---|---|---|---|"]
             lines += [
-                f"| {title} (`{key}`) | {mean:.2f} | {most:g} | {full:.0%} |"
+                f"| {md(title)} ({code_span(key)}) | {mean:.2f} | {most:g} | {full:.0%} |"
                 for key, title, mean, most, full in s.exercises
             ]
             lines.append("")
         if s.misconceptions:
             lines += ["### Misconceptions (failures grouped by the hint that fired)", ""]
             lines += [
-                f"- **{len(who)} student(s)**, `{exercise}`: {cause} ({', '.join(who)})"
+                f"- **{len(who)} student(s)**, {code_span(exercise)}: {md(cause)} ({md(', '.join(who))})"
                 for exercise, cause, who in s.misconceptions
             ]
             lines.append("")
         if s.copied:
             lines += ["### Answers equal to the library's reference (not penalised; for your review)", ""]
-            lines += [f"- {who}: {line}" for who, line in s.copied]
+            lines += [f"- {md(who)}: {md(line)}" for who, line in s.copied]
             lines.append("")
         if s.problems:
             lines += ["### Not graded", ""]
-            lines += [f"- {_who(r)} (`{r.key or r.path}`): {r.error}" for r in s.problems]
+            lines += [f"- {md(_who(r))} ({code_span(r.key or clean(r.path))}): {md(r.error)}" for r in s.problems]
             lines.append("")
     return "\n".join(lines)
 
@@ -223,7 +227,7 @@ def write_report(
     images = {}
     for s in sections(results):
         if s.graded:
-            name = f"{path.stem}-{s.key}.png"
+            name = f"{path.stem}-{re.sub(r'[^A-Za-z0-9_.-]', '_', s.key)}.png"  # a key is never a path
             write_bytes(path.with_name(name), histogram_png(s))
             images[s.key] = name
             written.append(path.with_name(name))

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from .report import sections
+from .safe_text import clean, csv_cell
 from .verdicts import SubmissionResult
 
 
@@ -51,7 +52,7 @@ def headline(result: SubmissionResult) -> str:
     grades are published", so the total cannot be read before the deadline.
     """
     if result.error:
-        return f"Could not grade {Path(result.path).name}: {result.error}"
+        return f"Could not grade {clean(Path(result.path).name)}: {result.error}"
     head = f"{result.title} ({result.assignment}, version {result.version})"
     hidden = [t for t in result.tests if t.hidden]
     if not hidden:
@@ -99,7 +100,7 @@ def provenance(result: SubmissionResult) -> dict:
     return {
         "student": result.student,
         "student_id": result.student_id,
-        "submission": result.key or result.path,
+        "submission": result.key or clean(result.path),
         "assignment": result.assignment,
         "version": result.version,
         "seed": result.seed,
@@ -115,7 +116,7 @@ def merged_gradescope(results: list[SubmissionResult]) -> dict:
         return gradescope(results[0])
     parts = [gradescope(r) for r in results]
     tests = [
-        dict(t, name=f"{Path(r.path).name} | {t['name']}")
+        dict(t, name=f"{clean(Path(r.path).name)} | {t['name']}")
         for r, p in zip(results, parts, strict=True)
         for t in p["tests"]
     ]
@@ -146,7 +147,11 @@ def results_file_name(result: SubmissionResult) -> str:
 
     key = result.key or result.path
     readable = re.sub(r"[^A-Za-z0-9._-]+", "_", key.replace("/", "__"))[-120:].strip("._") or "submission"
-    digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    try:
+        raw = key.encode("utf-8", "surrogateescape")  # a non-UTF-8 name: its bytes
+    except UnicodeEncodeError:
+        raw = key.encode("utf-8", "surrogatepass")
+    digest = hashlib.sha256(raw).hexdigest()[:8]
     return f"{readable}-{digest}.results.json"
 
 
@@ -157,7 +162,8 @@ def write_atomic(path: str | Path, text: str | bytes) -> None:
     in place: renaming over it would replace the device with a file.
     """
     path = Path(path)
-    data = text if isinstance(text, bytes) else text.encode("utf-8")
+    # backslashreplace: a lone surrogate that reached here is written escaped, never aborts the run
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "backslashreplace")
     if path.exists() and not path.is_file():
         with open(path, "wb") as handle:
             handle.write(data)
@@ -205,10 +211,10 @@ def gradebook_rows(results: list[SubmissionResult]) -> tuple[list[str], list[dic
         scores = r.exercise_scores()
         waived = [k for k, v in r.adjustments.items() if v is None]
         row = {
-            "student": r.student or Path(r.path).name,
+            "student": r.student or clean(Path(r.path).name),
             "student_id": r.student_id,
             "name": r.student_name,
-            "submission": r.key or r.path,
+            "submission": r.key or clean(r.path),
             "assignment": r.assignment or "",
             "version": r.version or "",
             **{k: f"{scores[k]:g}" if k in scores else ("waived" if k in waived else "") for k in exercises},
@@ -225,14 +231,14 @@ def gradebook_rows(results: list[SubmissionResult]) -> tuple[list[str], list[dic
 
 
 def write_csv(path: str | Path, results: list[SubmissionResult]) -> None:
-    """The class gradebook as CSV (see :func:`gradebook_rows`)."""
+    """The class gradebook as CSV (see :func:`gradebook_rows`); no cell can start a spreadsheet formula."""
     import io
 
     columns, rows = gradebook_rows(results)
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns)
-    writer.writeheader()
-    writer.writerows(rows)
+    writer = csv.writer(buf)
+    writer.writerow([csv_cell(c) for c in columns])
+    writer.writerows([csv_cell(row[c]) for c in columns] for row in rows)
     write_atomic(path, buf.getvalue())
 
 
@@ -275,9 +281,9 @@ def class_summary(results: list[SubmissionResult], limit: int = 8) -> str:
 def text_report(result: SubmissionResult) -> str:
     """A submission's verdicts as a plain-text table (what the CLI prints for one notebook)."""
     if result.error:
-        return f"{result.path}: could not be graded: {result.error}"
+        return f"{clean(result.path)}: could not be graded: {result.error}"
     lines = [
-        f"{result.path}: {result.title} (version {result.version}): {result.score:g} / {result.max_score:g} "
+        f"{clean(result.path)}: {result.title} (version {result.version}): {result.score:g} / {result.max_score:g} "
         f"points in {result.execution_time:.1f} s"
     ]
     for t in result.tests:

@@ -28,6 +28,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .safe_text import csv_cell
+
 _ID_COLUMNS = ("id", "student_id", "studentid", "identifier", "sis user id", "username", "email")
 _NAME_COLUMNS = ("name", "student", "full name", "fullname", "student name")
 _MATCH_COLUMNS = ("match", "folder", "file", "submission")
@@ -104,13 +106,24 @@ def write_grades(path: str | Path, roster: Roster, grades: dict[str, float | Non
     ``grades`` maps student ids to points (None or absent: left empty, e.g. no submission).
     ``write`` is the atomic writer of :mod:`.results`.
     """
-    columns = roster.columns + ([column] if column not in roster.columns else [])
+    return write_grade_columns(path, roster, {column: grades}, write)
+
+
+def write_grade_columns(path: str | Path, roster: Roster, columns: dict[str, dict[str, float | None]], write) -> None:
+    """The roster as it came, with one grade column per entry of ``columns`` (column -> student id -> points).
+
+    Every cell is written through :func:`.safe_text.csv_cell`: none can start a spreadsheet formula.
+    """
+    names = roster.columns + [c for c in columns if c not in roster.columns]
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore")
-    writer.writeheader()
+    writer = csv.writer(buf)
+    writer.writerow([csv_cell(c) for c in names])
     for s in roster.students:
-        grade = grades.get(s.student_id)
-        writer.writerow({**s.row, column: "" if grade is None else f"{grade:g}"})
+        row = dict(s.row)
+        for column, grades in columns.items():
+            grade = grades.get(s.student_id)
+            row[column] = "" if grade is None else f"{grade:g}"
+        writer.writerow([csv_cell(row.get(c) or "") for c in names])
     write(path, buf.getvalue())
 
 

@@ -31,6 +31,9 @@ from dataclasses import dataclass, field
 from .scan_rules import (  # noqa: F401 (TAMPERING_PREFIXES: importable from here, as before)
     ALLOWED_GRADING,
     ATTRIBUTE_BUILTINS,
+    CODE_STRING_CALLS,
+    OPEN_CALLS,
+    REACHING_ATTRIBUTES,
     TAMPERING_ATTRIBUTES,
     TAMPERING_BUILTINS,
     TAMPERING_PREFIXES,
@@ -128,26 +131,116 @@ def _defining_module(name: str) -> str:
     return name
 
 
-def _attribute_call(node: ast.Call, aliases: dict[str, str]) -> tuple[str | None, str | None]:
-    """For getattr(obj, ...) and friends: (the dotted name read, or None; a tampering reason, or None)."""
+def fold(node: ast.AST, strings: dict[str, str], depth: int = 0) -> str | None:
+    """The string an expression always evaluates to, or None: literals, ``+``, f-strings of literals,
+    ``"".join([...])`` and names assigned such a string (``strings``). ``"grad" + "ing"`` -> ``"grading"``."""
+    if depth > 50:
+        return None
+    if isinstance(node, ast.Constant):
+        return node.value if isinstance(node.value, str) else None
+    if isinstance(node, ast.Name):
+        return strings.get(node.id)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = fold(node.left, strings, depth + 1), fold(node.right, strings, depth + 1)
+        return left + right if left is not None and right is not None else None
+    if isinstance(node, ast.JoinedStr):
+        parts = [fold(v, strings, depth + 1) for v in node.values]
+        return "".join(parts) if all(p is not None for p in parts) else None
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "join"
+        and len(node.args) == 1
+        and isinstance(node.args[0], (ast.List, ast.Tuple))
+    ):
+        sep = fold(node.func.value, strings, depth + 1)
+        parts = [fold(e, strings, depth + 1) for e in node.args[0].elts]
+        return sep.join(parts) if sep is not None and all(p is not None for p in parts) else None
+    return None
+
+
+def _constants(trees: list[tuple[int, ast.AST]]) -> tuple[dict[str, str], set[str]]:
+    """Names assigned a constant string (folded) and names assigned an int literal, anywhere."""
+    strings: dict[str, str] = {}
+    ints: set[str] = set()
+    for _ in range(2):  # chains: a = "grad"; b = a + "ing"
+        for _, tree in trees:
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                    value = fold(node.value, strings)
+                    if value is not None:
+                        strings[node.targets[0].id] = value
+                    elif isinstance(node.value, ast.Constant) and type(node.value.value) is int:
+                        ints.add(node.targets[0].id)
+    return strings, ints
+
+
+def _attribute_call(
+    node: ast.Call, aliases: dict[str, str], strings: dict[str, str] | None = None
+) -> tuple[str | None, str | None]:
+    """For getattr(obj, ...) and friends: (the dotted name read, or None; a tampering reason, or None).
+
+    A computed name is tampering, except on ``self``/``cls`` (``getattr(self, f"{p}_proj")`` is how
+    modules loop over their layers). There a name that folds to a constant (``"grad" + "ing"``)
+    reads as that literal, and a literal from :data:`REACHING_ATTRIBUTES` is tampering on any
+    object the scan cannot name (``self`` may be the package, passed in as an argument).
+    """
     func = node.func
     if not (isinstance(func, ast.Name) and func.id in ATTRIBUTE_BUILTINS and len(node.args) >= 2):
         return None, None
     obj, attr = node.args[0], node.args[1]
-    if isinstance(attr, ast.Constant) and isinstance(attr.value, str):
-        if attr.value in TAMPERING_ATTRIBUTES or attr.value == "__dict__":
-            return None, f"{func.id}(..., {attr.value!r})"
+    on_self = isinstance(obj, ast.Name) and obj.id in ("self", "cls")
+    literal = fold(attr, strings or {})
+    if literal is not None and not isinstance(attr, ast.Constant) and not on_self and func.id != "hasattr":
+        return None, f"{func.id}() with a computed attribute name"  # obfuscated, on a nameable object
+    if literal is not None:
+        if literal in TAMPERING_ATTRIBUTES or literal == "__dict__":
+            return None, f"{func.id}(..., {literal!r})"
         base = _dotted(obj, aliases)
-        return (f"{base}.{attr.value}" if base else None), None
-    if func.id != "hasattr" and not (isinstance(obj, ast.Name) and obj.id in ("self", "cls")):
+        if literal in REACHING_ATTRIBUTES and (base is None or base.split(".")[0] in ("self", "cls")):
+            return None, f"{func.id}(..., {literal!r})"
+        return (f"{base}.{literal}" if base else None), None
+    if func.id != "hasattr" and not on_self:
         return None, f"{func.id}() with a computed attribute name"
     return None, None
 
 
+def _number(node: ast.AST, ints: set[str], depth: int = 0) -> bool:
+    """Whether an expression is an int literal, a name assigned one, or arithmetic on them (a file descriptor)."""
+    if depth > 50:
+        return True  # arithmetic this deep as a file name is no path anyone writes
+    if isinstance(node, ast.Constant):
+        return type(node.value) is int
+    if isinstance(node, ast.Name):
+        return node.id in ints
+    if isinstance(node, ast.UnaryOp):
+        return _number(node.operand, ints, depth + 1)
+    if isinstance(node, ast.BinOp):
+        return _number(node.left, ints, depth + 1) or _number(node.right, ints, depth + 1)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("int", "len", "abs"):
+        return True
+    return False
+
+
+def _call_arguments(node: ast.Call, names: tuple[str, ...]) -> list[ast.AST]:
+    """The call's arguments at the positions, or with the keywords, of ``names``."""
+    found = list(node.args[: len(names)])
+    found += [k.value for k in node.keywords if k.arg in names]
+    return found
+
+
 def parse(source: str) -> ast.Module:
-    """``ast.parse`` for the grader's threads, under :data:`AST_LOCK`: every parse in the grader goes through here."""
+    """``ast.parse`` for the grader's threads, under :data:`AST_LOCK`: every parse in the grader goes through here.
+
+    Raises SyntaxError also for code nested too deeply for CPython's parser (``not not ... True``
+    or ``((((...))))`` raise MemoryError or RecursionError there), so callers handle one error.
+    """
     with AST_LOCK:
-        return ast.parse(source)
+        try:
+            return ast.parse(source)
+        except (MemoryError, RecursionError) as exc:
+            message = f"nested too deeply for the grader to read ({type(exc).__name__})"
+            raise SyntaxError(message, ("<cell>", 1, 1, "")) from None
 
 
 def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
@@ -160,6 +253,7 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
         except SyntaxError as exc:
             report.syntax_errors.append(f"cell {index + 1}, line {exc.lineno}: SyntaxError: {exc.msg}")
     aliases = _aliases(trees)
+    strings, ints = _constants(trees)
     provided = tuple(assignment.provided)
     seen: set[tuple[int, int, str]] = set()
 
@@ -170,9 +264,30 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
             bucket.append(Finding(index + 1, getattr(node, "lineno", 0), name))
 
     targets: dict[str, tuple[int, ast.AST]] = {}
-    for index, tree in trees:
+    pending = list(trees)
+    while pending:
+        index, tree = pending.pop(0)
         called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
         for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                func = _dotted(node.func, aliases) if isinstance(node.func, (ast.Name, ast.Attribute)) else None
+                if func and matches(func, CODE_STRING_CALLS):
+                    for code in _call_arguments(node, ("stmt", "setup")):
+                        if isinstance(code, ast.Constant) and isinstance(code.value, str):
+                            try:  # a literal statement is code: scanned like a cell
+                                pending.append((index, parse(code.value)))
+                            except SyntaxError:
+                                pass
+                        elif not isinstance(code, (ast.Lambda, ast.Name, ast.Attribute)):
+                            add(report.tampering, index, node, f"{func} with a statement built at run time")
+                if func in OPEN_CALLS and any(_number(a, ints) for a in _call_arguments(node, ("file",))):
+                    add(report.tampering, index, node, f"{func}() of a file descriptor number")
+                if any(k.arg == "fileno" for k in node.keywords):
+                    add(report.tampering, index, node, "a file descriptor passed as fileno=")
+            if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in called:
+                name = _dotted(node, aliases)
+                if name and matches(name, CODE_STRING_CALLS) and isinstance(node.ctx, ast.Load):
+                    add(report.tampering, index, node, f"{name} passed around as a value")
             for imported in _imported_names(node):
                 if tampering(imported):
                     add(report.tampering, index, node, imported)
@@ -189,14 +304,16 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
                 add(report.tampering, index, node, node.id)
             elif isinstance(node, ast.Name) and node.id in ATTRIBUTE_BUILTINS and id(node) not in called:
                 add(report.tampering, index, node, f"{node.id} passed around as a value")
-            elif isinstance(node, ast.Attribute) and node.attr in TAMPERING_ATTRIBUTES:
+            elif isinstance(node, ast.Attribute) and (
+                node.attr in TAMPERING_ATTRIBUTES or node.attr in ("grading", "_getframe", "_current_frames")
+            ):
                 add(report.tampering, index, node, f".{node.attr}")
             elif isinstance(node, (ast.Attribute, ast.Name)) and isinstance(getattr(node, "ctx", None), ast.Load):
                 name = _dotted(node, aliases)
                 if name and name != getattr(node, "id", None) and tampering(name):
                     add(report.tampering, index, node, name)
             elif isinstance(node, ast.Call):
-                name, reason = _attribute_call(node, aliases)
+                name, reason = _attribute_call(node, aliases, strings)
                 if reason:
                     add(report.tampering, index, node, reason)
                 elif name and tampering(name):
@@ -205,7 +322,7 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
                 hit = next((t for t in TAMPERING_STRINGS if t in node.value), None)
                 if hit:
                     add(report.tampering, index, node, f"the string {hit!r}")
-        for node in tree.body if isinstance(tree, ast.Module) else []:
+        for node in tree.body if any(tree is t for _, t in trees) else []:  # not a timeit statement's
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 targets[node.name] = (index, node)
     for exercise in assignment.exercises:

@@ -3,6 +3,26 @@ how a dotted name is matched against them (``pathlib.os.kill`` reads as ``os.kil
 
 :mod:`.scan` walks a submission's code and asks these rules about every name it resolves; the
 tables are data, kept apart so that a new rule is one line here.
+
+What the rules are for. A submission runs behind the operating system's wall (:mod:`.isolation`):
+it cannot read the grader's files, start processes that outlive it, or reach a network. What the
+wall cannot stop is the submission changing the grader's own runtime *inside its process* (the
+case runner, the reply framing of :mod:`.wire`, the tripwire of :mod:`.guard`) or writing on the
+runtime's reply channel (the socket whose number is in ``sys.argv``). So the rules flag:
+
+* reaching the runtime's objects: imports machinery, ``sys.modules``, frames and their globals,
+  ``gc.get_objects``/``get_referrers``, introspection attributes, ``inspect`` functions that hand
+  out frames, members or closures, attribute access by computed names, ``mha_course.grading``;
+* code hidden from the scan: ``exec``, ``eval``, ``compile``, pickle, ``timeit`` with a statement
+  built at run time (a literal statement is scanned as code);
+* the reply channel: ``sys.argv``, file descriptors (``os.fdopen``, ``open(3)``, ``/proc/self/fd``,
+  ``/dev/fd``), sockets;
+* hooks into the interpreter or torch that could hide a call from the tripwire (``sys.settrace``,
+  dispatch modes, private torch names), and signals and processes (they interfere with the
+  runtime's own watchdog).
+
+And not what only looks dangerous: ``import timeit`` with a lambda, ``inspect.getsource``,
+``inspect.signature``, ``gc.collect`` are the lectures' own idioms and score like any other code.
 """
 
 from __future__ import annotations
@@ -20,9 +40,29 @@ TAMPERING_PREFIXES = (
     "sys.settrace",
     "sys.setprofile",
     "sys.addaudithook",
+    "sys.argv",  # holds the number of the runtime's reply socket
+    "sys.orig_argv",
     "builtins",
-    "gc",
-    "inspect",
+    # gc and inspect: only what hands out the runtime's objects (gc.collect, inspect.getsource are fine)
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
+    "gc.callbacks",
+    "inspect.currentframe",
+    "inspect.stack",
+    "inspect.trace",
+    "inspect.getouterframes",
+    "inspect.getinnerframes",
+    "inspect.getframeinfo",
+    "inspect.getmembers",
+    "inspect.getmembers_static",
+    "inspect.getattr_static",
+    "inspect.getclosurevars",
+    "inspect.getmodule",
+    "inspect.unwrap",
+    "inspect.getgeneratorlocals",
+    "inspect.getcoroutinelocals",
+    "inspect.getasyncgenlocals",
     "types.FunctionType",
     "types.CodeType",
     "types.LambdaType",
@@ -40,7 +80,6 @@ TAMPERING_PREFIXES = (
     "codeop",
     "pdb",
     "bdb",
-    "timeit",
     "cProfile",
     "profile",
     "trace",
@@ -90,6 +129,10 @@ TAMPERING_PREFIXES = (
     "os.pwritev",
     "os.sendfile",
     "os.readlink",
+    "os.fstat",
+    "os.set_inheritable",
+    "os.get_inheritable",
+    "os.set_blocking",
     "os.pidfd_open",
     "os.register_at_fork",
     "os.setuid",
@@ -114,8 +157,30 @@ TAMPERING_PREFIXES = (
     "pty",
     "resource",
     "mmap",
+    "io.FileIO",
     # the grader itself
     "mha_course.grading",
+)
+#: Calls that compile a statement given as a string (stmt and setup): a literal is scanned as code,
+#: a lambda or a function is fine, anything built at run time is tampering.
+CODE_STRING_CALLS = ("timeit.timeit", "timeit.repeat", "timeit.Timer")
+#: Functions that open a file: with a number (an int literal, or arithmetic on one) they open an
+#: inherited file descriptor, such as the runtime's reply socket.
+OPEN_CALLS = ("open", "io.open", "codecs.open")
+#: Attribute names that reach the runtime whatever object they are read from (``self`` may be
+#: any object, e.g. the package passed in as an argument): flagged also through a literal or
+#: constant-folded ``getattr(obj, "grad" + "ing")``.
+REACHING_ATTRIBUTES = (
+    "grading",
+    "_getframe",
+    "_current_frames",
+    "modules",
+    "meta_path",
+    "path_hooks",
+    "settrace",
+    "setprofile",
+    "addaudithook",
+    "argv",
 )
 TAMPERING_BUILTINS = (
     "__import__",
@@ -167,7 +232,7 @@ TAMPERING_ATTRIBUTES = (
 # builtins that take an attribute name: with a literal name they read as obj.name
 ATTRIBUTE_BUILTINS = ("getattr", "setattr", "delattr", "hasattr")
 # strings that name the grader's files or other processes
-TAMPERING_STRINGS = ("results.json", "/proc/", "/autograder")
+TAMPERING_STRINGS = ("results.json", "/proc/", "/autograder", "/dev/fd")
 ALLOWED_GRADING = ("mha_course.check", "mha_course.grading.check", "mha_course.grading.selfcheck.check")
 
 

@@ -45,7 +45,8 @@ TAMPERING = {
     # modules that run code from strings or bytes, or find modules by name
     "pkgutil": ("import pkgutil\npkgutil.resolve_name('mha_course.attention:scaled_dot_product_attention')", "pkgutil"),
     "pickle": ("import pickle\npickle.loads(b'')", "pickle"),
-    "timeit": ("import timeit\ntimeit.timeit('1')", "timeit"),
+    "timeit statement built at run time": ("import timeit\ntimeit.timeit('imp' + 'ort os')", "built at run time"),
+    "timeit literal statement is scanned": ("import timeit\ntimeit.timeit('import pickle')", "pickle"),
     "inspect": ("import inspect\ninspect.getmodule(len)", "inspect"),
     "operator.attrgetter": ("import operator\noperator.attrgetter('x')", "operator.attrgetter"),
     # processes and file descriptors, also through a module that re-exports os
