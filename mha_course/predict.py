@@ -7,6 +7,8 @@ Every chapter asks the learner to predict before it shows. The rule the notebook
   computed (the experiment runs *after* the prediction, so its output is the reveal);
 * :func:`check_choice` compares a conceptual answer with a salted digest made by
   :func:`answer_digest`, so the answer is not readable in the notebook's source;
+* :func:`check_exercise` runs a "write it yourself" function (shipped raising
+  ``NotImplementedError``) against the library's, and says "write it first" until it is written;
 * the answers, with their reasons, sit in one collapsed markdown cell at the end of the notebook
   (tag ``answers``), one ``name: answer`` line each, which :func:`parse_answers` reads.
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Sequence
 from numbers import Real
 from typing import Any
 
@@ -41,11 +44,12 @@ def normalise_answer(answer: Any) -> str:
     """The canonical text of a conceptual answer, as :func:`answer_digest` hashes it.
 
     Case, surrounding quotes or backticks, and spacing do not matter: ``"GRU"``, ``'gru'`` and
-    ``GRU`` are one answer, and so are ``(2, 3)`` and the text ``"(2,3)"``. Booleans become
-    ``true``/``false``, integers (and integral floats) their decimal digits.
+    ``GRU`` are one answer, and so are ``(2, 3)`` and the text ``"(2,3)"``, ``{"a", "b"}`` and
+    the text ``{'b', 'a'}``. Booleans become ``true``/``false``, integers (and integral floats)
+    their decimal digits.
 
     Raises:
-        TypeError: ``answer`` is not a str, bool, int, float or a tuple/list of them.
+        TypeError: ``answer`` is not a str, bool, int, float or a tuple/list/set of them.
     """
     if isinstance(answer, bool):
         return "true" if answer else "false"
@@ -55,13 +59,19 @@ def normalise_answer(answer: Any) -> str:
         return str(int(answer)) if float(answer).is_integer() else repr(float(answer))
     if isinstance(answer, (tuple, list)):
         return "(" + ",".join(normalise_answer(part) for part in answer) + ")"
+    if isinstance(answer, (set, frozenset)):  # order does not matter: sorted
+        return "{" + ",".join(sorted(normalise_answer(part) for part in answer)) + "}"
     if isinstance(answer, str):
         text = " ".join(answer.strip().split()).casefold()
+        text = re.sub(r"\s*([,(){}\[\]])\s*", r"\1", text).replace("[", "(").replace("]", ")")
+        if len(text) >= 2 and text[0] == "{" and text[-1] == "}":  # a set written as text
+            return "{" + ",".join(sorted(normalise_answer(part) for part in text[1:-1].split(",") if part)) + "}"
+        if len(text) >= 2 and text[0] == "(" and text[-1] == ")":  # a tuple written as text
+            return "(" + ",".join(normalise_answer(part) for part in text[1:-1].split(",") if part) + ")"
         while len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'`":
             text = text[1:-1].strip()
-        text = re.sub(r"\s*([,()\[\]])\s*", r"\1", text).replace("[", "(").replace("]", ")")
         return text
-    raise TypeError(f"answer must be a str, bool, int, float or tuple of them, got {type(answer).__name__}")
+    raise TypeError(f"answer must be a str, bool, int, float or tuple/set of them, got {type(answer).__name__}")
 
 
 def answer_digest(name: str, answer: Any) -> str:
@@ -227,6 +237,92 @@ def _plain(*values: Any) -> bool:
     return True
 
 
+def check_exercise(name: str, function: Any, reference: Any, cases: Sequence[tuple]) -> bool:
+    """Run the learner's ``function`` on each case and compare it with ``reference``, never raising.
+
+    For the "write it yourself" cells: the cell ships with a body that raises
+    ``NotImplementedError`` (or is ``...``, which returns None), and this prints "write ... first"
+    until the learner writes it. Outputs are compared as arrays: same shape, booleans exactly,
+    numbers within the tolerance of :data:`mha_course.testing.TOLERANCES` for the reference's
+    dtype (float64 for NumPy and Python floats).
+
+    Args:
+        name: the function's name, used in the messages.
+        function: the learner's function.
+        reference: the library function it must agree with.
+        cases: argument tuples; each is passed as ``function(*case)`` and ``reference(*case)``.
+
+    Returns:
+        True when every case agrees; False otherwise (the first problem is printed).
+
+    Raises:
+        TypeError: ``name`` is not an identifier, ``function``/``reference`` not callable, or
+            ``cases`` not a non-empty sequence of tuples.
+    """
+    from .testing import tolerance
+
+    _require_name(name)
+    for label, value in (("function", function), ("reference", reference)):
+        if not callable(value):
+            raise TypeError(f"{label} must be callable, got {type(value).__name__}")
+    if isinstance(cases, (str, bytes)) or not isinstance(cases, Sequence) or not cases:
+        raise TypeError(f"cases must be a non-empty sequence of argument tuples, got {cases!r}")
+    if not all(isinstance(case, tuple) for case in cases):
+        raise TypeError(f"each case must be a tuple of arguments, got {[type(c).__name__ for c in cases]}")
+    for number, case in enumerate(cases):
+        try:
+            mine = function(*case)
+        except NotImplementedError:
+            print(f"{name}: write it first: its body still raises NotImplementedError")
+            return False
+        except Exception as error:  # the learner's bug: say what, and let the notebook run on
+            print(f"{name}: raised {type(error).__name__} on case {number}: {error}")
+            return False
+        if mine is None:
+            print(f"{name}: write it first: it returns None (is the body still `...`, or is `return` missing?)")
+            return False
+        expected = reference(*case)
+        mine_arr, expected_arr = _as_array(mine), _as_array(expected)
+        if mine_arr is None:
+            print(f"{name}: case {number}: returns a {type(mine).__name__}, not an array or tensor")
+            return False
+        if mine_arr.shape != expected_arr.shape:
+            print(f"{name}: case {number}: shape {mine_arr.shape}, expected {expected_arr.shape}")
+            return False
+        if expected_arr.dtype == bool:
+            if mine_arr.dtype != bool:
+                print(f"{name}: case {number}: give booleans (True = may attend), not {mine_arr.dtype}")
+                return False
+            if not np.array_equal(mine_arr, expected_arr):
+                print(f"{name}: case {number}: {int((mine_arr != expected_arr).sum())} entries differ")
+                return False
+            continue
+        if not np.isfinite(mine_arr).all() and np.isfinite(expected_arr).all():
+            print(f"{name}: case {number}: not finite (NaN or inf) where the reference is")
+            return False
+        atol, rtol = tolerance(_dtype_of(expected))
+        if not np.allclose(mine_arr, expected_arr, rtol=rtol, atol=atol, equal_nan=True):
+            worst = float(np.nanmax(np.abs(mine_arr.astype(np.float64) - expected_arr.astype(np.float64))))
+            print(f"{name}: case {number}: values differ from the reference (largest difference {worst:.3g})")
+            return False
+    print(f"{name}: right on all {len(cases)} case{'s' if len(cases) > 1 else ''}")
+    return True
+
+
+def _as_array(value: Any) -> np.ndarray | None:
+    if hasattr(value, "detach"):
+        return value.detach().cpu().numpy()
+    if isinstance(value, (np.ndarray, np.generic, Real)) and not isinstance(value, bool):
+        return np.asarray(value)
+    return None
+
+
+def _dtype_of(value: Any):
+    if hasattr(value, "detach"):
+        return value.dtype
+    return np.asarray(value).dtype if isinstance(value, np.ndarray) else np.float64
+
+
 _ANSWER_LINE = re.compile(r"^\s*[-*]\s+`(?P<name>[A-Za-z_]\w*)`\s*:\s*(?P<answer>.+?)\s*$")
 
 
@@ -269,6 +365,7 @@ def prediction_names(source: str) -> list[str]:
 __all__ = [
     "answer_digest",
     "check_choice",
+    "check_exercise",
     "check_prediction",
     "normalise_answer",
     "parse_answers",

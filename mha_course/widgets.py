@@ -5,11 +5,19 @@ under nbval, in a static HTML export or without ipywidgets it calls ``draw`` at 
 settings instead, so the cell still shows its point. Every widget made is remembered, so that a
 test can :func:`replay_interactive` each one at its current value and at the ends of its controls
 (a slider that breaks the cell at its maximum is a bug a learner would find in a minute).
+
+The widget also carries a PNG of its first picture, so that a static view of the executed
+notebook (nbconvert, GitHub) shows the figure at the default settings instead of the widget's
+bare text ``interactive(children=...)``.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import functools
 import inspect
+import io
 from collections.abc import Sequence
 
 
@@ -37,7 +45,8 @@ def interactive(function, static: Sequence[dict] = ({},), **controls):
             never imports ipywidgets, and still runs where it is missing).
 
     Returns:
-        the ``ipywidgets.interactive`` widget, or None when the static fallback ran.
+        the ``ipywidgets.interactive`` widget (carrying a PNG of its default settings' figures for
+        static views), or None when the static fallback ran.
 
     Raises:
         TypeError: ``function`` is not callable, or ``static`` is not a sequence of dicts.
@@ -60,13 +69,21 @@ def interactive(function, static: Sequence[dict] = ({},), **controls):
         return None
 
     failures: list[BaseException] = []
+    first_pictures: list[bytes] = []
+    capture: list[bytes] | None = first_pictures  # only the first call (the default settings) is kept
 
     def call(**kwargs):
+        nonlocal capture
         try:
-            return function(**kwargs)
+            if capture is None:
+                return function(**kwargs)
+            with _capturing_figures(capture):
+                return function(**kwargs)
         except Exception as error:  # remembered for the first call, shown by ipywidgets later
             failures.append(error)
             raise
+        finally:
+            capture = None
 
     # keep the learner's parameter names and defaults visible to interactive()'s introspection
     call.__signature__ = inspect.signature(function)
@@ -74,11 +91,84 @@ def interactive(function, static: Sequence[dict] = ({},), **controls):
         name: control(ipywidgets) if callable(control) and not isinstance(control, ipywidgets.Widget) else control
         for name, control in controls.items()
     }
-    widget = ipywidgets.interactive(call, **controls)
+    widget = _widget_class()(call, **controls)
     if failures:
         raise failures[0]
+    widget.picture = _stack_pngs(first_pictures)
     _MADE[_key(function)] = (function, widget, [dict(kwargs) for kwargs in static])
     return widget
+
+
+@functools.cache
+def _widget_class():
+    """``ipywidgets.interactive`` that also carries a PNG of its first picture for static views.
+
+    Jupyter shows a cell's result by the richest MIME type its frontend can render: JupyterLab
+    with widgets renders the live widget and ignores the PNG; nbconvert, GitHub and any viewer
+    without a widget manager fall back to the PNG instead of the bare text
+    ``interactive(children=...)``. One output, so nothing is drawn twice.
+    """
+    import ipywidgets
+
+    class InteractiveWithPicture(ipywidgets.interactive):
+        picture: bytes | None = None  # PNG of the figures the first call drew, stacked
+
+        def _repr_mimebundle_(self, **kwargs):
+            bundle = super()._repr_mimebundle_(**kwargs)
+            if bundle is not None and self.picture:
+                bundle["image/png"] = base64.b64encode(self.picture).decode("ascii")
+            return bundle
+
+    return InteractiveWithPicture
+
+
+@contextlib.contextmanager
+def _capturing_figures(pictures: list[bytes]):
+    """Append a PNG of each figure opened inside the block to ``pictures``, as it is shown or at exit.
+
+    Figures are grabbed when ``plt.show`` is called (the inline backend closes them there) and,
+    for callbacks that leave them open for ipywidgets to flush, when the block ends.
+    """
+    import matplotlib.pyplot as plt
+
+    before, grabbed = set(plt.get_fignums()), set()
+    show = plt.show
+
+    def grab():
+        for number in plt.get_fignums():
+            if number not in before and number not in grabbed:
+                grabbed.add(number)
+                buffer = io.BytesIO()
+                plt.figure(number).savefig(buffer, format="png", bbox_inches="tight")
+                pictures.append(buffer.getvalue())
+
+    def show_and_grab(*args, **kwargs):
+        grab()
+        return show(*args, **kwargs)
+
+    plt.show = show_and_grab
+    try:
+        yield
+        grab()
+    finally:
+        plt.show = show
+
+
+def _stack_pngs(pngs: list[bytes]) -> bytes | None:
+    """One PNG with ``pngs`` one above the other (a MIME bundle holds one image), or None if none."""
+    if len(pngs) <= 1:
+        return pngs[0] if pngs else None
+    from PIL import Image
+
+    images = [Image.open(io.BytesIO(png)).convert("RGBA") for png in pngs]
+    stacked = Image.new("RGBA", (max(i.width for i in images), sum(i.height for i in images)), "white")
+    top = 0
+    for image in images:
+        stacked.paste(image, (0, top))
+        top += image.height
+    buffer = io.BytesIO()
+    stacked.save(buffer, format="PNG")
+    return buffer.getvalue()
 
 
 # (function, widget or None, static settings) for every interactive() made in this process, the
