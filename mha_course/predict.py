@@ -221,6 +221,8 @@ def check_prediction(name: str, predicted: Any, actual: Any, rel_tol: float = 0.
         return True
     if a_arr.ndim == 0:
         print(f"{name}: not right: {_kind_of_miss(float(p_flat[0]), float(a_flat[0]), close)}")
+    elif np.array_equal(np.sort(p_flat), np.sort(a_flat)):
+        print(f"{name}: not right: the right numbers, in the wrong order")
     else:
         shown = ", ".join(f"entry {i} {_kind_of_miss(float(p_flat[i]), float(a_flat[i]), close)}" for i in wrong[:3])
         more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""

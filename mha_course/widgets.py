@@ -14,7 +14,6 @@ bare text ``interactive(children=...)``.
 from __future__ import annotations
 
 import base64
-import contextlib
 import functools
 import inspect
 import io
@@ -69,21 +68,13 @@ def interactive(function, static: Sequence[dict] = ({},), **controls):
         return None
 
     failures: list[BaseException] = []
-    first_pictures: list[bytes] = []
-    capture: list[bytes] | None = first_pictures  # only the first call (the default settings) is kept
 
     def call(**kwargs):
-        nonlocal capture
         try:
-            if capture is None:
-                return function(**kwargs)
-            with _capturing_figures(capture):
-                return function(**kwargs)
+            return function(**kwargs)
         except Exception as error:  # remembered for the first call, shown by ipywidgets later
             failures.append(error)
             raise
-        finally:
-            capture = None
 
     # keep the learner's parameter names and defaults visible to interactive()'s introspection
     call.__signature__ = inspect.signature(function)
@@ -94,24 +85,59 @@ def interactive(function, static: Sequence[dict] = ({},), **controls):
     widget = _widget_class()(call, **controls)
     if failures:
         raise failures[0]
-    widget.picture = _stack_pngs(first_pictures)
     _MADE[_key(function)] = (function, widget, [dict(kwargs) for kwargs in static])
     return widget
 
 
 @functools.cache
 def _widget_class():
-    """``ipywidgets.interactive`` that also carries a PNG of its first picture for static views.
+    """``ipywidgets.interactive`` whose first picture is set as state and also kept as a PNG.
 
-    Jupyter shows a cell's result by the richest MIME type its frontend can render: JupyterLab
-    with widgets renders the live widget and ignores the PNG; nbconvert, GitHub and any viewer
-    without a widget manager fall back to the PNG instead of the bare text
-    ``interactive(children=...)``. One output, so nothing is drawn twice.
+    The first call (the default settings, made while the cell runs) is captured with IPython's
+    ``capture_output`` and handed to the widget's Output area as its ``outputs`` state, the way
+    ``Output.append_display_data`` does, instead of being printed inside ``with self.out``.
+    Printing inside the Output area makes a notebook runner that mimics a frontend (nbclient,
+    hence ``jupyter nbconvert --execute`` and nbval) send a comm message back on the shell socket
+    for every output while it is waiting for the cell's reply on that same socket; now and then
+    the reply is then never noticed and the cell stalls until its timeout. State set from the
+    kernel needs no answer. Later calls (a learner moving a slider) run as ipywidgets runs them.
+
+    The PNG goes into the widget's MIME bundle: JupyterLab with widgets renders the live widget
+    and ignores it; nbconvert, GitHub and any viewer without a widget manager show the picture
+    instead of the bare text ``interactive(children=...)``. One output, nothing drawn twice.
     """
     import ipywidgets
+    from IPython.display import display
+    from IPython.utils.capture import capture_output
+    from ipywidgets.widgets.interaction import show_inline_matplotlib_plots
 
     class InteractiveWithPicture(ipywidgets.interactive):
         picture: bytes | None = None  # PNG of the figures the first call drew, stacked
+        _first_done = False
+
+        def update(self, *args):
+            if self._first_done:
+                return super().update(*args)
+            self._first_done = True
+            self.kwargs = {control._kwarg: control.get_interact_value() for control in self.kwargs_widgets}
+            show_inline_matplotlib_plots()  # figures left open by earlier code belong to the cell, as in update()
+            with capture_output() as captured:
+                self.result = self.f(**self.kwargs)
+                show_inline_matplotlib_plots()
+                if self.auto_display and self.result is not None:
+                    display(self.result)
+            outputs = [
+                {"output_type": "stream", "name": name, "text": text}
+                for name, text in (("stdout", captured.stdout), ("stderr", captured.stderr))
+                if text
+            ]
+            outputs += [
+                {"output_type": "display_data", "data": _jsonable(out.data), "metadata": out.metadata or {}}
+                for out in captured.outputs
+            ]
+            self.out.outputs = tuple(outputs)
+            pngs = [base64.b64decode(o["data"]["image/png"]) for o in outputs if "image/png" in o.get("data", {})]
+            self.picture = _stack_pngs(pngs)
 
         def _repr_mimebundle_(self, **kwargs):
             bundle = super()._repr_mimebundle_(**kwargs)
@@ -122,36 +148,12 @@ def _widget_class():
     return InteractiveWithPicture
 
 
-@contextlib.contextmanager
-def _capturing_figures(pictures: list[bytes]):
-    """Append a PNG of each figure opened inside the block to ``pictures``, as it is shown or at exit.
-
-    Figures are grabbed when ``plt.show`` is called (the inline backend closes them there) and,
-    for callbacks that leave them open for ipywidgets to flush, when the block ends.
-    """
-    import matplotlib.pyplot as plt
-
-    before, grabbed = set(plt.get_fignums()), set()
-    show = plt.show
-
-    def grab():
-        for number in plt.get_fignums():
-            if number not in before and number not in grabbed:
-                grabbed.add(number)
-                buffer = io.BytesIO()
-                plt.figure(number).savefig(buffer, format="png", bbox_inches="tight")
-                pictures.append(buffer.getvalue())
-
-    def show_and_grab(*args, **kwargs):
-        grab()
-        return show(*args, **kwargs)
-
-    plt.show = show_and_grab
-    try:
-        yield
-        grab()
-    finally:
-        plt.show = show
+def _jsonable(data: dict) -> dict:
+    """A display's MIME data as notebook JSON: binary images base64-encoded, as nbformat stores them."""
+    return {
+        mime: base64.b64encode(value).decode("ascii") if isinstance(value, bytes) else value
+        for mime, value in data.items()
+    }
 
 
 def _stack_pngs(pngs: list[bytes]) -> bytes | None:
