@@ -104,7 +104,9 @@ def _widget_class():
 
     The PNG goes into the widget's MIME bundle: JupyterLab with widgets renders the live widget
     and ignores it; nbconvert, GitHub and any viewer without a widget manager show the picture
-    instead of the bare text ``interactive(children=...)``. One output, nothing drawn twice.
+    instead of the bare text ``interactive(children=...)``; what the first call printed replaces
+    that text as ``text/plain`` (the static view of a callback that only prints). One output,
+    nothing drawn twice.
     """
     import ipywidgets
     from IPython.display import display
@@ -113,6 +115,7 @@ def _widget_class():
 
     class InteractiveWithPicture(ipywidgets.interactive):
         picture: bytes | None = None  # PNG of the figures the first call drew, stacked
+        printed: str = ""  # what the first call printed: the static view of a callback that only prints
         _first_done = False
 
         def update(self, *args):
@@ -138,11 +141,14 @@ def _widget_class():
             self.out.outputs = tuple(outputs)
             pngs = [base64.b64decode(o["data"]["image/png"]) for o in outputs if "image/png" in o.get("data", {})]
             self.picture = _stack_pngs(pngs)
+            self.printed = captured.stdout
 
         def _repr_mimebundle_(self, **kwargs):
             bundle = super()._repr_mimebundle_(**kwargs)
             if bundle is not None and self.picture:
                 bundle["image/png"] = base64.b64encode(self.picture).decode("ascii")
+            if bundle is not None and self.printed.strip():
+                bundle["text/plain"] = self.printed.rstrip("\n")  # instead of "interactive(children=..."
             return bundle
 
     return InteractiveWithPicture

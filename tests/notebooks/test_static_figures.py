@@ -110,6 +110,10 @@ def one(a=1.0):
 def two(a=1.0):
     one(a)
     one(2 * a)
+
+
+def words(a=1.0):
+    print(f"{a:.1f} GFLOP")
 """
 
 
@@ -120,6 +124,7 @@ def test_each_interactive_cell_shows_its_default_picture_without_a_live_kernel(m
         new_code_cell("viz.interactive(one, a=(0.0, 3.0))"),
         new_code_cell("viz.interactive(two, a=(0.0, 3.0))"),
         new_code_cell("head_picker(model, task, data)"),
+        new_code_cell("viz.interactive(words, a=(0.0, 3.0))"),
     ]
     nb, sent = _execute(
         new_notebook(
@@ -131,13 +136,18 @@ def test_each_interactive_cell_shows_its_default_picture_without_a_live_kernel(m
         shown = [o for o in nb.cells[i].outputs if o.output_type in ("execute_result", "display_data")]
         assert len(shown) == 1 and WIDGET in shown[0].data, f"cell {i}: one widget expected, got {shown}"
         assert "image/png" in shown[0].data, f"cell {i}: no picture for a static view"
+    # a callback that only prints: its text stands in for "interactive(children=...)"
+    (words,) = nb.cells[4].outputs
+    assert WIDGET in words.data and words.data["text/plain"] == "1.0 GFLOP", words.data["text/plain"]
+    assert nb.cells[1].outputs[0].data["text/plain"] == "drawn at 1.0"
     one, two = _picture(nb.cells[1]), _picture(nb.cells[2])
     assert two.height == 2 * one.height and two.width == one.width, "two figures are stacked into one picture"
     # the live widget shows the same first picture: it is the Output area's state
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
     outputs = [m["state"]["outputs"] for m in state.values() if m["model_name"] == "OutputModel"]
-    assert len(outputs) == 3 and all(any("image/png" in o.get("data", {}) for o in out) for out in outputs)
-    assert any(o.get("text") == "drawn at 1.0\n" for o in outputs[0]), outputs[0]
+    with_picture = [out for out in outputs if any("image/png" in o.get("data", {}) for o in out)]
+    assert len(outputs) == 4 and len(with_picture) == 3, outputs
+    assert any(o.get("text") == "drawn at 1.0\n" for out in outputs for o in out), outputs
     # nothing was printed inside an Output area while the cells ran, so the runner never had to answer
     assert sent == [], f"the notebook runner sent {len(sent)} comm messages back while cells ran"
 
