@@ -8,10 +8,11 @@ google-chrome on PATH) and reports, per page:
 - JavaScript errors (uncaught exceptions and ``console.error``), failed requests, requests that
   leave the machine (the site must read offline);
 - images that did not load, links to a page or an anchor that does not exist;
-- math that MathJax did not typeset, or typeset as an error;
+- math that MathJax did not typeset, or typeset as an error; code blocks without a copy button;
 - on a chapter (``notebooks/``): the figures among its outputs (none is a problem), and each
   interactive cell without its default picture;
-- on a chapter or exercise: the launch links (Colab, Binder, GitHub), for the caller to check.
+- on a chapter or exercise: the launch links (Colab, Binder, GitHub), for the caller to check;
+- and that the search page finds a word every chapter uses.
 
 Exits 1 when any problem was found; the JSON report holds everything it saw.
 """
@@ -29,6 +30,8 @@ import threading
 from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlparse
 
+SEARCH_WORD = "attention"
+
 # Read in the page once MathJax is done: what the checks below need from the DOM.
 _PAGE_FACTS = """async () => {
   if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
@@ -45,6 +48,8 @@ _PAGE_FACTS = """async () => {
     links: [...document.querySelectorAll('a[href]')].map(a => a.href),
     brokenImages: [...document.images].filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src),
     outputImages: document.querySelectorAll('.cell_output img').length,
+    codeBlocks: document.querySelectorAll('div.highlight').length,
+    copyButtons: document.querySelectorAll('button.copybtn').length,
     math: maths.length,
     mathUnrendered: maths.filter(m => !m.querySelector('mjx-container')).length,
     mathErrors: document.querySelectorAll('mjx-merror').length,
@@ -68,7 +73,13 @@ def _serve(folder: Path) -> http.server.ThreadingHTTPServer:
         def log_message(self, *args):  # the report says what failed; the access log would drown it
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
+    class Server(http.server.ThreadingHTTPServer):
+        def handle_error(self, request, client_address):
+            # the browser drops a transfer it no longer needs when it leaves a page: not a fault of the site
+            if not isinstance(sys.exc_info()[1], ConnectionError):
+                super().handle_error(request, client_address)
+
+    server = Server(("127.0.0.1", 0), functools.partial(Quiet, directory=str(folder)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
 
@@ -84,6 +95,7 @@ def check_site(html: Path, chromium: str, screenshots: Path | None = None, shots
     Raises:
         ValueError: ``html`` has no ``index.html``, or a page in ``shots`` does not exist.
     """
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
     from playwright.sync_api import sync_playwright
 
     html = html.resolve()
@@ -143,6 +155,13 @@ def check_site(html: Path, chromium: str, screenshots: Path | None = None, shots
                 if screenshots is not None and name in shots:
                     screenshots.mkdir(parents=True, exist_ok=True)
                     page.screenshot(path=str(screenshots / (name.replace("/", "_") + ".png")), full_page=True)
+            if "search.html" in pages:  # the search box's results page finds a word every chapter uses
+                current[0] = f"search.html?q={SEARCH_WORD}"
+                page.goto(f"{base}search.html?q={SEARCH_WORD}", wait_until="load")
+                try:
+                    page.wait_for_selector("#search-results li", timeout=20_000)
+                except PlaywrightTimeout:
+                    problems.append(f"search.html: searching {SEARCH_WORD!r} found nothing")
             browser.close()
     finally:
         server.shutdown()
@@ -160,6 +179,8 @@ def _page_problems(html: Path, base: str, facts: dict[str, dict]) -> list[str]:
             problems.append(f"{name}: {page['mathErrors']} formulas typeset as errors")
         if name.startswith("notebooks/") and page["outputImages"] == 0:
             problems.append(f"{name}: a chapter page without figures among its outputs")
+        if page["copyButtons"] < page["codeBlocks"]:
+            problems.append(f"{name}: {page['codeBlocks'] - page['copyButtons']} code blocks without a copy button")
         for index, images in enumerate(page["interactive"]):
             if images <= 0:
                 problems.append(f"{name}: interactive cell {index + 1} shows no default picture")
