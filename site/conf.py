@@ -29,6 +29,7 @@ extensions = [
     "myst_nb",
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",  # the library's Google-style Args/Returns/Raises sections
+    "docstrings",  # indented formulas and tables in docstrings kept as literal blocks
     "sphinx_copybutton",
     "sphinx-mathjax-offline",  # MathJax 3 copied into _static: no CDN at reading time
     "course_pages",
@@ -64,6 +65,8 @@ autodoc_typehints = "description"
 autodoc_member_order = "bysource"
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
+# A docstring's literal blocks are formulas and tables, not Python (notebook cells keep their kernel's lexer).
+highlight_language = "text"
 
 # --- HTML ------------------------------------------------------------------------------------------
 html_theme = "sphinx_book_theme"

@@ -188,7 +188,6 @@ def _reference(names: dict[str, str], uses: dict[str, str], chapter_titles: dict
     ]
     for name, module in names.items():
         obj = getattr(mha_course, name)
-        lines += [f"## `{name}`", ""]
         if isinstance(obj, type) or callable(obj):
             directive = "autoclass" if isinstance(obj, type) else "autofunction"
             options = ["   :members:"] if directive == "autoclass" else []

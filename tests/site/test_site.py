@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "site"))  # prepare
 import answers  # noqa: E402
 import browser_check  # noqa: E402
 import course_pages  # noqa: E402
+import docstrings  # noqa: E402
 import prepare  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -276,3 +277,24 @@ def test_prepare_lays_out_only_what_it_is_asked(tmp_path):
     with pytest.raises(ValueError, match="keeps no chapter"):
         prepare.prepare(tmp_path / "none", ["99"])
     shutil.rmtree(tmp_path / "src")
+
+
+def test_docstring_blocks_keep_their_lines_and_sections_stay_for_napoleon():
+    lines = [
+        "Attention.",
+        "",
+        "    out = softmax(q k^T / sqrt(D)) v     (B, T, E)",
+        "    weights                             (B, H, T, S)",
+        "",
+        "Args:",
+        "    q: queries (B, H, T, D).",
+        "        continued.",
+        "",
+        "- a list item",
+        "  continued",
+    ]
+    out = docstrings.literal_blocks(lines)
+    assert out[out.index("::") + 2 : out.index("::") + 4] == lines[2:4]
+    assert out.count("::") == 1, out
+    assert out[out.index("Args:") + 1 : out.index("Args:") + 3] == lines[6:8]
+    assert out[-2:] == lines[-2:]
