@@ -21,14 +21,14 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # answers.py beside this file
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # site_answers.py beside this file
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "site"))  # prepare, course_pages, browser_check
 
-import answers  # noqa: E402
 import browser_check  # noqa: E402
 import course_pages  # noqa: E402
 import docstrings  # noqa: E402
 import prepare  # noqa: E402
+import site_answers as answers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE_PYTHON = ROOT / ".venv-site" / "bin" / "python"
