@@ -105,6 +105,12 @@ def _copy(source: Path, target: Path) -> None:
     shutil.copy2(source, target)  # keeps the mtime: Sphinx re-reads only the chapters that changed
 
 
+def _write(target: Path, text: str) -> None:
+    """Writes ``text`` unless ``target`` already holds it (an unchanged page keeps its mtime, so is not re-read)."""
+    if not target.is_file() or target.read_text(encoding="utf-8") != text:
+        target.write_text(text, encoding="utf-8")
+
+
 def _index(title: str, header: str, rows: list[str], chapters: list[str], exercises: list[str]) -> str:
     return "\n".join(
         [
@@ -204,7 +210,7 @@ def _reference(names: dict[str, str], uses: dict[str, str], chapter_titles: dict
 
 
 def prepare(out: Path, only: list[str] | None = None) -> dict[str, list[str]]:
-    """Writes the site's sources into ``out`` (emptied first); returns the chapters and exercises laid out.
+    """Writes the site's sources into ``out`` (other files there are removed); returns what it laid out.
 
     Raises:
         ValueError: ``only`` keeps no chapter, or a syllabus link names a missing notebook.
@@ -231,9 +237,10 @@ def prepare(out: Path, only: list[str] | None = None) -> dict[str, list[str]]:
         if not (ROOT / path).is_file():
             raise ValueError(f"the syllabus links {path}, which does not exist")
 
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
+    pages = {"index.md", "reference.md", "first_uses.json", *chapters, *exercises}
+    for old in [p for p in out.rglob("*") if p.is_file() and p.relative_to(out).as_posix() not in pages]:
+        old.unlink()  # a chapter renamed or left out since the last build
     for path in chapters + exercises:
         _copy(ROOT / path, out / path)
 
@@ -242,18 +249,18 @@ def prepare(out: Path, only: list[str] | None = None) -> dict[str, list[str]]:
     uses = {name: path for name, path in first_uses([ROOT / c for c in all_chapters], list(names)).items()}
     titles = {path: f"chapter {Path(path).stem[:2]}" for path in all_chapters}
     uses_here = {name: path for name, path in uses.items() if path in chapters}
-    (out / "index.md").write_text(_index(settings["title"], header, kept_rows, chapters, exercises), encoding="utf-8")
-    (out / "reference.md").write_text(_reference(names, uses_here, titles), encoding="utf-8")
+    _write(out / "index.md", _index(settings["title"], header, kept_rows, chapters, exercises))
+    _write(out / "reference.md", _reference(names, uses_here, titles))
     by_chapter: dict[str, list[str]] = {}
     for name, path in uses_here.items():
         by_chapter.setdefault(path, []).append(name)
-    (out / "first_uses.json").write_text(json.dumps(by_chapter, indent=1, sort_keys=True), encoding="utf-8")
+    _write(out / "first_uses.json", json.dumps(by_chapter, indent=1, sort_keys=True))
     return {"chapters": chapters, "exercises": exercises}
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path, help="folder to write the sources into (emptied first)")
+    parser.add_argument("out", type=Path, help="folder to write the sources into (other files there are removed)")
     parser.add_argument("--only", nargs="+", help="keep chapters/exercises whose file names start with these")
     args = parser.parse_args(argv)
     laid = prepare(args.out.resolve(), args.only)

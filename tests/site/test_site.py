@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -274,9 +273,13 @@ def test_prepare_lays_out_only_what_it_is_asked(tmp_path):
     index = (tmp_path / "src" / "index.md").read_text(encoding="utf-8")
     assert "notebooks/02_softmax" in index and "notebooks/03_" not in index
     assert not list((tmp_path / "src").rglob("solutions*"))
+    mtime = (tmp_path / "src" / "index.md").stat().st_mtime_ns
+    prepare.prepare(tmp_path / "src", ["02", "a02"])  # again: nothing changed, nothing rewritten
+    assert (tmp_path / "src" / "index.md").stat().st_mtime_ns == mtime
+    prepare.prepare(tmp_path / "src", ["03"])  # the pages of 02 are removed
+    assert sorted(p.name for p in (tmp_path / "src").rglob("*.ipynb")) == ["03_scaled_dot_product_attention.ipynb"]
     with pytest.raises(ValueError, match="keeps no chapter"):
         prepare.prepare(tmp_path / "none", ["99"])
-    shutil.rmtree(tmp_path / "src")
 
 
 def test_docstring_blocks_keep_their_lines_and_sections_stay_for_napoleon():
