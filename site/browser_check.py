@@ -10,7 +10,7 @@ google-chrome on PATH) and reports, per page:
 - images that did not load, links to a page or an anchor that does not exist;
 - math that MathJax did not typeset, or typeset as an error; code blocks without a copy button;
 - on a chapter (``notebooks/``): the figures among its outputs (none is a problem), and each
-  interactive cell without its default picture;
+  interactive cell that shows nothing of its default setting (neither its figure nor what it prints);
 - on a chapter or exercise: the launch links (Colab, Binder, GitHub), for the caller to check;
 - and that the search page finds a word every chapter uses.
 
@@ -41,7 +41,8 @@ _PAGE_FACTS = """async () => {
   const interactive = [...document.querySelectorAll('.course-interactive')].map(note => {
     let cell = note.previousElementSibling;
     while (cell && !cell.classList.contains('cell')) { cell = cell.previousElementSibling; }
-    return cell ? cell.querySelectorAll('.cell_output img').length : -1;
+    const output = cell && cell.querySelector('.cell_output');
+    return {images: output ? output.querySelectorAll('img').length : 0, text: output ? output.innerText.trim() : ''};
   });
   return {
     ids: [...document.querySelectorAll('[id]')].map(e => e.id),
@@ -181,9 +182,10 @@ def _page_problems(html: Path, base: str, facts: dict[str, dict]) -> list[str]:
             problems.append(f"{name}: a chapter page without figures among its outputs")
         if page["copyButtons"] < page["codeBlocks"]:
             problems.append(f"{name}: {page['codeBlocks'] - page['copyButtons']} code blocks without a copy button")
-        for index, images in enumerate(page["interactive"]):
-            if images <= 0:
-                problems.append(f"{name}: interactive cell {index + 1} shows no default picture")
+        for index, shown in enumerate(page["interactive"]):
+            # its default setting's figure, or what it prints; a widget's bare repr is not an output
+            if not shown["images"] and (not shown["text"] or shown["text"].startswith("interactive(")):
+                problems.append(f"{name}: interactive cell {index + 1} shows nothing of its default setting")
         for link in page["links"]:
             if not link.startswith(base):
                 continue

@@ -75,7 +75,7 @@ def _launch_cell(urls: dict[str, str], path: str, first_used: list[str]) -> dict
 INTERACTIVE_NOTE = (
     "```{admonition} Interactive in the notebook\n"
     ":class: note course-interactive\n"
-    "In JupyterLab this cell has sliders; this page shows the picture at its default setting. "
+    "In JupyterLab this cell has sliders; this page shows what it draws or prints at its default setting. "
     "Run the notebook to move them.\n"
     "```\n"
 )

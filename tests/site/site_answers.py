@@ -3,9 +3,11 @@
 Collected from the sources, never from the site: the solution regions and hidden-test regions of
 ``solutions/*.ipynb`` (and their markdown answer cells), the chapters' cells tagged ``answers``,
 and the names of the grader's hidden cases (``Case(..., hidden=True)`` in
-``mha_course/grading/exercises/*.py``). A line that the published notebooks show anyway (a chapter
-or an exercise holds the same line) is no secret and is left out, as are lines too short to be
-telling (``return out``).
+``mha_course/grading/exercises/*.py``). A line that the course publishes anyway is no secret and
+is left out: one that a chapter or an exercise holds, or that the library's own source holds (a
+chapter may print the library's ``tiled_attention`` loop, which an assignment asks the learner to
+write again; the library is the learner's to read), as are lines too short to be telling
+(``return out``). The grader's exercise modules, where the hidden cases live, do not count as public.
 """
 
 from __future__ import annotations
@@ -58,10 +60,15 @@ def _hidden_case_names(path: Path) -> list[str]:
 
 
 def published_text() -> str:
-    """Everything the site is meant to show from the notebooks: chapters (without answers) and exercises."""
+    """What the course publishes anyway: chapters (without answers), exercises, the library's source
+    (but for the grader's exercise modules)."""
     parts = []
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "exercises").glob("*.ipynb")):
         parts += [_source(c) for c in _cells(path) if "answers" not in c.get("metadata", {}).get("tags", [])]
+    hidden = ROOT / "mha_course" / "grading" / "exercises"
+    parts += [
+        p.read_text(encoding="utf-8") for p in sorted((ROOT / "mha_course").rglob("*.py")) if hidden not in p.parents
+    ]
     return normalise("\n".join(parts))
 
 

@@ -177,8 +177,10 @@ def test_browser_check_reports_what_is_broken(tmp_path):
         '<span class="math">\\(x^2\\)</span><script>throw new Error("boom")</script></body></html>'
     )
     (site / "notebooks" / "ch.html").write_text(
-        '<html><body><div class="cell"><div class="cell_output">text only</div></div>'
-        '<div class="course-interactive">note</div></body></html>'
+        '<html><body><div class="cell"><div class="cell_output">interactive(children=(IntSlider())</div></div>'
+        '<div class="course-interactive">note</div>'
+        '<div class="cell"><div class="cell_output">T=4096: 34.4 GFLOP</div></div>'
+        '<div class="course-interactive">printed, so shown</div></body></html>'
     )
     run = subprocess.run(
         [_site_python(), "site/browser_check.py", site, "--chromium", CHROMIUM, "--json", tmp_path / "report.json"],
@@ -197,9 +199,10 @@ def test_browser_check_reports_what_is_broken(tmp_path):
         "broken link to notebooks/ch.html#nowhere",
         "1 of 1 formulas not typeset",
         "notebooks/ch.html: a chapter page without figures",
-        "notebooks/ch.html: interactive cell 1 shows no default picture",
+        "notebooks/ch.html: interactive cell 1 shows nothing of its default setting",
     ):
         assert expected in problems, f"{expected!r} not reported; got:\n{problems}"
+    assert "interactive cell 2" not in problems, "an interactive cell that prints its result was reported"
 
 
 # --- the pieces, without a build -------------------------------------------------------------------
