@@ -42,11 +42,13 @@ def launch_urls(repository_url: str, branch: str, binderhub_url: str, path: str)
     }
 
 
-def _markdown_cell(text: str) -> dict:
-    # an id made from the text: nbformat requires one, and the same page gets the same ids
+def _markdown_cell(text: str, after: int) -> dict:
+    # an id made from the text and the cell it follows: nbformat requires unique ids, and a rebuilt
+    # page gets the same ones
+    key = f"{after}:{text}"
     return {
         "cell_type": "markdown",
-        "id": "site-" + hashlib.sha1(text.encode()).hexdigest()[:12],
+        "id": "site-" + hashlib.sha1(key.encode()).hexdigest()[:12],
         "metadata": {},
         "source": text,
     }
@@ -69,7 +71,7 @@ def _launch_cell(urls: dict[str, str], path: str, first_used: list[str]) -> dict
     if first_used:
         links = ", ".join(f"{{py:obj}}`~mha_course.{name}`" for name in sorted(first_used, key=str.lower))
         text += f"\n```{{admonition}} The library in this chapter\n:class: note course-first-use\nFirst used here: {links}.\n```\n"
-    return _markdown_cell(text)
+    return _markdown_cell(text, 0)
 
 
 INTERACTIVE_NOTE = (
@@ -91,7 +93,7 @@ def rewrite_notebook(notebook: dict, path: str, urls: dict[str, str], first_used
             out.append(_launch_cell(urls, path, first_used))
         source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         if cell["cell_type"] == "code" and "interactive(" in source:
-            out.append(_markdown_cell(INTERACTIVE_NOTE))
+            out.append(_markdown_cell(INTERACTIVE_NOTE, index))
     return {**notebook, "cells": out}
 
 

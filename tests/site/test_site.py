@@ -222,6 +222,7 @@ def test_rewrite_notebook_drops_answers_and_adds_launch_box_and_notes():
         "cells": [
             {"cell_type": "markdown", "metadata": {}, "source": "# 01 Title"},
             {"cell_type": "code", "metadata": {}, "source": "viz.interactive(draw, tau=(0.1, 5.0))", "outputs": []},
+            {"cell_type": "code", "metadata": {}, "source": "viz.interactive(draw, tau=(0.1, 5.0))", "outputs": []},
             {"cell_type": "markdown", "metadata": {"tags": ["answers"]}, "source": "1. (b) because ..."},
         ],
         "metadata": {},
@@ -232,8 +233,9 @@ def test_rewrite_notebook_drops_answers_and_adds_launch_box_and_notes():
     assert not any("because" in source for source in sources)
     assert 'href="https://colab.research.google.com/github/o/r/blob/main/notebooks/01_x.ipynb"' in sources[1]
     assert "mha_course.softmax" in sources[1]
-    assert "course-interactive" in sources[3]
-    assert len({cell.get("id") for cell in cells[1:] if cell["cell_type"] == "markdown" and "id" in cell}) == 2
+    assert "course-interactive" in sources[3] and "course-interactive" in sources[5]
+    ids = [cell["id"] for cell in cells if "id" in cell]
+    assert len(ids) == 3 and len(set(ids)) == 3, ids  # the two identical notes get ids of their own
 
 
 def test_launch_urls_refuses_a_repository_url_that_is_not_github():
