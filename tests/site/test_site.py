@@ -116,6 +116,33 @@ def test_no_answer_or_hidden_test_reaches_the_full_site():
     assert not leaked, "\n".join(leaked[:20])
 
 
+def _missing_figures(html: Path) -> list[str]:
+    """Chapter pages without an image, or with a figure shown as its text stand-in ``<Figure size ...>``
+    (what a page shows when an output's picture was lost and only its plain-text form was left)."""
+    missing = []
+    for page in sorted((html / "notebooks").glob("*.html")):
+        text = page.read_text(encoding="utf-8")
+        if 'src="../_images/' not in text:
+            missing.append(f"{page.name}: no image")
+        stand_ins = re.findall(r"&lt;(?:Figure size|matplotlib\.[\w.]+ object)[^&]*&gt;", text)
+        if stand_ins:
+            missing.append(f"{page.name}: figures shown as text: {stand_ins[:3]}")
+    return missing
+
+
+def test_every_figure_of_the_mini_site_is_an_image(mini_site):
+    html, _ = mini_site
+    assert not _missing_figures(html), _missing_figures(html)
+
+
+def test_every_figure_of_the_full_site_is_an_image():
+    html = ROOT / "_build" / "html"
+    if not (html / "index.html").is_file():
+        pytest.skip("no full site built here (make site)")
+    assert len(list((html / "notebooks").glob("*.html"))) == len(list((ROOT / "notebooks").glob("*.ipynb")))
+    assert not _missing_figures(html), _missing_figures(html)
+
+
 def test_the_reference_has_every_public_name_and_chapters_link_to_it(mini_site):
     html, _ = mini_site
     reference = (html / "reference.html").read_text(encoding="utf-8")
@@ -306,3 +333,13 @@ def test_docstring_blocks_keep_their_lines_and_sections_stay_for_napoleon():
     assert out.count("::") == 1, out
     assert out[out.index("Args:") + 1 : out.index("Args:") + 3] == lines[6:8]
     assert out[-2:] == lines[-2:]
+
+
+def test_missing_figures_finds_a_figure_left_as_text(tmp_path):
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "a.html").write_text(
+        '<img src="../_images/x.png"><pre>&lt;Figure size 640x480 with 1 Axes&gt;</pre>'
+    )
+    (tmp_path / "notebooks" / "b.html").write_text("<p>no picture at all</p>")
+    (tmp_path / "notebooks" / "c.html").write_text('<img src="../_images/y.png">')
+    assert [line.split(":")[0] for line in _missing_figures(tmp_path)] == ["a.html", "b.html"]
