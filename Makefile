@@ -10,7 +10,14 @@ LAB_ARGS ?=
 NBGRADER_VENV := .venv-nbgrader
 NBGRADER_STAMP := $(NBGRADER_VENV)/.installed-stamp
 
-.PHONY: lab test lint format sandbox nbgrader gpu-check clean-venv
+SITE_VENV := .venv-site
+SITE_STAMP := $(SITE_VENV)/.installed-stamp
+SITE_SRC := _build/src
+SITE_HTML := _build/html
+# The pages screenshotted by `make site` (kept in _build/screenshots as build artefacts).
+SITE_SHOTS := index.html notebooks/03_scaled_dot_product_attention.html exercises/a03_attention.html
+
+.PHONY: lab test lint format sandbox nbgrader gpu-check clean-venv site site-env browser
 
 # JupyterLab reads $(VENV)/share/jupyter/lab/settings/overrides.json as the defaults of this installation:
 # ours turns off the "official Jupyter news?" prompt (the course needs no network) without touching the learner's own settings.
@@ -55,6 +62,41 @@ $(NBGRADER_STAMP): requirements-nbgrader.txt $(STAMP) Makefile
 
 nbgrader: $(NBGRADER_STAMP)
 
+# The website's tools (requirements-site.txt) in an environment of their own that sees .venv's packages,
+# like .venv-nbgrader: Sphinx and Playwright stay out of the learner's .venv.
+$(SITE_STAMP): requirements-site.txt $(STAMP) Makefile
+	@test -x $(SITE_VENV)/bin/python || $(PY) -m venv $(SITE_VENV)
+	$(PY) -c 'import sysconfig; print("import site; site.addsitedir(%r)" % sysconfig.get_paths()["purelib"])' > \
+		"$$($(SITE_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/_course_venv.pth"
+	$(SITE_VENV)/bin/python -m pip install --disable-pip-version-check -q -r requirements-site.txt
+	@touch $(SITE_STAMP)
+
+site-env: $(SITE_STAMP)
+
+# The browser test opens the site in Debian's `chromium` (Playwright drives it; it downloads no browser).
+# As root with apt-get it is installed here; otherwise this says how, and the browser test is skipped.
+browser:
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing chromium (the website's browser test)"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+			|| echo "WARNING: could not install chromium; the website's browser test will be skipped"; \
+	else \
+		echo "NOTE: chromium is not installed: the website's browser test is skipped. Install it:"; \
+		echo "      sudo apt-get install chromium (Debian/Ubuntu), sudo dnf install chromium (Fedora)."; \
+	fi
+
+# The course as a website in _build/html (index.html at its root): every chapter executed (cached in
+# _build/.jupyter_cache: a rebuild re-runs only the chapters whose code changed), the exercises, the
+# library reference. Then, where Chromium is installed, every page is opened in it and checked.
+site: $(SITE_STAMP)
+	$(SITE_VENV)/bin/python site/prepare.py $(SITE_SRC)
+	$(SITE_VENV)/bin/python -m sphinx -b html -c site -d _build/doctrees $(SITE_SRC) $(SITE_HTML)
+	@if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then \
+		$(SITE_VENV)/bin/python site/browser_check.py $(SITE_HTML) --json _build/browser-report.json \
+			--screenshots _build/screenshots --shots $(SITE_SHOTS); \
+	else echo "NOTE: chromium is not installed, so the built pages were not checked in a browser (make browser)"; fi
+
 # Style: ruff's lint rules and its formatter (pyproject.toml [tool.ruff]); `make test` runs it before the tests.
 # `make format` lays the code out as the check expects.
 lint: $(STAMP)
@@ -65,12 +107,12 @@ format: $(STAMP)
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
 
-test: $(STAMP) sandbox $(NBGRADER_STAMP) lint
-	MHA_COURSE_REQUIRE_NBGRADER=1 $(PY) -m pytest -n 2 --dist loadfile --nbval-lax --nbval-current-env --nbval-cell-timeout=300 --timeout=900 --durations=15
+test: $(STAMP) sandbox browser $(NBGRADER_STAMP) $(SITE_STAMP) lint
+	MHA_COURSE_REQUIRE_NBGRADER=1 MHA_COURSE_REQUIRE_SITE=1 $(PY) -m pytest -n 2 --dist loadfile --nbval-lax --nbval-current-env --nbval-cell-timeout=300 --timeout=900 --durations=15
 
 # On a machine with an NVIDIA GPU: CUDA tests, GPU benchmark, compile report, recorded in benchmarks/RESULTS.md.
 gpu-check: $(STAMP)
 	$(PY) benchmarks/gpu_check.py
 
 clean-venv:
-	rm -rf $(VENV) $(NBGRADER_VENV)
+	rm -rf $(VENV) $(NBGRADER_VENV) $(SITE_VENV)
