@@ -19,8 +19,8 @@ does what runc does for ``docker run`` with moby's defaults, in this order::
 What it does not reproduce: Docker's own namespaces (PID, network, UTS, IPC: the command shares this
 machine's), its AppArmor profile, and its device cgroup. One liberty, on by default: a Python
 installation inside a folder closed to other users (``/root/.pyenv`` under ``/root``, mode 0700) is
-shown through a 0711 folder holding only it, as an image's ``/usr`` would be
-(``--keep-closed-folders`` turns that off).
+shown through a 0711 folder holding only it, as an image's ``/usr`` would be (``--open PATH`` does
+the same for more paths, ``--keep-closed-folders`` turns it off).
 """
 
 from __future__ import annotations
@@ -104,25 +104,30 @@ def _mask_and_protect() -> None:
                 pass  # a submount that refuses: the grader's cgroup probe then still finds it writable
 
 
-def _open_closed_folders() -> None:
-    """Show a Python inside a closed folder (/root/.pyenv) through a 0711 tmpfs over that folder holding only it."""
+def _open_closed_folders(extra: list[str]) -> None:
+    """Show what lies in a closed folder (/root/.pyenv in /root, mode 0700) through a 0711 tmpfs over that
+    folder holding only those entries, bind-mounted: as an image's /usr or /autograder would be."""
     from .tier_b import python_roots, unreachable
 
-    for root in [sys.executable, *python_roots()]:
-        closed = unreachable(root)
-        if closed is None:
-            continue
-        real = Path(os.path.realpath(root))
-        child = real.relative_to(closed).parts[0]
-        keep = os.open(os.path.join(closed, child), os.O_PATH)
-        _mount("tmpfs", closed, "tmpfs", 0, "mode=0711,size=64k")
-        target = os.path.join(closed, child)
-        if os.path.isdir(f"/proc/self/fd/{keep}"):
-            os.mkdir(target, 0o755)
-        else:
-            open(target, "w").close()
-        _mount(f"/proc/self/fd/{keep}", target, None, MS_BIND | MS_REC)
-        os.close(keep)
+    for _ in range(8):  # a closed folder inside a closed folder opens on the next round
+        wanted: dict[str, set[str]] = {}
+        for path in [sys.executable, *python_roots(), *extra]:
+            closed = unreachable(path)
+            if closed is not None:
+                wanted.setdefault(closed, set()).add(Path(os.path.realpath(path)).relative_to(closed).parts[0])
+        if not wanted:
+            return
+        for closed, children in wanted.items():
+            keep = {child: os.open(os.path.join(closed, child), os.O_PATH) for child in sorted(children)}
+            _mount("tmpfs", closed, "tmpfs", 0, "mode=0711,size=64k")
+            for child, fd in keep.items():
+                target = os.path.join(closed, child)
+                if os.path.isdir(f"/proc/self/fd/{fd}"):
+                    os.mkdir(target, 0o755)
+                else:
+                    open(target, "w").close()
+                _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+                os.close(fd)
 
 
 class _CapHeader(ctypes.Structure):
@@ -149,10 +154,11 @@ def _drop_capabilities() -> None:
         raise OSError(err, f"capset: {os.strerror(err)}")
 
 
-def enter(open_closed_folders: bool = True, seccomp: bool = True) -> None:
+def enter(open_closed_folders: bool = True, seccomp: bool = True, also_open: tuple[str, ...] = ()) -> None:
     """Turn the calling (single-threaded) root process into a default Docker container's process, for good.
 
     ``seccomp=False`` is ``docker run --security-opt seccomp=unconfined``: masked /proc and capabilities only.
+    ``also_open``: more paths to show through closed folders (beside this Python's installation).
     """
     if os.geteuid() != 0:
         raise PermissionError(f"the reproduction of Docker's restrictions must start as root, not uid {os.geteuid()}")
@@ -160,15 +166,18 @@ def enter(open_closed_folders: bool = True, seccomp: bool = True) -> None:
         raise OSError(errno.ENOSYS, "the reproduction's seccomp profile is written for x86_64 Linux only")
     _mask_and_protect()
     if open_closed_folders:
-        _open_closed_folders()
+        _open_closed_folders(list(also_open))
     if seccomp:
         moby_filter().install()  # privileged and without no_new_privs, as runc installs it
     _drop_capabilities()
 
 
-def command(argv: list[str], open_closed_folders: bool = True, seccomp: bool = True) -> list[str]:
+def command(
+    argv: list[str], open_closed_folders: bool = True, seccomp: bool = True, also_open: tuple[str, ...] = ()
+) -> list[str]:
     """The command line that runs ``argv`` under the reproduction (for subprocess)."""
     flags = ([] if open_closed_folders else ["--keep-closed-folders"]) + ([] if seccomp else ["--seccomp-unconfined"])
+    flags += [f"--open={path}" for path in also_open]
     return [sys.executable, "-m", "mha_course.grading.container_repro", *flags, "--", *argv]
 
 
@@ -184,13 +193,16 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="no seccomp filter (docker run --security-opt seccomp=unconfined)",
     )
+    parser.add_argument(
+        "--open", action="append", default=[], metavar="PATH", help="also show PATH through closed folders above it"
+    )
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS ...]")
     args = parser.parse_args(argv)
     cmd = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if not cmd:
         parser.error("give a command after --")
     try:
-        enter(not args.keep_closed_folders, not args.seccomp_unconfined)
+        enter(not args.keep_closed_folders, not args.seccomp_unconfined, tuple(args.open))
     except OSError as exc:
         print(f"container_repro: {exc}", file=sys.stderr)
         return 125
