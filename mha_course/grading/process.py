@@ -29,8 +29,8 @@ class Isolator:
     The walls are the strongest tier that holds here (:mod:`.tiers`): A bubblewrap, B Landlock + seccomp +
     own uid (root in a default Docker container), C own uid only. Raises
     :class:`~.isolation.IsolationError` when that tier is weaker than ``min_isolation`` ("A", "B" or "C"),
-    unless ``unsafe_no_isolation`` (then the strongest tier that holds, or plain child processes where
-    none does; every result says which). Raises ValueError for another ``min_isolation``.
+    unless ``unsafe_no_isolation`` (then plain child processes; every result says so). Raises ValueError
+    for another ``min_isolation``.
     """
 
     def __init__(self, unsafe_no_isolation: bool = False, min_isolation: str = "B") -> None:

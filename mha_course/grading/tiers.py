@@ -107,7 +107,7 @@ def choose(min_tier: str = "B", unsafe: bool = False) -> tuple[str, int, dict[st
 
     Probes A, then B, then C, and stops at the first that holds. Raises ValueError for an unknown
     ``min_tier`` and :class:`~.isolation.IsolationError` when the tier found is weaker than
-    ``min_tier`` (or none holds), unless ``unsafe``: then the strongest tier that holds ("" if none).
+    ``min_tier`` (or none holds), unless ``unsafe``: then "" (plain processes, as ``--unsafe-no-isolation`` says).
     """
     if min_tier not in TIERS:
         raise ValueError(f"min_tier must be one of {', '.join(TIERS)}, got {min_tier!r}")
@@ -133,8 +133,12 @@ def choose(min_tier: str = "B", unsafe: bool = False) -> tuple[str, int, dict[st
                 found, abi = "C", 0
             else:
                 refused["C"] = why_c
-    if (not found or TIERS.index(found) > TIERS.index(min_tier)) and not unsafe:
-        raise isolation.IsolationError(refusal(found, min_tier, refused))
+    if not found or TIERS.index(found) > TIERS.index(min_tier):
+        if not unsafe:
+            raise isolation.IsolationError(refusal(found, min_tier, refused))
+        if found:
+            refused[found] = f"weaker than --min-isolation {min_tier}"
+        return "", 0, refused  # as the instructor asked: plain processes
     return found, abi, refused
 
 

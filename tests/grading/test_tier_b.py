@@ -171,6 +171,22 @@ def test_the_cause_names_dockers_seccomp_profile_and_never_advises_unconfined(mo
     assert "unconfined" not in text and "--min-isolation C" in text and "Docker's default profile" in text
 
 
+def test_the_strongest_tier_that_holds_is_used_and_named():
+    from mha_course.grading import isolation
+    from mha_course.grading.process import Isolator
+
+    with pytest.raises(ValueError, match="min_tier"):
+        Isolator(min_isolation="D")
+    if isolation.probe() is not None:
+        pytest.skip("bubblewrap cannot run here")
+    isolator = Isolator()
+    try:
+        assert isolator.tier == "A" and isolator.walls.as_dict()["tier"] == "A"
+        assert isolator.walls.summary().startswith("bubblewrap") and isolator.walls.summary().endswith("(tier A)")
+    finally:
+        isolator.close()
+
+
 # --- under the Docker reproduction -------------------------------------------------------------------
 
 _REPRO: dict[str, str | None] = {}
