@@ -179,6 +179,7 @@ class ConfinedSandbox:
         self.stderr = tempfile.TemporaryFile()
         self.cgroup = _Cgroup.create(f"b-{self.uid}", res) if cgroup else None
         self._closed = False
+        self._calls = 0
         mpl = self.scratch / ".matplotlib"
         mpl.mkdir()
         for font_list in _matplotlib_fonts():  # the grader's font list: no 2 s font scan in each sandbox
@@ -241,8 +242,22 @@ class ConfinedSandbox:
         return ""
 
     def tasks(self) -> list[int]:
-        """Pids of every process of this sandbox (its uid's), for the memory watch."""
-        return uid_pids(self.uid)
+        """Pids of every process of this sandbox (its uid's), for the memory watch (called 10 times a second).
+
+        Most calls only stat /proc/PID (3 ms here, against 14 ms for reading every status file); every
+        tenth reads the status files too, which also finds a process that made itself non-dumpable
+        (its /proc folder then belongs to root).
+        """
+        self._calls += 1
+        if self._calls % 10 == 1:
+            return uid_pids(self.uid)
+        found = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                with contextlib.suppress(OSError):
+                    if os.stat(f"/proc/{entry}").st_uid == self.uid:
+                        found.append(int(entry))
+        return found
 
     def kill(self) -> None:
         with contextlib.suppress(OSError):
