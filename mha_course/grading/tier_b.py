@@ -96,8 +96,24 @@ def uid_pids(uid: int) -> list[int]:
 
 
 def kill_uid(uid: int, rounds: int = 200) -> None:
-    """SIGKILL every process of ``uid`` until none is left (a fork bomb is bounded by its NPROC)."""
+    """SIGKILL every process of ``uid`` until none is left.
+
+    Each round first forks a helper that becomes ``uid`` and calls kill(-1, SIGKILL): the kernel signals
+    every process of that uid under its task-list lock, during which none can fork, so a fork bomb
+    cannot outrun it, as it could a loop over /proc. Then whatever /proc still shows (a process of
+    that uid with a different saved uid, say) is killed one by one.
+    """
+    if uid < UID_BASE:
+        raise ValueError(f"kill_uid kills a sandbox's uid (>= {UID_BASE}), got {uid}")
     for _ in range(rounds):
+        helper = os.fork()
+        if helper == 0:  # system calls only, then _exit: the grader's threads are not in this copy
+            try:
+                os.setresuid(uid, uid, uid)
+                os.kill(-1, signal.SIGKILL)  # Linux spares the caller itself
+            finally:
+                os._exit(0)
+        os.waitpid(helper, 0)
         pids = uid_pids(uid)
         if not pids:
             return

@@ -97,7 +97,8 @@ def namespace_cause(bwrap_said: str) -> str:
 
 def _bwrap_cause(probe_text: str) -> str:
     """The part of :func:`.isolation.probe`'s sentence that is bwrap's own (never its advice about containers)."""
-    text = probe_text.split("; inside a container", 1)[0]
+    text = "; ".join(part for part in probe_text.split("; ") if "unconfined" not in part)
+    text = text.split("; inside a container", 1)[0]
     inner = text.split("refused to build a sandbox (", 1)
     return inner[1].rstrip(")") if len(inner) == 2 else text
 

@@ -167,6 +167,8 @@ def test_the_cause_names_dockers_seccomp_profile_and_never_advises_unconfined(mo
     monkeypatch.setattr(tiers, "_read", lambda path: "" if "mountinfo" in path else None)
     cause = tiers.namespace_cause("No permissions to create new namespace")
     assert cause.startswith("user namespaces refused by seccomp (Docker's default profile")
+    said = "bwrap refused to build a sandbox (bwrap: Creating new namespace failed); allow --security-opt seccomp=unconfined"
+    assert tiers._bwrap_cause(said) == "bwrap: Creating new namespace failed"
     text = tiers.refusal("C", "B", {"A": cause, "B": "Landlock is not available on this kernel"})
     assert "unconfined" not in text and "--min-isolation C" in text and "Docker's default profile" in text
 
@@ -358,7 +360,8 @@ def batch(tmp_path_factory):
     left = tagged_processes(MARKER) + [
         pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if _uid(pid) >= tier_b.UID_BASE
     ]
-    for pid in left:
+    left = [_describe(pid) for pid in left]
+    for pid, _ in left:
         try:
             os.kill(pid, 9)
         except OSError:
@@ -378,6 +381,16 @@ def batch(tmp_path_factory):
         "final": Path(paths["results"]).read_text() if Path(paths["results"]).exists() else "",
         "library": library == Path(paths["library"]).read_bytes(),
     }
+
+
+def _describe(pid: int) -> tuple[int, str]:
+    """(pid, its state, uid, parent and command line) of a process left behind, for the failure message."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        keep = [line for line in status if line.startswith(("State:", "Uid:", "PPid:"))]
+        return pid, " ".join(keep) + " " + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError as exc:
+        return pid, str(exc)
 
 
 def _uid(pid: int) -> int:
@@ -473,3 +486,36 @@ def test_uid_pids_sees_a_process_of_that_uid():
     finally:
         proc.kill()
         proc.wait()
+    with pytest.raises(ValueError, match="sandbox's uid"):
+        tier_b.kill_uid(0)
+
+
+def test_kill_uid_stops_a_fork_bomb_at_once():
+    """A uid that keeps forking up to its NPROC is gone, all of it, within a kill_uid call."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start a process under another uid")
+    uid = tier_b.new_uid()
+
+    def limit():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NPROC, (64, 64))
+
+    bomb = subprocess.Popen(
+        ["sh", "-c", "while :; do sleep 30 & done"],
+        user=uid,
+        group=uid,
+        extra_groups=[],
+        preexec_fn=limit,
+        start_new_session=True,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(1.5)
+        assert len(tier_b.uid_pids(uid)) > 10  # the bomb is running
+        start = time.monotonic()
+        tier_b.kill_uid(uid)
+        assert tier_b.uid_pids(uid) == [] and time.monotonic() - start < 2
+    finally:
+        tier_b.kill_uid(uid)
+        bomb.wait(timeout=10)
