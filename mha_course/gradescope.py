@@ -90,6 +90,8 @@ python3 -m venv "$ROOT/venv"
 "$ROOT/venv/bin/python" -m pip install --disable-pip-version-check -q -r "$COURSE/requirements-grader.txt"
 "$ROOT/venv/bin/python" -m pip install --disable-pip-version-check -q --no-deps "$COURSE"
 "$ROOT/venv/bin/python" -c "from mha_course.grading import registry; print('autograder for', registry.get_assignment('@ASSIGNMENT@').title)"
+# matplotlib's font list, built once into the image: each submission's sandbox copies it instead of scanning fonts
+"$ROOT/venv/bin/python" -c "import matplotlib.font_manager" >/dev/null 2>&1 || true
 """
 
 RUN_AUTOGRADER = r"""#!/usr/bin/env bash
@@ -121,12 +123,18 @@ def grader_requirements() -> str:
     return "\n".join(lines) + "\n"
 
 
-def build(assignment: str, output: Path, unsafe_no_isolation: bool = False) -> Path:
-    """Write the autograder zip for ``assignment``; returns its path. Raises KeyError for an unknown key."""
+def build(assignment: str, output: Path, unsafe_no_isolation: bool = False, min_isolation: str = "B") -> Path:
+    """Write the autograder zip for ``assignment``; returns its path. Raises KeyError for an unknown key and
+    ValueError for a ``min_isolation`` other than "A", "B", "C"."""
     from .grading import registry
 
+    if min_isolation not in ("A", "B", "C"):
+        raise ValueError(f"min_isolation must be one of A, B, C, got {min_isolation!r}")
     key = registry.get_assignment(assignment).key
-    extra = "--unsafe-no-isolation" if unsafe_no_isolation else ""
+    extra = " ".join(
+        (["--unsafe-no-isolation"] if unsafe_no_isolation else [])
+        + ([f"--min-isolation {min_isolation}"] if min_isolation != "B" else [])
+    )
     project = PACKAGE_DIR.parent
     manifest = {
         "assignment": key,
@@ -238,15 +246,26 @@ def simulate(
     keep: bool = False,
     timeout: float = 1800,
     setup: bool = True,
+    container: bool = True,
 ) -> tuple[dict, list[str], Path]:
     """Run the autograder like Gradescope: (results.json data, problems, root used).
 
     ``root`` (default: a new temporary folder) gets source/, submission/, results/, run_autograder;
     setup.sh and run_autograder run with ``AUTOGRADER_ROOT=root`` from an unrelated working directory.
     ``setup=False`` reuses a ``root`` set up before (Gradescope too builds once and grades many).
+    ``container`` (the default) runs both scripts under Docker's default restrictions, as Gradescope does
+    (:mod:`.grading.container_repro`: moby's seccomp profile, Docker's capabilities, masked /proc; it needs
+    root); the grader then has no namespaces and isolates each submission with tier B.
     """
+    if container and os.geteuid() != 0:
+        raise RuntimeError(
+            "simulating Gradescope's container needs root (it reproduces Docker's restrictions with a mount "
+            "namespace and a seccomp filter); run as root, or pass --no-container to run on this machine as it is"
+        )
     own = root is None
     root = Path(root or tempfile.mkdtemp(prefix="autograder-")).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o755)  # as Gradescope's /autograder: the sandbox's own uid reaches the venv's interpreter
     try:
         source = root / "source"
         if source.exists():
@@ -272,10 +291,15 @@ def simulate(
             _plant_packages(root / "venv")
         elsewhere = tempfile.mkdtemp(prefix="cwd-")
         for script in ((source / "setup.sh",) if setup else ()) + (root / "run_autograder",):
-            done = subprocess.run(
-                ["bash", str(script)], cwd=elsewhere, env=env, capture_output=True, text=True, timeout=timeout
-            )
-            if done.returncode != 0:
+            argv = ["bash", str(script)]
+            if container:
+                from .grading import container_repro
+
+                argv = container_repro.command(argv, also_open=(str(root),))
+            done = subprocess.run(argv, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=timeout)
+            # a grader that refused (exit 3) still wrote the results.json Gradescope shows the student
+            wrote = script.name == "run_autograder" and (root / "results" / "results.json").is_file()
+            if done.returncode != 0 and not wrote:
                 raise RuntimeError(
                     f"{script.name} failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
                 )
@@ -302,8 +326,15 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument(
         "--unsafe-no-isolation",
         action="store_true",
-        help="grade even where Gradescope's container forbids bubblewrap (Gradescope's container is "
-        "then the only wall; the bundle holds no solutions)",
+        help="grade even where no sandbox of --min-isolation holds (Gradescope's container is then the only "
+        "wall; the bundle holds no solutions)",
+    )
+    b.add_argument(
+        "--min-isolation",
+        choices=("A", "B", "C"),
+        default="B",
+        help="the weakest sandbox the autograder grades in (default B: Landlock + seccomp + own uid, what "
+        "Gradescope's Docker container allows on a kernel with Landlock; C: own uid only, reduced)",
     )
     s = sub.add_parser("simulate", help="run a bundle's setup.sh and run_autograder on a submission folder")
     s.add_argument("bundle", type=Path)
@@ -315,6 +346,11 @@ def main(argv: list[str] | None = None) -> int:
         help="let setup.sh download every package instead of reusing this environment's",
     )
     s.add_argument("--keep", action="store_true", help="keep the temporary /autograder folder")
+    s.add_argument(
+        "--no-container",
+        action="store_true",
+        help="run the scripts on this machine as it is, not under Docker's default restrictions (which need root)",
+    )
     args = parser.parse_args(argv)
     if args.command == "build":
         try:
@@ -322,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.assignment,
                 args.output or Path("build") / f"autograder-{args.assignment}.zip",
                 args.unsafe_no_isolation,
+                args.min_isolation,
             )
         except KeyError as exc:
             print(f"error: {exc.args[0]}", file=sys.stderr)
@@ -330,7 +367,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path}: {len(z.namelist())} files for {args.assignment} (no solutions/, exercises/, tests/)")
         return 0
     try:
-        data, problems, root = simulate(args.bundle, args.submission, args.root, not args.download_packages, args.keep)
+        data, problems, root = simulate(
+            args.bundle,
+            args.submission,
+            args.root,
+            not args.download_packages,
+            args.keep,
+            container=not args.no_container,
+        )
     except (RuntimeError, subprocess.SubprocessError, OSError, zipfile.BadZipFile) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -1,7 +1,7 @@
 """The process layer of the grader: sandboxes, the socket to a submission's process, and its watchdog.
 
-:class:`Isolator` chooses the walls once per grading run (bubblewrap, or none when told
-``--unsafe-no-isolation``) and builds one read-only view of the package per assignment;
+:class:`Isolator` chooses the walls once per grading run (the strongest tier of :mod:`.tiers`
+that holds: bubblewrap, Landlock, uid; or none when told ``--unsafe-no-isolation``) and builds one read-only view of the package per assignment;
 :class:`SubmissionProcess` is one submission process in one sandbox, with a watchdog thread that kills the
 whole sandbox at a deadline and a socket that carries JSON headers and ``.npy`` blobs (:mod:`.wire`).
 The orchestration (which cells, which cases, what to do after a crash) is :mod:`.grader`'s.
@@ -10,7 +10,6 @@ The orchestration (which cells, which cases, what to do after a crash) is :mod:`
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import socket
 import sys
@@ -20,72 +19,41 @@ import time
 from pathlib import Path
 from typing import Any
 
-from . import isolation, wire
+from . import isolation, tier_b, tiers, wire
 from .verdicts import Limits
 
 
 class Isolator:
     """Starts the sandboxes of one grading run (thread-safe): the walls are chosen once, a view built per assignment.
 
-    Raises :class:`~.isolation.IsolationError` when bubblewrap cannot run here, unless
-    ``unsafe_no_isolation`` (then submissions run as plain child processes, and every result says so).
+    The walls are the strongest tier that holds here (:mod:`.tiers`): A bubblewrap, B Landlock + seccomp +
+    own uid (root in a default Docker container), C own uid only. Raises
+    :class:`~.isolation.IsolationError` when that tier is weaker than ``min_isolation`` ("A", "B" or "C"),
+    unless ``unsafe_no_isolation`` (then plain child processes; every result says so). Raises ValueError
+    for another ``min_isolation``.
     """
 
-    def __init__(self, unsafe_no_isolation: bool = False) -> None:
-        why = isolation.probe()
-        if why is not None and not unsafe_no_isolation:
-            raise isolation.IsolationError(
-                f"refusing to grade: {why}. Submissions are untrusted code; grade only inside bubblewrap's "
-                "sandbox, or pass --unsafe-no-isolation to run them as plain processes on this machine (only "
-                "for code you trust)"
-            )
+    def __init__(self, unsafe_no_isolation: bool = False, min_isolation: str = "B") -> None:
+        self.tier, self.abi, refused = tiers.choose(min_isolation, unsafe_no_isolation)
         self._lock = threading.Lock()
         self._views: dict[str, Path] = {}
         self._root = Path(tempfile.mkdtemp(prefix="mhag-views-"))
-        self._root.chmod(0o755)  # run as root, each sandbox's own uid must reach its view
-        self.own_uid = False
-        if why is None:
-            uid_note = ""
-            if os.getuid() == 0:
-                no_uid = isolation.own_uid_possible(self._root)
-                self.own_uid = no_uid is None
-                uid_note = (
-                    "a host uid of its own per sandbox"
-                    if no_uid is None
-                    else f"root on the host, since {no_uid}: make the Python installation readable by all"
-                )
-            cgroup = isolation.cgroup_available()
-            self.use_cgroup = cgroup is not None
-            res = isolation.Resources()
-            processes = (
-                f"{res.processes} tasks ({cgroup})"
-                if cgroup
-                else (
-                    f"{res.processes} more tasks (RLIMIT_NPROC)"
-                    if os.getuid() != 0
-                    else (
-                        f"{res.processes} tasks (RLIMIT_NPROC of the sandbox's own uid)"
-                        if self.own_uid
-                        else "not limited (no writable cgroup)"
-                    )
-                )
+        self._root.chmod(0o711)  # each sandbox's own uid enters it to reach its view (and its scratch in B, C)
+        self.own_uid, uid_note = False, ""
+        if self.tier == "A" and os.getuid() == 0:  # as root, bubblewrap runs each sandbox as a host uid of its own
+            no_uid = isolation.own_uid_possible(self._root)
+            self.own_uid = no_uid is None
+            uid_note = (
+                "a host uid of its own per sandbox"
+                if no_uid is None
+                else f"root on the host, since {no_uid}: make the Python installation readable by all"
             )
-            self.walls = isolation.Walls(
-                "bubblewrap",
-                isolation.bwrap_version(),
-                {
-                    "memory": f"--memory-mb + {isolation.RUNTIME_MB} MiB for the runtime ({cgroup or 'RLIMIT_AS and the grader watch'})",
-                    "processes": processes,
-                    "scratch": f"{res.scratch_mb} MiB tmpfs",
-                    "file size": f"{res.file_mb} MiB",
-                    "CPU": f"{res.cpu_seconds} s",
-                    "network": "none",
-                },
-                uid_note,
-            )
-        else:
-            self.use_cgroup = False
-            self.walls = isolation.Walls("none", why)
+        cgroup = isolation.cgroup_available() if self.tier else None
+        self.use_cgroup = cgroup is not None
+        bwrap = isolation.bwrap_version() if self.tier == "A" else ""
+        self.walls = tiers.walls(self.tier, self.abi, bwrap, cgroup, refused, own_uid=self.own_uid, uid_note=uid_note)
+        if self.tier in ("B", "C"):
+            (self._root / "scratch").mkdir(mode=0o711)
 
     def view(self, assignment: Any) -> Path | None:
         if not self.walls.isolated:
@@ -102,8 +70,12 @@ class Isolator:
                 self._views[assignment.key] = view
             return view
 
-    def start(self, assignment: Any, fd: int, limits: Limits) -> isolation.Sandbox:
+    def start(self, assignment: Any, fd: int, limits: Limits) -> isolation.Sandbox | tier_b.ConfinedSandbox:
         res = isolation.Resources(memory_mb=limits.memory_mb)
+        if self.tier in ("B", "C"):
+            return tier_b.ConfinedSandbox(
+                self.view(assignment), fd, res, self._root / "scratch", self.abi, self.use_cgroup
+            )
         return isolation.Sandbox(self.view(assignment), fd, res, cgroup=self.use_cgroup, own_uid=self.own_uid)
 
     def close(self) -> None:

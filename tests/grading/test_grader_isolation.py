@@ -350,9 +350,18 @@ def test_refuses_without_isolation_unless_told(tmp_path, monkeypatch):
     from mha_course.grading import registry
 
     with registry.registered("grading_fake"):
-        assert grade.main([str(sub), "--json", str(tmp_path / "r.json"), "--quiet"]) == 3
+        assert grade.main([str(sub), "--json", str(tmp_path / "r.json"), "--quiet", "--min-isolation", "A"]) == 3
         assert "could not isolate" in json.loads((tmp_path / "r.json").read_text())["output"]
-        assert grade.main([str(sub), "--json", str(tmp_path / "r2.json"), "--quiet", "--unsafe-no-isolation"]) == 0
+        argv = [
+            str(sub),
+            "--json",
+            str(tmp_path / "r2.json"),
+            "--quiet",
+            "--unsafe-no-isolation",
+            "--min-isolation",
+            "A",
+        ]
+        assert grade.main(argv) == 0
     data = json.loads((tmp_path / "r2.json").read_text())
     assert data["score"] == 6 and data["extra_data"]["isolation"]["kind"] == "none"
     assert "NO ISOLATION" in data["output"]

@@ -99,7 +99,7 @@ def test_simulated_gradescope_installs_and_grades_from_anywhere(bundle, tmp_path
     assert "visible tests" in data["output"] and "graded after grades are published" in data["output"]
     assert "notes.txt (not a notebook)" in data["output"]
     assert {t["visibility"] for t in data["tests"]} == {"visible", "after_published"}
-    assert data["extra_data"]["isolation"]["kind"] == "bubblewrap"
+    assert data["extra_data"]["isolation"]["tier"] == "B"  # Gradescope's Docker refuses namespaces: tier B
     installed = list((root / "venv" / "lib").glob("python3*/site-packages/mha_course/grade.py"))
     assert installed, "setup.sh did not install the course into the autograder's venv"
 

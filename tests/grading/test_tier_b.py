@@ -1,0 +1,521 @@
+"""Tier B (Landlock + seccomp + own uid) and the Docker reproduction it is tested in.
+
+The first tests check the parts on this machine: the Landlock ruleset, the seccomp program, the
+rules that hide the real package, the refusal's wording. The rest run the grader as root under
+:mod:`mha_course.grading.container_repro` (moby's seccomp profile, Docker's 14 capabilities, masked
+/proc), where bubblewrap fails as it does on Gradescope, and grade one batch there: honest
+submissions, the a02 solution and blank exercise, and attacks (escape, theft, tamper, hang, fork
+bomb, memory hog, leak, network) that reach past every Python-level defence (the static scan is off,
+the attacks' shell raises no audit event). The batch runs in a subprocess, so an attack that got
+through fails these tests instead of taking pytest down.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from grading_fake import GOOD_ADD, GOOD_DOUBLE, tagged_processes, write_submission
+from test_grader_isolation import SHELL
+
+from mha_course import gradescope
+from mha_course.grading import container_repro, landlock, seccomp_filter, tier_b, tiers
+
+ROOT = Path(__file__).resolve().parents[2]
+TESTS = Path(__file__).resolve().parent
+MARKER = f"mha-tierb-{os.getpid()}"
+SECRET = f"grader-secret-{os.getpid()}"
+WRONG_ADD = "def add_arrays(a, b):\n    return a * 0\n"
+PYTHON_CHILD = [sys.executable, "-I", "-S", "-c"]
+
+
+def _run_confined(code: str, ruleset=None, seccomp=None) -> subprocess.CompletedProcess:
+    """Run ``code`` in a child that set no_new_privs and then the ruleset and/or filter (still root)."""
+
+    def prepare():
+        seccomp_filter.set_no_new_privs()
+        if ruleset is not None:
+            ruleset.restrict_self()
+        if seccomp is not None:
+            seccomp.install()
+
+    return subprocess.run(
+        PYTHON_CHILD + [code], preexec_fn=prepare, capture_output=True, text=True, timeout=60, cwd="/"
+    )
+
+
+def _need_landlock() -> int:
+    abi = landlock.abi_version()
+    if not abi or not seccomp_filter.supported():
+        pytest.skip("needs Landlock and x86_64")
+    return abi
+
+
+def test_landlock_grants_only_what_the_rules_name(tmp_path):
+    abi = _need_landlock()
+    allowed, denied = tmp_path / "allowed", tmp_path / "denied"
+    allowed.mkdir()
+    denied.mkdir()
+    (allowed / "a.txt").write_text("yes")
+    (denied / "b.txt").write_text("no")
+    ruleset = landlock.Ruleset(abi)
+    for path in tier_b.python_roots() + ["/usr", "/lib", "/lib64", "/etc/ld.so.cache"]:
+        if os.path.exists(path):
+            ruleset.allow(path, landlock.READ_EXEC)
+    ruleset.allow(allowed, landlock.READ | landlock.WRITE)
+    code = (
+        "import os\nout = []\n"
+        f"out.append(open({str(allowed / 'a.txt')!r}).read())\n"
+        f"open({str(allowed / 'new.txt')!r}, 'w').write('x'); out.append('wrote')\n"
+        f"for p in ({str(denied / 'b.txt')!r}, '/etc/hostname'):\n"
+        "    try:\n        open(p).read(); out.append('read ' + p)\n"
+        "    except PermissionError:\n        out.append('denied')\n"
+        f"try:\n    open({str(denied / 'c.txt')!r}, 'w')\nexcept PermissionError:\n    out.append('denied')\n"
+        "print(' '.join(out))"
+    )
+    try:
+        done = _run_confined(code, ruleset=ruleset)
+    finally:
+        ruleset.close()
+    assert done.stdout.split() == ["yes", "wrote", "denied", "denied", "denied"], done.stderr
+
+
+def test_landlock_refuses_a_bad_abi():
+    with pytest.raises(ValueError, match="ABI version"):
+        landlock.Ruleset(0)
+
+
+def test_the_seccomp_filter_refuses_sockets_namespaces_and_ptrace_but_not_threads():
+    if not seccomp_filter.supported():
+        pytest.skip("the filter is written for x86_64")
+    code = """
+import ctypes, errno, os, socket, threading
+libc = ctypes.CDLL(None, use_errno=True)
+out = []
+def err(call):
+    try:
+        call(); return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+def raw(nr, *args):
+    r = libc.syscall(nr, *args)
+    return "ok" if r >= 0 else errno.errorcode[ctypes.get_errno()]
+out.append(err(lambda: socket.socket(socket.AF_INET)))
+out.append(err(lambda: socket.socket(socket.AF_UNIX)))
+out.append(err(lambda: socket.socketpair(socket.AF_UNIX)))
+out.append(err(lambda: socket.socketpair(socket.AF_INET)))
+out.append(raw(272, 0x10000000))                # unshare(CLONE_NEWUSER)
+out.append(raw(56, 0x10000000 | 17, 0, 0, 0, 0))  # clone(CLONE_NEWUSER | SIGCHLD)
+out.append(raw(435, 0, 0))                     # clone3
+out.append(raw(101, 16, os.getppid(), 0, 0))   # ptrace(PTRACE_ATTACH, parent)
+out.append(raw(165, 0, 0, 0, 0, 0))            # mount
+t = threading.Thread(target=out.append, args=("thread",)); t.start(); t.join()
+pid = os.fork()
+if pid == 0:
+    os._exit(3)
+out.append(str(os.waitpid(pid, 0)[1] >> 8))
+print(" ".join(out))
+"""
+    done = _run_confined(code, seccomp=seccomp_filter.tier_b_filter())
+    assert done.stdout.split() == [
+        "EPERM",
+        "EPERM",
+        "ok",
+        "EPERM",
+        "EPERM",
+        "EPERM",
+        "ENOSYS",
+        "EPERM",
+        "EPERM",
+        "thread",
+        "3",
+    ], done.stderr
+
+
+def test_a_program_too_long_for_the_kernel_is_refused():
+    with pytest.raises(ValueError, match="4096"):
+        seccomp_filter.Filter({nr: errno.EPERM for nr in range(3000)})
+
+
+def test_the_real_package_in_site_packages_is_left_out(tmp_path, monkeypatch):
+    """A site-packages that holds mha_course: listable, every other child readable, the package not granted."""
+    site = tmp_path / "venv" / "lib" / "site-packages"
+    for name in ("mha_course", "numpy", "torch"):
+        (site / name).mkdir(parents=True)
+    (site / "six.py").write_text("")
+    view = tmp_path / "view"
+    view.mkdir()
+    monkeypatch.setattr(tier_b, "PACKAGE_DIR", site / "mha_course")
+    monkeypatch.setattr(sys, "path", [*sys.path, str(site)])
+    monkeypatch.setattr(sys, "prefix", str(tmp_path / "venv"))
+    rules = dict(tier_b.read_rules(view))
+    assert rules[str(site)] == landlock.READ_DIR
+    assert all(rules[str(site / n)] == landlock.READ_EXEC for n in ("numpy", "torch", "six.py"))
+    assert not [p for p in rules if p.startswith(str(site / "mha_course"))]
+    assert str(tmp_path / "venv") not in rules and rules[str(view)] == landlock.READ
+
+
+def test_the_cause_names_dockers_seccomp_profile_and_never_advises_unconfined(monkeypatch):
+    monkeypatch.setattr(tiers, "_status", lambda: {"Seccomp": "2", "CapEff": "00000000a80425fb"})
+    monkeypatch.setattr(tiers, "_read", lambda path: "" if "mountinfo" in path else None)
+    cause = tiers.namespace_cause("No permissions to create new namespace")
+    assert cause.startswith("user namespaces refused by seccomp (Docker's default profile")
+    said = "bwrap refused to build a sandbox (bwrap: Creating new namespace failed); allow --security-opt seccomp=unconfined"
+    assert tiers._bwrap_cause(said) == "bwrap: Creating new namespace failed"
+    text = tiers.refusal("C", "B", {"A": cause, "B": "Landlock is not available on this kernel"})
+    assert "unconfined" not in text and "--min-isolation C" in text and "Docker's default profile" in text
+
+
+def test_the_strongest_tier_that_holds_is_used_and_named():
+    from mha_course.grading import isolation
+    from mha_course.grading.process import Isolator
+
+    with pytest.raises(ValueError, match="min_tier"):
+        Isolator(min_isolation="D")
+    if isolation.probe() is not None:
+        pytest.skip("bubblewrap cannot run here")
+    isolator = Isolator()
+    try:
+        assert isolator.tier == "A" and isolator.walls.as_dict()["tier"] == "A"
+        assert isolator.walls.summary().startswith("bubblewrap") and isolator.walls.summary().endswith("(tier A)")
+    finally:
+        isolator.close()
+
+
+# --- under the Docker reproduction -------------------------------------------------------------------
+
+_REPRO: dict[str, str | None] = {}
+
+
+def require_repro() -> None:
+    """Skip where the reproduction cannot start (not root, no mount namespaces) or tier B cannot hold (no Landlock)."""
+    if "why" not in _REPRO:
+        why = None
+        if os.geteuid() != 0 or not seccomp_filter.supported():
+            why = "needs root on x86_64 Linux"
+        elif not landlock.abi_version():
+            why = "needs Landlock"
+        else:
+            done = subprocess.run(container_repro.command(["true"]), capture_output=True, text=True, timeout=120)
+            if done.returncode != 0:
+                why = done.stderr.strip()[-300:]
+        _REPRO["why"] = why
+    if _REPRO["why"]:
+        pytest.skip(f"the Docker reproduction cannot run here: {_REPRO['why']}")
+
+
+@pytest.mark.slow
+def test_the_reproduction_refuses_bubblewrap_as_docker_does():
+    require_repro()
+    script = (
+        "grep -E '^(CapEff|CapBnd|Seccomp):' /proc/self/status; "
+        "bwrap --unshare-user --unshare-pid --ro-bind / / --proc /proc --dev /dev true; echo bwrap=$?"
+    )
+    done = subprocess.run(container_repro.command(["sh", "-c", script]), capture_output=True, text=True, timeout=120)
+    status = dict(line.split(":\t") for line in done.stdout.splitlines() if ":\t" in line)
+    assert status["CapEff"] == status["CapBnd"] == "00000000a80425fb"  # docker run's capability set
+    assert status["Seccomp"] == "2" and "bwrap=1" in done.stdout
+    assert "No permissions to create new namespace" in done.stderr or "Operation not permitted" in done.stderr
+    # seccomp=unconfined is not enough: a fresh /proc cannot be mounted beside the masked paths (moby#36597)
+    unconfined = container_repro.command(["sh", "-c", script], seccomp=False)
+    done = subprocess.run(unconfined, capture_output=True, text=True, timeout=120)
+    assert "Can't mount proc" in done.stderr and "bwrap=1" in done.stdout
+
+
+GRADER = (
+    f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom mha_course.grading import grader, registry\n"
+    "from mha_course.grading.scan import ScanReport\n"
+    "grader.scan = lambda cells, assignment: ScanReport()\n"
+    "registry.register('grading_fake')\nfrom mha_course.grade import main\nsys.exit(main(sys.argv[1:]))"
+)
+
+
+@pytest.mark.slow
+def test_below_the_minimum_the_grader_refuses_with_the_real_cause(tmp_path):
+    require_repro()
+    sub = write_submission(tmp_path / "s.ipynb", GOOD_ADD, GOOD_DOUBLE)
+    out = tmp_path / "r.json"
+    argv = [sys.executable, "-c", GRADER, str(sub), "--json", str(out), "--quiet", "--min-isolation", "A"]
+    done = subprocess.run(container_repro.command(argv), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 3, done.stderr[-2000:]
+    data = json.loads(out.read_text())
+    assert gradescope.validate_results(data) == []
+    assert "user namespaces refused by seccomp (Docker's default profile" in data["output"]
+    assert "--min-isolation B" in data["output"] and "unconfined" not in data["output"]
+    assert data["output"].rstrip().endswith("(only for code you trust)")
+
+
+def _probe_cell(paths: dict) -> str:
+    """A cell that tries every escape, theft and tamper the kernel must refuse, and records what each got."""
+    return (
+        SHELL
+        + f"""
+import errno, os
+HOME = os.environ["HOME"]
+REPORT = []
+def attempt(name, action):
+    try:
+        action()
+        REPORT.append(name + "=ok")
+    except OSError as e:
+        REPORT.append(name + "=" + errno.errorcode.get(e.errno, str(e.errno)))
+attempt("shadow", lambda: open("/etc/shadow").read())
+attempt("etc", lambda: open("/etc/mhag-escape", "w").write("x"))
+attempt("tmp", lambda: open("/tmp/mhag-escape-{os.getpid()}", "w").write("x"))
+attempt("library", lambda: open({paths["library"]!r}, "a").write("#"))
+attempt("solution", lambda: open({paths["solution"]!r}).read())
+attempt("solutions", lambda: os.listdir({paths["solutions"]!r}))
+attempt("reference", lambda: open({paths["reference"]!r}).read())
+attempt("results", lambda: open({paths["results"]!r}, "w").write("{{}}"))
+attempt("scratches", lambda: os.listdir(os.path.dirname(HOME)))
+attempt("environ", lambda: open("/proc/%d/environ" % os.getppid()).read())
+REPORT.append("kill=%d" % (sh("kill -0 %d" % os.getppid()) >> 8))
+REPORT.append("tcp=%d" % (sh("bash -c 'exec 3<>/dev/tcp/127.0.0.1/{paths["port"]}'") >> 8))
+REPORT.append("leak=%d" % sum({SECRET!r} in v for v in os.environ.values()))
+REPORT = " ".join(REPORT)
+"""
+    )
+
+
+def _attacks(paths: dict) -> dict[str, tuple[list[str], float]]:
+    """name -> (code cells, the most it may score of 6)."""
+    results = paths["results"]
+    return {
+        "a_honest": ([GOOD_ADD, GOOD_DOUBLE], 6),
+        # the classmate keeps its answer in its scratch while the thief (started beside it) looks for it
+        "b_classmate": (["import os, time\nopen(os.environ['HOME'] + '/answer.txt', 'w').write('a + b')\ntime.sleep(8)", GOOD_ADD, GOOD_DOUBLE], 6),
+        "c_thief": (
+            [
+                "import os, time\nFOUND, SEEN = None, []\nend = time.time() + 6\nwhile FOUND is None and time.time() < end:\n"
+                "    for pid in os.listdir('/proc'):\n"
+                "        for via in ('cwd', 'root/' + os.path.dirname(os.environ['HOME']).lstrip('/')):\n"
+                "            try:\n                FOUND = open(f'/proc/{pid}/{via}/answer.txt').read()\n"
+                "            except OSError as e:\n                SEEN.append(type(e).__name__)\n"
+                "    time.sleep(0.2)",
+                "def add_arrays(a, b):\n    if FOUND is None:\n        raise ValueError('nothing found')\n    return eval(FOUND)\n",
+                GOOD_DOUBLE,
+            ],
+            2,
+        ),
+        "probe": ([_probe_cell(paths), "def add_arrays(a, b):\n    raise ValueError(REPORT)\n", GOOD_DOUBLE], 2),
+        "shell_works": ([SHELL + "sh('echo 1 > $HOME/canary')", "import os\ndef add_arrays(a, b):\n    return a + b * int(open(os.environ['HOME'] + '/canary').read())\n", GOOD_DOUBLE], 6),
+        "forge_results_after_exit": (
+            [
+                SHELL + f"sh('setsid sh -c \"for i in $(seq 30); do echo {{}} > {results}; sleep 0.2; done\" &', wait=False)",
+                WRONG_ADD,
+                GOOD_DOUBLE,
+            ],
+            2,
+        ),
+        "detached_sleeper": ([SHELL + f"sh('setsid sh -c \"exec -a {MARKER} sleep 120\" < /dev/null > /dev/null 2>&1 &')", GOOD_ADD, GOOD_DOUBLE], 6),
+        "fork_bomb": ([SHELL + "sh('b() { b | b & }; b', wait=False)\nimport time\ntime.sleep(3)", WRONG_ADD, GOOD_DOUBLE], 2),
+        "hang": (["while True:\n    pass", GOOD_ADD, GOOD_DOUBLE], 6),
+        "memory_hog": (["import numpy as np\nHOG = []\nfor _ in range(64):\n    HOG.append(np.ones(2**27))", GOOD_ADD, GOOD_DOUBLE], 6),
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    require_repro()
+    root = tmp_path_factory.mktemp("tierb")
+    folder, out = root / "subs", root / "out"
+    folder.mkdir()
+    out.mkdir()
+    listener = socket.create_server(("127.0.0.1", 0))  # a service on this machine the sandbox must not reach
+    paths = {
+        "library": str(ROOT / "mha_course" / "attention.py"),
+        "reference": str(ROOT / "mha_course" / "softmax.py"),
+        "solution": str(ROOT / "solutions" / "a02_softmax.ipynb"),
+        "solutions": str(ROOT / "solutions"),
+        "results": str(out / "results.json"),
+        "port": listener.getsockname()[1],
+    }
+    attacks = _attacks(paths)
+    for name, (cells, _) in attacks.items():
+        write_submission(folder / f"{name}.ipynb", *cells)
+    (folder / "z_a02_solution.ipynb").write_bytes((ROOT / "solutions" / "a02_softmax.ipynb").read_bytes())
+    (folder / "z_a02_exercise.ipynb").write_bytes((ROOT / "exercises" / "a02_softmax.ipynb").read_bytes())
+    library = Path(paths["library"]).read_bytes()
+    argv = [sys.executable, "-c", GRADER, str(folder), "--results-dir", str(out / "each"), "--json", paths["results"]]
+    argv += ["--quiet", "--workers", "2", "--cell-timeout", "10", "--case-timeout", "10", "--memory-mb", "1024"]
+    start = time.monotonic()
+    proc = subprocess.run(
+        container_repro.command(argv),
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, MHA_COURSE_RUN_TAG=MARKER, MHA_TIERB_SECRET=SECRET),
+    )
+    wall = time.monotonic() - start
+    written = Path(paths["results"]).read_text() if Path(paths["results"]).exists() else ""
+    time.sleep(1.5)  # a forger that outlived its sandbox would have rewritten the results by now
+    left = tagged_processes(MARKER) + [
+        pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if _uid(pid) >= tier_b.UID_BASE
+    ]
+    left = [_describe(pid) for pid in left]
+    for pid, _ in left:
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+    listener.close()
+    each = {
+        Path(d["extra_data"]["submission"]).stem: d
+        for d in (json.loads(p.read_text()) for p in (out / "each").glob("*.json"))
+    }
+    return {
+        "proc": proc,
+        "wall": wall,
+        "attacks": attacks,
+        "each": each,
+        "left": left,
+        "written": written,
+        "final": Path(paths["results"]).read_text() if Path(paths["results"]).exists() else "",
+        "library": library == Path(paths["library"]).read_bytes(),
+    }
+
+
+def _describe(pid: int) -> tuple[int, str]:
+    """(pid, its state, uid, parent and command line) of a process left behind, for the failure message."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        keep = [line for line in status if line.startswith(("State:", "Uid:", "PPid:"))]
+        return pid, " ".join(keep) + " " + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError as exc:
+        return pid, str(exc)
+
+
+def _uid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
+    except (OSError, StopIteration, ValueError):
+        return -1
+
+
+def _outputs(data: dict) -> str:
+    return " ".join(t["output"] for t in data["tests"])
+
+
+@pytest.mark.slow
+def test_the_batch_runs_in_tier_b_to_the_end(batch):
+    assert batch["proc"].returncode == 0, batch["proc"].stderr[-3000:]
+    assert set(batch["each"]) == set(batch["attacks"]) | {"z_a02_solution", "z_a02_exercise"}
+    for data in batch["each"].values():
+        assert data["extra_data"]["isolation"]["tier"] == "B" and data["extra_data"]["isolation"]["kind"] == "landlock"
+        assert "tier B" in data["output"]
+
+
+@pytest.mark.slow
+def test_the_a02_solution_gets_full_marks_and_the_blank_exercise_none(batch):
+    solution, blank = batch["each"]["z_a02_solution"], batch["each"]["z_a02_exercise"]
+    assert solution["score"] == solution["extra_data"]["max_score"] > 0, _outputs(solution)[:2000]
+    assert blank["score"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["a_honest", "b_classmate", "shell_works", "detached_sleeper", "hang", "memory_hog"])
+def test_honest_answers_score_in_full_whatever_else_the_notebook_does(batch, name):
+    data = batch["each"][name]
+    assert data["score"] == batch["attacks"][name][1], json.dumps(data, indent=1)[:3000]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["c_thief", "probe", "forge_results_after_exit", "fork_bomb"])
+def test_no_attack_gains_a_point(batch, name):
+    data = batch["each"][name]
+    assert data["score"] <= batch["attacks"][name][1], json.dumps(data, indent=1)[:3000]
+
+
+@pytest.mark.slow
+def test_every_escape_theft_tamper_leak_and_connection_is_refused_by_the_kernel(batch):
+    report = dict(
+        item.split("=") for item in _outputs(batch["each"]["probe"]).split("ValueError: ")[1].split(" (cell")[0].split()
+    )
+    for name in (
+        "shadow",
+        "etc",
+        "tmp",
+        "library",
+        "solution",
+        "solutions",
+        "reference",
+        "results",
+        "scratches",
+        "environ",
+    ):
+        assert report[name] in ("EACCES", "EPERM", "ENOENT", "EROFS"), (name, report)
+    assert report["kill"] != "0" and report["tcp"] != "0" and report["leak"] == "0", report
+    assert batch["library"], "the real package was changed"
+
+
+@pytest.mark.slow
+def test_resource_attacks_are_stopped_and_explained(batch):
+    assert "timed out" in batch["each"]["hang"]["output"] + _outputs(batch["each"]["hang"])
+    hog = " ".join(batch["each"]["memory_hog"]["output"].splitlines())
+    assert "MemoryError" in hog or "memory" in hog
+
+
+@pytest.mark.slow
+def test_results_are_the_graders_and_no_process_is_left(batch):
+    assert batch["written"] and batch["final"] == batch["written"]
+    assert batch["left"] == []
+
+
+def test_uid_pids_sees_a_process_of_that_uid():
+    """The leftover check above can fail: it finds a process of a sandbox uid."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start a process under another uid")
+    uid = tier_b.new_uid()
+    proc = subprocess.Popen(["sleep", "30"], user=uid, group=uid, extra_groups=[])
+    try:
+        time.sleep(0.2)
+        assert tier_b.uid_pids(uid) == [proc.pid]
+        start = time.monotonic()
+        tier_b.kill_uid(uid)  # returns once only the unreaped zombie is left (it once spun 4 s on it)
+        assert time.monotonic() - start < 1 and tier_b.uid_pids(uid) == []
+        assert proc.wait(timeout=5) == -9
+    finally:
+        proc.kill()
+        proc.wait()
+    with pytest.raises(ValueError, match="sandbox's uid"):
+        tier_b.kill_uid(0)
+
+
+def test_kill_uid_stops_a_fork_bomb_at_once():
+    """A uid that keeps forking up to its NPROC is gone, all of it, within a kill_uid call."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to start a process under another uid")
+    uid = tier_b.new_uid()
+
+    def limit():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_NPROC, (64, 64))
+
+    bomb = subprocess.Popen(
+        ["sh", "-c", "while :; do sleep 30 & done"],
+        user=uid,
+        group=uid,
+        extra_groups=[],
+        preexec_fn=limit,
+        start_new_session=True,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(1.5)
+        assert len(tier_b.uid_pids(uid)) > 10  # the bomb is running
+        start = time.monotonic()
+        tier_b.kill_uid(uid)
+        assert tier_b.uid_pids(uid) == [] and time.monotonic() - start < 2
+    finally:
+        tier_b.kill_uid(uid)
+        bomb.wait(timeout=10)
