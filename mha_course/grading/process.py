@@ -10,6 +10,7 @@ The orchestration (which cells, which cases, what to do after a crash) is :mod:`
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import sys
