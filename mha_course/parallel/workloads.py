@@ -119,8 +119,10 @@ def ring_rank(
     backend: str = "gloo",
     repeats: int = 3,
 ) -> dict:
-    """Rank ``rank``'s rows of ring attention: its output, median seconds per call, and the RingStats of the call
-    whose compute took the least CPU time (the one least disturbed by other programs on a shared machine)."""
+    """Rank ``rank``'s rows of ring attention: its output, median seconds per call, and the RingStats of one
+    repeat, the *same* repeat on every rank: the one whose slowest rank spent the least CPU time computing
+    (the repeat least disturbed by other programs). Each rank keeping its own best repeat would put
+    timelines from different calls side by side."""
     device = rank_device(backend, rank)
     q, k, v = (shard_sequence(x, world_size, rank, layout).to(device) for x in problem.qkv())
     with torch.no_grad():
@@ -131,8 +133,16 @@ def ring_rank(
             start = time.perf_counter()
             out, stats = ring_attention(q, k, v, causal=causal, layout=layout, return_stats=True)
             runs.append((time.perf_counter() - start, stats))
-    fastest = min(runs, key=lambda run: sum(s.compute_cpu for s in run[1].steps))  # least disturbed by other programs
-    return {"out": out.cpu(), "seconds": statistics.median(t for t, _ in runs), "stats": fastest[1]}
+    mine = torch.tensor([sum(s.compute_cpu for s in stats.steps) for _, stats in runs], dtype=torch.float64)
+    everyone = [torch.empty_like(mine) for _ in range(world_size)]
+    torch.distributed.all_gather(everyone, mine.to(device))  # every rank's CPU seconds per repeat
+    chosen = int(torch.stack([t.cpu() for t in everyone]).amax(0).argmin())  # least disturbed slowest rank
+    return {
+        "out": out.cpu(),
+        "seconds": statistics.median(t for t, _ in runs),
+        "stats": runs[chosen][1],
+        "repeat": chosen,
+    }
 
 
 def ulysses_rank(

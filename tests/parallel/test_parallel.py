@@ -367,3 +367,12 @@ def test_bad_world_size_rank_or_head_count_raise_clear_errors():
         TensorParallelMultiHeadAttention.from_module(module, 0, 2)(torch.randn(1, 3, E))
     with pytest.raises(ValueError, match="with E=24"):
         TensorParallelMultiHeadAttention.from_module(module, 0, 1)(torch.randn(1, 3, E + 1))
+
+
+def test_ring_rank_reports_the_same_repeat_on_every_rank_for_its_timeline():
+    from mha_course.parallel.workloads import Problem, ring_rank
+
+    results = run_ranks(ring_rank, 2, Problem(B=1, H=2, T=64, D=8), False, "contiguous", "gloo", 3, timeout_s=120)
+    assert results[0]["repeat"] == results[1]["repeat"] and 0 <= results[0]["repeat"] < 3
+    for r in results:  # the chosen repeat's record is a whole ring: one step per rank
+        assert [s.step for s in r["stats"].steps] == [0, 1]
