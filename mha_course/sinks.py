@@ -28,7 +28,10 @@ import torch
 
 from .attention import scaled_dot_product_attention
 from .heads import gate_heads, merge_heads, split_heads
+from .masks import mask_to_bias
 from .validation import (
+    check_mask,
+    check_qkv,
     require_non_negative_int,
     require_non_negative_ints,
     require_positive_int,
@@ -216,4 +219,40 @@ def streaming_decode(model, tokens: torch.Tensor, window: int, sinks: int, reind
     return torch.cat(logits, dim=1)  # (B, T, V)
 
 
-__all__ = ["streaming_mask", "sink_mass", "StreamingKVCache", "streaming_decode"]
+def attention_with_sink_logits(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sink_logits: torch.Tensor, mask: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention with one learned "sink" logit per head in the softmax's denominator (as in gpt-oss).
+
+        w_ij = exp(s_ij) / (exp(b_h) + sum_j' exp(s_ij')),      out_i = sum_j w_ij v_j
+
+    The sink is a key no token owns: it takes weight exp(b_h) / (...) and contributes nothing, so a
+    head's weights sum to *less* than 1 and the head can attend to nothing at all, with no first token
+    to misuse. Equal to ordinary attention over one extra key whose score is b_h and whose value is 0.
+
+    Args:
+        q (B, H, T, D), k (B, H, S, D), v (B, H, S, Dv); sink_logits (H,) one logit b_h per head;
+        mask: the course's mask (bool True = may attend, or float added), broadcastable to (B, H, T, S).
+
+    Returns:
+        out (B, H, T, Dv) and weights (B, H, T, S), each row summing to 1 - (the sink's share).
+
+    Raises:
+        TypeError / ValueError: as scaled_dot_product_attention; sink_logits not a (H,) tensor.
+    """
+    require_tensor(sink_logits, "sink_logits")
+    require_rank(q, 4, "q", "(B, H, T, D)")
+    if sink_logits.shape != (q.shape[1],):
+        raise ValueError(f"sink_logits must be (H,) = ({q.shape[1]},), got {tuple(sink_logits.shape)}")
+    T, S, D = check_qkv(q, k, v)
+    check_mask(mask, T, S)
+    scores = q @ k.transpose(-2, -1) * D**-0.5  # (B, H, T, S)
+    bias = mask_to_bias(mask, scores.dtype)
+    scores = scores if bias is None else scores + bias
+    sink = sink_logits.to(scores.dtype)[:, None, None].expand(*scores.shape[:-1], 1)  # (B, H, T, 1)
+    both = torch.softmax(torch.cat([sink, scores], dim=-1), dim=-1)  # (B, H, T, 1 + S): the sink first
+    weights = both[..., 1:]  # (B, H, T, S): the sink's column dropped
+    return weights @ v, weights  # (B, H, T, Dv), (B, H, T, S)
+
+
+__all__ = ["streaming_mask", "sink_mass", "StreamingKVCache", "streaming_decode", "attention_with_sink_logits"]

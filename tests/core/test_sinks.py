@@ -5,7 +5,13 @@ import pytest
 import torch
 
 from mha_course import attention_loop_reference, scaled_dot_product_attention
-from mha_course.sinks import StreamingKVCache, sink_mass, streaming_decode, streaming_mask
+from mha_course.sinks import (
+    StreamingKVCache,
+    attention_with_sink_logits,
+    sink_mass,
+    streaming_decode,
+    streaming_mask,
+)
 from mha_course.testing import assert_close
 
 
@@ -133,3 +139,27 @@ def test_streaming_decode_refuses_models_without_rotary_attention():
         streaming_decode(learned, torch.zeros(1, 4, dtype=torch.long), 2, 1, reindex=True)
     with pytest.raises(ValueError, match=r"\(B, T\)"):
         streaming_decode(_rotary_model(), torch.zeros(4, dtype=torch.long), 2, 1, reindex=True)
+
+
+def test_learned_sink_logits_equal_an_extra_key_with_a_zero_value():
+    torch.manual_seed(7)
+    B, H, T, D = 2, 3, 5, 4
+    q, k, v = (torch.randn(B, H, T, D, dtype=torch.float64) for _ in range(3))
+    sink = torch.tensor([-1.0, 0.5, 3.0], dtype=torch.float64)
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    out, weights = attention_with_sink_logits(q, k, v, sink, mask=mask)
+    # the reference: one more key whose score is the sink logit (a key equal to q * b / |q|^2 * sqrt(D)) and value 0
+    extra_k = (
+        q * (sink[None, :, None] * D**0.5 / (q * q).sum(-1))[..., None]
+    )  # (B, H, T, D): score b_h with its own query
+    scores = torch.cat([(q * extra_k).sum(-1, keepdim=True), q @ k.transpose(-2, -1)], dim=-1) / D**0.5
+    scores[..., 1:] = scores[..., 1:].masked_fill(~mask, float("-inf"))
+    ref_weights = torch.softmax(scores, dim=-1)[..., 1:]
+    assert_close(weights, ref_weights)
+    assert_close(out, ref_weights @ v)
+    assert (weights.sum(-1) < 1).all() and float(weights[:, 2].sum(-1).max()) < 0.5  # a large logit takes most
+    plain, _ = scaled_dot_product_attention(q, k, v, mask=mask)
+    out_far, _ = attention_with_sink_logits(q, k, v, torch.full((H,), -1e4, dtype=torch.float64), mask=mask)
+    assert_close(out_far, plain)  # a sink logit of -inf is ordinary attention
+    with pytest.raises(ValueError, match=r"\(H,\)"):
+        attention_with_sink_logits(q, k, v, torch.zeros(2, dtype=torch.float64))
