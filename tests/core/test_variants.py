@@ -170,7 +170,7 @@ def test_qk_norm_bounds_the_scores_whatever_the_size_of_q_and_k():
     q, k = torch.randn(3, 16, 8, dtype=torch.float64), torch.randn(3, 16, 8, dtype=torch.float64)
     normed = qk_norm(q)
     assert float((normed.pow(2).mean(-1) - 1).abs().max()) < 1e-4  # RMS 1 (eps = 1e-6 aside)
-    assert float((qk_norm(100 * q) - normed).abs().max()) < 1e-6  # the size of the projection no longer matters
+    assert float((qk_norm(100 * q) - normed).abs().max()) < 1e-4  # the size of the projection no longer matters
     gain = torch.linspace(0.5, 2.0, 8, dtype=torch.float64)
     scores = qk_norm(q, gain) @ qk_norm(k, gain).transpose(-2, -1)
     assert float(scores.abs().max()) <= 8 * 2.0 * 2.0
