@@ -51,6 +51,10 @@ _EXPORTS = {
     "tiled_attention": "tiled",
     "attention_backward": "backward",
     "triton_attention": "kernels.function",
+    # predict, then run (every chapter's predictions)
+    "check_prediction": "predict",
+    "check_choice": "predict",
+    "answer_digest": "predict",
     # self-check inside notebooks (assignments)
     "check": "grading.selfcheck",
 }

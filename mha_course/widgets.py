@@ -5,11 +5,18 @@ under nbval, in a static HTML export or without ipywidgets it calls ``draw`` at 
 settings instead, so the cell still shows its point. Every widget made is remembered, so that a
 test can :func:`replay_interactive` each one at its current value and at the ends of its controls
 (a slider that breaks the cell at its maximum is a bug a learner would find in a minute).
+
+The widget also carries a PNG of its first picture, so that a static view of the executed
+notebook (nbconvert, GitHub) shows the figure at the default settings instead of the widget's
+bare text ``interactive(children=...)``.
 """
 
 from __future__ import annotations
 
+import base64
+import functools
 import inspect
+import io
 from collections.abc import Sequence
 
 
@@ -37,7 +44,8 @@ def interactive(function, static: Sequence[dict] = ({},), **controls):
             never imports ipywidgets, and still runs where it is missing).
 
     Returns:
-        the ``ipywidgets.interactive`` widget, or None when the static fallback ran.
+        the ``ipywidgets.interactive`` widget (carrying a PNG of its default settings' figures for
+        static views), or None when the static fallback ran.
 
     Raises:
         TypeError: ``function`` is not callable, or ``static`` is not a sequence of dicts.
@@ -74,11 +82,101 @@ def interactive(function, static: Sequence[dict] = ({},), **controls):
         name: control(ipywidgets) if callable(control) and not isinstance(control, ipywidgets.Widget) else control
         for name, control in controls.items()
     }
-    widget = ipywidgets.interactive(call, **controls)
+    widget = _widget_class()(call, **controls)
     if failures:
         raise failures[0]
     _MADE[_key(function)] = (function, widget, [dict(kwargs) for kwargs in static])
     return widget
+
+
+@functools.cache
+def _widget_class():
+    """``ipywidgets.interactive`` whose first picture is set as state and also kept as a PNG.
+
+    The first call (the default settings, made while the cell runs) is captured with IPython's
+    ``capture_output`` and handed to the widget's Output area as its ``outputs`` state, the way
+    ``Output.append_display_data`` does, instead of being printed inside ``with self.out``.
+    Printing inside the Output area makes a notebook runner that mimics a frontend (nbclient,
+    hence ``jupyter nbconvert --execute`` and nbval) send a comm message back on the shell socket
+    for every output while it is waiting for the cell's reply on that same socket; now and then
+    the reply is then never noticed and the cell stalls until its timeout. State set from the
+    kernel needs no answer. Later calls (a learner moving a slider) run as ipywidgets runs them.
+
+    The PNG goes into the widget's MIME bundle: JupyterLab with widgets renders the live widget
+    and ignores it; nbconvert, GitHub and any viewer without a widget manager show the picture
+    instead of the bare text ``interactive(children=...)``; what the first call printed replaces
+    that text as ``text/plain`` (the static view of a callback that only prints). One output,
+    nothing drawn twice.
+    """
+    import ipywidgets
+    from IPython.display import display
+    from IPython.utils.capture import capture_output
+    from ipywidgets.widgets.interaction import show_inline_matplotlib_plots
+
+    class InteractiveWithPicture(ipywidgets.interactive):
+        picture: bytes | None = None  # PNG of the figures the first call drew, stacked
+        printed: str = ""  # what the first call printed: the static view of a callback that only prints
+        _first_done = False
+
+        def update(self, *args):
+            if self._first_done:
+                return super().update(*args)
+            self._first_done = True
+            self.kwargs = {control._kwarg: control.get_interact_value() for control in self.kwargs_widgets}
+            show_inline_matplotlib_plots()  # figures left open by earlier code belong to the cell, as in update()
+            with capture_output() as captured:
+                self.result = self.f(**self.kwargs)
+                show_inline_matplotlib_plots()
+                if self.auto_display and self.result is not None:
+                    display(self.result)
+            outputs = [
+                {"output_type": "stream", "name": name, "text": text}
+                for name, text in (("stdout", captured.stdout), ("stderr", captured.stderr))
+                if text
+            ]
+            outputs += [
+                {"output_type": "display_data", "data": _jsonable(out.data), "metadata": out.metadata or {}}
+                for out in captured.outputs
+            ]
+            self.out.outputs = tuple(outputs)
+            pngs = [base64.b64decode(o["data"]["image/png"]) for o in outputs if "image/png" in o.get("data", {})]
+            self.picture = _stack_pngs(pngs)
+            self.printed = captured.stdout
+
+        def _repr_mimebundle_(self, **kwargs):
+            bundle = super()._repr_mimebundle_(**kwargs)
+            if bundle is not None and self.picture:
+                bundle["image/png"] = base64.b64encode(self.picture).decode("ascii")
+            if bundle is not None and self.printed.strip():
+                bundle["text/plain"] = self.printed.rstrip("\n")  # instead of "interactive(children=..."
+            return bundle
+
+    return InteractiveWithPicture
+
+
+def _jsonable(data: dict) -> dict:
+    """A display's MIME data as notebook JSON: binary images base64-encoded, as nbformat stores them."""
+    return {
+        mime: base64.b64encode(value).decode("ascii") if isinstance(value, bytes) else value
+        for mime, value in data.items()
+    }
+
+
+def _stack_pngs(pngs: list[bytes]) -> bytes | None:
+    """One PNG with ``pngs`` one above the other (a MIME bundle holds one image), or None if none."""
+    if len(pngs) <= 1:
+        return pngs[0] if pngs else None
+    from PIL import Image
+
+    images = [Image.open(io.BytesIO(png)).convert("RGBA") for png in pngs]
+    stacked = Image.new("RGBA", (max(i.width for i in images), sum(i.height for i in images)), "white")
+    top = 0
+    for image in images:
+        stacked.paste(image, (0, top))
+        top += image.height
+    buffer = io.BytesIO()
+    stacked.save(buffer, format="PNG")
+    return buffer.getvalue()
 
 
 # (function, widget or None, static settings) for every interactive() made in this process, the
