@@ -20,9 +20,7 @@ sequences), and cannot express causality (every summary row mixes all positions)
 
 Two more pieces of today's models live here. *Interleaved local and global layers* (Mistral's
 sliding window in every layer; Gemma 2 alternating 1 local : 1 global, Gemma 3 5 : 1) keep a short
-cache in the local layers: :func:`interleaved_kv_cache_numbers`. *QK-norm* (OLMo 2, Gemma 3, Qwen3)
-RMS-normalises every query and key per head before the dot product, so a score q . k / sqrt(D) cannot
-exceed sqrt(D) times the two learned gains, however large the projections grow: :func:`qk_norm`.
+cache in the local layers: :func:`interleaved_kv_cache_numbers`. QK-norm lives in :mod:`mha_course.qk_norm`.
 """
 
 from __future__ import annotations
@@ -405,39 +403,8 @@ def interleaved_kv_cache_numbers(
     return 2 * num_kv_heads * head_dim * positions
 
 
-def qk_norm(x: torch.Tensor, gain: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
-    """RMS-normalise queries or keys per head: x / sqrt(mean(x^2) + eps) * gain, over the last dim D.
-
-    Args:
-        x: (..., D) queries or keys, one head per row.
-        gain: (D,) learned scale (default ones).
-
-    Returns:
-        (..., D): each row of RMS 1 (norm sqrt(D)) before the gain, so a score of two normalised rows
-        obeys |q . k| <= D * max|gain_q| * max|gain_k| (Cauchy-Schwarz), whatever the size of x.
-
-    Raises:
-        TypeError: x or gain is not a floating tensor.
-        ValueError: gain is not (D,), or eps is not positive.
-    """
-    require_tensor(x, "x")
-    require_min_rank(x, 1, "x", "(..., D)")
-    if not x.is_floating_point():
-        raise TypeError(f"x must be a floating tensor, got {x.dtype}")
-    if not eps > 0:
-        raise ValueError(f"eps must be positive, got {eps}")
-    normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)  # (..., D)
-    if gain is None:
-        return normed
-    require_tensor(gain, "gain")
-    if gain.shape != (x.shape[-1],):
-        raise ValueError(f"gain must be (D,) = ({x.shape[-1]},), got {tuple(gain.shape)}")
-    return normed * gain
-
-
 __all__ = [
     "interleaved_kv_cache_numbers",
-    "qk_norm",
     "repeat_kv",
     "grouped_query_attention",
     "kv_cache_bytes",

@@ -164,7 +164,7 @@ def test_interleaved_local_and_global_layers_cache_the_window_in_local_layers():
 
 
 def test_qk_norm_bounds_the_scores_whatever_the_size_of_q_and_k():
-    from mha_course.variants import qk_norm
+    from mha_course.qk_norm import qk_norm
 
     torch.manual_seed(0)
     q, k = torch.randn(3, 16, 8, dtype=torch.float64), torch.randn(3, 16, 8, dtype=torch.float64)
