@@ -16,9 +16,13 @@ part: a per-head rotary query of Dr features and ONE rotary key shared by all he
 Cache per token and layer: r + Dr numbers, against 2 H D for MHA, 2 G D for GQA, 2 D for MQA.
 
 **The absorbed form.** q^h . (c W_UK^h) = (q^h W_UK^h^T) . c, so at decoding the query is mapped
-into latent space once (W_Q^h W_UK^h^T is one fixed (E, r) matrix) and scored directly against
-the cached latents; likewise W_UV^h is folded into the output projection. No key or value is
-ever rebuilt: the cache stays small *and* the work per cached token is r + Dr multiply-adds per head.
+into latent space once (W_Q^h W_UK^h^T is one fixed (E, r) matrix, in this row-vector convention)
+and scored directly against the cached latents; likewise W_UV^h is folded into the output
+projection. No key or value is ever rebuilt, and the cache stays small. The price is work: per head
+and cached token, r + Dr multiply-adds for the score and r for the weighted sum of latents, 2r + Dr
+(1088 for DeepSeek-V2's r = 512, Dr = 64) against MHA's 2D (256 for D = 128). Every head reads the
+same small cache, so a decoding step moves far fewer bytes per FLOP: absorbed MLA trades bandwidth
+for FLOPs and decodes near the compute-bound side of the roofline (:func:`decode_cost_per_token`).
 (DeepSeek-V2 also compresses the queries through a latent and normalises the latents; both are
 left out here, as they change nothing above.)
 """
@@ -282,4 +286,32 @@ def cache_numbers_per_token(
     raise ValueError(f"kind must be 'mha', 'gqa', 'mqa' or 'mla', got {kind!r}")
 
 
-__all__ = ["LatentCache", "MultiHeadLatentAttention", "cache_numbers_per_token"]
+def decode_cost_per_token(
+    kind: str,
+    num_heads: int,
+    head_dim: int,
+    num_kv_heads: int | None = None,
+    latent_dim: int | None = None,
+    rope_dim: int | None = None,
+    element_bytes: int = 2,
+) -> dict[str, float]:
+    """Work and traffic of one decoding query per cached token and layer, all heads together.
+
+    Multiply-adds per head and cached token: "mha", "gqa", "mqa" 2 D (the score q . k and the term of
+    the weighted sum of v); absorbed "mla" 2 r + Dr (the score against the latent and the rotary key,
+    and the weighted sum of latents). Bytes: the cache entry, :func:`cache_numbers_per_token` times
+    ``element_bytes``, read once per step. Returns ``macs``, ``flops`` (2 per multiply-add), ``bytes``
+    and ``intensity`` (FLOPs per byte).
+
+    Raises:
+        ValueError: as :func:`cache_numbers_per_token`, or element_bytes < 1.
+    """
+    require_positive_int(element_bytes, "element_bytes")
+    numbers = cache_numbers_per_token(kind, num_heads, head_dim, num_kv_heads, latent_dim, rope_dim)
+    per_head = 2 * latent_dim + rope_dim if kind == "mla" else 2 * head_dim
+    macs = num_heads * per_head
+    nbytes = numbers * element_bytes
+    return {"macs": macs, "flops": 2 * macs, "bytes": nbytes, "intensity": 2 * macs / nbytes}
+
+
+__all__ = ["LatentCache", "MultiHeadLatentAttention", "cache_numbers_per_token", "decode_cost_per_token"]

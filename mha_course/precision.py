@@ -7,17 +7,26 @@ A floating-point format trades *range* (the largest and smallest normal numbers)
     bfloat16  8 exponent bits,  7 mantissa bits: eps 7.8e-3, max 3.4e38       (float32's range)
     float32   8 exponent bits, 23 mantissa bits: eps 1.2e-7, max 3.4e38
 
-GPU attention kernels read and write 16-bit tensors but *accumulate* in float32 (the running
-max, sum and output of the online softmax, the dot products inside the tensor cores): a sum of
-thousands of terms in bfloat16 loses its small terms entirely once the total is 2**8 times
-larger. :func:`attention_errors` measures this on the CPU: the same inputs through
+GPU attention kernels read and write 16-bit tensors but keep their *intermediates* in float32 (the
+running max, sum and output of the online softmax, the dot products inside the tensor cores): a sum
+*stored* in bfloat16 after every addition loses its small terms entirely once the total is 2**8 times
+larger. Torch's own CPU matmul and ``sum`` on 16-bit tensors already accumulate in float32 internally
+(``torch.ones(4096, dtype=torch.bfloat16).sum()`` is 4096), so what the rows below vary is the format
+each intermediate tensor (scores, exponentials, row sums, weights) is *stored* in between operations.
+:func:`attention_errors` measures this on the CPU: the same inputs through
 
-    accumulate16   every operation in the 16-bit dtype (no upcast)
-    accumulate32   16-bit inputs, float32 arithmetic, 16-bit output (what the kernels do)
-    autocast       float32 code under ``torch.autocast("cpu", dtype)``: autocast's choice per operation
-    ieee           float32 inputs, float32 arithmetic (``input_precision="ieee"`` in the Triton kernel)
-    tf32           float32 inputs whose matmul *inputs* are rounded to TF32 (:func:`round_to_tf32`),
-                   float32 accumulation
+    intermediates16  every intermediate tensor stored in the 16-bit dtype (no upcast between operations)
+    intermediates32  16-bit inputs, float32 intermediates, 16-bit output (what the kernels do)
+    autocast         float32 code under ``torch.autocast("cpu", dtype)``: autocast's choice per operation
+    ieee             float32 inputs, float32 arithmetic (``input_precision="ieee"`` in the Triton kernel)
+    tf32             float32 inputs whose matmul *inputs* are rounded to TF32 (:func:`round_to_tf32`,
+                     as cuBLAS converts them), float32 accumulation
+    tf32_truncated   the same with the 13 low mantissa bits cut off (:func:`truncate_to_tf32`): Triton's
+                     ``input_precision="tf32"`` hands float32 registers to the tensor cores, which ignore
+                     those bits (triton-lang/triton#4574)
+
+With inputs 64 times larger, float16's intermediates16 row overflows: the scores q.k reach ~10^5, and
+*storing* them in float16 (max 65504) gives inf, then NaN after the softmax.
 
 and reports the largest error against a float64 computation of the same inputs.
 TF32 (``input_precision="tf32"`` in Triton, ``torch.set_float32_matmul_precision("high")`` in torch)
@@ -70,6 +79,22 @@ def round_to_tf32(x: torch.Tensor) -> torch.Tensor:
     return rounded.view(torch.float32).reshape(x.shape)
 
 
+def truncate_to_tf32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (float32, any shape) with its 13 low mantissa bits cleared: TF32 by truncation (towards zero).
+
+    This is what a tensor core does with float32 registers it is handed as TF32 operands, as Triton's
+    ``tl.dot(..., input_precision="tf32")`` does without an explicit conversion: the error is up to one
+    TF32 gap (2**-10 relative), twice :func:`round_to_tf32`'s, and always towards zero.
+
+    Raises:
+        TypeError: ``x`` is not a float32 tensor.
+    """
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
+        raise TypeError(f"truncate_to_tf32 takes a float32 tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+    bits = x.contiguous().view(torch.int32)
+    return (bits & ~0x1FFF).view(torch.float32).reshape(x.shape)
+
+
 def _attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, compute: torch.dtype, matmul_inputs=None
 ) -> torch.Tensor:
@@ -90,7 +115,8 @@ def attention_errors(T: int = 512, D: int = 64, magnitude: float = 1.0, seed: in
 
     q, k, v are (1, 1, T, D) standard normal times ``magnitude``, rounded to each row's dtype first, so
     every row compares arithmetic only, never the rounding of the inputs. Rows: dtype float16 and
-    bfloat16 with variants accumulate16, accumulate32, autocast; dtype float32 with ieee and tf32.
+    bfloat16 with variants intermediates16, intermediates32, autocast; dtype float32 with ieee, tf32 and
+    tf32_truncated.
     Each row: dtype, variant, max_error, finite (no inf or NaN in the output).
 
     Raises:
@@ -108,11 +134,12 @@ def attention_errors(T: int = 512, D: int = 64, magnitude: float = 1.0, seed: in
             variants = {
                 "ieee": _attention(q, k, v, torch.float32),
                 "tf32": _attention(q, k, v, torch.float32, matmul_inputs=round_to_tf32),
+                "tf32_truncated": _attention(q, k, v, torch.float32, matmul_inputs=truncate_to_tf32),
             }
         else:
             variants = {
-                "accumulate16": _attention(q, k, v, dtype),
-                "accumulate32": _attention(q, k, v, torch.float32).to(dtype),
+                "intermediates16": _attention(q, k, v, dtype),
+                "intermediates32": _attention(q, k, v, torch.float32).to(dtype),
             }
             with torch.autocast("cpu", dtype=dtype):
                 variants["autocast"] = _attention(q.float(), k.float(), v.float(), torch.float32)

@@ -7,11 +7,17 @@ A kernel is bound by whichever runs out first: arithmetic (FLOPs / peak FLOP/s) 
     time >= max(FLOPs / peak_flops, bytes / peak_bandwidth)
     compute-bound when I > ridge, memory-bound when I < ridge
 
-For fused (FlashAttention-style) attention the bytes are the inputs and the output only; the
-(T, S) matrix never reaches memory:
+For fused (FlashAttention-style) attention the (T, S) matrix never reaches memory. Its *ideal* bytes
+are the inputs and the output once each:
 
     prefill (T queries, S keys):  FLOPs = 4 B H T S D (halved when causal)
-                                  bytes = (B H T D + 2 B H_kv S D + B H T D) * element size
+                                  bytes >= (B H T D + 2 B H_kv S D + B H T D) * element size
+
+That is a lower bound. The kernel holds one block of ``block_m`` queries on chip and streams all of K and
+V past it, so each query block reads K and V again: ceil(T / block_m) passes, Theta(T^2 D^2 / M) HBM
+traffic for on-chip memory M (Dao et al., 2022, Theorem 2). The ideal figure assumes the GPU's L2 cache
+serves every reload; with no reuse at all (``block_m=...``) the intensity of a long prefill tends to
+``block_m`` FLOPs per byte (2-byte elements), and T / 2 is the upper bound.
     one decoding step (T = 1):    FLOPs = 4 B H S D,  bytes ~ 2 B H_kv S D * element size (the KV cache)
 
 A materialised (unfused) attention also writes the (T, S) scores, reads them back for the softmax, writes
@@ -122,23 +128,35 @@ def prefill(
     causal: bool = False,
     element_bytes: int = 2,
     fused: bool = True,
+    block_m: int | None = None,
 ) -> Prediction:
     """Attention over T queries and S keys (S = T by default), H query heads, ``num_kv_heads`` K/V heads.
 
-    Bytes: Q and O (B, H, T, D) once each, K and V (B, num_kv_heads, S, D) once each; with ``fused=False``
-    also the (B, H, T, S) scores and weights, each written once and read once. FLOPs: 4 B H T S D,
-    halved when causal, but only when fused (a materialised version computes the whole (T, S) matrix).
+    Bytes: Q and O (B, H, T, D) once each, K and V (B, num_kv_heads, S, D) once each (perfect reuse of
+    K and V through the L2 cache); with ``block_m`` (fused only) K and V once per block of ``block_m``
+    queries, ceil(T / block_m) times, as a FlashAttention kernel reads them when no reload hits the
+    cache; with ``fused=False`` also the (B, H, T, S) scores and weights, each written once and read once.
+    FLOPs: 4 B H T S D, halved when causal, but only when fused (a materialised version computes the
+    whole (T, S) matrix). Causal with ``block_m``: K/V reads are halved too (blocks above the diagonal
+    are skipped).
 
     Raises:
-        ValueError: unknown GPU, or a size that is not positive.
+        ValueError: unknown GPU, a size that is not positive, or ``block_m`` with ``fused=False``.
         TypeError: a size that is not an int.
     """
     S = T if S is None else S
     num_kv_heads = H if num_kv_heads is None else num_kv_heads
     require_positive_ints(B=B, H=H, T=T, D=D, S=S, num_kv_heads=num_kv_heads, element_bytes=element_bytes)
+    if block_m is not None:
+        require_positive_ints(block_m=block_m)
+        if not fused:
+            raise ValueError("block_m describes a fused kernel's K/V reloads; got fused=False")
     flops = attention_flops(B, H, T, D, S=S, causal=causal and fused)
-    elements = 2 * B * H * T * D + 2 * B * num_kv_heads * S * D + (0 if fused else 4 * B * H * T * S)
-    return _predict(gpu, "prefill" if fused else "prefill, materialised", flops, elements * element_bytes)
+    kv_passes = 1 if block_m is None else -(-T // block_m) * (0.5 if causal else 1.0)
+    kv_elements = 2 * B * num_kv_heads * S * D * max(kv_passes, 1)  # (B, H_kv, S, D) twice, per pass
+    elements = 2 * B * H * T * D + kv_elements + (0 if fused else 4 * B * H * T * S)
+    phase = "prefill" if block_m is None else f"prefill, K/V reloaded per {block_m} queries"
+    return _predict(gpu, phase if fused else "prefill, materialised", flops, elements * element_bytes)
 
 
 def decode_step(

@@ -17,6 +17,10 @@ Low-rank (Linformer-style) attention projects the S keys and values down to r <<
 
 It approximates full attention well when the weight matrix is close to low rank (e.g. smooth
 sequences), and cannot express causality (every summary row mixes all positions).
+
+Two more pieces of today's models live here. *Interleaved local and global layers* (Mistral's
+sliding window in every layer; Gemma 2 alternating 1 local : 1 global, Gemma 3 5 : 1) keep a short
+cache in the local layers: :func:`interleaved_kv_cache_numbers`. QK-norm lives in :mod:`mha_course.qk_norm`.
 """
 
 from __future__ import annotations
@@ -371,7 +375,36 @@ def linformer_attention(
     return scaled_dot_product_attention(q, k_low, v_low, scale=scale)
 
 
+# ----------------------------------------------------------------------------- today's models
+
+
+def interleaved_kv_cache_numbers(
+    T: int, num_layers: int, local_per_global: int | None, window: int, num_kv_heads: int, head_dim: int
+) -> int:
+    """Numbers a KV cache holds for one sequence of T positions when local and global layers interleave.
+
+    Layers come in groups of ``local_per_global`` sliding-window layers then one global layer
+    (``None``: every layer local, as in Mistral 7B; 0: every layer global). A local layer keeps the
+    last window + 1 positions (``window`` as in :func:`sliding_window_mask`: how far back a query sees),
+    a global one all T; each keeps 2 (k and v) * G * D numbers per position.
+
+    Raises:
+        TypeError / ValueError: a size that is not a non-negative int (T, num_layers, G, D positive).
+    """
+    for name, n in (("T", T), ("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim)):
+        require_int(n, name, 1)
+    require_non_negative_int(window, "window")
+    if local_per_global is None:
+        local_layers = num_layers
+    else:
+        require_non_negative_int(local_per_global, "local_per_global")
+        local_layers = num_layers * local_per_global // (local_per_global + 1)
+    positions = local_layers * min(T, window + 1) + (num_layers - local_layers) * T
+    return 2 * num_kv_heads * head_dim * positions
+
+
 __all__ = [
+    "interleaved_kv_cache_numbers",
     "repeat_kv",
     "grouped_query_attention",
     "kv_cache_bytes",

@@ -9,6 +9,7 @@ log-sum-exp. One module per concept:
 ``split_kv``        ``split_kv_decode``: flash-decoding's split of one long cache, in one process
 ``layout``          which rank holds which positions (contiguous, zigzag), ``shard_sequence``, causal work per step
 ``ring``            ``ring_step`` and ``ring_attention``: K/V blocks round a ring, transfers overlapping compute
+``ulysses``         ``ulysses_attention``: DeepSpeed-Ulysses, all-to-all from a sequence split to a head split and back
 ``tensor_parallel`` ``TensorParallelMultiHeadAttention``: H / W heads per rank, one all-reduce
 ``comm``            the process group, and the bytes a process really wrote to its sockets
 ``comm_cost``       bytes per scheme, the alpha-beta time model, when communication hides behind compute
@@ -34,6 +35,7 @@ _EXPORTS = {
     "causal_work": "layout",
     "ring_step": "ring",
     "ring_attention": "ring",
+    "ulysses_attention": "ulysses",
     "TensorParallelMultiHeadAttention": "tensor_parallel",
     "run_ranks": "launch",
 }

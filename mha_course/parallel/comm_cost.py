@@ -6,21 +6,30 @@ Bytes are exact and the same on any interconnect (b = bytes per number, W = worl
     tensor-parallel attention        one all-reduce of the (B, T, E) output per forward
     ring attention, one step         each rank sends one K/V block: B * H * (S / W) * (D + Dv) * b
     ring attention, whole            W - 1 steps: (W - 1) / W * B * H * S * (D + Dv) * b per rank
+    Ulysses (two all-to-alls)        (W - 1) / W * B * (T / W) * (H D + G D + G Dv + H Dv) * b per rank
+
+With grouped-query attention the ring passes K/V blocks of only G = H_kv heads (H in the lines
+above means the heads whose K/V travel): G / H of the traffic, while the compute stays that of H heads.
 
 Time is a model, the alpha-beta model of a link with latency alpha and bandwidth beta (bytes/s):
 
     t_transfer = alpha + bytes / beta
 
 A ring step hides its transfer when computing on a block takes longer than sending one. With
-F FLOP/s, one step computes 2 * B * H * (T/W) * (S/W) * (D + Dv) FLOPs and sends
-B * H * (S/W) * (D + Dv) * b bytes, so
+F FLOP/s, one step computes 2 * B * H * (T/W) * (S/W) * (D + Dv) FLOPs for the H query heads and
+sends B * G * (S/W) * (D + Dv) * b bytes for the G key/value heads, so
 
-    hidden when  T / W  >=  F * b / (2 * beta)          (independent of B, H, D and S)
+    hidden when  T / W  >=  F * b * G / (2 * beta * H)     (independent of B, D and S)
 
-and a causal ring balanced by the zigzag layout does about half the work per step, so it needs
-twice that. Tensor parallelism cannot hide its all-reduce behind the same layer's attention (the
-sum needs every head first); its compute per byte sent shrinks as W grows (see
-:func:`tp_compute_over_comm`), which is why it is kept inside one NVLink domain.
+which is F b / (2 beta) for multi-head attention (G = H) and 8 times less for a model of 64 query and
+8 key/value heads. A causal ring balanced by the zigzag layout does about half the work per step, so it
+needs twice that. A tensor-parallel all-reduce cannot overlap *the computation that produces its
+input* (the sum needs every head first), and its compute per byte sent shrinks as W grows (see
+:func:`tp_compute_over_comm`), which is why it is kept inside one NVLink domain. It can still be hidden
+in part: cutting the GEMMs into chunks and reducing one chunk while the next computes ("async tensor
+parallelism"), and Megatron's sequence parallelism, which replaces the all-reduce by a reduce-scatter
+and an all-gather (the same bytes) so that the layer norms and dropout between them run on T / W
+positions each.
 
 The link figures in :data:`LINKS` are datasheet peaks per direction; NCCL reaches a fraction of them.
 """
@@ -95,6 +104,34 @@ def ring_bytes(
     return total
 
 
+def ulysses_bytes(
+    B: int, H: int, G: int, T: int, S: int, D: int, Dv: int, world_size: int, rank: int, itemsize: int
+) -> int:
+    """Bytes rank ``rank`` sends in :func:`mha_course.parallel.ulysses.ulysses_attention` (contiguous blocks).
+
+    First all-to-all: to each other rank, its head group of this rank's rows of q, k and v,
+    B (H/W) T_r D + B (G/W) S_r (D + Dv); second: to each other rank j, rank j's rows of this rank's
+    H / W output heads, B (H/W) T_j Dv. With T, S multiples of W that is
+
+        (W - 1) / W * B * (T / W) * (H D + G D + G Dv + H Dv) * itemsize      (S = T)
+
+    Raises:
+        TypeError / ValueError: a size that is not a positive int, or H, G not divisible by W.
+    """
+    for name, n in (("B", B), ("H", H), ("G", G), ("T", T), ("S", S), ("D", D), ("Dv", Dv), ("itemsize", itemsize)):
+        require_positive_int(n, name)
+    world_size = require_positive_int(world_size, "world_size")
+    rank = require_non_negative_int(rank, "rank")
+    if rank >= world_size or H % world_size or G % world_size:
+        raise ValueError(f"need rank < W and H, G divisible by W; got rank={rank}, W={world_size}, H={H}, G={G}")
+    Ts = [sum(b - a for a, b in rank_chunks(T, world_size, r, "contiguous")) for r in range(world_size)]
+    Ss = [sum(b - a for a, b in rank_chunks(S, world_size, r, "contiguous")) for r in range(world_size)]
+    h, g, others = H // world_size, G // world_size, world_size - 1
+    inputs = others * B * (h * Ts[rank] * D + g * Ss[rank] * (D + Dv))
+    outputs = B * h * Dv * (T - Ts[rank])
+    return (inputs + outputs) * itemsize
+
+
 def transfer_time(nbytes: float, bandwidth: float, latency: float = 0.0) -> float:
     """The alpha-beta model: seconds to move ``nbytes`` over a link, latency + nbytes / bandwidth.
 
@@ -106,18 +143,33 @@ def transfer_time(nbytes: float, bandwidth: float, latency: float = 0.0) -> floa
     return latency + nbytes / bandwidth
 
 
-def ring_hiding_block(flops_per_s: float, bandwidth: float, itemsize: int, balanced_causal: bool = False) -> float:
+def ring_hiding_block(
+    flops_per_s: float,
+    bandwidth: float,
+    itemsize: int,
+    balanced_causal: bool = False,
+    num_heads: int = 1,
+    num_kv_heads: int | None = None,
+) -> float:
     """The smallest block T / W (queries per rank) for which a ring step's compute hides its transfer.
 
-        T / W >= F * b / (2 * beta)      (twice that for a causal ring, which computes half a block per step)
+        T / W >= F * b * G / (2 * beta * H)   (twice that for a causal ring, which computes half a block per step)
+
+    with H = ``num_heads`` query heads computed and G = ``num_kv_heads`` key/value heads sent (default
+    G = H: multi-head attention, F b / (2 beta)).
 
     Raises:
-        ValueError: flops_per_s or bandwidth not positive, itemsize < 1.
+        ValueError: flops_per_s or bandwidth not positive, itemsize < 1, or G not dividing H.
+        TypeError: a head count that is not an int.
     """
     itemsize = require_positive_int(itemsize, "itemsize")
+    num_heads = require_positive_int(num_heads, "num_heads")
+    num_kv_heads = num_heads if num_kv_heads is None else require_positive_int(num_kv_heads, "num_kv_heads")
+    if num_heads % num_kv_heads:
+        raise ValueError(f"num_kv_heads must divide num_heads, got {num_kv_heads} and {num_heads}")
     if flops_per_s <= 0 or bandwidth <= 0:
         raise ValueError(f"flops_per_s and bandwidth must be positive, got {flops_per_s} and {bandwidth}")
-    block = flops_per_s * itemsize / (2 * bandwidth)
+    block = flops_per_s * itemsize * num_kv_heads / (2 * bandwidth * num_heads)
     return 2 * block if balanced_causal else block
 
 

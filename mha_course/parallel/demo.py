@@ -4,6 +4,7 @@ Starts W processes (:func:`mha_course.parallel.launch.run_ranks`), runs in them
 
 * tensor-parallel multi-head attention (each rank H / W heads, one all-reduce), and
 * ring attention, non-causal, causal with the contiguous layout, and causal with the zigzag layout,
+* DeepSpeed-Ulysses attention (two all-to-alls: sequence split -> head split -> back), non-causal,
 
 checks every result against the single-process library, and prints per rank the time, the bytes
 sent (measured on the sockets under gloo on Linux, and counted from the tensors handed to send)
@@ -23,11 +24,9 @@ import sys
 
 import torch
 
-from ..attention import scaled_dot_product_attention
-from ..masks import causal_mask
 from ..testing import assert_close
 from ..validation import require_positive_int
-from .comm_cost import ring_bytes, tp_bytes
+from .comm_cost import ring_bytes, tp_bytes, ulysses_bytes
 from .launch import BACKENDS, default_backend, run_ranks
 from .layout import unshard_sequence
 from .workloads import RING_VARIANTS, Problem, demo_rank
@@ -48,8 +47,8 @@ def run_demo(world_size: int = 4, problem: Problem | None = None, backend: str |
     module, x = problem.module_and_input()
     q, k, v = problem.qkv()
     with torch.no_grad():
-        expected = {"tensor_parallel": module(x)[0], "ring": scaled_dot_product_attention(q, k, v)[0]}
-        expected["causal"] = scaled_dot_product_attention(q, k, v, mask=causal_mask(problem.T))[0]
+        expected = {"tensor_parallel": module(x)[0], "ring": problem.expected()}
+        expected["causal"] = problem.expected(causal=True)
     itemsize = q.element_size()
     report = {
         "world_size": world_size,
@@ -93,6 +92,26 @@ def run_demo(world_size: int = 4, problem: Problem | None = None, backend: str |
                 for i, r in enumerate(runs)
             ],
         }
+    if "ulysses" in results[0]:
+        runs = [r["ulysses"] for r in results]
+        out = unshard_sequence([r["out"] for r in runs], "contiguous")
+        report["schemes"]["ulysses"] = _compare(out, expected["ring"]) | {
+            "causal": False,
+            "ranks": [
+                {
+                    "rank": i,
+                    "seconds": r["seconds"],
+                    "bytes_sent": r["stats"].bytes_sent,
+                    "wire_bytes": r["stats"].wire_bytes,
+                    "comm_seconds": r["stats"].comm_seconds,
+                    "compute_seconds": r["stats"].compute_seconds,
+                    "model_bytes": ulysses_bytes(
+                        problem.B, problem.H, problem.G, problem.T, problem.T, problem.D, Dv, world_size, i, itemsize
+                    ),
+                }
+                for i, r in enumerate(runs)
+            ],
+        }
     return report
 
 
@@ -122,15 +141,16 @@ def format_report(report: dict) -> str:
             f"(max |difference| {scheme['max_abs_diff']:.1e})",
         ]
         ring = "steps" in scheme["ranks"][0]
+        counts = "bytes_sent" in scheme["ranks"][0]
         lines.append(
-            "  rank      ms  bytes on the wire  " + ("bytes counted  " if ring else "") + "  model bytes  wire/model"
+            "  rank      ms  bytes on the wire  " + ("bytes counted  " if counts else "") + "  model bytes  wire/model"
         )
         for r in scheme["ranks"]:
             wire = "n/a" if r["wire_bytes"] is None else f"{r['wire_bytes']:,}"
             ratio = (
                 "" if r["wire_bytes"] is None or not r["model_bytes"] else f"{r['wire_bytes'] / r['model_bytes']:.4f}"
             )
-            counted = f"{r['bytes_sent']:>13,}  " if ring else ""
+            counted = f"{r['bytes_sent']:>13,}  " if counts else ""
             lines.append(
                 f"  {r['rank']:>4} {1e3 * r['seconds']:>7.1f}  {wire:>17}  {counted}{r['model_bytes']:>13,.0f}  {ratio:>10}"
             )
@@ -152,6 +172,11 @@ def _title(name: str, scheme: dict, p: dict, W: int) -> str:
         return (
             f"tensor parallelism: {p['H'] // W} of {p['H']} heads per rank, one all-reduce of (B, T, E) per "
             f"forward; model bytes per rank 2(W-1)/W * B*T*E * 4"
+        )
+    if name == "ulysses":
+        return (
+            f"DeepSpeed-Ulysses (not causal): all-to-all to {p['H'] // W} of {p['H']} heads over the whole sequence "
+            "and back; model bytes per rank (W-1)/W * B*(T/W)*(H D + G D + G Dv + H Dv) * 4"
         )
     mode = "causal, " + scheme["layout"] + " layout" if scheme["causal"] else "not causal"
     return (
@@ -194,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     """The command line; exit status 0 when every scheme matched one process, 1 otherwise, 2 for bad arguments."""
     parser = argparse.ArgumentParser(
         prog="python -m mha_course.parallel.demo",
-        description="Attention across W processes with torch.distributed: tensor-parallel heads and ring "
-        "attention, checked against one process, with bytes sent per rank and the ring's per-step timeline.",
+        description="Attention across W processes with torch.distributed: tensor-parallel heads, ring "
+        "attention and DeepSpeed-Ulysses, checked against one process, with bytes sent per rank and the ring's per-step timeline.",
     )
     parser.add_argument("--world-size", type=int, default=4, help="number of processes W (default 4)")
     parser.add_argument(

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..attention import scaled_dot_product_attention
+from ..masks import causal_mask
 from ..mha import MultiHeadAttention
 from ..validation import require_positive_int
 from .comm import bytes_written
@@ -21,11 +23,16 @@ from .launch import rank_device
 from .layout import shard_sequence
 from .ring import ring_attention
 from .tensor_parallel import TensorParallelMultiHeadAttention
+from .ulysses import ulysses_attention
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One seeded attention problem: q (B, H, T, D), k (B, H, T, D), v (B, H, T, Dv); E = H * D."""
+    """One seeded attention problem: q (B, H, T, D), k (B, G, T, D), v (B, G, T, Dv); E = H * D.
+
+    G = ``kv_heads`` key/value heads (default H); with G < H, query head h reads key/value head
+    h // (H / G) (grouped-query attention). The tensor-parallel module ignores G.
+    """
 
     B: int = 1
     H: int = 4
@@ -33,26 +40,41 @@ class Problem:
     D: int = 32
     Dv: int | None = None  # None: Dv = D
     seed: int = 0
+    kv_heads: int | None = None  # None: G = H
 
     def __post_init__(self):
         for name in ("B", "H", "T", "D"):
             require_positive_int(getattr(self, name), name)
         if self.Dv is not None:
             require_positive_int(self.Dv, "Dv")
+        if self.kv_heads is not None:
+            require_positive_int(self.kv_heads, "kv_heads")
+        if self.H % self.G:
+            raise ValueError(f"kv_heads must divide H, got kv_heads={self.kv_heads}, H={self.H}")
+
+    @property
+    def G(self) -> int:
+        return self.H if self.kv_heads is None else self.kv_heads
 
     @property
     def E(self) -> int:
         return self.H * self.D
 
     def qkv(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(q, k, v) drawn from the seed: (B, H, T, D), (B, H, T, D), (B, H, T, Dv)."""
+        """(q, k, v) drawn from the seed: (B, H, T, D), (B, G, T, D), (B, G, T, Dv)."""
         g = torch.Generator().manual_seed(self.seed)
         Dv = self.D if self.Dv is None else self.Dv
         return (
             torch.randn(self.B, self.H, self.T, self.D, generator=g),
-            torch.randn(self.B, self.H, self.T, self.D, generator=g),
-            torch.randn(self.B, self.H, self.T, Dv, generator=g),
+            torch.randn(self.B, self.G, self.T, self.D, generator=g),
+            torch.randn(self.B, self.G, self.T, Dv, generator=g),
         )
+
+    def expected(self, causal: bool = False) -> torch.Tensor:
+        """The single-process answer (B, H, T, Dv): key/value heads repeated for grouped-query attention."""
+        q, k, v = self.qkv()
+        k, v = (x.repeat_interleave(self.H // self.G, 1) for x in (k, v))  # (B, H, T, .)
+        return scaled_dot_product_attention(q, k, v, mask=causal_mask(self.T) if causal else None)[0]
 
     def module_and_input(self) -> tuple[MultiHeadAttention, torch.Tensor]:
         """A whole MultiHeadAttention(E, H) and an input x (B, T, E), both from the seed."""
@@ -97,8 +119,10 @@ def ring_rank(
     backend: str = "gloo",
     repeats: int = 3,
 ) -> dict:
-    """Rank ``rank``'s rows of ring attention: its output, median seconds per call, and the RingStats of the call
-    whose compute took the least CPU time (the one least disturbed by other programs on a shared machine)."""
+    """Rank ``rank``'s rows of ring attention: its output, median seconds per call, and the RingStats of one
+    repeat, the *same* repeat on every rank: the one whose slowest rank spent the least CPU time computing
+    (the repeat least disturbed by other programs). Each rank keeping its own best repeat would put
+    timelines from different calls side by side."""
     device = rank_device(backend, rank)
     q, k, v = (shard_sequence(x, world_size, rank, layout).to(device) for x in problem.qkv())
     with torch.no_grad():
@@ -109,8 +133,35 @@ def ring_rank(
             start = time.perf_counter()
             out, stats = ring_attention(q, k, v, causal=causal, layout=layout, return_stats=True)
             runs.append((time.perf_counter() - start, stats))
-    fastest = min(runs, key=lambda run: sum(s.compute_cpu for s in run[1].steps))  # least disturbed by other programs
-    return {"out": out.cpu(), "seconds": statistics.median(t for t, _ in runs), "stats": fastest[1]}
+    mine = torch.tensor([sum(s.compute_cpu for s in stats.steps) for _, stats in runs], dtype=torch.float64)
+    everyone = [torch.empty_like(mine) for _ in range(world_size)]
+    torch.distributed.all_gather(everyone, mine.to(device))  # every rank's CPU seconds per repeat
+    chosen = int(torch.stack([t.cpu() for t in everyone]).amax(0).argmin())  # least disturbed slowest rank
+    return {
+        "out": out.cpu(),
+        "seconds": statistics.median(t for t, _ in runs),
+        "stats": runs[chosen][1],
+        "repeat": chosen,
+    }
+
+
+def ulysses_rank(
+    rank: int, world_size: int, problem: Problem, causal: bool = False, backend: str = "gloo", repeats: int = 3
+) -> dict:
+    """Rank ``rank``'s rows of DeepSpeed-Ulysses attention: its output, median seconds, and the UlyssesStats
+    of the call with the least communication time."""
+    device = rank_device(backend, rank)
+    q, k, v = (shard_sequence(x, world_size, rank, "contiguous").to(device) for x in problem.qkv())
+    with torch.no_grad():
+        ulysses_attention(q, k, v, causal=causal)  # warm-up
+        runs = []
+        for _ in range(repeats):
+            torch.distributed.barrier()
+            start = time.perf_counter()
+            out, stats = ulysses_attention(q, k, v, causal=causal, return_stats=True)
+            runs.append((time.perf_counter() - start, stats))
+    least = min(runs, key=lambda run: run[1].comm_seconds)
+    return {"out": out.cpu(), "seconds": statistics.median(t for t, _ in runs), "stats": least[1]}
 
 
 def ring_sweep_rank(
@@ -151,10 +202,12 @@ def link_rank(rank: int, world_size: int, sizes: list[int], repeats: int = 5) ->
 
 
 def demo_rank(rank: int, world_size: int, problem: Problem, backend: str = "gloo", repeats: int = 3) -> dict:
-    """Everything the demo runs, in one launch: tensor parallelism, then three ring variants."""
+    """Everything the demo runs, in one launch: tensor parallelism, three ring variants, then Ulysses."""
     results = {"tensor_parallel": tensor_parallel_rank(rank, world_size, problem, backend, repeats)}
     for name, causal, layout in RING_VARIANTS:
         results[name] = ring_rank(rank, world_size, problem, causal, layout, backend, repeats)
+    if problem.H % world_size == 0 and problem.G % world_size == 0:  # Ulysses needs whole heads per rank
+        results["ulysses"] = ulysses_rank(rank, world_size, problem, False, backend, repeats)
     return results
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mha_course import attention_loop_reference, causal_mask
-from mha_course.mla import LatentCache, MultiHeadLatentAttention, cache_numbers_per_token
+from mha_course.mla import LatentCache, MultiHeadLatentAttention, cache_numbers_per_token, decode_cost_per_token
 from mha_course.positions import apply_rotary
 from mha_course.testing import assert_close
 
@@ -81,3 +81,18 @@ def test_bad_inputs_name_what_was_expected():
         cache_numbers_per_token("gqa", 4, 8)
     with pytest.raises(ValueError, match="kind must be"):
         cache_numbers_per_token("mlp", 4, 8)
+
+
+def test_absorbed_mla_trades_bandwidth_for_flops_at_decode():
+    mha = decode_cost_per_token("mha", 128, 128)
+    mla = decode_cost_per_token("mla", 128, 128, latent_dim=512, rope_dim=64)
+    assert mha["macs"] == 128 * 256 and mla["macs"] == 128 * 1088  # 2D against 2r + Dr per head
+    assert mha["bytes"] == 2 * 128 * 128 * 2 and mla["bytes"] == (512 + 64) * 2
+    assert mha["intensity"] == pytest.approx(1.0) and 200 < mla["intensity"] < 300  # H100's ridge is ~295
+    gqa = decode_cost_per_token("gqa", 128, 128, num_kv_heads=8)
+    assert gqa["intensity"] == pytest.approx(16.0)  # H / G
+    # the count is the absorbed decoder's own work: 2r + Dr multiply-adds per head and cached latent
+    m = make()
+    assert decode_cost_per_token("mla", 3, 6, latent_dim=10, rope_dim=4)["macs"] == 3 * (2 * m.latent_dim + m.rope_dim)
+    with pytest.raises(ValueError, match="latent_dim"):
+        decode_cost_per_token("mla", 8, 16)

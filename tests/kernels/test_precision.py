@@ -15,10 +15,10 @@ def test_format_table_reads_torch_finfo():
 
 
 @pytest.mark.parametrize("magnitude", [1.0, 8.0])
-def test_float32_accumulation_beats_16_bit_accumulation(magnitude):
+def test_float32_intermediates_beat_16_bit_intermediates(magnitude):
     rows = {(r["dtype"], r["variant"]): r for r in precision.attention_errors(T=256, D=32, magnitude=magnitude)}
     for dtype, eps in (("float16", 2**-10), ("bfloat16", 2**-7)):
-        wide, narrow = rows[(dtype, "accumulate32")], rows[(dtype, "accumulate16")]
+        wide, narrow = rows[(dtype, "intermediates32")], rows[(dtype, "intermediates16")]
         assert wide["finite"] and wide["max_error"] < narrow["max_error"]
         assert wide["max_error"] <= 2 * eps * max(1.0, magnitude)  # about one rounding of the output
 
@@ -44,5 +44,31 @@ def test_tf32_rounding_keeps_ten_mantissa_bits_and_rounds_ties_away_from_zero():
 def test_tf32_errs_like_a_ten_bit_mantissa_and_ieee_float32_hardly_at_all():
     rows = {(r["dtype"], r["variant"]): r["max_error"] for r in precision.attention_errors(T=256, D=32)}
     assert rows[("float32", "ieee")] < 1e-5 < rows[("float32", "tf32")] < 2**-8
-    # on the CPU, autocast leaves the softmax in the 16-bit dtype: no better than accumulate16
-    assert rows[("bfloat16", "autocast")] >= rows[("bfloat16", "accumulate32")]
+    # on the CPU, autocast leaves the softmax in the 16-bit dtype: no better than intermediates16
+    assert rows[("bfloat16", "autocast")] >= rows[("bfloat16", "intermediates32")]
+
+
+def test_torch_16_bit_sums_accumulate_in_float32_so_only_storing_loses_terms():
+    import torch
+
+    for dtype, stops_at in ((torch.bfloat16, 256), (torch.float16, 2048)):
+        assert torch.ones(4096, dtype=dtype).sum().item() == 4096  # float32 inside the reduction
+        total = torch.zeros((), dtype=dtype)
+        for _ in range(4096):
+            total = total + 1  # each partial sum stored in 16 bits
+        assert total.item() == stops_at  # at 2/eps the 1 is exactly half the gap: ties-to-even keeps the sum
+
+
+def test_truncation_to_tf32_goes_towards_zero_and_errs_up_to_one_gap():
+    import torch
+
+    x = torch.tensor([1 + 2**-10 + 2**-11 + 2**-12, -(1 + 2**-11), 1 / 3, float("inf")])
+    y = precision.truncate_to_tf32(x)
+    assert y.tolist()[:2] == [1 + 2**-10, -1.0] and y[3].item() == float("inf")
+    assert precision.round_to_tf32(x)[0].item() == 1 + 2**-9  # rounding goes up where truncation goes down
+    finite = x[:3]
+    assert (y[:3].abs() <= finite.abs()).all() and ((finite - y[:3]).abs() < 2**-10 * finite.abs()).all()
+    with pytest.raises(TypeError, match="float32"):
+        precision.truncate_to_tf32(x.half())
+    rows = {(r["dtype"], r["variant"]): r["max_error"] for r in precision.attention_errors(T=256, D=32)}
+    assert rows[("float32", "tf32")] < rows[("float32", "tf32_truncated")] < 2**-7

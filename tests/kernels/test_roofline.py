@@ -58,3 +58,17 @@ def test_grouped_query_decoding_intensity_is_the_query_heads_per_kv_head():
     for num_kv_heads in (32, 8, 1):
         d = roofline.decode_step("H100 SXM", B=4, H=32, S=8192, D=128, num_kv_heads=num_kv_heads)
         assert d.intensity == pytest.approx(32 / num_kv_heads, rel=0.01) and d.bound == "memory"
+
+
+def test_k_and_v_reloaded_per_query_block_cap_the_intensity_near_block_m():
+    ideal = roofline.prefill("H100 SXM", B=1, H=32, T=16384, D=128)
+    reloads = roofline.prefill("H100 SXM", B=1, H=32, T=16384, D=128, block_m=128)
+    # bytes: Q, O once; K, V 128 times (T / block_m passes): 2 * 2 * H * T * D * (1 + 128) elements
+    assert reloads.bytes == 2 * 2 * 32 * 16384 * 128 * (1 + 128)
+    assert reloads.flops == ideal.flops and ideal.intensity == pytest.approx(16384 / 2)
+    assert 120 < reloads.intensity < 128 < reloads.ridge and reloads.bound == "memory"
+    # the traffic grows as T^2 (Theta(N^2 d^2 / M)): doubling T quadruples the K/V reloads' bytes
+    longer = roofline.prefill("H100 SXM", B=1, H=32, T=32768, D=128, block_m=128)
+    assert longer.bytes / reloads.bytes == pytest.approx(4, rel=0.02)
+    with pytest.raises(ValueError, match="fused"):
+        roofline.prefill("L4", B=1, H=1, T=64, D=16, fused=False, block_m=16)

@@ -250,3 +250,27 @@ def test_cost_formulas():
         comm_cost.tp_compute_over_comm(1024, 0, 1, 1e12, 1e9, 4)
     with pytest.raises(ValueError, match="bandwidth"):
         comm_cost.transfer_time(10, 0)
+
+
+def test_grouped_query_attention_shrinks_the_ring_break_even_by_the_head_ratio():
+    mha = comm_cost.ring_hiding_block(989.4e12, 50e9, 2)
+    gqa = comm_cost.ring_hiding_block(989.4e12, 50e9, 2, num_heads=64, num_kv_heads=8)
+    assert comm_cost.ring_hiding_block(989.4e12, 50e9, 2, num_heads=64) == pytest.approx(mha)
+    assert mha / gqa == pytest.approx(8) and gqa == pytest.approx(989.4e12 * 2 * 8 / (2 * 50e9 * 64))
+    with pytest.raises(ValueError, match="divide"):
+        comm_cost.ring_hiding_block(1e12, 1e9, 2, num_heads=6, num_kv_heads=4)
+
+
+@pytest.mark.parametrize(("W", "G"), [(2, 8), (4, 8), (8, 8), (4, 4)])
+def test_ulysses_bytes_follow_the_closed_form_and_undercut_the_ring_by_w_over_2_for_mha(W, G):
+    B, H, T, D = 2, 8, 1024, 16
+    for rank in range(W):
+        got = comm_cost.ulysses_bytes(B, H, G, T, T, D, D, W, rank, 2)
+        assert got == pytest.approx((W - 1) / W * B * (T / W) * (H * D + G * D + G * D + H * D) * 2)
+    ring = comm_cost.ring_bytes(B, G, T, D, D, W, 0, 2)
+    if G == H:
+        assert ring / comm_cost.ulysses_bytes(B, H, G, T, T, D, D, W, 0, 2) == pytest.approx(W / 2)
+    # uneven blocks: T = 7 over 2 ranks (4, 3); rank 0 keeps its share and gets rank 1's 3 rows of its heads back
+    assert comm_cost.ulysses_bytes(1, 2, 2, 7, 7, 1, 1, 2, 0, 1) == 1 * (1 * 4 * 1 + 1 * 4 * 2) + 1 * 1 * 3
+    with pytest.raises(ValueError, match="divisible"):
+        comm_cost.ulysses_bytes(1, 6, 3, 8, 8, 4, 4, 2, 0, 2)

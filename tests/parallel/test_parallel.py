@@ -27,6 +27,7 @@ from mha_course.parallel import (
     ring_attention,
     run_ranks,
     shard_sequence,
+    ulysses_attention,
     unshard_sequence,
 )
 from mha_course.testing import assert_close
@@ -68,9 +69,23 @@ def _ring_problem(T_, S_):
     )
 
 
+def _ulysses_problem(T_, G):
+    g = torch.Generator().manual_seed(3)
+    return (
+        torch.randn(B, 6, T_, 4, generator=g, dtype=torch.float64),
+        torch.randn(B, G, T_, 4, generator=g, dtype=torch.float64),
+        torch.randn(B, G, T_, 3, generator=g, dtype=torch.float64),
+    )
+
+
+def _ulysses_cases(world_size):  # (name, causal, T, G): 6 query heads; G key/value heads divisible by W
+    gqa = {1: 3, 2: 2, 3: 3}[world_size]
+    return [("plain", False, 7, 6), ("causal", True, 7, 6), (f"grouped G={gqa}", True, 8, gqa)]
+
+
 def battery(rank: int, world_size: int) -> dict:
     """All distributed checks of this module, in one launch; returns plain results for the tests."""
-    results = {"tp": {}, "ring": {}, "errors": {}}
+    results = {"tp": {}, "ring": {}, "ulysses": {}, "errors": {}}
     module, x, kv, masks, grad = _tp_problem()
     for name, mask in masks.items():
         shard = TensorParallelMultiHeadAttention.from_module(module, rank, world_size)
@@ -94,6 +109,14 @@ def battery(rank: int, world_size: int) -> dict:
         with torch.no_grad():
             out, stats = ring_attention(q, k, v, causal=causal, layout=layout, return_stats=True)
         results["ring"][name] = (out, stats)
+    for name, causal, T_, G in _ulysses_cases(world_size):
+        q, k, v = (shard_sequence(t, world_size, rank, "contiguous") for t in _ulysses_problem(T_, G))
+        with torch.no_grad():
+            results["ulysses"][name] = ulysses_attention(q, k, v, causal=causal, return_stats=True)
+    if world_size > 1:
+        q, k, v = (shard_sequence(t, world_size, rank, "contiguous") for t in _ulysses_problem(7, 1))
+        with torch.no_grad():
+            results["errors"]["ulysses, one kv head"] = _error_of(lambda: ulysses_attention(q, k, v))
     if world_size == 3:  # a subgroup: global ranks 1 and 2 form a group of two, with ranks 0 and 1 in it
         group = dist.new_group([1, 2])  # every rank of the world must take part in creating it
         if rank in (1, 2):
@@ -191,6 +214,31 @@ def test_ring_attention_equals_one_process(ranks, name, causal, layout, T_, S_):
             assert model <= stats.wire_bytes <= model * 1.05 + 2048 * world_size
 
 
+def test_ulysses_equals_one_process_and_sends_the_models_bytes(ranks):
+    world_size, results = ranks
+    for name, causal, T_, G in _ulysses_cases(world_size):
+        q, k, v = _ulysses_problem(T_, G)
+        k, v = (x.repeat_interleave(6 // G, 1) for x in (k, v))  # grouped-query: head h reads h // (H / G)
+        expected, _ = scaled_dot_product_attention(q, k, v, mask=causal_mask(T_) if causal else None)
+        got = unshard_sequence([r["ulysses"][name][0] for r in results], "contiguous")
+        assert_close(got, expected, what=f"Ulysses {name}, W={world_size}")
+        for rank, r in enumerate(results):
+            stats = r["ulysses"][name][1]
+            assert stats.bytes_sent == comm_cost.ulysses_bytes(B, 6, G, T_, T_, 4, 3, world_size, rank, 8)
+            if world_size == 1:
+                assert stats.bytes_sent == 0
+            if stats.wire_bytes is not None and world_size > 1:
+                assert stats.bytes_sent <= stats.wire_bytes <= stats.bytes_sent * 1.1 + 4096 * world_size
+
+
+def test_ulysses_refuses_fewer_kv_heads_than_ranks_on_every_rank(ranks):
+    world_size, results = ranks
+    if world_size > 1:
+        for r in results:
+            assert "ValueError" in r["errors"]["ulysses, one kv head"]
+            assert f"G = 1 must be divisible by {world_size}" in r["errors"]["ulysses, one kv head"]
+
+
 def test_causal_ring_skips_future_blocks(ranks):
     world_size, results = ranks
     for rank, r in enumerate(results):
@@ -253,13 +301,14 @@ def test_demo_prints_equality_and_bytes_that_match_the_model(capsys, tmp_path):
     args = ["--world-size", "2", "--seq-len", "24", "--head-dim", "8", "--repeats", "1"]
     assert demo.main([*args, "--json", str(tmp_path / "report.json")]) == 0
     text = capsys.readouterr().out
-    assert text.count("equal to one process: yes") == 4
+    assert text.count("equal to one process: yes") == 5  # tensor parallel, three rings, Ulysses
     assert "per step, ms: compute | transfer" in text
     report = json.loads((tmp_path / "report.json").read_text())
     for name, scheme in report["schemes"].items():
         for r in scheme["ranks"]:
-            if "bytes_sent" in r:  # the ring: the tensors handed to send are exactly the model's bytes
+            if "bytes_sent" in r:  # ring and Ulysses: the tensors handed to send are exactly the model's bytes
                 assert r["bytes_sent"] == r["model_bytes"], name
+            if "steps" in r:
                 assert [s["step"] for s in r["steps"]] == [0, 1] and r["steps"][-1]["transfer_ms"] is None
                 first = r["steps"][0]  # the part of its transfer not hidden is a part of it
                 assert 0 <= first["not_hidden_ms"] <= first["transfer_ms"] + 1e-6, name
@@ -318,3 +367,12 @@ def test_bad_world_size_rank_or_head_count_raise_clear_errors():
         TensorParallelMultiHeadAttention.from_module(module, 0, 2)(torch.randn(1, 3, E))
     with pytest.raises(ValueError, match="with E=24"):
         TensorParallelMultiHeadAttention.from_module(module, 0, 1)(torch.randn(1, 3, E + 1))
+
+
+def test_ring_rank_reports_the_same_repeat_on_every_rank_for_its_timeline():
+    from mha_course.parallel.workloads import Problem, ring_rank
+
+    results = run_ranks(ring_rank, 2, Problem(B=1, H=2, T=64, D=8), False, "contiguous", "gloo", 3, timeout_s=120)
+    assert results[0]["repeat"] == results[1]["repeat"] and 0 <= results[0]["repeat"] < 3
+    for r in results:  # the chosen repeat's record is a whole ring: one step per rank
+        assert [s.step for s in r["stats"].steps] == [0, 1]
