@@ -523,3 +523,26 @@ def test_kill_uid_stops_a_fork_bomb_at_once():
     finally:
         tier_b.kill_uid(uid)
         bomb.wait(timeout=10)
+
+
+@pytest.mark.slow
+def test_the_reply_channel_red_team_holds_in_tier_b_too():
+    """tests/grading/test_redteam_channel.py (channel takeover, autograd in a pool thread, the re-run oracle, a
+    second installed copy, writable places, the honest idioms) run again inside the Docker reproduction, where
+    bubblewrap is refused and the grader falls back to tier B."""
+    require_repro()
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        "no:xdist",
+        str(TESTS / "test_redteam_channel.py"),
+    ]
+    env = dict(os.environ, MHA_COURSE_EXPECT_TIER="B")
+    done = subprocess.run(container_repro.command(argv), capture_output=True, text=True, env=env, timeout=900, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and " failed" not in done.stdout, done.stdout[-2000:]
