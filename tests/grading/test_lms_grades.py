@@ -1,0 +1,225 @@
+"""Grades an instructor can trust: reproducible regrades, overrides that mean what they say, the platform's own
+scale, rosters that match whatever they hold, Unicode names kept, and the guide's examples that run as written.
+
+Class runs use the fake assignment (grading_fake.py, 6 points: fake_add 4, fake_double 2); the guide's examples
+run on two copies of the real a04 solution.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from pathlib import Path
+
+import pytest
+from grading_fake import GOOD_ADD, GOOD_DOUBLE, write_submission
+
+from mha_course.grading import registry
+from mha_course.grading.collect import collect
+from mha_course.grading.picks import read_picks
+from mha_course.grading.policy import LatePolicy, Override, apply_overrides, parse_points, read_overrides
+from mha_course.grading.results import results_file_name
+from mha_course.grading.roster import read_roster
+from mha_course.grading.seeds import choose_seed, class_key, record_seed, student_seed
+from mha_course.grading.verdicts import SubmissionResult
+from mha_course.grading.verdicts import TestResult as Verdict
+
+ROOT = Path(__file__).resolve().parents[2]
+BAD_ADD = "def add_arrays(a, b):\n    return a - b\n"
+NAMES = {"zz_fake": "zz_fake.ipynb"}
+
+
+@pytest.fixture(scope="module")
+def fake():
+    with registry.registered("grading_fake") as assignment:
+        yield assignment
+
+
+def _result(scores: dict[str, tuple[float, float]], **fields) -> SubmissionResult:
+    """A graded result whose exercises scored ``key -> (points got, points possible)``."""
+    tests = [
+        Verdict(k, k, "case", most, got, "passed" if got == most else "failed", "", False)
+        for k, (got, most) in scores.items()
+    ]
+    return SubmissionResult(
+        path="x.ipynb", assignment="a04_masks", tests=tests, student_id="Participant 4567", **fields
+    )
+
+
+def _write(text: str, path: Path) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# --- overrides, late policy, the platform's scale ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "cell, expected",
+    [
+        ("20", ("set", 20.0)),
+        ("set 20", ("set", 20.0)),
+        ("cap 20", ("cap", 20.0)),
+        ("max: 20", ("cap", 20.0)),
+        ("+2", ("add", 2.0)),
+        ("-3.5", ("add", -3.5)),
+        ("waive", ("waive", None)),
+        ("Excused", ("waive", None)),
+    ],
+)
+def test_override_cells_say_what_they_do(cell, expected):
+    assert parse_points(cell) == expected
+
+
+def test_override_cells_that_do_not_parse_name_the_row(tmp_path):
+    with pytest.raises(ValueError, match="line 3: points must be"):
+        read_overrides(_write("student,exercise,points,reason\na,*,cap 3,x\nb,*,lots,y\n", tmp_path / "o.csv"))
+    with pytest.raises(ValueError, match="'late' takes 'waive' only"):
+        read_overrides(_write("student,exercise,points,reason\na,late,5,x\n", tmp_path / "o.csv"))
+    assert (
+        read_overrides(_write("student,exercise,points,reason,action\na,*,20,x,cap\n", tmp_path / "o.csv"))[0].action
+        == "cap"
+    )
+
+
+def test_cap_keeps_a_lower_score_and_set_sets_it():
+    capped = _result({"a": (6, 10), "b": (6, 16)})
+    apply_overrides([capped], [Override("Participant 4567", "*", "cap", 20.0, "late: capped at 20")])
+    assert capped.raw_score == 12 and capped.score == 12  # the guide's 12 stays 12 under a cap of 20
+    high = _result({"a": (10, 10), "b": (15, 16)})
+    apply_overrides([high], [Override("Participant 4567", "*", "cap", 20.0, "")])
+    assert high.score == 20 and high.adjustment_log == ["total: cap 20"]
+    sets = _result({"a": (6, 10), "b": (6, 16)})
+    apply_overrides([sets], [Override("Participant 4567", "*", "set", 20.0, "")])
+    assert sets.score == 20
+
+
+def test_add_and_exercise_cap_compose_in_order():
+    r = _result({"a": (8, 10), "b": (6, 16)})
+    apply_overrides(
+        [r], [Override("Participant 4567", "*", "add", 2.0, "bonus"), Override("Participant 4567", "a", "cap", 5.0, "")]
+    )
+    assert r.exercise_scores() == {"a": 5.0, "b": 6.0} and r.score == 13  # exercise first, then the total
+    assert r.adjustment_log == ["a: cap 5", "total: add +2 (bonus)"]
+
+
+def test_a_waived_exercise_rescales_to_the_platforms_maximum():
+    r = _result({"masked_sdpa": (0, 14), "causal_mask": (12, 12)}, lms_max=26.0)
+    apply_overrides([r], [Override("Participant 4567", "masked_sdpa", "waive", None, "medical certificate")])
+    assert (r.score, r.max_score) == (12, 12)
+    assert r.lms_score == pytest.approx(26.0)  # 12/12 is full marks on Moodle's 26, never a raw 12
+
+
+def test_an_override_finds_the_student_by_any_roster_name():
+    r = _result({"a": (3, 10)})
+    apply_overrides([r], [Override("alice@example.org", "*", "add", 1.0, "")], lambda _: {"alice@example.org"})
+    assert r.score == 4
+
+
+def test_late_penalty_per_day_flat_and_from_the_marker():
+    due = "2026-11-20T23:59:00+00:00"
+    policy = LatePolicy.parse("10%/day", due)
+    after = policy.due.timestamp() + 86400 + 60  # a day and a minute late: two days started
+    assert policy.days_late(after, False) == 2 and policy.days_late(policy.due.timestamp() - 5, False) == 0
+    r = _result({"a": (10, 10), "b": (10, 16)})
+    policy.apply(r, after, False)
+    assert (r.late_days, r.late_penalty, r.raw_score, r.score) == (2, 4.0, 20, 16)
+    assert r.adjustment_log == ["late 2 day(s), 10%/day: -4"]
+    flat = _result({"a": (10, 10)})
+    LatePolicy.parse("25%").apply(flat, None, True)  # Canvas's _LATE_ marker, no due date: one day
+    assert (flat.late_days, flat.score) == (1, 7.5)
+    excused = _result({"a": (10, 10)})
+    apply_overrides([excused], [Override("Participant 4567", "late", "waive", None, "travel")])
+    LatePolicy.parse("50%").apply(excused, None, True)
+    assert excused.score == 10 and "penalty waived" in excused.adjustment_log[-1]
+    for bad in ("10", "10%/week", "150%"):
+        with pytest.raises(ValueError, match="--late-penalty"):
+            LatePolicy.parse(bad)
+    with pytest.raises(ValueError, match="--due"):
+        LatePolicy.parse("10%", "next friday")
+
+
+# --- rosters and names ------------------------------------------------------------------------------------
+
+
+def test_roster_matches_usernames_emails_ids_and_names(tmp_path):
+    roster = read_roster(
+        _write(
+            "Username,Email,Full name\nalice,alice.m@uni.edu,Alice Martin\nbob42,bob@uni.edu,Bob Li\n"
+            "jnunez,jose@uni.edu,José Núñez\n",
+            tmp_path / "hub.csv",
+        )
+    )
+    assert roster.find("alice").name == "Alice Martin"  # JupyterHub: the folder is the username
+    assert roster.find("bob42").name == "Bob Li"  # digits in a username are not an id
+    assert roster.find("alice.m").username == "alice"  # the email's local part
+    assert roster.find("núñezjosé_77").username == "jnunez"  # Canvas's lastfirst of a Unicode name
+    assert roster.find("José Núñez_5_assignsubmission_file_").username == "jnunez"  # Moodle's folder
+    assert roster.find(unicodedata.normalize("NFD", "jnunez")).username == "jnunez"
+    assert roster.find("carol") is None
+
+
+def test_roster_carries_the_platforms_maximum(tmp_path):
+    canvas = read_roster(
+        _write(
+            'Student,ID,SIS User ID,Section,a04 Masks (123)\n    Points Possible,,,,26\n"Núñez, José",77,s1,A,\n',
+            tmp_path / "canvas.csv",
+        )
+    )
+    assert canvas.max_for("a04 Masks (123)") == 26 and [s.name for s in canvas.students] == ["Núñez, José"]
+    moodle = read_roster(
+        _write("Identifier,Full name,Grade,Maximum Grade\nParticipant 1,A B,,26.00\n", tmp_path / "m.csv")
+    )
+    assert moodle.max_for("Grade") == 26
+
+
+def test_canvas_unicode_names_stay_one_student_and_keep_their_letters(fake, tmp_path):
+    flat = tmp_path / "canvas"
+    flat.mkdir()
+    write_submission(flat / "núñezjosé_77_1_zz_fake.ipynb", GOOD_ADD)
+    write_submission(flat / unicodedata.normalize("NFD", "núñezjosé_LATE_77_2_zz_fake-1.ipynb"), BAD_ADD)
+    write_submission(flat / "lefèvreanaïs_88_3_zz_fake.ipynb", GOOD_ADD)
+    rows = collect([flat], "zz_fake", notebook_names=NAMES)
+    assert sorted(r.student for r in rows) == ["lefèvreanaïs_88", "núñezjosé_77"]
+    jose = next(r for r in rows if r.student == "núñezjosé_77")
+    assert "also submitted" in " ".join(jose.notes) and not jose.late_marked  # the one named zz_fake.ipynb
+    name = results_file_name(SubmissionResult(path="p", key="núñezjosé_77_1_zz_fake.ipynb"))
+    assert name.startswith("núñezjosé_77_1_zz_fake.ipynb-")
+
+
+def test_instructor_folders_are_skipped_and_picks_choose_the_notebook(fake, tmp_path):
+    root = tmp_path / "collected"
+    for user in ("alice", "bob", "jupyter-admin"):
+        (root / user).mkdir(parents=True)
+    write_submission(root / "alice" / "zz_fake.ipynb", GOOD_ADD, GOOD_DOUBLE)
+    write_submission(root / "alice" / "draft.ipynb", BAD_ADD)
+    write_submission(root / "bob" / "zz_fake.ipynb", GOOD_ADD)
+    write_submission(root / "jupyter-admin" / "zz_fake.ipynb", GOOD_ADD, GOOD_DOUBLE)
+    skipped: list[str] = []
+    rows = collect([root], "zz_fake", notebook_names=NAMES, skipped=skipped)
+    assert [r.student for r in rows] == ["alice", "bob"] and skipped == ["jupyter-admin"]
+    assert rows[0].key == "alice/zz_fake.ipynb"
+    picks = read_picks(["alice=draft.ipynb", str(_write("student,file\nbob,missing.ipynb\n", tmp_path / "p.csv"))])
+    rows = collect([root], "zz_fake", notebook_names=NAMES, pick=picks.get)
+    assert rows[0].key == "alice/draft.ipynb" and "you picked draft.ipynb" in " ".join(rows[0].notes)
+    assert "missing.ipynb" in rows[1].problem and "not among its files" in rows[1].problem
+    with pytest.raises(ValueError, match="STUDENT=FILE"):
+        read_picks(["alice"])
+
+
+# --- seeds -------------------------------------------------------------------------------------------
+
+
+def test_student_seeds_differ_between_students_and_repeat_for_one(tmp_path):
+    assert student_seed(5, "alice") == student_seed(5, "alice") != student_seed(5, "bob")
+    assert student_seed(5, "alice") != student_seed(6, "alice")
+    assert student_seed(5, "José") == student_seed(5, unicodedata.normalize("NFD", "José"))
+    path, key = tmp_path / "grading-seed.json", class_key([str(tmp_path)], "a04_masks")
+    assert choose_seed(path, key, None, False, lambda: 11) == (11, "new")
+    record_seed(path, key, 11, lambda p, text: p.write_text(text))
+    assert choose_seed(path, key, None, False, lambda: 12)[0] == 11
+    assert choose_seed(path, key, None, True, lambda: 12) == (12, "new")
+    assert choose_seed(path, key, 3, False, lambda: 12) == (3, "given with --seed")
+    assert choose_seed(path, class_key([str(tmp_path)], "a11_x"), None, False, lambda: 13)[0] == 13
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="--new-seed"):
+        choose_seed(path, key, None, False, lambda: 1)
