@@ -49,15 +49,15 @@ def picker(picks: dict[str, str], roster: Roster | None):
 
 
 def seed_file(args) -> Path | None:
-    """Where the class's seed is kept: ``--seed-file``, else beside the first output asked for."""
+    """Where the class's seed is kept: ``--seed-file``, else beside the first output asked for (the gradebook's first)."""
     if args.seed_file:
         return args.seed_file
-    for folder in (args.feedback_dir, args.results_dir):
-        if folder:
-            return folder / SEED_FILE
     for path in (args.csv, args.report, args.grades_out, args.summary, args.json):
         if path:
             return path.parent / SEED_FILE
+    for folder in (args.feedback_dir, args.results_dir):
+        if folder:
+            return folder / SEED_FILE
     return None
 
 

@@ -7,11 +7,13 @@ run on two copies of the real a04 solution.
 
 from __future__ import annotations
 
+import csv
+import json
 import unicodedata
 from pathlib import Path
 
 import pytest
-from grading_fake import GOOD_ADD, GOOD_DOUBLE, write_submission
+from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, write_submission
 
 from mha_course.grading import registry
 from mha_course.grading.collect import collect
@@ -223,3 +225,135 @@ def test_student_seeds_differ_between_students_and_repeat_for_one(tmp_path):
     path.write_text("{not json")
     with pytest.raises(ValueError, match="--new-seed"):
         choose_seed(path, key, None, False, lambda: 1)
+
+
+# --- class runs --------------------------------------------------------------------------------------------
+
+
+def _run(args: list[str]) -> int:
+    from mha_course.grade import main
+
+    return main([str(a) for a in args] + ["--quiet", "--case-timeout", "5"])
+
+
+def _csv(path: Path) -> dict[str, dict]:
+    return {row["student"]: row for row in csv.DictReader(path.open(encoding="utf-8"))}
+
+
+def _verdicts(folder: Path) -> dict[str, list]:
+    return {
+        p.name: [(t["name"], t["status"], t["score"]) for t in json.loads(p.read_text())["tests"]]
+        for p in sorted(folder.glob("*.results.json"))
+    }
+
+
+@pytest.fixture(scope="module")
+def hub_class(fake, tmp_path_factory):
+    """A JupyterHub collection (a folder per username, the instructor's own among them) and its username roster."""
+    base = tmp_path_factory.mktemp("hub")
+    root = base / "collected"
+    for user, cells in {"alice": (GOOD_ADD, GOOD_DOUBLE), "bob42": (BAD_ADD, GOOD_DOUBLE), "josé": (GOOD_ADD,)}.items():
+        (root / user).mkdir(parents=True)
+        write_submission(root / user / "zz_fake.ipynb", *cells)
+    (root / "jupyter-admin").mkdir()
+    write_submission(root / "jupyter-admin" / "zz_fake.ipynb", GOOD_ADD, GOOD_DOUBLE)
+    _write(
+        "username,name,email\nalice,Alice Martin,am@uni.edu\nbob42,Bob Li,bl@uni.edu\njosé,José Núñez,jn@uni.edu\n",
+        base / "roster.csv",
+    )
+    return base
+
+
+def test_a_regrade_of_the_same_folder_reproduces_every_score_and_verdict(hub_class):
+    require_sandbox()
+    out = hub_class / "out"
+    args = [
+        hub_class / "collected",
+        "--assignment",
+        "zz_fake",
+        "--roster",
+        hub_class / "roster.csv",
+        "--csv",
+        out / "grades.csv",
+        "--results-dir",
+        out / "results",
+        "--lms-max",
+        "26",
+    ]
+    assert _run(args) == 0
+    first, first_verdicts = _csv(out / "grades.csv"), _verdicts(out / "results")
+    recorded = json.loads((out / "grading-seed.json").read_text())["seeds"]
+    assert list(recorded) == [class_key([str(hub_class / "collected")], "zz_fake")]
+    seed = next(iter(recorded.values()))["seed"]
+    assert sorted(first) == ["alice", "bob42", "josé"]  # the instructor's folder is no student
+    assert all(row["name"] and "not in the roster" not in row["notes"] for row in first.values())
+    assert {row["seed"] for row in first.values()} == {str(seed)}
+    assert len({row["input_seed"] for row in first.values()}) == 3  # each student their own inputs
+    assert (
+        first["alice"]["final"] == "6" and first["alice"]["lms_grade"] == "26" and first["josé"]["lms_grade"] == "17.33"
+    )
+    assert _run(args) == 0  # the regrade: same command, same folder
+    again = _csv(out / "grades.csv")
+    assert again == first and _verdicts(out / "results") == first_verdicts
+    assert _run(args + ["--new-seed"]) == 0
+    fresh = _csv(out / "grades.csv")
+    assert fresh["alice"]["seed"] != str(seed) and fresh["alice"]["input_seed"] != first["alice"]["input_seed"]
+    assert next(iter(json.loads((out / "grading-seed.json").read_text())["seeds"].values()))["seed"] == int(
+        fresh["alice"]["seed"]
+    )
+
+
+def test_canvas_class_with_overrides_late_penalty_and_points_possible(fake, tmp_path):
+    require_sandbox()
+    flat = tmp_path / "canvas"
+    flat.mkdir()
+    write_submission(flat / "núñezjosé_LATE_77_1_zz_fake.ipynb", GOOD_ADD, GOOD_DOUBLE)
+    write_submission(flat / "lefèvreanaïs_88_2_zz_fake.ipynb", GOOD_ADD)
+    write_submission(flat / "martinalice_99_3_zz_fake.ipynb", GOOD_ADD, GOOD_DOUBLE)
+    roster = _write(
+        "Student,ID,SIS User ID,SIS Login ID,Section,zz fake (9)\n    Points Possible,,,,,26\n"
+        '"Núñez, José",77,s77,jnunez,A,\n"Lefèvre, Anaïs",88,s88,alefevre,A,\n"Martin, Alice",99,s99,amartin,A,\n',
+        tmp_path / "canvas.csv",
+    )
+    overrides = _write(
+        'student,exercise,points,reason\n"Lefèvre, Anaïs",fake_double,waive,joined late\n'
+        "amartin,*,cap 5,academic integrity: capped at 5\n",
+        tmp_path / "overrides.csv",
+    )
+    out = tmp_path / "out"
+    assert (
+        _run(
+            [
+                flat,
+                "--assignment",
+                "zz_fake",
+                "--roster",
+                roster,
+                "--overrides",
+                overrides,
+                "--late-penalty",
+                "10%/day",
+                "--grade-column",
+                "zz fake (9)",
+                "--csv",
+                out / "grades.csv",
+                "--grades-out",
+                out / "canvas_import.csv",
+                "--feedback-dir",
+                out / "feedback",
+            ]
+        )
+        == 0
+    )
+    rows = {r["name"]: r for r in csv.DictReader((out / "grades.csv").open(encoding="utf-8"))}
+    jose, anais, alice = rows["Núñez, José"], rows["Lefèvre, Anaïs"], rows["Martin, Alice"]
+    assert (jose["raw"], jose["late_days"], jose["final"], jose["lms_grade"]) == ("6", "1", "5.4", "23.4")
+    assert (anais["raw"], anais["final"], anais["max_score"], anais["lms_grade"]) == ("4", "4", "4", "26")
+    assert anais["fake_double"] == "waived" and "fake_double: waive (joined late)" in anais["adjustments"]
+    assert (alice["raw"], alice["final"], alice["lms_grade"]) == ("6", "5", "21.67")
+    exported = {
+        r["SIS User ID"]: r["zz fake (9)"] for r in csv.DictReader((out / "canvas_import.csv").open(encoding="utf-8"))
+    }
+    assert exported == {"s77": "23.4", "s88": "26", "s99": "21.67"}
+    names = sorted(p.name for p in (out / "feedback").glob("*.md"))
+    assert any(n.startswith("núñezjosé_LATE_77") for n in names) and any(n.startswith("lefèvreanaïs_88") for n in names)
