@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import re
+import shlex
+import shutil
 import unicodedata
 from pathlib import Path
 
@@ -357,3 +361,59 @@ def test_canvas_class_with_overrides_late_penalty_and_points_possible(fake, tmp_
     assert exported == {"s77": "23.4", "s88": "26", "s99": "21.67"}
     names = sorted(p.name for p in (out / "feedback").glob("*.md"))
     assert any(n.startswith("núñezjosé_LATE_77") for n in names) and any(n.startswith("lefèvreanaïs_88") for n in names)
+
+
+# --- the guide's examples, as written -----------------------------------------------------------------------
+
+GUIDE = ROOT / "docs" / "INSTRUCTORS.md"
+
+
+def _guide_examples() -> tuple[list[list[str]], dict[str, str]]:
+    """The commands of the guide's blocks marked as examples, and the files its marked blocks hold."""
+    text = GUIDE.read_text(encoding="utf-8")
+    commands = []
+    for block in re.findall(
+        r"<!-- example: run by tests/grading/test_lms_grades.py -->\n```bash\n(.*?)```", text, re.S
+    ):
+        for line in block.replace("\\\n", " ").splitlines():
+            if line.strip():
+                words = shlex.split(line, comments=True)
+                assert words[:3] == ["python", "-m", "mha_course.grade"], line
+                commands.append(words[3:])
+    files = dict(re.findall(r"<!-- file: (\S+) -->\n```\w*\n(.*?)```", text, re.S))
+    return commands, files
+
+
+def test_the_guides_regrade_examples_run_as_written(tmp_path, monkeypatch):
+    require_sandbox()
+    commands, files = _guide_examples()
+    assert len(commands) == 2 and "overrides.csv" in files
+    for name, text in files.items():
+        _write(text, tmp_path / name)
+    due = 1795219140  # 2026-11-20T23:59Z, the guide's --due
+    for folder, when in (
+        ("Bob Li_2345_assignsubmission_file_", due - 3600),
+        ("Dan Wu_4567_assignsubmission_file_", due + 3600),
+    ):
+        (tmp_path / "submissions" / folder).mkdir(parents=True)
+        notebook = tmp_path / "submissions" / folder / "a04_masks.ipynb"
+        shutil.copy(ROOT / "solutions" / "a04_masks.ipynb", notebook)
+        os.utime(notebook, (when, when))
+    _write(
+        "Identifier,Full name,Email address,Status,Grade,Maximum Grade\n"
+        "Participant 2345,Bob Li,bob@uni.edu,Submitted,,26.00\nParticipant 4567,Dan Wu,dan@uni.edu,Submitted,,26.00\n",
+        tmp_path / "roster.csv",
+    )
+    monkeypatch.chdir(tmp_path)
+    assert _run(commands[0]) == 0
+    first = _csv(tmp_path / "grades.csv")
+    assert {row["final"] for row in first.values()} == {"26"}
+    assert _run(commands[1]) == 0
+    rows = {r["name"]: r for r in _csv(tmp_path / "grades.csv").values()}
+    bob, dan = rows["Bob Li"], rows["Dan Wu"]
+    assert (bob["masked_sdpa"], bob["final"], bob["max_score"], bob["lms_grade"]) == ("waived", "12", "12", "26")
+    assert (dan["raw"], dan["late_days"], dan["final"]) == ("26", "1", "18")  # capped at 20, then 10% for a day
+    assert dan["adjustments"] == "total: cap 20 (late: capped at 20); late 1 day(s), 10%/day: -2"
+    assert bob["seed"] == first[bob["student"]]["seed"]  # the regrade drew the recorded seed
+    moodle = {r["Identifier"]: r["Grade"] for r in csv.DictReader((tmp_path / "moodle_grades.csv").open())}
+    assert moodle == {"Participant 2345": "26", "Participant 4567": "18"}
