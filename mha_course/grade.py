@@ -261,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         overrides = read_overrides(args.overrides) if args.overrides else []
         if args.late_penalty:
             LatePolicy.parse(args.late_penalty, args.due)  # a usage error before grading, not after
+        if args.lms_max is not None and not 0 < args.lms_max < float("inf"):
+            raise ValueError(f"--lms-max must be a positive number; got {args.lms_max:g}")
         names = {a.key: a.notebook for a in registry.assignments()}
         skip, skipped = tuple(f for f in args.skip_folders.split(",") if f), []
         pick = picker(read_picks(args.pick), roster)

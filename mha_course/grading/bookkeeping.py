@@ -77,7 +77,7 @@ def apply_policy(args, results, rows, overrides, roster: Roster | None) -> None:
             if sub is not None:
                 late.apply(r, sub.file_time, sub.late_marked)
     lms_max = args.lms_max
-    if lms_max is None and roster is not None and args.grades_out:
+    if lms_max is None and roster is not None:
         lms_max = roster.max_for(grade_column(args, roster))
     for r in results:
         r.lms_max = lms_max

@@ -21,6 +21,7 @@ import csv
 import io
 import math
 import re
+import unicodedata
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -98,7 +99,16 @@ def read_overrides(path: str | Path) -> list[Override]:
         exercise = row["exercise"] or "*"
         if exercise == "late" and action != "waive":
             raise ValueError(f"{path}, line {number}: exercise 'late' takes 'waive' only; got {row['points']!r}")
-        out.append(Override(row["student"], exercise, action, points, row.get("reason", ""), row.get("assignment", "")))
+        out.append(
+            Override(
+                unicodedata.normalize("NFC", row["student"]),
+                exercise,
+                action,
+                points,
+                row.get("reason", ""),
+                row.get("assignment", ""),
+            )
+        )
     return out
 
 

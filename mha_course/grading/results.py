@@ -26,6 +26,7 @@ from pathlib import Path
 
 from .report import sections
 from .safe_text import clean, csv_cell
+from .seeds import reproduce_line
 from .verdicts import SubmissionResult
 
 
@@ -82,6 +83,8 @@ def gradescope(result: SubmissionResult) -> dict:
     ]
     lines = [headline(result)]
     lines += [f"- {note}" for note in result.notes]
+    if result.tests and result.input_seed is not None:
+        lines.append(f"- {reproduce_line(result.input_seed)}")
     if result.isolation and result.isolation.get("kind") != "bubblewrap":
         lines.append(f"- {result.isolation.get('summary', 'graded without isolation')}")
     return {

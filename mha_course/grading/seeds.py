@@ -72,3 +72,13 @@ def record_seed(path: Path, key: str, seed: int, write) -> None:
         entry = {"seed": seed, "first_drawn": datetime.now(UTC).isoformat(timespec="seconds")}
     seeds[key] = entry
     write(path, json.dumps({"seeds": seeds}, indent=2, ensure_ascii=False) + "\n")
+
+
+def reproduce_line(input_seed: int | None) -> str:
+    """The line a student's feedback shows: their fresh inputs' salt, and how to rerun the self-check on them."""
+    if input_seed is None:
+        return ""
+    return (
+        f"Your tests were also run on fresh inputs drawn with salt {input_seed}. To rerun a self-check on "
+        f"them: `from mha_course.grading import hints` then `with hints.salted({input_seed}): check(...)`."
+    )

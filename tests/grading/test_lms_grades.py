@@ -417,3 +417,28 @@ def test_the_guides_regrade_examples_run_as_written(tmp_path, monkeypatch):
     assert bob["seed"] == first[bob["student"]]["seed"]  # the regrade drew the recorded seed
     moodle = {r["Identifier"]: r["Grade"] for r in csv.DictReader((tmp_path / "moodle_grades.csv").open())}
     assert moodle == {"Participant 2345": "26", "Participant 4567": "18"}
+
+
+def test_each_students_fresh_inputs_come_from_the_class_seed_and_their_identity(monkeypatch, tmp_path):
+    from mha_course.grading import grader
+    from mha_course.grading.collect import Submission
+    from mha_course.grading.results import gradescope
+
+    salts = {}
+
+    def grade_into(result, path, limits, isolator, grade_as=None):
+        salts[Path(path).name] = result.input_seed
+        result.tests.append(Verdict("a", "a", "case", 1, 1, "passed", "", False))
+
+    monkeypatch.setattr(grader, "_grade_into", grade_into)
+    rows = [
+        Submission(key="alice/a.ipynb", student="alice", path=tmp_path / "a.ipynb", student_id="s1"),
+        Submission(key="bob/b.ipynb", student="bob", path=tmp_path / "b.ipynb"),
+    ]
+    results = grader.grade_many(rows, seed=7, progress=False, workers=1, unsafe_no_isolation=True)
+    assert salts == {"a.ipynb": student_seed(7, "s1"), "b.ipynb": student_seed(7, "bob")}  # roster id, else folder
+    assert [r.seed for r in results] == [7, 7] and [r.input_seed for r in results] == list(salts.values())
+    shown = gradescope(results[0])
+    assert (
+        f"hints.salted({salts['a.ipynb']})" in shown["output"] and shown["extra_data"]["input_seed"] == salts["a.ipynb"]
+    )
