@@ -113,6 +113,7 @@ class Roster:
     columns: list[str]
     students: list[Student]
     points_possible: dict[str, float] = field(default_factory=dict)  # column -> the platform's maximum
+    kept: list[dict[str, str]] = field(default_factory=list)  # rows without an id (Canvas's Points Possible)
 
     def find(self, folder: str) -> Student | None:
         """The roster row a student folder (or file) name belongs to, or None (no rule finds exactly one)."""
@@ -162,7 +163,7 @@ def read_roster(path: str | Path) -> Roster:
         raise ValueError(
             f"{path}: the roster needs an id column (one of {', '.join(_ID_COLUMNS)}); found columns {columns}"
         )
-    students, possible = [], {}
+    students, possible, kept = [], {}, []
     for row in reader:
         if name_col and fold(row.get(name_col) or "") == "points possible":
             for column, value in row.items():  # Canvas: each assignment column's maximum
@@ -171,10 +172,11 @@ def read_roster(path: str | Path) -> Roster:
                 except (TypeError, ValueError):
                     pass
         if not (row.get(id_col) or "").strip():
-            continue  # Canvas exports put "Points Possible" rows without an id
+            kept.append(dict(row))  # Canvas exports put "Points Possible" rows without an id: written back as they came
+            continue
         name, match, user, email = (_cell(row, c) for c in (name_col, match_col, user_col, email_col))
         students.append(Student(row[id_col].strip(), name, match, dict(row), user, email))
-    return Roster(columns, students, possible)
+    return Roster(columns, students, possible, kept)
 
 
 def write_grades(path: str | Path, roster: Roster, grades: dict[str, float | None], column: str, write) -> None:
@@ -195,6 +197,8 @@ def write_grade_columns(path: str | Path, roster: Roster, columns: dict[str, dic
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow([csv_cell(c) for c in names])
+    for row in roster.kept:
+        writer.writerow([csv_cell(row.get(c) or "") for c in names])
     for s in roster.students:
         row = dict(s.row)
         for column, grades in columns.items():

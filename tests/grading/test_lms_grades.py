@@ -358,7 +358,7 @@ def test_canvas_class_with_overrides_late_penalty_and_points_possible(fake, tmp_
     exported = {
         r["SIS User ID"]: r["zz fake (9)"] for r in csv.DictReader((out / "canvas_import.csv").open(encoding="utf-8"))
     }
-    assert exported == {"s77": "23.4", "s88": "26", "s99": "21.67"}
+    assert exported == {"s77": "23.4", "s88": "26", "s99": "21.67", "": "26"}  # Points Possible kept as it came
     names = sorted(p.name for p in (out / "feedback").glob("*.md"))
     assert any(n.startswith("núñezjosé_LATE_77") for n in names) and any(n.startswith("lefèvreanaïs_88") for n in names)
 
