@@ -442,3 +442,30 @@ def test_each_students_fresh_inputs_come_from_the_class_seed_and_their_identity(
     assert (
         f"hints.salted({salts['a.ipynb']})" in shown["output"] and shown["extra_data"]["input_seed"] == salts["a.ipynb"]
     )
+
+
+def test_a_pick_may_name_the_student_as_the_roster_does(tmp_path):
+    from mha_course.grading.bookkeeping import picker
+
+    roster = read_roster(_write("username,email,name\nalice,am@uni.edu,Alice Martin\n", tmp_path / "r.csv"))
+    pick = picker(read_picks(["am@uni.edu=draft.ipynb", "bob=final.ipynb"]), roster)
+    assert (pick("alice"), pick("bob"), pick("carol")) == ("draft.ipynb", "final.ipynb", None)
+    assert picker({}, roster) is None
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--late-penalty", "ten"], "--late-penalty"),
+        (["--late-penalty", "10%/day", "--due", "friday"], "--due"),
+        (["--lms-max", "0"], "--lms-max"),
+        (["--pick", "nobody"], "STUDENT=FILE"),
+    ],
+)
+def test_a_policy_that_does_not_parse_is_a_usage_error_before_grading(fake, tmp_path, capsys, extra, message):
+    from mha_course.grade import main
+
+    (tmp_path / "alice").mkdir()
+    write_submission(tmp_path / "alice" / "zz_fake.ipynb", GOOD_ADD)
+    assert main([str(tmp_path), "--assignment", "zz_fake", *extra]) == 2
+    assert message in capsys.readouterr().err
