@@ -65,8 +65,14 @@ def choose_seed(path: Path | None, key: str, explicit: int | None, new: bool, dr
 
 
 def record_seed(path: Path, key: str, seed: int, write) -> None:
-    """Record ``seed`` for ``key`` in ``path`` (other entries kept); ``write`` is the atomic writer."""
-    seeds = read_seeds(path) if path.exists() else {}
+    """Record ``seed`` for ``key`` in ``path`` (other entries kept); ``write`` is the atomic writer.
+
+    A file that does not parse is replaced: the run got here only with ``--seed`` or ``--new-seed``.
+    """
+    try:
+        seeds = read_seeds(path)
+    except ValueError:
+        seeds = {}
     entry = seeds.get(key) if isinstance(seeds.get(key), dict) else {}
     if entry.get("seed") != seed:
         entry = {"seed": seed, "first_drawn": datetime.now(UTC).isoformat(timespec="seconds")}

@@ -229,6 +229,9 @@ def test_student_seeds_differ_between_students_and_repeat_for_one(tmp_path):
     path.write_text("{not json")
     with pytest.raises(ValueError, match="--new-seed"):
         choose_seed(path, key, None, False, lambda: 1)
+    assert choose_seed(path, key, None, True, lambda: 14) == (14, "new")
+    record_seed(path, key, 14, lambda p, text: p.write_text(text))  # --new-seed replaces a broken file
+    assert choose_seed(path, key, None, False, lambda: 15)[0] == 14
 
 
 # --- class runs --------------------------------------------------------------------------------------------
