@@ -21,7 +21,8 @@ and ``--lms-max`` apply the instructor's policy (:mod:`~.grading.policy`); ``--p
 student's notebook (:mod:`~.grading.picks`); ``--skip-folders`` names the instructor's own folders.
 
 Outputs: a table (one submission) or a progress bar and a class summary (many); ``--csv`` a
-gradebook (student, file, a column per exercise, total, seed, isolation, notes); ``--report`` an
+gradebook (student, file, a column per exercise, raw, adjustments, final, the grade on the
+platform's scale, seeds, isolation, notes); ``--report`` an
 HTML class report with its Markdown twin; ``--feedback-dir`` one Markdown file per submission for
 the student; ``--results-dir`` one Gradescope results.json per submission; ``--json`` one merged
 results.json; ``--grades-out`` the roster back with the grade filled in (Canvas/Moodle import);
@@ -261,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
         overrides = read_overrides(args.overrides) if args.overrides else []
         if args.late_penalty:
             LatePolicy.parse(args.late_penalty, args.due)  # a usage error before grading, not after
+        elif args.due:
+            raise ValueError("--due is the deadline of --late-penalty; give the penalty too (e.g. 10%/day)")
         if args.lms_max is not None and not 0 < args.lms_max < float("inf"):
             raise ValueError(f"--lms-max must be a positive number; got {args.lms_max:g}")
         names = {a.key: a.notebook for a in registry.assignments()}

@@ -462,6 +462,7 @@ def test_a_pick_may_name_the_student_as_the_roster_does(tmp_path):
         (["--late-penalty", "ten"], "--late-penalty"),
         (["--late-penalty", "10%/day", "--due", "friday"], "--due"),
         (["--lms-max", "0"], "--lms-max"),
+        (["--due", "2026-11-20T23:59"], "--late-penalty"),
         (["--pick", "nobody"], "STUDENT=FILE"),
     ],
 )
