@@ -13,11 +13,16 @@ skip; without it, each notebook is graded as the assignment its metadata names. 
 grade per assignment: of several notebooks the one named like the assignment's, else the newest,
 is graded, and the row names the others (never a sum). Links are never followed.
 
-Every test that passes is run again on fresh random inputs of the same kind (``--seed`` fixes
-them; the CSV records it), so memorised answers gain nothing.
+Every test that passes is run again on fresh random inputs of the same kind, drawn from the class's
+seed and the student's identity (:mod:`~.grading.seeds`), so memorised answers gain nothing. The
+seed is kept in ``grading-seed.json`` beside the outputs: a regrade of the same folder draws the same
+inputs (``--seed N`` sets it, ``--new-seed`` draws another). ``--overrides``, ``--late-penalty``
+and ``--lms-max`` apply the instructor's policy (:mod:`~.grading.policy`); ``--pick`` chooses a
+student's notebook (:mod:`~.grading.picks`); ``--skip-folders`` names the instructor's own folders.
 
 Outputs: a table (one submission) or a progress bar and a class summary (many); ``--csv`` a
-gradebook (student, file, a column per exercise, total, seed, isolation, notes); ``--report`` an
+gradebook (student, file, a column per exercise, raw, adjustments, final, the grade on the
+platform's scale, seeds, isolation, notes); ``--report`` an
 HTML class report with its Markdown twin; ``--feedback-dir`` one Markdown file per submission for
 the student; ``--results-dir`` one Gradescope results.json per submission; ``--json`` one merged
 results.json; ``--grades-out`` the roster back with the grade filled in (Canvas/Moodle import);
@@ -34,11 +39,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from .grading import notebook, registry
-from .grading.collect import Submission, collect, one_per_student
+from .grading import bookkeeping, notebook, registry
+from .grading.bookkeeping import apply_policy, grade_column, identify, picker
+from .grading.collect import collect, one_per_student
 from .grading.feedback import feedback_markdown
-from .grading.grader import MAX_CODE_BYTES, Isolator, Limits, SubmissionResult, grade_many
+from .grading.grader import MAX_CODE_BYTES, Isolator, Limits, SubmissionResult, grade_many, new_seed
 from .grading.isolation import IsolationError
+from .grading.lms_names import INSTRUCTOR_FOLDERS
+from .grading.picks import read_picks
+from .grading.policy import LatePolicy, read_overrides
 from .grading.report import write_report
 from .grading.results import (
     class_summary,
@@ -50,8 +59,9 @@ from .grading.results import (
     write_csv,
     write_json,
 )
-from .grading.roster import Roster, apply_overrides, read_overrides, read_roster, write_grade_columns
+from .grading.roster import Roster, read_roster, write_grade_columns
 from .grading.safe_text import clean
+from .grading.seeds import SEED_FILE, choose_seed, class_key, record_seed
 
 
 def find_notebooks(paths: list[str]) -> list[Path]:
@@ -64,21 +74,6 @@ def find_notebooks(paths: list[str]) -> list[Path]:
         else:
             found.append(path)
     return found
-
-
-def _identify(rows: list[Submission], roster: Roster | None) -> list[str]:
-    """Fill in the roster's id and name; returns the roster's students without a submission."""
-    if roster is None:
-        return []
-    seen = set()
-    for row in rows:
-        student = roster.find(row.student)
-        if student is None:
-            row.notes.append(f"{row.student} is not in the roster")
-            continue
-        row.student_id, row.student_name = student.student_id, student.name
-        seen.add(student.student_id)
-    return [s.name or s.student_id for s in roster.students if s.student_id not in seen]
 
 
 def _feedback(results: list[SubmissionResult], folder: Path) -> None:
@@ -99,19 +94,6 @@ def _feedback(results: list[SubmissionResult], folder: Path) -> None:
         except Exception as exc:  # one submission's feedback must not cost the class its outputs
             text = feedback_markdown(r, [], {}) + f"\n(cells not shown: {type(exc).__name__})\n"
         write_atomic(folder / name, text)
-
-
-def _grades(results: list[SubmissionResult]) -> dict[str, dict[str, float]]:
-    """Assignment key -> student id -> points: one grade per student and assignment, never a sum.
-
-    Rows are one per student and assignment already (:func:`~.grading.collect.one_per_student`);
-    should two remain, the first graded one counts.
-    """
-    grades: dict[str, dict[str, float]] = {}
-    for r in results:
-        if r.student_id and not r.error and r.assignment:
-            grades.setdefault(r.assignment, {}).setdefault(r.student_id, r.score)
-    return grades
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -143,7 +125,34 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--overrides",
         type=Path,
-        help="CSV of student,exercise,points,reason rows (points 'waive' to excuse) applied to this run",
+        help="CSV of student,exercise,points,reason rows applied to this run; points: N or 'set N', 'cap N', "
+        "'+N', '-N', 'waive' (exercise '*': the total; 'late': excuse lateness)",
+    )
+    parser.add_argument(
+        "--late-penalty",
+        metavar="P%[/day]",
+        help="take P%% of the points per day late ('10%%/day') or once ('20%%'); late: --due vs the file's "
+        "time, or the platform's late marker (Canvas's _LATE_: one day without --due)",
+    )
+    parser.add_argument("--due", metavar="ISO", help="the due date and time (UTC unless given), for --late-penalty")
+    parser.add_argument(
+        "--lms-max",
+        type=float,
+        help="the platform's maximum for this assignment: grades are rescaled to it (default: the grade "
+        "sheet's Maximum Grade / Points Possible, else the grader's maximum)",
+    )
+    parser.add_argument(
+        "--pick",
+        action="append",
+        default=[],
+        metavar="STUDENT=FILE",
+        help="grade this notebook of this student (folder, id, username, email or name); or a CSV of "
+        "student,file rows; repeatable",
+    )
+    parser.add_argument(
+        "--skip-folders",
+        default=",".join(INSTRUCTOR_FOLDERS),
+        help="comma-separated first-level folders that are no student's (default: %(default)s; '' for none)",
     )
     parser.add_argument("--csv", type=Path, help="write the gradebook (one row per student and assignment)")
     parser.add_argument(
@@ -211,8 +220,14 @@ def _parser() -> argparse.ArgumentParser:
         "--seed",
         type=int,
         default=None,
-        help="salt of the fresh random inputs every passing test is run on again (default: a new "
-        "one each run, printed at the end; pass it to reproduce a run)",
+        help="the class's seed of the fresh random inputs every passing test is run on again (default: "
+        "the one recorded in grading-seed.json beside the outputs, else a new one, recorded there)",
+    )
+    parser.add_argument(
+        "--new-seed", action="store_true", help="draw a new seed although one is recorded (and record it)"
+    )
+    parser.add_argument(
+        "--seed-file", type=Path, help=f"where the seed is kept (default: {SEED_FILE} beside the first output)"
     )
     parser.add_argument(
         "--min-isolation",
@@ -253,9 +268,19 @@ def main(argv: list[str] | None = None) -> int:
             registry.get_assignment(args.assignment)
         roster = read_roster(args.roster) if args.roster else None
         overrides = read_overrides(args.overrides) if args.overrides else []
+        if args.late_penalty:
+            LatePolicy.parse(args.late_penalty, args.due)  # a usage error before grading, not after
+        elif args.due:
+            raise ValueError("--due is the deadline of --late-penalty; give the penalty too (e.g. 10%/day)")
+        if args.lms_max is not None and not 0 < args.lms_max < float("inf"):
+            raise ValueError(f"--lms-max must be a positive number; got {args.lms_max:g}")
         names = {a.key: a.notebook for a in registry.assignments()}
-        rows = collect(args.submissions, args.assignment, args.one_submission, names)
-    except (FileNotFoundError, ValueError, KeyError) as exc:
+        skip, skipped = tuple(f for f in args.skip_folders.split(",") if f), []
+        pick = picker(read_picks(args.pick), roster)
+        rows = collect(args.submissions, args.assignment, args.one_submission, names, pick, skip, skipped)
+        seed_file, key = bookkeeping.seed_file(args), class_key(args.submissions, args.assignment)
+        seed, how = choose_seed(seed_file, key, args.seed, args.new_seed, new_seed)
+    except (FileNotFoundError, ValueError, KeyError, OSError) as exc:
         message = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
         print(f"error: {message}", file=sys.stderr)
         fail_json(f"Could not grade: {message}")
@@ -264,8 +289,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no notebook in {' '.join(args.submissions)}", file=sys.stderr)
         fail_json("No notebook was found in the submission.")
         return 2
-    missing = _identify(rows, roster)
+    missing = identify(rows, roster)
     rows = one_per_student(rows, names)
+    if skipped:
+        print(f"skipped the instructor's folder(s): {clean(', '.join(skipped))}")
     limits = Limits(
         case_timeout=args.case_timeout,
         cell_timeout=args.cell_timeout,
@@ -288,15 +315,21 @@ def main(argv: list[str] | None = None) -> int:
             limits,
             workers=args.workers,
             progress=not args.quiet and len(rows) > 1,
-            seed=-1 if args.seed is None else args.seed,
+            seed=seed,
             isolator=isolator,
         )
     finally:
         isolator.close()
-    apply_overrides(results, overrides)
+    apply_policy(args, results, rows, overrides, roster)
     failed = _write_outputs(args, results, roster, missing)
-    if results:  # also with --quiet: the seed reproduces this run
-        print(f"fresh inputs drawn with --seed {results[0].seed}")
+    if seed_file is not None:
+        try:
+            record_seed(seed_file, key, seed, write_atomic)
+        except OSError as exc:
+            failed += 1
+            print(f"error: could not record the seed in {seed_file} ({clean(exc)})", file=sys.stderr)
+    where = f"; kept in {seed_file}" if seed_file is not None else ""
+    print(f"fresh inputs drawn with --seed {seed} ({how}{where})")  # also with --quiet: it reproduces the run
     return 1 if failed else 0
 
 
@@ -329,7 +362,7 @@ def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None,
             print(f"no submission from {len(missing)} student(s) of the roster: {clean(', '.join(missing))}")
 
     def grades_out() -> None:
-        grades = _grades(results)
+        grades = bookkeeping.grades(results)
         if len(grades) > 1:  # several assignments: a column each, never one summed grade
             columns = {key: grades[key] for key in sorted(grades)}
             note = (
@@ -337,8 +370,10 @@ def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None,
                 "assignment: grade it with --assignment KEY"
             )
         else:
-            column = args.grade_column or ("Grade" if "Grade" in roster.columns else (args.assignment or "grade"))
+            column = grade_column(args, roster)
             columns, note = {column: next(iter(grades.values()), {})}, f"column {column!r}"
+            if results and results[0].lms_max is not None:
+                note += f", out of {results[0].lms_max:g}"
         write_grade_columns(args.grades_out, roster, columns, write_atomic)
         print(f"grades for import: {args.grades_out} ({note})")
 

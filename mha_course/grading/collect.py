@@ -31,23 +31,21 @@ graded and noted on both rows for review). File names that are not UTF-8 are kep
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .lms_names import INSTRUCTOR_FOLDERS, canvas_late, nfc, original_name, student_of
 from .notebook import MAX_FILE_BYTES, parse_json, read_regular
+from .picks import picked
 
 #: Files a platform or an OS adds that no student chose to submit; skipped without a note.
 _NOISE = {".DS_Store", "Thumbs.db", "desktop.ini", "__MACOSX"}
 #: Jupyter's and file managers' copies: graded only when the student submitted nothing else.
 _COPY = re.compile(r"(-Copy\d*|[ _-]copy\d*| \(\d+\))\.ipynb$|^Copy of ", re.IGNORECASE)
-#: Canvas's bulk download: ``lastfirst[_LATE]_USERID_SUBMISSIONID_original name``.
-_CANVAS = re.compile(r"^(?P<who>[a-z]+)_(?:LATE_)?(?P<id>\d+)_\d+_(?P<name>.+)$")
-#: Moodle's flat download: ``Full Name_PARTICIPANT_assignsubmission_file_original name`` (its
-#: folder download names each folder with the same prefix).
-_MOODLE = re.compile(r"^(?P<who>.+?_\d+_assign(?:submission|feedback)_[a-z]+_)(?P<name>.+)$")
 #: A notebook larger than this is not opened to find its assignment (the grader refuses it anyway).
 PEEK_LIMIT = MAX_FILE_BYTES
 
@@ -69,6 +67,8 @@ class Submission:
     notes: list[str] = field(default_factory=list)
     student_id: str = ""
     student_name: str = ""
+    late_marked: bool = False  # the platform's file name says late (Canvas's ``_LATE_``)
+    file_time: float | None = None  # the graded file's modification time (for a due date)
 
 
 @dataclass
@@ -111,7 +111,7 @@ def _link(root: Path, path: Path, rel: str) -> _File:
     if not target.is_relative_to(base):
         return _File(rel, path, "link", unreadable="a link to outside the submissions folder; links are not followed")
     inside = target.relative_to(base).as_posix()
-    if _student_of(inside) != _student_of(rel):
+    if student_of(inside) != student_of(rel):
         return _File(
             rel, path, "link", unreadable=f"a link to {inside}, another student's file; links are not followed"
         )
@@ -204,25 +204,6 @@ def _walk(root: Path, start: Path) -> list[_File]:
     return found
 
 
-def _student_of(rel: str) -> str:
-    """The student a path belongs to: its first folder, or for a flat file its Moodle or Canvas prefix, or its name."""
-    parts = rel.split("/")
-    if len(parts) > 1:
-        return parts[0]
-    moodle = _MOODLE.match(parts[0])
-    if moodle:
-        return moodle["who"]
-    match = _CANVAS.match(parts[0])
-    return f"{match['who']}_{match['id']}" if match else parts[0]
-
-
-def original_name(rel: str) -> str:
-    """The file name the student gave, without a flat download's Moodle or Canvas prefix."""
-    name = rel.rsplit("/", 1)[-1]
-    match = _MOODLE.match(name) or _CANVAS.match(name)
-    return match["name"] if match else name
-
-
 def _rank(rel: str, path: Path, notebook_name: str | None) -> tuple:
     """The order of :func:`_pick`: the assignment's own file name first, then the newest, then by path."""
     named = notebook_name is not None and original_name(rel) == notebook_name
@@ -278,13 +259,18 @@ def one_per_student(rows: list[Submission], notebook_names: dict[str, str] | Non
 
 
 def _rows_for(
-    student: str, files: list[_File], expected: str | None, notebook_names: dict[str, str]
+    student: str, files: list[_File], expected: str | None, notebook_names: dict[str, str], pick: str | None = None
 ) -> list[Submission]:
-    """One student's rows: one per assignment found (only ``expected`` when given)."""
+    """One student's rows: one per assignment found (only ``expected`` when given); ``pick`` names the file."""
+    if pick:
+        files, problem = picked(student, files, pick)
+        if problem:
+            return [Submission(key=student, student=student, assignment=expected, problem=problem)]
     notes = []
     for f in files:
         if f.kind == "other":
-            notes.append(f"ignored {f.rel} (not a notebook)")
+            not_picked = pick and f.rel.lower().endswith(".ipynb")
+            notes.append(f"ignored {f.rel} ({'you picked ' + pick if not_picked else 'not a notebook'})")
         elif f.kind == "folder":
             notes.append(f"ignored {f.rel} (a folder, not a notebook)")
         elif f.unreadable:
@@ -297,6 +283,11 @@ def _rows_for(
         sub = Submission(
             key=chosen.rel, student=student, path=chosen.path, assignment=chosen.assignment, notes=list(notes) + extra
         )
+        sub.late_marked = canvas_late(Path(chosen.rel).name)
+        with contextlib.suppress(OSError):
+            sub.file_time = os.lstat(chosen.path).st_mtime
+        if pick:
+            sub.notes.append(f"graded {chosen.rel}, the notebook you picked")
         if chosen.assignment is None:
             sub.grade_as = key
             sub.notes.append(f"{chosen.rel} has no assignment metadata; graded as {key}, as asked")
@@ -363,6 +354,9 @@ def collect(
     assignment: str | None = None,
     one_submission: bool = False,
     notebook_names: dict[str, str] | None = None,
+    pick=None,
+    skip: tuple[str, ...] = INSTRUCTOR_FOLDERS,
+    skipped: list[str] | None = None,
 ) -> list[Submission]:
     """The submissions under ``paths``, one row per student (and per assignment without ``assignment``).
 
@@ -371,6 +365,9 @@ def collect(
         assignment: the assignment key expected; other assignments become "wrong assignment" rows.
         one_submission: all of ``paths`` is one student's submission (a Gradescope upload).
         notebook_names: assignment key -> its usual file name, preferred among several candidates.
+        pick: student -> the file to grade (a path below the student or a file name), or None: the rule above.
+        skip: first-level folders that are no student's (the instructor's own); they get no row.
+        skipped: the names of the folders skipped are appended here.
 
     Raises:
         FileNotFoundError: a path given does not exist (a usage error, not a submission's fault).
@@ -389,10 +386,14 @@ def collect(
             else:
                 by_student = {}
                 for entry in entries:
-                    by_student.setdefault(_student_of(entry.rel), []).append(entry)
+                    by_student.setdefault(student_of(entry.rel), []).append(entry)
                 for child in sorted(root.iterdir()):  # empty student folders still get a row
                     if child.is_dir() and not child.is_symlink() and child.name not in _NOISE:
-                        by_student.setdefault(child.name, [])
+                        by_student.setdefault(nfc(child.name), [])
+                for name in [s for s in by_student if s in skip]:
+                    del by_student[name]
+                    if skipped is not None:
+                        skipped.append(name)
         else:
             if root.is_symlink():  # a file named on the command line: the instructor chose the link
                 root = root.resolve()
@@ -410,7 +411,7 @@ def collect(
     shared = _shared_files(groups)
     rows = []
     for student in order:
-        mine = _rows_for(student, groups[student], assignment, notebook_names)
+        mine = _rows_for(student, groups[student], assignment, notebook_names, pick(student) if pick else None)
         for row in mine:
             row.notes += shared.get(student, [])
         rows += mine

@@ -46,6 +46,7 @@ from .notebook_run import NotebookRun, result_row
 from .process import Isolator
 from .safe_text import clean_result
 from .scan import ScanReport, scan
+from .seeds import student_seed
 from .verdicts import Limits, SubmissionResult, TestResult
 
 __all__ = ["Isolator", "Limits", "SubmissionResult", "TestResult", "grade_many", "grade_notebook", "new_seed"]
@@ -121,7 +122,7 @@ def grade_notebook(
     seed = new_seed() if seed == -1 else seed
     try:
         for attempt in range(2):
-            result = SubmissionResult(path=str(path), seed=seed, isolation=isolator.walls.as_dict())
+            result = SubmissionResult(path=str(path), seed=seed, input_seed=seed, isolation=isolator.walls.as_dict())
             try:
                 _grade_into(result, Path(path), limits, isolator, grade_as)
             except Exception as exc:  # the grader's own failure: report it, never crash the batch
@@ -168,7 +169,7 @@ def _grade_into(
             f"this notebook is version {meta.version} of {assignment.key}; the grader has version "
             f"{assignment.version} (graded with the grader's tests)"
         )
-    grading = NotebookRun(path, nb, assignment, limits, isolator, result.seed)
+    grading = NotebookRun(path, nb, assignment, limits, isolator, result.input_seed)
     jobs = [(e, i, c) for e in assignment.exercises for i, c in enumerate(e.cases)]
     code_bytes = sum(len(source.encode("utf-8", "replace")) for _, source in grading.cells)
     if code_bytes > MAX_CODE_BYTES:
@@ -206,7 +207,9 @@ def grade_many(
     ``paths`` holds notebook paths or :class:`~.collect.Submission` rows (whose student, key and
     notes are copied into the result; a row with a ``problem`` is reported, not graded).
 
-    ``seed`` as in :func:`grade_notebook`; one seed is drawn for the whole batch. Raises
+    ``seed`` as in :func:`grade_notebook`; one seed is drawn for the whole batch, and each
+    :class:`~.collect.Submission` row's fresh inputs are salted with :func:`.seeds.student_seed` of it
+    and the student (roster id, else folder), recorded as the result's ``input_seed``. Raises
     :class:`~.isolation.IsolationError` before grading anything when bubblewrap cannot run here and
     ``unsafe_no_isolation`` is False.
     """
@@ -267,7 +270,11 @@ def grade_many(
                         error=(f"not graded: the batch's time limit ({limits.batch_timeout:g} s) ran out first"),
                     )
                 else:
-                    r = grade_notebook(path, limits, isolator, seed, grade_as=sub.grade_as if sub else None)
+                    own_seed = (
+                        seed if sub is None or seed is None else student_seed(seed, sub.student_id or sub.student)
+                    )
+                    r = grade_notebook(path, limits, isolator, own_seed, grade_as=sub.grade_as if sub else None)
+                    r.seed = seed
                 return r
 
             return list(pool.map(one, paths))

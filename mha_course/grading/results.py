@@ -26,6 +26,7 @@ from pathlib import Path
 
 from .report import sections
 from .safe_text import clean, csv_cell
+from .seeds import reproduce_line
 from .verdicts import SubmissionResult
 
 
@@ -82,6 +83,8 @@ def gradescope(result: SubmissionResult) -> dict:
     ]
     lines = [headline(result)]
     lines += [f"- {note}" for note in result.notes]
+    if result.tests and result.input_seed is not None:
+        lines.append(f"- {reproduce_line(result.input_seed)}")
     if result.isolation and result.isolation.get("kind") != "bubblewrap":
         lines.append(f"- {result.isolation.get('summary', 'graded without isolation')}")
     return {
@@ -104,9 +107,16 @@ def provenance(result: SubmissionResult) -> dict:
         "assignment": result.assignment,
         "version": result.version,
         "seed": result.seed,
+        "input_seed": result.input_seed,
         "isolation": result.isolation,
         "copied_reference": result.copied,
         "overrides": {k: v for k, v in result.adjustments.items()},
+        "raw_score": result.raw_score,
+        "adjustments": list(result.adjustment_log),
+        "late_days": result.late_days,
+        "late_penalty": result.late_penalty,
+        "lms_max": result.lms_max,
+        "lms_score": result.lms_score,
     }
 
 
@@ -146,7 +156,8 @@ def results_file_name(result: SubmissionResult) -> str:
     import re
 
     key = result.key or result.path
-    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", key.replace("/", "__"))[-120:].strip("._") or "submission"
+    # \w keeps every letter (José Núñez stays readable); anything else, and lone surrogates, become _
+    readable = re.sub(r"[^\w.-]+", "_", key.replace("/", "__"))[-120:].strip("._") or "submission"
     try:
         raw = key.encode("utf-8", "surrogateescape")  # a non-UTF-8 name: its bytes
     except UnicodeEncodeError:
@@ -198,12 +209,19 @@ def gradebook_rows(results: list[SubmissionResult]) -> tuple[list[str], list[dic
         "assignment",
         "version",
         *exercises,
+        "raw",
+        "adjustments",
+        "final",
         "total",
         "max_score",
+        "late_days",
+        "lms_grade",
+        "lms_max",
         "status",
         "copied_reference",
         "notes",
         "seed",
+        "input_seed",
         "isolation",
     ]
     rows = []
@@ -218,12 +236,19 @@ def gradebook_rows(results: list[SubmissionResult]) -> tuple[list[str], list[dic
             "assignment": r.assignment or "",
             "version": r.version or "",
             **{k: f"{scores[k]:g}" if k in scores else ("waived" if k in waived else "") for k in exercises},
+            "raw": f"{r.raw_score:g}",
+            "adjustments": "; ".join(r.adjustment_log),
+            "final": f"{r.score:g}",
             "total": f"{r.score:g}",
             "max_score": f"{r.max_score:g}",
+            "late_days": str(r.late_days) if r.late_days else "",
+            "lms_grade": "" if r.lms_score is None else f"{round(r.lms_score, 2):g}",
+            "lms_max": "" if r.lms_max is None else f"{r.lms_max:g}",
             "status": f"error: {r.error}" if r.error else "graded",
             "copied_reference": "; ".join(r.copied),
             "notes": " | ".join(r.notes),
             "seed": "" if r.seed is None else str(r.seed),
+            "input_seed": "" if r.input_seed is None else str(r.input_seed),
             "isolation": (r.isolation or {}).get("kind", ""),
         }
         rows.append(row)

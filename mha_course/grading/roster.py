@@ -9,15 +9,25 @@ name       ``name``, ``student``, ``full name``
 match      ``match``, ``folder``, ``file``: an explicit folder or file name (optional)
 ========== ===================================================================
 
-A submission's student folder (or file) is matched to a roster row by ``match`` (equal, or a
-prefix of the folder's name), else by the row's numeric id appearing as a ``_``-separated part of
-it: Moodle names folders ``Full Name_1234_assignsubmission_file_`` and Canvas files
-``lastfirst_1234_5678_name.ipynb``, both holding the id of the platform's own export.
+username   ``username``, ``login``, ``user``, ``login id`` (JupyterHub, nbgrader: the folder's name)
+email      ``email``, ``email address``
+========== ===================================================================
+
+A submission's student folder (or file) is matched to a roster row, first rule that finds exactly
+one row: ``match`` (equal, or a prefix of the folder's name); the folder *is* a username, email
+(or its part before ``@``) or id (JupyterHub and nbgrader name folders by user); the row's
+numeric id appears as a ``_``-separated part of it (Moodle names folders
+``Full Name_1234_assignsubmission_file_`` and Canvas files ``lastfirst_1234_5678_name.ipynb``,
+both holding the id of the platform's own export); the folder starts with the row's name (Moodle's
+``Full Name_``) or is Canvas's ``lastfirst`` of it. Names compare in Unicode (NFC, case folded):
+``José Núñez`` stays ``José Núñez``.
+
+The platform's maximum for the grade export: Moodle's worksheet carries it (``Maximum Grade``),
+Canvas's gradebook export in its ``Points Possible`` row (:attr:`Roster.points_possible`).
 
 :func:`write_grades` writes that same roster back with the grade filled in, so the platform takes
 it as it gave it (Moodle's grading worksheet has a "Grade" column; for Canvas name the assignment's
-column). :func:`read_overrides` reads the instructor's per-student decisions, applied on every
-(re)grade.
+column). Overrides and the late policy live in :mod:`.policy` (re-exported here).
 """
 
 from __future__ import annotations
@@ -25,12 +35,17 @@ from __future__ import annotations
 import csv
 import io
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .policy import Override, apply_overrides, read_overrides  # noqa: F401  (their earlier home)
 from .safe_text import csv_cell
 
 _ID_COLUMNS = ("id", "student_id", "studentid", "identifier", "sis user id", "username", "email")
+_USER_COLUMNS = ("username", "login", "user", "login id", "sis login id", "user name")
+_EMAIL_COLUMNS = ("email", "email address", "e-mail")
+_MAX_COLUMNS = ("maximum grade", "max grade", "points possible", "maximum")
 _NAME_COLUMNS = ("name", "student", "full name", "fullname", "student name")
 _MATCH_COLUMNS = ("match", "folder", "file", "submission")
 
@@ -44,6 +59,15 @@ def _find(columns: list[str], wanted: tuple[str, ...]) -> str | None:
     return next((by_norm[w] for w in wanted if w in by_norm), None)
 
 
+def fold(text: str) -> str:
+    """Text compared as a person reads it: Unicode NFC, case folded, outer spaces removed."""
+    return unicodedata.normalize("NFC", text).casefold().strip()
+
+
+def _letters(text: str) -> str:
+    return "".join(ch for ch in fold(text) if ch.isalpha())
+
+
 @dataclass
 class Student:
     """One row of the roster (``row`` keeps every column, to write the file back as it came)."""
@@ -52,6 +76,30 @@ class Student:
     name: str
     match: str
     row: dict[str, str] = field(default_factory=dict)
+    username: str = ""
+    email: str = ""
+
+    def identities(self) -> set[str]:
+        """Every name an override or a ``--pick`` may use for this student."""
+        return {v for v in (self.student_id, self.name, self.username, self.email) if v}
+
+    def logins(self) -> set[str]:
+        """Folded names a folder may be named by: username, email and its local part, id."""
+        out = {fold(v) for v in (self.username, self.email, self.student_id) if v}
+        if "@" in self.email:
+            out.add(fold(self.email.split("@", 1)[0]))
+        return out
+
+    def name_forms(self) -> set[str]:
+        """Canvas's ``lastfirst`` of the name (either order: "Martin, Alice" or "Alice Martin")."""
+        if not self.name:
+            return set()
+        if "," in self.name:
+            last, first = self.name.split(",", 1)
+        else:
+            *first, last = self.name.split()
+            first = " ".join(first)
+        return {_letters(last + first), _letters(first + last)} - {""}
 
     @property
     def number(self) -> str:
@@ -64,15 +112,43 @@ class Student:
 class Roster:
     columns: list[str]
     students: list[Student]
+    points_possible: dict[str, float] = field(default_factory=dict)  # column -> the platform's maximum
+    kept: list[dict[str, str]] = field(default_factory=list)  # rows without an id (Canvas's Points Possible)
 
     def find(self, folder: str) -> Student | None:
-        """The roster row a student folder (or file) name belongs to, or None."""
+        """The roster row a student folder (or file) name belongs to, or None (no rule finds exactly one)."""
         for s in self.students:
             if s.match and (folder == s.match or folder.startswith(s.match)):
                 return s
+        folded = fold(folder)
         parts = set(re.split(r"[_\s]+", folder))
-        hits = [s for s in self.students if s.number and s.number in parts]
-        return hits[0] if len(hits) == 1 else None
+        head = folded.split("_", 1)[0]
+        rules = (
+            lambda s: folded in s.logins(),
+            lambda s: bool(s.number) and s.number in parts,
+            lambda s: bool(s.name) and folded.startswith(fold(s.name) + "_"),
+            lambda s: _letters(head) in s.name_forms(),
+        )
+        for rule in rules:
+            hits = [s for s in self.students if rule(s)]
+            if len(hits) == 1:
+                return hits[0]
+        return None
+
+    def max_for(self, column: str) -> float | None:
+        """The platform's maximum for grade ``column``: its Points Possible, else one Maximum Grade for all rows."""
+        if column in self.points_possible:
+            return self.points_possible[column]
+        col = _find(self.columns, _MAX_COLUMNS)
+        values = {s.row.get(col, "").strip() for s in self.students} - {""} if col else set()
+        try:
+            return float(values.pop()) if len(values) == 1 else None
+        except ValueError:
+            return None
+
+
+def _cell(row: dict, column: str | None) -> str:
+    return unicodedata.normalize("NFC", (row.get(column) or "").strip()) if column else ""
 
 
 def read_roster(path: str | Path) -> Roster:
@@ -80,24 +156,27 @@ def read_roster(path: str | Path) -> Roster:
     text = Path(path).read_text(encoding="utf-8-sig")
     reader = csv.DictReader(io.StringIO(text))
     columns = list(reader.fieldnames or [])
-    id_col, name_col, match_col = (_find(columns, w) for w in (_ID_COLUMNS, _NAME_COLUMNS, _MATCH_COLUMNS))
+    id_col, name_col, match_col, user_col, email_col = (
+        _find(columns, w) for w in (_ID_COLUMNS, _NAME_COLUMNS, _MATCH_COLUMNS, _USER_COLUMNS, _EMAIL_COLUMNS)
+    )
     if id_col is None:
         raise ValueError(
             f"{path}: the roster needs an id column (one of {', '.join(_ID_COLUMNS)}); found columns {columns}"
         )
-    students = []
+    students, possible, kept = [], {}, []
     for row in reader:
+        if name_col and fold(row.get(name_col) or "") == "points possible":
+            for column, value in row.items():  # Canvas: each assignment column's maximum
+                try:
+                    possible[column] = float(value)
+                except (TypeError, ValueError):
+                    pass
         if not (row.get(id_col) or "").strip():
-            continue  # Canvas exports put "Points Possible" rows without an id
-        students.append(
-            Student(
-                row[id_col].strip(),
-                (row.get(name_col) or "").strip() if name_col else "",
-                (row.get(match_col) or "").strip() if match_col else "",
-                dict(row),
-            )
-        )
-    return Roster(columns, students)
+            kept.append(dict(row))  # Canvas exports put "Points Possible" rows without an id: written back as they came
+            continue
+        name, match, user, email = (_cell(row, c) for c in (name_col, match_col, user_col, email_col))
+        students.append(Student(row[id_col].strip(), name, match, dict(row), user, email))
+    return Roster(columns, students, possible, kept)
 
 
 def write_grades(path: str | Path, roster: Roster, grades: dict[str, float | None], column: str, write) -> None:
@@ -118,6 +197,8 @@ def write_grade_columns(path: str | Path, roster: Roster, columns: dict[str, dic
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow([csv_cell(c) for c in names])
+    for row in roster.kept:
+        writer.writerow([csv_cell(row.get(c) or "") for c in names])
     for s in roster.students:
         row = dict(s.row)
         for column, grades in columns.items():
@@ -125,57 +206,3 @@ def write_grade_columns(path: str | Path, roster: Roster, columns: dict[str, dic
             row[column] = "" if grade is None else f"{grade:g}"
         writer.writerow([csv_cell(row.get(c) or "") for c in names])
     write(path, buf.getvalue())
-
-
-@dataclass(frozen=True)
-class Override:
-    """An instructor's decision for one student: ``points`` for one exercise (or ``*``: the total)."""
-
-    student: str  # a student id, a student folder name or a submission key
-    exercise: str  # an exercise key, or "*" for the whole submission
-    points: float | None  # None: waive (the exercise, or the submission, leaves the maximum too)
-    reason: str
-    assignment: str = ""  # empty: any assignment
-
-    def applies_to(self, result) -> bool:
-        """Whether this override names ``result``'s student (id, folder or submission key) and assignment."""
-        who = {result.student_id, result.student, result.key} - {""}
-        return self.student in who and self.assignment in ("", result.assignment)
-
-
-def apply_overrides(results, overrides: list[Override]) -> None:
-    """Record every matching override on its result (``adjustments``) with a note saying so."""
-    for r in results:
-        for o in overrides:
-            if o.applies_to(r):
-                r.adjustments[o.exercise] = o.points
-                what = "the whole submission" if o.exercise == "*" else f"exercise {o.exercise}"
-                value = "waived" if o.points is None else f"set to {o.points:g} points"
-                r.notes.append(f"instructor override: {what} {value}" + (f" ({o.reason})" if o.reason else ""))
-
-
-def read_overrides(path: str | Path) -> list[Override]:
-    """Read ``student,exercise,points,reason[,assignment]`` rows (points ``waive`` or empty: waived).
-
-    Raises ValueError naming the row that does not parse.
-    """
-    reader = csv.DictReader(io.StringIO(Path(path).read_text(encoding="utf-8-sig")))
-    need = {"student", "exercise", "points"}
-    if not need <= {_norm(c) for c in reader.fieldnames or []}:
-        raise ValueError(
-            f"{path}: overrides need the columns student, exercise, points (and reason); found {reader.fieldnames}"
-        )
-    out = []
-    for number, row in enumerate(reader, start=2):
-        row = {_norm(k): (v or "").strip() for k, v in row.items() if k}
-        raw = row["points"].lower()
-        try:
-            points = None if raw in ("", "waive", "waived", "excused") else float(raw)
-        except ValueError:
-            raise ValueError(
-                f"{path}, line {number}: points must be a number or 'waive'; got {row['points']!r}"
-            ) from None
-        out.append(
-            Override(row["student"], row["exercise"] or "*", points, row.get("reason", ""), row.get("assignment", ""))
-        )
-    return out

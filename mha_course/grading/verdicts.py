@@ -47,7 +47,8 @@ class SubmissionResult:
 
     path: str
     assignment: str | None = None
-    seed: int | None = None  # the salt of the fresh inputs (``--seed`` reproduces a grading run)
+    seed: int | None = None  # the assignment's and class's seed (``--seed``; grading-seed.json keeps it)
+    input_seed: int | None = None  # this student's salt of the fresh inputs, drawn from seed and identity
     title: str = ""
     version: int | None = None
     tests: list[TestResult] = field(default_factory=list)
@@ -64,6 +65,10 @@ class SubmissionResult:
     copied: list[str] = field(default_factory=list)  # graded functions equal to the library's reference
     # The instructor's overrides: exercise key (or "*", the whole submission) -> points, None = waived.
     adjustments: dict[str, float | None] = field(default_factory=dict)
+    adjustment_log: list[str] = field(default_factory=list)  # each override and penalty, in the order applied
+    late_days: int = 0  # days late (0: on time), from the platform's marker or the due date
+    late_penalty: float = 0.0  # points taken for lateness, after the overrides
+    lms_max: float | None = None  # the platform's maximum: lms_score rescales the final score to it
 
     def raw_exercise_scores(self) -> dict[str, tuple[float, float]]:
         """Exercise key -> (score, max) as graded, before overrides."""
@@ -85,10 +90,30 @@ class SubmissionResult:
         return scores
 
     @property
-    def score(self) -> float:
+    def raw_score(self) -> float:
+        """The points the tests gave, before any override or penalty."""
+        return sum(t.score for t in self.tests)
+
+    @property
+    def adjusted_score(self) -> float:
+        """The score after the instructor's overrides, before the late penalty."""
         if "*" in self.adjustments:
             return self.adjustments["*"] or 0.0
         return sum(self.exercise_scores().values())
+
+    @property
+    def score(self) -> float:
+        """The final score: overrides applied, then the late penalty (never below 0)."""
+        return max(0.0, self.adjusted_score - self.late_penalty)
+
+    @property
+    def lms_score(self) -> float | None:
+        """The final score on the platform's scale (``lms_max``); None when the submission is excused."""
+        if self.max_score <= 0:
+            return None
+        if self.lms_max is None:
+            return self.score
+        return self.score / self.max_score * self.lms_max
 
     @property
     def max_score(self) -> float:
