@@ -44,21 +44,10 @@ from pathlib import Path
 
 from . import landlock, seccomp_filter
 from .limits import RUNTIME_MB, Resources, _Cgroup
-from .view import PACKAGE_DIR
+from .view import PACKAGE_DIR, SYSTEM_PATHS
 
 UID_BASE = 1_500_000_000  # far above any uid an image's /etc/passwd holds
-SYSTEM_READ = (
-    "/usr",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib32",
-    "/lib64",
-    "/libx32",
-    "/etc/ld.so.cache",
-    "/etc/localtime",
-    "/etc/alternatives",
-)
+SYSTEM_READ = SYSTEM_PATHS  # the same system as bubblewrap's tier mounts
 PSEUDO_READ = ("/proc", "/sys/devices/system", "/dev/zero", "/dev/urandom", "/dev/random")
 
 _counter = itertools.count(1)

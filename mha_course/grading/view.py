@@ -29,6 +29,19 @@ from .sandbox import HELPERS
 from .scan import parse
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # mha_course/
+# What every sandbox reads of the system, in every tier: the loader, libraries, time zone
+SYSTEM_PATHS = (
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/etc/alternatives",
+)
 SCRATCH = "/scratch"  # the submission's writable tmpfs
 VIEW_EXTRA = "/run/grader"  # extra modules (an assignment registered from elsewhere)
 
@@ -274,18 +287,7 @@ def mount_args(view: Path, res: Resources) -> list[str]:
         seen.add(p)
         args.extend(["--ro-bind", p, p])
 
-    for system in (
-        "/usr",
-        "/bin",
-        "/sbin",
-        "/lib",
-        "/lib32",
-        "/lib64",
-        "/libx32",
-        "/etc/ld.so.cache",
-        "/etc/localtime",
-        "/etc/alternatives",
-    ):
+    for system in SYSTEM_PATHS:
         if os.path.islink(system):
             args.extend(["--symlink", os.readlink(system), system])
             seen.add(system)
