@@ -153,7 +153,9 @@ def _diagnose_tiled(got, expected, inputs):
             ),
         ]
     else:
-        alternatives.append((lambda: _attend(q, k, v, scale, tril), "you applied a causal mask with causal=False"))
+        alternatives.append(
+            (lambda: _attend(q, k, v, scale, tril), "you applied a causal mask although causal is False")
+        )
     dtype = np.float32 if q.dtype == np.float32 else None
     return hints.compare(got, expected, "out", "[..., T, Dv]", alternatives=alternatives, check_dtype=True, dtype=dtype)
 
