@@ -149,6 +149,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--report", type=Path, help="write the class report here (HTML), with a Markdown twin and histograms beside it"
     )
+    parser.add_argument(
+        "--anonymise",
+        action="store_true",
+        help="the class report without student names, ids or file names (to project to a class)",
+    )
     parser.add_argument("--feedback-dir", type=Path, help="write one Markdown feedback file per submission here")
     parser.add_argument(
         "--grades-out",
@@ -350,7 +355,10 @@ def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None,
         step("the gradebook", lambda: write_csv(args.csv, results))
         print(f"gradebook: {args.csv}")
     if args.report:
-        step("the class report", lambda: write_report(args.report, results, missing, write_atomic, write_atomic))
+        step(
+            "the class report",
+            lambda: write_report(args.report, results, missing, write_atomic, write_atomic, args.anonymise),
+        )
         print(f"class report: {args.report} (and {args.report.with_suffix('.md')})")
     if args.grades_out and roster is not None:
         step("the grades for import", grades_out)
