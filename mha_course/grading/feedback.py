@@ -42,6 +42,7 @@ NOT_A_MISTAKE = ("not attempted", "timeout", "memory", "not run")
 _VARYING = (
     (re.compile(r"\((?:\s*-?\d+\s*,)*\s*-?\d+\s*,?\s*\)|\(\s*\)"), "(…)"),  # a shape or an index
     (re.compile(r"(?<![\w.])-?\d+\.\d*(?:e[-+]?\d+)?|(?<![\w.])-?\d+e[-+]?\d+"), "…"),  # a measured value
+    (re.compile(r"\[\s*-?\d[\d.,\s-]*\]"), "[…]"),  # a list of values ("[B, T, S]" stays)
     (re.compile(r"\b\d+ of \d+\b"), "some of the"),  # "NaN in 3 of 40 entries"
     (re.compile(r"(\b(?:size|length|[TSDBHE]) (?:= )?)\d+\b"), r"\1…"),  # "T = 5", "a size 7"
 )

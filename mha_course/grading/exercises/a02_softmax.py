@@ -104,7 +104,7 @@ def _alternatives(inputs):
             (
                 lambda guard=guard: _global_max(x, axis, guard),
                 "you subtracted the maximum of the whole array: a row much smaller than the largest one underflows "
-                "to 0/0; each row needs its own maximum (look at the axis of the max)",
+                "to 0/0; subtract each row's own maximum (look at the axis of the max)",
             )
             for guard in (False, True)
         ],
