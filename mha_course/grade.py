@@ -37,6 +37,7 @@ from pathlib import Path
 from .grading import notebook, registry
 from .grading.collect import Submission, collect, one_per_student
 from .grading.feedback import feedback_markdown
+from .grading.feedback import summary as feedback_summary
 from .grading.grader import MAX_CODE_BYTES, Isolator, Limits, SubmissionResult, grade_many
 from .grading.isolation import IsolationError
 from .grading.report import write_report
@@ -338,7 +339,9 @@ def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None,
         else:
             column = args.grade_column or ("Grade" if "Grade" in roster.columns else (args.assignment or "grade"))
             columns, note = {column: next(iter(grades.values()), {})}, f"column {column!r}"
-        write_grade_columns(args.grades_out, roster, columns, write_atomic)
+        # one line per student for a worksheet's comment column (score, first cause, top hint)
+        comments = {r.student_id: feedback_summary(r) for r in reversed(results) if r.student_id and not r.error}
+        write_grade_columns(args.grades_out, roster, columns, write_atomic, comments)
         print(f"grades for import: {args.grades_out} ({note})")
 
     step("the summary", terminal)

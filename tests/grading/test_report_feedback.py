@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import csv
+import io
 import os
 import re
 from pathlib import Path
@@ -17,6 +19,7 @@ from mha_course.grading import hints, registry
 from mha_course.grading.feedback import cause_of, feedback_markdown, root_causes, summary
 from mha_course.grading.report import html_report, markdown_report, score_counts, sections
 from mha_course.grading.results import write_atomic
+from mha_course.grading.roster import read_roster, write_grade_columns
 from mha_course.grading.verdicts import SubmissionResult
 from mha_course.grading.verdicts import TestResult as Verdict
 
@@ -296,3 +299,46 @@ def test_summary_for_a_comment_column(klass):
     first = summary(klass[-1])
     assert "seaborn" in first and first.index("seaborn") < len(first)
     assert "\n" not in first
+
+
+# --- grades export: the platform's rows and columns, with a comment ------------------------------
+
+
+def _written(path, roster, columns, comments=None) -> str:
+    out = {}
+    write_grade_columns(path, roster, columns, lambda p, text: out.setdefault("text", text), comments)
+    return out["text"]
+
+
+def test_canvas_export_keeps_its_points_possible_row(tmp_path):
+    source = (
+        "Student,ID,SIS User ID,SIS Login ID,Section,A04 Masks (123)\n"
+        "    Points Possible,,,,,4.00\n"
+        "Lovelace Ada,1001,ada,ada,S1,\n"
+        "Li Bob,1002,bob,bob,S1,\n"
+    )
+    path = tmp_path / "canvas.csv"
+    path.write_text(source)
+    roster = read_roster(path)
+    text = _written(tmp_path / "out.csv", roster, {"A04 Masks (123)": {"1001": 4.0, "1002": 3.0}})
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == next(csv.reader(io.StringIO(source)))  # exactly Canvas's columns
+    assert rows[1] == ["    Points Possible", "", "", "", "", "4.00"]  # its header row, where it was
+    assert [r[1] for r in rows[2:]] == ["1001", "1002"] and [r[-1] for r in rows[2:]] == ["4", "3"]
+
+
+def test_moodle_worksheet_gets_feedback_comments(tmp_path, klass):
+    path = tmp_path / "moodle.csv"
+    path.write_text(
+        "Identifier,Full name,Email address,Status,Grade,Maximum Grade,Feedback comments\n"
+        "Participant 1003,Cy Young,cy@example.org,Submitted,,4,\n"
+        "Participant 9001,Una Vale,una@example.org,Submitted,,4,\n"
+    )
+    roster = read_roster(path)
+    cy, una = klass[2], klass[-1]
+    cy.student_id, una.student_id = "Participant 1003", "Participant 9001"
+    comments = {r.student_id: summary(r) for r in (cy, una)}
+    text = _written(tmp_path / "out.csv", roster, {"Grade": {cy.student_id: cy.score, una.student_id: 0.0}}, comments)
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert rows[0]["Grade"] == "3" and "1/sqrt(D)" in rows[0]["Feedback comments"]
+    assert "seaborn" in rows[1]["Feedback comments"] and rows[1]["Feedback comments"].startswith("0 / 4 points")
