@@ -342,3 +342,30 @@ def test_moodle_worksheet_gets_feedback_comments(tmp_path, klass):
     rows = list(csv.DictReader(io.StringIO(text)))
     assert rows[0]["Grade"] == "3" and "1/sqrt(D)" in rows[0]["Feedback comments"]
     assert "seaborn" in rows[1]["Feedback comments"] and rows[1]["Feedback comments"].startswith("0 / 4 points")
+
+
+@pytest.mark.slow
+def test_a_failed_import_is_the_first_cause_of_a_real_submission(tmp_path):
+    """A first cell that cannot import: every later NameError is listed under it, not as a misconception."""
+    from grading_fake import GOOD_DOUBLE, require_sandbox, write_submission
+
+    from mha_course.grading.grader import Limits, grade_notebook
+
+    require_sandbox()
+    with registry.registered("grading_fake"):
+        path = write_submission(
+            tmp_path / "zz_fake.ipynb",
+            "import seaborn_not_installed\nimport numpy as np",
+            "def add_arrays(a, b):\n    return np.add(a, b)\n",
+            GOOD_DOUBLE,
+        )
+        result = grade_notebook(path, Limits(case_timeout=10), seed=3)
+    assert result.score < result.max_score
+    first = root_causes(result)[0]
+    assert first.kind == "cell error" and "seaborn_not_installed" in first.example, root_causes(result)
+    assert first.tests and all(t.exercise == "fake_add" for t in first.tests)
+    feedback = feedback_markdown(result)
+    assert feedback.index("## Fix this first") < feedback.index("## ", feedback.index("## Fix this first") + 3)
+    report = markdown_report([result])
+    assert "seaborn_not_installed" in report.split("### First causes")[1]
+    assert "### Misconceptions" not in report  # the NameErrors are consequences, not misconceptions
