@@ -369,3 +369,57 @@ def test_a_failed_import_is_the_first_cause_of_a_real_submission(tmp_path):
     report = markdown_report([result])
     assert "seaborn_not_installed" in report.split("### First causes")[1]
     assert "### Misconceptions" not in report  # the NameErrors are consequences, not misconceptions
+
+
+# --- the workshop plan: timed from the measurements -----------------------------------------------
+
+
+def _measured() -> dict[str, tuple[int, float]]:
+    """Notebook stem -> (words, execution seconds) from RESULTS.md's table of benchmarks/chapter_times.py."""
+    text = (ROOT / "benchmarks" / "RESULTS.md").read_text()
+    section = text.split("## Chapter and assignment times")[1].split("\n## ")[0]
+    rows = re.findall(r"^\| (\d\d_\w+|a\d\d\w*) \| (\d+) \| \d+ \| ([\d.]+) \|$", section, re.M)
+    return {stem: (int(words), float(seconds)) for stem, words, seconds in rows}
+
+
+def _plan() -> list[tuple[int, list[str], list[str], str]]:
+    """(minutes, chapter numbers, assignment stems, row text) of each row of the workshop plan."""
+    text = (ROOT / "docs" / "INSTRUCTORS.md").read_text()
+    section = text.split("## A workshop")[1].split("\n## ")[0]
+    rows = []
+    for line in section.splitlines():
+        m = re.match(r"^\| (?:day \d, )?(\d+):(\d\d)–(\d+):(\d\d) \|([^|]*)\|([^|]*)\|", line)
+        if m:
+            h1, m1, h2, m2 = map(int, m.groups()[:4])
+            chapters = re.findall(r"\b(\d\d)\b(?! min)", m[5])  # "(11 min)" is a duration
+            assignments = re.findall(r"\b(a\d\d\w*)\b", m[6])
+            rows.append((h2 * 60 + m2 - h1 * 60 - m1, chapters, assignments, line))
+    return rows
+
+
+def test_every_notebook_was_measured():
+    measured = _measured()
+    stems = [p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")]
+    stems += [p.stem for p in (ROOT / "exercises").glob("a*.ipynb")]
+    assert sorted(stems) == sorted(measured), set(stems) ^ set(measured)
+
+
+def test_workshop_plan_places_every_chapter_and_assignment_in_time():
+    measured, plan = _measured(), _plan()
+    chapters = {s[:2]: s for s in measured if s[0].isdigit()}
+    assignments = {s for s in measured if s.startswith("a")}
+    placed_chapters = [c for _, cs, _, _ in plan for c in cs]
+    placed_assignments = [a for _, _, a_s, _ in plan for a in a_s]
+    assert sorted(placed_chapters) == sorted(chapters), "each chapter exactly once"
+    assert sorted(placed_assignments) == sorted(assignments), "each assignment exactly once"
+    for minutes, cs, a_s, line in plan:
+        # reading at 200 words a minute, running every cell once, and for an assignment 10 minutes of work at least
+        need = sum(measured[chapters[c]][0] / 200 + measured[chapters[c]][1] / 60 for c in cs)
+        need += sum(measured[a][0] / 200 + measured[a][1] / 60 + 10 for a in a_s)
+        assert minutes >= need, f"{line}: {minutes} min for {need:.0f} min of reading, running and work"
+
+
+def test_the_projected_page_is_the_anonymised_report():
+    text = (ROOT / "docs" / "INSTRUCTORS.md").read_text().split("## A workshop")[1].split("\n## ")[0]
+    projected = [line for line in text.splitlines() if "project" in line.lower()]
+    assert projected and all("--anonymise" in line for line in projected), projected
