@@ -423,3 +423,51 @@ def test_the_projected_page_is_the_anonymised_report():
     text = (ROOT / "docs" / "INSTRUCTORS.md").read_text().split("## A workshop")[1].split("\n## ")[0]
     projected = [line for line in text.splitlines() if "project" in line.lower()]
     assert projected and all("--anonymise" in line for line in projected), projected
+
+
+@pytest.mark.slow
+def test_command_line_anonymised_report_comments_and_modes(tmp_path):
+    """`grade --report --anonymise --grades-out --feedback-dir` on a Moodle download: nobody named on the
+    projected page, Moodle's comment column filled, every output with the umask's mode."""
+    from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, write_submission
+
+    from mha_course.grade import main
+
+    require_sandbox()
+    root = tmp_path / "submissions"
+    for folder, cells in (
+        ("Ann Bell_1111_assignsubmission_file_", (GOOD_ADD, GOOD_DOUBLE)),
+        ("Cal Dunn_2222_assignsubmission_file_", ("import seaborn_not_installed\nimport numpy as np", GOOD_DOUBLE)),
+    ):
+        (root / folder).mkdir(parents=True)
+        write_submission(root / folder / "zz_fake.ipynb", *cells)
+    roster = tmp_path / "roster.csv"
+    roster.write_text(
+        "Identifier,Full name,Email address,Status,Grade,Maximum Grade,Feedback comments\n"
+        "Participant 1111,Ann Bell,ann@example.org,Submitted,,3,\n"
+        "Participant 2222,Cal Dunn,cal@example.org,Submitted,,3,\n"
+    )
+    out = tmp_path / "out"
+    old = os.umask(0o022)
+    try:
+        with registry.registered("grading_fake"):
+            status = main(
+                [str(root), "--assignment", "zz_fake", "--roster", str(roster), "--report", str(out / "report.html"),
+                 "--anonymise", "--feedback-dir", str(out / "feedback"), "--grades-out", str(out / "moodle.csv"),
+                 "--seed", "7", "--quiet", "--case-timeout", "5"]
+            )  # fmt: skip
+    finally:
+        os.umask(old)
+    assert status == 0
+    for name in ("report.html", "report.md"):
+        text = (out / name).read_text()
+        for secret in ("Ann", "Bell", "Cal", "Dunn", "1111", "2222", "assignsubmission", "zz_fake.ipynb"):
+            assert secret not in text, (name, secret)
+    comments = {row["Full name"]: row["Feedback comments"] for row in csv.DictReader((out / "moodle.csv").open())}
+    ann = re.match(r"(\d+) / (\d+) points; all tests pass$", comments["Ann Bell"])
+    assert ann and ann[1] == ann[2], comments["Ann Bell"]
+    assert "seaborn_not_installed" in comments["Cal Dunn"]
+    files = [p for p in out.rglob("*") if p.is_file()]
+    assert len(files) >= 5 and all(p.stat().st_mode & 0o777 == 0o644 for p in files), [
+        (p.name, oct(p.stat().st_mode)) for p in files
+    ]
