@@ -1,14 +1,18 @@
-"""Feedback a student can read: one line per root cause, pointing at the cell to fix.
+"""Feedback a student can read: the first cause first, then one line per root cause, pointing at the cell to fix.
 
 A wrong softmax typically fails five tests with two messages; listing twenty verdicts hides the one
 thing to change. Here the failing tests of each exercise are grouped by their *cause*, the hint
-with numbers taken out ("weights: the mask is inverted ..."), and each cause is one line naming
-the tests it explains and the cell that defines the exercise's function, by that cell's first line.
-Specific hints ("subtract each row's own maximum") come before the generic value comparison
-("values differ from the expected ones"), which then only says where.
+with what varies between cases masked (values, indices, shapes: "weights: the mask is inverted ...";
+formulas such as "1/sqrt(D)" stay whole), and each cause is one line naming the tests it explains and
+the cell that defines the exercise's function, by that cell's first line. Specific hints ("subtract
+each row's own maximum") come before the generic value comparison ("values differ from the expected
+ones"), which then only says where; what did not run (not attempted, a time or memory limit) comes last.
 
-The same causes, counted over a class, are the "misconceptions" of the class report
-(:mod:`.report`).
+A cell that raised (``import seaborn`` in the first cell) comes before everything: the failures it
+explains (a name never defined) are listed under it, not as causes of their own.
+
+The same causes, counted over a class, are the first causes and "misconceptions" of the class report
+(:mod:`.report`); :func:`summary` is one line of them for a grades export's comment column.
 """
 
 from __future__ import annotations
