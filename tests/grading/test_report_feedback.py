@@ -194,6 +194,8 @@ CODE_LIKE = [
     re.compile(r"\b[a-z_]\w*\([^()]*,[^()]*\)"),
     re.compile(r"\b[a-z_]+=(?:True|False|-?\d)"),
     re.compile(r"\b(?:np|torch|F|math|tl)\.\w+\("),
+    re.compile(r"\b(?:np|torch|tl)\.\w+\.\w+"),  # tl.math.exp2
+    re.compile(r"\(use [^)]*[<>]"),  # "(use s < L)"
 ]
 
 
@@ -227,6 +229,8 @@ def test_the_detector_catches_handed_over_fixes():
         "view(B, T, H, D).transpose(1, 2)",
         "divide by sum(axis=-1, keepdims=True)",
         "use np.sqrt(D)",
+        "off by one (use s < L)",
+        "exponentiated with exp: use tl.math.exp2",
     ):
         assert any(p.search(snippet) for p in CODE_LIKE), snippet
 

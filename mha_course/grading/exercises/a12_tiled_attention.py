@@ -120,7 +120,10 @@ def _diagnose_update(got, expected, inputs):
         no_rescale = no_rescale + np.exp(blk - np.where(np.isneginf(m_run), 0.0, m_run)[:, None]).sum(-1)
     alternatives = [
         (lambda: no_rescale, "the old sum l is not rescaled: multiply it by exp(m - m_new) when the maximum grows"),
-        (lambda: np.exp(x).sum(axis=-1), "l is sum(exp(x)) without subtracting the maximum: use exp(x - m_new)"),
+        (
+            lambda: np.exp(x).sum(axis=-1),
+            "l is sum(exp(x)) without subtracting the maximum: each term must be shifted by the running maximum",
+        ),
     ]
     return hints.compare(l, expected[1], "l (running sum)", "[rows]", alternatives=alternatives)
 

@@ -93,7 +93,7 @@ def _diagnose_attention(got, expected, inputs):
         (lambda: _attention_reference(inputs, scale=1.0 / D), "scaled by 1/D instead of 1/sqrt(D)"),
         (
             lambda: _attention_reference(inputs, scale=LOG2E / math.sqrt(D)),
-            "the scores are scaled by log2(e)/sqrt(D) but exponentiated with exp: use tl.math.exp2 (or drop log2(e))",
+            "the scores are scaled by log2(e)/sqrt(D) but exponentiated with exp: the base of the exponential and the scale must agree",
         ),
         (
             lambda: _no_rescale(q, k, v),
