@@ -40,9 +40,9 @@ def exception_hint(error: str, inputs: Any = None) -> str | None:
                 "check that every axis you use has the length you mean (scores are (T, S))"
             )
         return (
-            "shapes do not broadcast: did a sum or a max drop the reduced axis, which must stay as size 1 "
-            "to broadcast back? Or use .T on a batched tensor (it reverses every axis: "
-            "swap only the last two axes)?"
+            "shapes do not broadcast: did a sum or a max drop the reduced axis (look at keepdims, keepdim in "
+            "torch), which must stay as size 1 to broadcast back? Or did you use .T on a batched tensor (it "
+            "reverses every axis: swap only the last two axes)?"
         )
     return None
 
