@@ -199,9 +199,10 @@ def feedback_markdown(
     first = next((c for c in causes if c.kind == "cell error"), None)
     if first is not None:
         # the real cause before its consequences: every NameError below follows from it
-        names = md(", ".join(t.name for t in first.tests)) or "none"
+        names = md(", ".join(t.name + (" (hidden)" if t.hidden else "") for t in first.tests)) or "none"
         lines += [
             "## Fix this first",
+            "",
             f"{md(first.example)}  \nThe tests that failed because of it ({len(first.tests)}, "
             f"{first.points_lost:g} point(s)): {names}. Fix this cell, run the notebook from the top, then "
             "look at what still fails.",
