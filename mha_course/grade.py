@@ -43,6 +43,7 @@ from .grading import bookkeeping, notebook, registry
 from .grading.bookkeeping import apply_policy, grade_column, identify, picker
 from .grading.collect import collect, one_per_student
 from .grading.feedback import feedback_markdown
+from .grading.feedback import summary as feedback_summary
 from .grading.grader import MAX_CODE_BYTES, Isolator, Limits, SubmissionResult, grade_many, new_seed
 from .grading.isolation import IsolationError
 from .grading.lms_names import INSTRUCTOR_FOLDERS
@@ -157,6 +158,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--csv", type=Path, help="write the gradebook (one row per student and assignment)")
     parser.add_argument(
         "--report", type=Path, help="write the class report here (HTML), with a Markdown twin and histograms beside it"
+    )
+    parser.add_argument(
+        "--anonymise",
+        action="store_true",
+        help="the class report without student names, ids or file names (to project to a class)",
     )
     parser.add_argument("--feedback-dir", type=Path, help="write one Markdown feedback file per submission here")
     parser.add_argument(
@@ -374,7 +380,9 @@ def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None,
             columns, note = {column: next(iter(grades.values()), {})}, f"column {column!r}"
             if results and results[0].lms_max is not None:
                 note += f", out of {results[0].lms_max:g}"
-        write_grade_columns(args.grades_out, roster, columns, write_atomic)
+        # one line per student for a worksheet's comment column (score, first cause, top hint)
+        comments = {r.student_id: feedback_summary(r) for r in reversed(results) if r.student_id and not r.error}
+        write_grade_columns(args.grades_out, roster, columns, write_atomic, comments)
         print(f"grades for import: {args.grades_out} ({note})")
 
     step("the summary", terminal)
@@ -391,7 +399,10 @@ def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None,
         step("the gradebook", lambda: write_csv(args.csv, results))
         print(f"gradebook: {args.csv}")
     if args.report:
-        step("the class report", lambda: write_report(args.report, results, missing, write_atomic, write_atomic))
+        step(
+            "the class report",
+            lambda: write_report(args.report, results, missing, write_atomic, write_atomic, args.anonymise),
+        )
         print(f"class report: {args.report} (and {args.report.with_suffix('.md')})")
     if args.grades_out and roster is not None:
         step("the grades for import", grades_out)

@@ -26,7 +26,7 @@ def exception_hint(error: str, inputs: Any = None) -> str | None:
     ):
         return (
             "the inner sizes of a matrix product do not match: did you forget a transpose? On batched "
-            "tensors use k.transpose(-2, -1) (k.T reverses *every* axis), and check which side of each "
+            "tensors swap only the last two axes (k.T reverses *every* axis), and check which side of each "
             "product is (T, .) and which (S, .)"
         )
     match = re.search(r"size of tensor a \((\d+)\) must match the size of tensor b \((\d+)\)", text) or re.search(
@@ -40,9 +40,9 @@ def exception_hint(error: str, inputs: Any = None) -> str | None:
                 "check that every axis you use has the length you mean (scores are (T, S))"
             )
         return (
-            "shapes do not broadcast: did you forget keepdims=True (keepdim=True in torch) in a sum or a max, "
-            "so that the reduced axis stays as size 1? Or use .T on a batched tensor (it reverses every axis: "
-            "use .transpose(-2, -1))?"
+            "shapes do not broadcast: did a sum or a max drop the reduced axis (look at keepdims, keepdim in "
+            "torch), which must stay as size 1 to broadcast back? Or did you use .T on a batched tensor (it "
+            "reverses every axis: swap only the last two axes)?"
         )
     return None
 

@@ -135,8 +135,8 @@ def dtype_hint(got: np.ndarray, expected: np.ndarray, what: str) -> str | None:
     hint = f"{what}: dtype expected {expected.dtype}, got {got.dtype}"
     if got.dtype == np.float64 and expected.dtype == np.float32:
         hint += (
-            " (something promoted your float32 values: in NumPy 2, np.sqrt(D) is a float64 scalar "
-            "that does this; use math.sqrt(D) or cast back)"
+            " (something promoted your float32 values: in NumPy 2, NumPy's square root of D is a float64 scalar "
+            "that does this: a Python float scale keeps float32)"
         )
     elif expected.dtype == np.bool_:
         hint += " (return a boolean mask: True where a query may attend)"

@@ -1,10 +1,14 @@
 """The class report of one grading run: one section per assignment, in HTML and in Markdown.
 
 Per assignment (never averaged across assignments): how many were graded, a histogram of the
-scores (a picture), each exercise's mean and share of full marks, the misconceptions (the root
-causes of :mod:`.feedback`, counted over students, with the students affected), the submissions
-that could not be graded and why, students of the roster with no submission, and the answers that
-are the library's own reference code.
+scores (a picture, one bar per possible score), each exercise's mean and share of full marks, the
+first causes (a cell that raised, before the failures it explains), the misconceptions (the root
+causes of :mod:`.feedback` that are wrong results, counted over students, with the students
+affected), what was not attempted or stopped by a limit (not a misconception), the submissions that
+could not be graded and why, students of the roster with no submission, the answers that are the
+library's own reference code, and one row per student (scores per exercise, overrides, penalties).
+
+``anonymise=True`` is the page to project: no names, ids or file names anywhere, counts only.
 """
 
 from __future__ import annotations
@@ -12,10 +16,12 @@ from __future__ import annotations
 import base64
 import html
 import io
+import math
 import re
 import statistics
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 from .feedback import root_causes
@@ -34,6 +40,8 @@ class Section:
     problems: list[SubmissionResult]
     exercises: list[tuple[str, str, float, float, float]] = field(default_factory=list)  # key, title, mean, max, full
     misconceptions: list[tuple[str, str, list[str]]] = field(default_factory=list)  # exercise, cause, students
+    first_causes: list[tuple[str, str, list[str]]] = field(default_factory=list)  # "", cell error, students
+    not_run: list[tuple[str, str, list[str]]] = field(default_factory=list)  # exercise, why, students
     copied: list[tuple[str, str]] = field(default_factory=list)  # student, line
 
     @property
@@ -47,6 +55,11 @@ class Section:
 
 def _who(r: SubmissionResult) -> str:
     return r.student_name or r.student or clean(Path(r.path).name)
+
+
+def _ranked(found: dict[tuple[str, str], set[str]]) -> list[tuple[str, str, list[str]]]:
+    """(exercise, cause, students) commonest first."""
+    return sorted(((e, c, sorted(s)) for (e, c), s in found.items()), key=lambda i: (-len(i[2]), i[0], i[1]))
 
 
 def sections(results: list[SubmissionResult]) -> list[Section]:
@@ -75,31 +88,65 @@ def sections(results: list[SubmissionResult]) -> list[Section]:
                     sum(g >= m for g, m in pairs) / len(pairs),
                 )
             )
-        students: dict[tuple[str, str], set[str]] = defaultdict(set)
+        students: dict[str, dict[tuple[str, str], set[str]]] = defaultdict(lambda: defaultdict(set))
         for r in graded:
             for cause in root_causes(r):
-                students[(cause.exercise, cause.text)].add(_who(r))
-        section.misconceptions = sorted(
-            ((e, c, sorted(s)) for (e, c), s in students.items()), key=lambda item: (-len(item[2]), item[0], item[1])
+                students[cause.kind][(cause.exercise, cause.text)].add(_who(r))
+
+        section.first_causes, section.misconceptions, section.not_run = (
+            _ranked(students.get("cell error", {})),
+            _ranked(students.get("mistake", {})),
+            _ranked(students.get("not run", {})),
         )
         section.copied = [(_who(r), line) for r in graded for line in r.copied]
         out.append(section)
     return out
 
 
+def score_step(section: Section) -> float:
+    """The resolution of the possible scores: the largest step every test's points are a multiple of."""
+    points = {Fraction(t.points).limit_denominator(100) for r in section.graded for t in r.tests if t.points > 0}
+    step = Fraction(0)
+    for p in points:
+        step = (
+            Fraction(
+                math.gcd(step.numerator * p.denominator, p.numerator * step.denominator),
+                step.denominator * p.denominator,
+            )
+            if step
+            else p
+        )
+    return float(step) if step else 1.0
+
+
+def score_counts(section: Section) -> list[tuple[float, int]]:
+    """(possible score, students) for every score from 0 to the maximum in steps of :func:`score_step`.
+
+    One bar per possible score: neighbouring scores are never merged. Above 200 possible scores
+    (fine-grained points), the step is widened to keep 200 bars at most.
+    """
+    top = section.max_score
+    step = score_step(section)
+    while top / step > 200:
+        step *= 2
+    count = Counter(min(round(score / step), round(top / step)) for score in section.scores)
+    return [(k * step, count.get(k, 0)) for k in range(round(top / step) + 1)]
+
+
 def histogram_png(section: Section) -> bytes:
-    """The score histogram of one assignment as PNG bytes."""
+    """The score histogram of one assignment as PNG bytes: one bar per possible score."""
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 2.8), dpi=100)
-    top = section.max_score or 1.0
-    bins = min(20, max(5, int(top)))
-    ax.hist(section.scores, bins=bins, range=(0, top), color="#4c72b0", edgecolor="white")
-    ax.set_xlabel(f"score (out of {top:g})")
+    counts = score_counts(section)
+    width = (counts[1][0] - counts[0][0]) * 0.9 if len(counts) > 1 else 0.9
+    ax.bar([x for x, _ in counts], [n for _, n in counts], width=width, color="#4c72b0", edgecolor="white")
+    ax.set_xlabel(f"score (out of {section.max_score:g})")
     ax.set_ylabel("students")
+    ax.yaxis.get_major_locator().set_params(integer=True)
     ax.set_title(f"{section.key}: {len(section.graded)} graded")
     fig.tight_layout()
     buf = io.BytesIO()
@@ -118,7 +165,7 @@ def _summary(section: Section) -> str:
     )
 
 
-def _header(results: list[SubmissionResult], missing: list[str]) -> list[str]:
+def _header(results: list[SubmissionResult], missing: list[str], anonymise: bool = False) -> list[str]:
     seeds = sorted({r.seed for r in results if r.seed is not None})
     kinds = sorted({(r.isolation or {}).get("kind", "?") for r in results})
     lines = [
@@ -126,16 +173,60 @@ def _header(results: list[SubmissionResult], missing: list[str]) -> list[str]:
         f"isolation: {', '.join(kinds)}"
     ]
     if missing:
-        lines.append(f"{len(missing)} student(s) of the roster submitted nothing: {', '.join(missing)}")
+        who = "" if anonymise else f": {', '.join(missing)}"
+        lines.append(f"{len(missing)} student(s) of the roster submitted nothing{who}")
     return lines
 
 
+def _overrides(r: SubmissionResult) -> str:
+    """The instructor's overrides and penalties of one result, as one line ("" when none)."""
+    parts = [f"{k}: {'waived' if v is None else f'{v:g}'}" for k, v in r.adjustments.items()]
+    parts += list(getattr(r, "adjustment_log", None) or [])  # the policy's own log, when results carry one
+    late_days, late_penalty = getattr(r, "late_days", 0) or 0, getattr(r, "late_penalty", 0.0) or 0.0
+    if late_days or late_penalty:
+        parts.append(f"late {late_days} day(s): -{late_penalty:g}")
+    return "; ".join(dict.fromkeys(parts))
+
+
+def student_rows(section: Section) -> tuple[list[str], list[list[str]]]:
+    """(columns, rows) of the per-student table: who, file, score, each exercise, overrides, status."""
+    keys = [key for key, *_ in section.exercises]
+    columns = ["student", "id", "submission", "score", *keys, "overrides", "status"]
+    rows = []
+    for r in sorted(section.graded + section.problems, key=lambda r: (_who(r).casefold(), r.key)):
+        scores, raw = r.exercise_scores(), r.raw_exercise_scores()
+        cells = [f"{scores[k]:g}" if k in scores else ("waived" if k in raw else "") for k in keys]
+        score = "" if r.error else f"{r.score:g} / {r.max_score:g}"
+        status = f"not graded: {r.error}" if r.error else "graded"
+        rows.append([_who(r), r.student_id, r.key or clean(Path(r.path).name), score, *cells, _overrides(r), status])
+    return columns, rows
+
+
+def _lists(s: Section, anonymise: bool) -> list[tuple[str, list[tuple[str, str, list[str]]]]]:
+    """The grouped failures, first causes first; misconceptions exclude what did not run."""
+    return [
+        ("First causes (a cell raised; the failures listed with it follow from it)", s.first_causes),
+        ("Misconceptions (wrong results grouped by the hint that fired)", s.misconceptions),
+        ("Not attempted or stopped by a limit (not misconceptions)", s.not_run),
+    ]
+
+
+def _count(who: list[str]) -> str:
+    return f"{len(who)} student(s)"
+
+
 def markdown_report(
-    results: list[SubmissionResult], missing: list[str] = (), image_names: dict[str, str] | None = None
+    results: list[SubmissionResult],
+    missing: list[str] = (),
+    image_names: dict[str, str] | None = None,
+    anonymise: bool = False,
 ) -> str:
-    """The report as Markdown; ``image_names`` maps assignment keys to histogram files beside it."""
+    """The report as Markdown; ``image_names`` maps assignment keys to histogram files beside it.
+
+    ``anonymise``: no student names, ids or file names (the page to project to a class).
+    """
     # learner text (names, keys, hints quoting exceptions) goes through md() or code_span(): no raw HTML
-    lines = ["# Class report", "", *[f"{md(line)}  " for line in _header(results, list(missing))], ""]
+    lines = ["# Class report", "", *[f"{md(line)}  " for line in _header(results, list(missing), anonymise)], ""]
     for s in sections(results):
         lines += [f"## {md(s.title)} ({code_span(s.key)})", "", _summary(s), ""]
         if image_names and s.key in image_names:
@@ -147,28 +238,41 @@ def markdown_report(
                 for key, title, mean, most, full in s.exercises
             ]
             lines.append("")
-        if s.misconceptions:
-            lines += ["### Misconceptions (failures grouped by the hint that fired)", ""]
-            lines += [
-                f"- **{len(who)} student(s)**, {code_span(exercise)}: {md(cause)} ({md(', '.join(who))})"
-                for exercise, cause, who in s.misconceptions
-            ]
+        for heading, entries in _lists(s, anonymise):
+            if not entries:
+                continue
+            lines += [f"### {heading}", ""]
+            for exercise, cause, who in entries:
+                where = f"{code_span(exercise)}: " if exercise else ""
+                names = "" if anonymise else f" ({md(', '.join(who))})"
+                lines.append(f"- **{_count(who)}**, {where}{md(cause)}{names}")
             lines.append("")
         if s.copied:
             lines += ["### Answers equal to the library's reference (not penalised; for your review)", ""]
-            lines += [f"- {md(who)}: {md(line)}" for who, line in s.copied]
+            if anonymise:
+                lines.append(f"- {len({w for w, _ in s.copied})} student(s)")
+            else:
+                lines += [f"- {md(who)}: {md(line)}" for who, line in s.copied]
             lines.append("")
         if s.problems:
             lines += ["### Not graded", ""]
-            lines += [f"- {md(_who(r))} ({code_span(r.key or clean(r.path))}): {md(r.error)}" for r in s.problems]
+            if anonymise:
+                lines.append(f"- {len(s.problems)} submission(s) could not be graded")
+            else:
+                lines += [f"- {md(_who(r))} ({code_span(r.key or clean(r.path))}): {md(r.error)}" for r in s.problems]
+            lines.append("")
+        if not anonymise and (s.graded or s.problems):
+            columns, rows = student_rows(s)
+            lines += ["### Students", "", "| " + " | ".join(map(md, columns)) + " |", "|" + "---|" * len(columns)]
+            lines += ["| " + " | ".join(md(c).replace("|", "\\|") for c in row) + " |" for row in rows]
             lines.append("")
     return "\n".join(lines)
 
 
-def html_report(results: list[SubmissionResult], missing: list[str] = ()) -> str:
-    """The report as one self-contained HTML page (histograms embedded as PNG)."""
+def html_report(results: list[SubmissionResult], missing: list[str] = (), anonymise: bool = False) -> str:
+    """The report as one self-contained HTML page (histograms embedded as PNG); ``anonymise`` as in Markdown."""
     e = html.escape
-    body = ["<h1>Class report</h1>", *[f"<p>{e(line)}</p>" for line in _header(results, list(missing))]]
+    body = ["<h1>Class report</h1>", *[f"<p>{e(line)}</p>" for line in _header(results, list(missing), anonymise)]]
     for s in sections(results):
         body += [
             f"<section id='{e(s.key)}'><h2>{e(s.title)} (<code>{e(s.key)}</code>)</h2>",
@@ -187,24 +291,36 @@ def html_report(results: list[SubmissionResult], missing: list[str] = ()) -> str
                 for key, title, mean, most, full in s.exercises
             ]
             body.append("</table>")
-        if s.misconceptions:
-            body.append("<h3>Misconceptions (failures grouped by the hint that fired)</h3><ul>")
-            body += [
-                f"<li><b>{len(who)} student(s)</b>, <code>{e(exercise)}</code>: {e(cause)} "
-                f"<small>({e(', '.join(who))})</small></li>"
-                for exercise, cause, who in s.misconceptions
-            ]
+        for heading, entries in _lists(s, anonymise):
+            if not entries:
+                continue
+            body.append(f"<h3>{e(heading)}</h3><ul>")
+            for exercise, cause, who in entries:
+                where = f"<code>{e(exercise)}</code>: " if exercise else ""
+                names = "" if anonymise else f" <small>({e(', '.join(who))})</small>"
+                body.append(f"<li><b>{_count(who)}</b>, {where}{e(cause)}{names}</li>")
             body.append("</ul>")
         if s.copied:
             body.append("<h3>Answers equal to the library's reference (not penalised; for your review)</h3><ul>")
-            body += [f"<li>{e(who)}: {e(line)}</li>" for who, line in s.copied]
+            if anonymise:
+                body.append(f"<li>{len({w for w, _ in s.copied})} student(s)</li>")
+            else:
+                body += [f"<li>{e(who)}: {e(line)}</li>" for who, line in s.copied]
             body.append("</ul>")
         if s.problems:
             body.append("<h3>Not graded</h3><ul>")
-            body += [
-                f"<li>{e(_who(r))} (<code>{e(r.key or r.path)}</code>): {e(r.error or '')}</li>" for r in s.problems
-            ]
+            if anonymise:
+                body.append(f"<li>{len(s.problems)} submission(s) could not be graded</li>")
+            else:
+                body += [
+                    f"<li>{e(_who(r))} (<code>{e(r.key or r.path)}</code>): {e(r.error or '')}</li>" for r in s.problems
+                ]
             body.append("</ul>")
+        if not anonymise and (s.graded or s.problems):
+            columns, rows = student_rows(s)
+            body.append("<h3>Students</h3><table class='students'><tr>" + "".join(f"<th>{e(c)}</th>" for c in columns))
+            body += ["<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>" for row in rows]
+            body.append("</table>")
         body.append("</section>")
     style = (
         "body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.4}"
@@ -218,12 +334,17 @@ def html_report(results: list[SubmissionResult], missing: list[str] = ()) -> str
 
 
 def write_report(
-    path: str | Path, results: list[SubmissionResult], missing: list[str], write_text, write_bytes
+    path: str | Path,
+    results: list[SubmissionResult],
+    missing: list[str],
+    write_text,
+    write_bytes,
+    anonymise: bool = False,
 ) -> list[Path]:
     """Write ``path`` (HTML) and its Markdown twin (``.md``, with PNG histograms beside it); returns the files."""
     path = Path(path)
     written = [path]
-    write_text(path, html_report(results, missing))
+    write_text(path, html_report(results, missing, anonymise))
     images = {}
     for s in sections(results):
         if s.graded:
@@ -232,6 +353,6 @@ def write_report(
             images[s.key] = name
             written.append(path.with_name(name))
     md = path.with_suffix(".md")
-    write_text(md, markdown_report(results, missing, images))
+    write_text(md, markdown_report(results, missing, images, anonymise))
     written.append(md)
     return written

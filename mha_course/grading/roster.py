@@ -113,7 +113,8 @@ class Roster:
     columns: list[str]
     students: list[Student]
     points_possible: dict[str, float] = field(default_factory=dict)  # column -> the platform's maximum
-    kept: list[dict[str, str]] = field(default_factory=list)  # rows without an id (Canvas's Points Possible)
+    # rows without an id (Canvas's "Points Possible"), by their place among the rows: written back as they came
+    other_rows: list[tuple[int, dict[str, str]]] = field(default_factory=list)
 
     def find(self, folder: str) -> Student | None:
         """The roster row a student folder (or file) name belongs to, or None (no rule finds exactly one)."""
@@ -163,7 +164,7 @@ def read_roster(path: str | Path) -> Roster:
         raise ValueError(
             f"{path}: the roster needs an id column (one of {', '.join(_ID_COLUMNS)}); found columns {columns}"
         )
-    students, possible, kept = [], {}, []
+    students, possible, other_rows = [], {}, []
     for row in reader:
         if name_col and fold(row.get(name_col) or "") == "points possible":
             for column, value in row.items():  # Canvas: each assignment column's maximum
@@ -172,11 +173,11 @@ def read_roster(path: str | Path) -> Roster:
                 except (TypeError, ValueError):
                     pass
         if not (row.get(id_col) or "").strip():
-            kept.append(dict(row))  # Canvas exports put "Points Possible" rows without an id: written back as they came
+            other_rows.append((len(students) + len(other_rows), dict(row)))  # Canvas's "Points Possible" row
             continue
         name, match, user, email = (_cell(row, c) for c in (name_col, match_col, user_col, email_col))
         students.append(Student(row[id_col].strip(), name, match, dict(row), user, email))
-    return Roster(columns, students, possible, kept)
+    return Roster(columns, students, possible, other_rows)
 
 
 def write_grades(path: str | Path, roster: Roster, grades: dict[str, float | None], column: str, write) -> None:
@@ -188,21 +189,36 @@ def write_grades(path: str | Path, roster: Roster, grades: dict[str, float | Non
     return write_grade_columns(path, roster, {column: grades}, write)
 
 
-def write_grade_columns(path: str | Path, roster: Roster, columns: dict[str, dict[str, float | None]], write) -> None:
+def write_grade_columns(
+    path: str | Path,
+    roster: Roster,
+    columns: dict[str, dict[str, float | None]],
+    write,
+    comments: dict[str, str] | None = None,
+) -> None:
     """The roster as it came, with one grade column per entry of ``columns`` (column -> student id -> points).
 
-    Every cell is written through :func:`.safe_text.csv_cell`: none can start a spreadsheet formula.
+    Rows without an id (Canvas's "Points Possible") stay where they were, as they were. ``comments``
+    (student id -> one line) fills the roster's feedback-comments column when it has one (Moodle's
+    worksheet: "Feedback comments"). Every cell is written through :func:`.safe_text.csv_cell`: none
+    can start a spreadsheet formula.
     """
     names = roster.columns + [c for c in columns if c not in roster.columns]
-    buf = io.StringIO()
-    writer = csv.writer(buf)
-    writer.writerow([csv_cell(c) for c in names])
-    for row in roster.kept:
-        writer.writerow([csv_cell(row.get(c) or "") for c in names])
+    comment_col = next((c for c in roster.columns if _norm(c) in {"feedback comments", "feedback"}), None)
+    rows: list[dict[str, str]] = []
     for s in roster.students:
         row = dict(s.row)
         for column, grades in columns.items():
             grade = grades.get(s.student_id)
             row[column] = "" if grade is None else f"{grade:g}"
+        if comment_col and comments and s.student_id in comments:
+            row[comment_col] = comments[s.student_id]
+        rows.append(row)
+    for index, row in roster.other_rows:
+        rows.insert(index, row)
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow([csv_cell(c) for c in names])
+    for row in rows:
         writer.writerow([csv_cell(row.get(c) or "") for c in names])
     write(path, buf.getvalue())

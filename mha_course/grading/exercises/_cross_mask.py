@@ -27,8 +27,8 @@ def mask_alternatives(lengths, T, S):
             full(source >= L),
             "True and False are swapped: True marks a source position the target MAY read (s < source_lengths[b])",
         ),
-        (full(source <= L), "off by one: a source of length L has real positions 0 .. L-1 (use s < L)"),
-        (full(source < L - 1), "off by one: a source of length L has real positions 0 .. L-1 (use s < L)"),
+        (full(source <= L), "off by one: a source of length L has real positions 0 .. L-1"),
+        (full(source < L - 1), "off by one: a source of length L has real positions 0 .. L-1"),
         (
             full((source < L) & (source <= target)),
             "cross-attention is not causal: the whole source is known "

@@ -131,16 +131,17 @@ def without_alternatives(inputs, heads):
         (dict(out_proj=False), "out_proj (W_O) is not applied after merging the heads"),
         (
             dict(split="no_transpose", merge="no_transpose"),
-            "view(B, H, T, D) without a transpose mixes tokens into "
-            "heads: view(B, T, H, D).transpose(1, 2), and transpose back before merging",
+            "the heads were split (and merged) without moving the head axis: reshaping straight to "
+            "(B, H, T, D) mixes tokens into heads; look at the order of the axes in the split and in the merge",
         ),
         (
             dict(split="no_transpose"),
-            "split without transpose: view(B, H, T, D) mixes tokens into heads; view(B, T, H, D).transpose(1, 2)",
+            "the heads were split without moving the head axis: reshaping straight to (B, H, T, D) mixes tokens "
+            "into heads; look at the order of the axes in the split",
         ),
         (
             dict(merge="no_transpose"),
-            "merge without transpose: transpose(1, 2) back to (B, T, H, D) before reshaping to (B, T, E)",
+            "merge without transpose: the head axis must be moved back next to D before reshaping to (B, T, E)",
         ),
         (
             dict(scale=1.0 / math.sqrt(E)),

@@ -98,19 +98,19 @@ def _alternatives(inputs):
         (
             lambda: _naive(x, None) if x.ndim > 1 else None,
             "you divided by the sum over the whole array; "
-            "divide each row by its own sum (sum(axis=..., keepdims=True))",
+            "each row must be divided by its own sum (look at the axis of the sum)",
         ),
         *[
             (
                 lambda guard=guard: _global_max(x, axis, guard),
                 "you subtracted the maximum of the whole array: a row much smaller than the largest one underflows "
-                "to 0/0; subtract each row's own maximum (max(axis=..., keepdims=True))",
+                "to 0/0; subtract each row's own maximum (look at the axis of the max)",
             )
             for guard in (False, True)
         ],
         (
             lambda: _no_keepdims(x, axis),
-            "missing keepdims=True: the row maxima/sums were broadcast along the wrong axis",
+            "the row maxima/sums lost their reduced axis and were broadcast along the wrong axis",
         ),
     ]
     return alts

@@ -43,9 +43,11 @@ def _diagnose_causal(got, expected, inputs):
         "mask",
         "[T, S]",
         alternatives=[
+            # the off-by-one first: with T = S = 1 it is the swapped mask too, and "the diagonal" is then the truth
+            (lambda: cols < rows, "off by one: query i must also see key i itself (the diagonal is allowed)"),
+            (lambda: cols <= rows + 1, "off by one: query i also sees key i + 1, one step in its future"),
             (lambda: cols > rows, "True and False are swapped: True means MAY attend (query i sees keys j <= i)"),
             (lambda: cols >= rows, "upper triangle: that lets each query see the future; keep j <= i (lower triangle)"),
-            (lambda: cols < rows, "off by one: query i must also see key i itself (the diagonal is allowed)"),
             (
                 lambda: cols <= rows + (S - T),
                 "aligned bottom-right; the course aligns top-left like torch's is_causal: query i sees keys j <= i",
@@ -114,8 +116,8 @@ def _diagnose_padding(got, expected, inputs):
     B, S = len(inputs["lengths"]), inputs["S"]
     if arr.shape == (B, S):
         return (
-            f"mask: shape expected ({B}, 1, 1, {S}) [B, 1, 1, S], got ({B}, {S}): add the head and query axes "
-            "(mask[:, None, None, :]) so it broadcasts against scores (B, H, T, S)"
+            f"mask: shape expected ({B}, 1, 1, {S}) [B, 1, 1, S], got ({B}, {S}): the head and query axes are "
+            "missing, so it cannot broadcast against scores (B, H, T, S)"
         )
     if arr.shape == (B, 1, S, 1):
         return f"mask: shape ({B}, 1, {S}, 1) puts the keys on the query axis; expected ({B}, 1, 1, {S})"

@@ -138,16 +138,16 @@ def _diagnose(got, expected, inputs):
         ),
         (
             lambda: expected_output(inputs, split="no_transpose"),
-            "heads split with view(B, H, T, E) and no transpose: "
-            "view(B, T, H, E) then transpose(1, 2), for queries, keys AND values",
+            "heads split straight into (B, H, T, E) with no transpose: "
+            "the head axis must move in front of T, for queries, keys AND values",
         ),
         (
             lambda: expected_output(inputs, transpose_kv=False),
-            "keys and values are not split like the queries: view(B, S, H, E).transpose(1, 2) for them too",
+            "keys and values are not split into heads like the queries: look at how k and v are reshaped",
         ),
         (
             lambda: expected_output(inputs, merge="no_transpose"),
-            "heads merged without transposing back: transpose(1, 2) to (B, T, H, E), then view(B, T, H*E)",
+            "heads merged without transposing back: the head axis must be moved next to the features before the merge",
         ),
         (lambda: expected_output(inputs, value_from_keys=True), "the values are computed from the keys input"),
     ]
@@ -164,7 +164,7 @@ def _diagnose(got, expected, inputs):
     if hint and inputs["mask"] is not None and "NaN" in hint:
         hint = (
             "output: NaN, so some query has every key blocked: is the mask inverted? (True means MAY attend; "
-            "block with masked_fill(~mask, -inf))"
+            "look at which entries the mask fill blocks)"
         )
     return hint
 

@@ -63,7 +63,7 @@ def _diagnose_split(got, expected, inputs):
     if hint:
         return hint
     if arr.shape == (B, T, H, D):
-        return f"heads: shape expected ({B}, {H}, {T}, {D}) [B, H, T, D], got {arr.shape} [B, T, H, D]: transpose(1, 2) after the view"
+        return f"heads: shape expected ({B}, {H}, {T}, {D}) [B, H, T, D], got {arr.shape} [B, T, H, D]: the head axis was never moved in front of T"
     return hints.compare(
         arr,
         expected,
@@ -72,13 +72,13 @@ def _diagnose_split(got, expected, inputs):
         alternatives=[
             (
                 lambda: x.reshape(B, H, T, D),
-                "view(B, H, T, D) without a transpose mixes tokens into heads: "
-                "view(B, T, H, D) first, then transpose(1, 2)",
+                "reshaping straight to (B, H, T, D) without a transpose mixes tokens into heads: one token's features stay "
+                "together; look at the order in which the axes are split and moved",
             ),
             (
                 lambda: x.reshape(B, T, D, H).transpose(0, 3, 1, 2),
                 "heads take every H-th feature; head h must be the "
-                "consecutive features h*D .. (h+1)*D - 1: view(B, T, H, D)",
+                "consecutive features h*D .. (h+1)*D - 1: look at how the last axis E is split into (H, D)",
             ),
         ],
     )
@@ -95,17 +95,17 @@ def _diagnose_merge(got, expected, inputs):
         alternatives=[
             (
                 lambda: x.reshape(B, T, H * D),
-                "reshape(B, T, E) without transposing back mixes heads into tokens: "
-                "transpose(1, 2) first (then .contiguous().view or .reshape)",
+                "merging straight from (B, H, T, D) to (B, T, E) mixes heads into tokens: the head axis must sit "
+                "next to D before the merge",
             ),
             (
                 lambda: x.transpose(0, 1, 3, 2).reshape(B, T, H * D) if T == D else None,
-                "you transposed the last two axes; swap the head and time axes: transpose(1, 2)",
+                "you transposed the last two axes; the head and time axes are the ones to swap",
             ),
             (
                 lambda: x.transpose(0, 2, 3, 1).reshape(B, T, H * D),
                 "features are interleaved across heads; head h must "
-                "fill features h*D .. (h+1)*D - 1: transpose(1, 2) then reshape",
+                "fill features h*D .. (h+1)*D - 1: look at the order of the axes before the reshape",
             ),
         ],
     )
@@ -233,7 +233,7 @@ def _diagnose_layout(got, expected, inputs):
         if (rows, cols) != (E, E):
             return f"{name}.weight has shape ({rows}, {cols}); every projection is nn.Linear(E, E) = ({E}, {E})"
         if nbias != E:
-            return f"{name} has no bias; use nn.Linear(E, E) with its default bias=True"
+            return f"{name} has no bias: every projection of the reference has one (look at how the layer is built)"
     if int(count) != int(expected[1]):
         return (
             f"the module has {int(count)} parameters, expected 4*E*E + 4*E = {int(expected[1])}: "
@@ -275,7 +275,8 @@ def _mha_alternatives(inputs):
         (dict(swap_qk=True), "q_proj and k_proj are swapped: queries go through q_proj, keys through k_proj"),
         (
             dict(split="no_transpose"),
-            "split without transpose: view(B, H, T, D) mixes tokens into heads; view(B, T, H, D).transpose(1, 2)",
+            "the heads were split without moving the head axis: reshaping straight to (B, H, T, D) mixes tokens "
+            "into heads; look at the order of the axes in the split",
         ),
     ]
     weights_alts = [(pick(1, **kw), hint) for kw, hint in common if H > 1 or "split" not in kw]
@@ -284,7 +285,7 @@ def _mha_alternatives(inputs):
         (pick(0, value_from_key=True), "the values come from the key input: v = v_proj(value)"),
         (
             pick(0, merge="no_transpose"),
-            "merge without transpose: transpose(1, 2) back to (B, T, H, D) before reshaping to (B, T, E)",
+            "merge without transpose: the head axis must be moved back next to D before reshaping to (B, T, E)",
         ),
     ] + [(pick(0, **kw), hint) for kw, hint in common]
     return out_alts, weights_alts

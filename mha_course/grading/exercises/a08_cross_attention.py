@@ -186,8 +186,8 @@ def _diagnose_cross(got, expected, inputs):
     if S != T and weights.shape == (B, H, S, T):
         return (
             f"weights: shape {weights.shape} [B, H, S, T]: the memory attended to the decoder; queries come "
-            "from the decoder states (T), keys and values from the memory (S): "
-            "attention(decoder_states, memory, memory, mask=...)"
+            "from the decoder states (T), keys and values from the memory (S): look at the order of the "
+            "arguments of the attention call"
         )
     if S != T and weights.shape == (B, H, T, T):
         return (

@@ -136,7 +136,7 @@ def _step_alternatives(inputs):
             ),
             (
                 lambda: _attend(q, k_all, v_all, mask=np.arange(S + 1)[None, :] <= 0),
-                "a top-left causal mask (causal_mask(1, S)) lets the newest query see key 0 only; the newest "
+                "a top-left causal mask for one query lets the newest query see key 0 only; the newest "
                 "token may see every cached key: no mask is needed for one new query",
             ),
         ]
@@ -156,7 +156,7 @@ def _compare_triple(got, expected, out_alts, k_first, v_first):
             [
                 (
                     first,
-                    "the new token is at the start of the cache; append it at the END (torch.cat([cache, new], dim=2))",
+                    "the new token is at the start of the cache; it belongs at the end (look at the order of the concatenation)",
                 )
             ]
             if first is not None
@@ -251,7 +251,7 @@ def _sequence_alternatives(inputs):
         ),
         (
             lambda: _attend(q, k, v, mask=np.broadcast_to(np.arange(N) <= 0, (N, N))),
-            "every step saw key 0 only: a top-left causal mask (causal_mask(1, S)) is wrong for the newest "
+            "every step saw key 0 only: a top-left causal mask for one query is wrong for the newest "
             "query; no mask is needed for one new query",
         ),
     ]

@@ -120,7 +120,10 @@ def _diagnose_update(got, expected, inputs):
         no_rescale = no_rescale + np.exp(blk - np.where(np.isneginf(m_run), 0.0, m_run)[:, None]).sum(-1)
     alternatives = [
         (lambda: no_rescale, "the old sum l is not rescaled: multiply it by exp(m - m_new) when the maximum grows"),
-        (lambda: np.exp(x).sum(axis=-1), "l is sum(exp(x)) without subtracting the maximum: use exp(x - m_new)"),
+        (
+            lambda: np.exp(x).sum(axis=-1),
+            "l is sum(exp(x)) without subtracting the maximum: each term must be shifted by the running maximum",
+        ),
     ]
     return hints.compare(l, expected[1], "l (running sum)", "[rows]", alternatives=alternatives)
 
@@ -153,7 +156,9 @@ def _diagnose_tiled(got, expected, inputs):
             ),
         ]
     else:
-        alternatives.append((lambda: _attend(q, k, v, scale, tril), "you applied a causal mask with causal=False"))
+        alternatives.append(
+            (lambda: _attend(q, k, v, scale, tril), "you applied a causal mask although causal is False")
+        )
     dtype = np.float32 if q.dtype == np.float32 else None
     return hints.compare(got, expected, "out", "[..., T, Dv]", alternatives=alternatives, check_dtype=True, dtype=dtype)
 

@@ -183,7 +183,7 @@ def _diagnose_merge(got, expected, inputs):
         ),
         (
             alt("unnormalised", 0),
-            "the weights exp(lse_b - max) do not sum to 1: divide by their sum, i.e. use exp(lse_b - lse)",
+            "the weights exp(lse_b - max) do not sum to 1: they must be divided by their sum",
         ),
     ]
     lse_alts = [

@@ -303,7 +303,7 @@ def _diagnose_lookup(got, expected, inputs):
         ),
         (
             lambda: pool[table].reshape(G, n * P, D)[:, :length],
-            "pool[block_table] is (n, G, P, D): bring G to the front (transpose(0, 1)) before merging n and P",
+            "the gathered blocks are (n, G, P, D): merging n and P needs G in front first (look at the axis order)",
         ),
         (
             lambda: np.stack([pool[table[s % n], :, s // n] for s in range(length)], axis=1) if length else expected,
