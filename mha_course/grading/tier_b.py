@@ -146,6 +146,8 @@ def read_rules(view: Path) -> list[tuple[str, int]]:
     rules: list[tuple[str, int]] = []
 
     def grant(root: Path, rights: int) -> None:
+        # Landlock follows links when a rule is added: a venv's lib64 -> lib would grant the package's folder
+        root = Path(os.path.realpath(root))
         if _within(root, secret):
             return
         if not any(root in h.parents for h in hidden):

@@ -162,6 +162,29 @@ def test_the_real_package_in_site_packages_is_left_out(tmp_path, monkeypatch):
     assert str(tmp_path / "venv") not in rules and rules[str(view)] == landlock.READ
 
 
+def test_a_link_to_the_packages_folder_grants_nothing(tmp_path, monkeypatch):
+    """A venv's ``lib64 -> lib``: Landlock follows the link when the rule is added, so granting lib64 whole
+    would grant the real package (found on a non-editable install, as Gradescope's setup.sh makes)."""
+    venv = tmp_path / "venv"
+    site = venv / "lib" / "python3.11" / "site-packages"
+    for name in ("mha_course", "numpy"):
+        (site / name).mkdir(parents=True)
+    (site / "mha_course" / "__init__.py").write_text("")
+    (venv / "lib64").symlink_to("lib")
+    (venv / "bin").mkdir()
+    view = tmp_path / "view"
+    view.mkdir()
+    monkeypatch.setattr(tier_b, "PACKAGE_DIR", site / "mha_course")
+    monkeypatch.setattr(sys, "path", [*sys.path, str(site)])
+    monkeypatch.setattr(sys, "prefix", str(venv))
+    secret = (site / "mha_course" / "__init__.py").resolve()
+    for path, rights in tier_b.read_rules(view):
+        target = Path(os.path.realpath(path))
+        if target == secret or target in secret.parents:
+            assert rights & ~landlock.READ_DIR == 0, f"{path} ({target}) grants {rights:#b} over the real package"
+    assert str(venv / "lib64") not in dict(tier_b.read_rules(view))
+
+
 def test_the_cause_names_dockers_seccomp_profile_and_never_advises_unconfined(monkeypatch):
     monkeypatch.setattr(tiers, "_status", lambda: {"Seccomp": "2", "CapEff": "00000000a80425fb"})
     monkeypatch.setattr(tiers, "_read", lambda path: "" if "mountinfo" in path else None)
