@@ -233,7 +233,7 @@ def _parser() -> argparse.ArgumentParser:
         "--new-seed", action="store_true", help="draw a new seed although one is recorded (and record it)"
     )
     parser.add_argument(
-        "--seed-file", type=Path, help=f"where the seed is kept (default: {SEED_FILE} beside the first output)"
+        "--seed-file", type=Path, help=f"where the grading seed is kept (default: {SEED_FILE} beside the first output)"
     )
     parser.add_argument(
         "--min-isolation",

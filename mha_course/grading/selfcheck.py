@@ -189,20 +189,31 @@ def check(key: str, obj: Any, include_hidden: bool = False, show: bool = True) -
         if show:
             _show(result, [])
         return result
+    result, figures = run_exercise(exercise, obj, include_hidden, pictures=show)
+    if show:
+        _show(result, figures)
+    return result
+
+
+def run_exercise(exercise: Any, obj: Any, include_hidden: bool = False, pictures: bool = False) -> tuple[Any, list]:
+    """(:class:`CheckResult`, figures of failed cases) for ``obj`` on ``exercise``'s cases, whatever it reaches.
+
+    :func:`check` adds, first, the verdict the grader gives code that reaches the course's own modules; the
+    course's tests call this to judge the library's own implementations with the cases themselves.
+    """
+    result = CheckResult(exercise.key, exercise.title)
     figures = []
     for case in exercise.cases:
         if case.hidden and not include_hidden:
             continue
         row, got, inputs = run_case(case, obj, exercise.forbidden)
         result.rows.append(row)
-        if show and row.status == "failed" and case.visualize is not None and got is not None:
+        if pictures and row.status == "failed" and case.visualize is not None and got is not None:
             try:
                 figures.append(case.visualize(got, case.reference(inputs), inputs))
             except Exception:  # a picture is a bonus; never let it hide the table
                 pass
-    if show:
-        _show(result, [f for f in figures if f is not None])
-    return result
+    return result, [f for f in figures if f is not None]
 
 
 ALWAYS_IMPORTABLE = ("mha_course.grading", "mha_course.testing")  # check, assert_close: in the sandbox too
