@@ -171,6 +171,9 @@ def _isolate(scratch: str, memory_mb: int) -> None:
             import psutil
 
             limit = psutil.Process().memory_info().vms + memory_mb * 2**20
+            _, ceiling = resource.getrlimit(resource.RLIMIT_AS)  # tier B sets one before exec: stay under it
+            if ceiling != resource.RLIM_INFINITY:
+                limit = min(limit, ceiling)
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     except (ImportError, ValueError, OSError):
         pass  # the cgroup and the grader's memory watch still apply
