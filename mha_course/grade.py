@@ -380,7 +380,6 @@ def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None,
             columns, note = {column: next(iter(grades.values()), {})}, f"column {column!r}"
             if results and results[0].lms_max is not None:
                 note += f", out of {results[0].lms_max:g}"
-        # one line per student for a worksheet's comment column (score, first cause, top hint)
         comments = {r.student_id: feedback_summary(r) for r in reversed(results) if r.student_id and not r.error}
         write_grade_columns(args.grades_out, roster, columns, write_atomic, comments)
         print(f"grades for import: {args.grades_out} ({note})")

@@ -47,6 +47,7 @@ from .limits import RUNTIME_MB, Resources, _Cgroup
 from .view import PACKAGE_DIR, SYSTEM_PATHS
 
 UID_BASE = 1_500_000_000  # far above any uid an image's /etc/passwd holds
+UID_SPAN = 100_000 * 1000  # tier B's uids are UID_BASE + (grader pid % 100000) * 1000 + a counter (tier A's lie above)
 SYSTEM_READ = SYSTEM_PATHS  # the same system as bubblewrap's tier mounts
 PSEUDO_READ = ("/proc", "/sys/devices/system", "/dev/zero", "/dev/urandom", "/dev/random")
 
@@ -58,7 +59,7 @@ def new_uid() -> int:
     """A uid (also the gid) no process uses now: the sandbox's own, so NPROC and kill-by-uid are exact."""
     with _lock:
         while True:
-            uid = UID_BASE + (os.getpid() % 100_000) * 1000 + next(_counter) % 1000
+            uid = UID_BASE + (os.getpid() * 1000 + next(_counter) % 1000) % UID_SPAN
             if not uid_pids(uid):
                 return uid
 

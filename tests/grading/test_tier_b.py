@@ -383,8 +383,11 @@ def batch(tmp_path_factory):
     wall = time.monotonic() - start
     written = Path(paths["results"]).read_text() if Path(paths["results"]).exists() else ""
     time.sleep(1.5)  # a forger that outlived its sandbox would have rewritten the results by now
+    # tier B's uids only: tier A sandboxes of tests running beside this one (own uids above) are not ours to kill
     left = tagged_processes(MARKER) + [
-        pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if _uid(pid) >= tier_b.UID_BASE
+        pid
+        for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+        if tier_b.UID_BASE <= _uid(pid) < tier_b.UID_BASE + tier_b.UID_SPAN
     ]
     left = [_describe(pid) for pid in left]
     for pid, _ in left:
