@@ -222,6 +222,90 @@ def _number(node: ast.AST, ints: set[str], depth: int = 0) -> bool:
     return False
 
 
+#: Calls that return a path or a string (``Path(3)``, ``os.path.join(3)``, ``os.fspath(3)`` raise
+#: TypeError, ``str(3)`` is the file named "3"): a file opened through one is a file, not a descriptor.
+PATH_CALLS = frozenset(
+    ("Path", "PurePath", "PosixPath", "PurePosixPath", "join", "joinpath", "with_suffix", "with_name", "with_stem")
+    + ("str", "format", "abspath", "realpath", "normpath", "relpath", "expanduser", "expandvars", "resolve")
+    + ("absolute", "dirname", "basename", "fspath", "cwd", "home", "getcwd", "gettempdir", "mkdtemp")
+)
+
+
+def _path(node: ast.AST, paths: set[str], depth: int = 0) -> bool:
+    """Whether an expression is written as a path: a string, an f-string, ``Path(...)``, ``p / "x"``,
+    a name only ever assigned such a value. Anything else given to ``open`` may be a descriptor
+    number (``for k in range(3, 64): open(k)`` finds the runtime's channel)."""
+    if depth > 50:
+        return False
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, (str, bytes))
+    if isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.Name):
+        return node.id in paths
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Div, ast.Mod)):
+        return _path(node.left, paths, depth + 1) or _path(node.right, paths, depth + 1)
+    if isinstance(node, ast.Call):
+        func = node.func
+        last = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+        return last in PATH_CALLS
+    return False
+
+
+def _bindings(trees: list[tuple[int, ast.AST]]) -> dict[str, list[ast.AST | None]]:
+    """Every binding of every name, anywhere: the value assigned (an expression, a ``def``), or None
+    where the value cannot be read (a parameter, a loop variable, ``with ... as``, an unpacking).
+    An attribute assigned (``obj.s = ...``) counts as a binding of ``.s``."""
+    values: dict[str, list[ast.AST | None]] = {}
+    for _, tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    plain = isinstance(target, (ast.Name, ast.Attribute))
+                    for name in ast.walk(target):
+                        if isinstance(name, ast.Name) and not isinstance(target, ast.Attribute):
+                            values.setdefault(name.id, []).append(node.value if plain else None)
+                    if isinstance(target, ast.Attribute):
+                        values.setdefault("." + target.attr, []).append(node.value)
+            elif isinstance(node, (ast.AugAssign, ast.For, ast.AsyncFor, ast.comprehension, ast.withitem)):
+                target = node.optional_vars if isinstance(node, ast.withitem) else node.target
+                for name in ast.walk(target) if target is not None else ():
+                    if isinstance(name, ast.Name):
+                        values.setdefault(name.id, []).append(None)
+                    elif isinstance(name, ast.Attribute):
+                        values.setdefault("." + name.attr, []).append(None)
+            elif isinstance(node, ast.arg):
+                values.setdefault(node.arg, []).append(None)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                values.setdefault(node.name, []).append(node)
+    return values
+
+
+def _path_names(values: dict[str, list[ast.AST | None]], strings: dict[str, str]) -> set[str]:
+    """Names whose every binding is a path expression (:func:`_path`); a parameter, a loop variable
+    or a name bound by ``with``/``import`` is not one (it may hold a number)."""
+    paths = {name for name in strings}
+    for _ in range(3):  # chains: root = Path("data"); f = root / "x.npy"
+        paths |= {n for n, vs in values.items() if vs and all(v is not None and _path(v, paths) for v in vs)}
+    return {n for n in paths if all(v is not None and _path(v, paths) for v in values.get(n, [ast.Constant("")]))}
+
+
+def _function(node: ast.AST, values: dict[str, list[ast.AST | None]]) -> bool:
+    """Whether a statement given to timeit is a function: a lambda, a name bound only by ``def`` or
+    to lambdas, an attribute never assigned anything else (``model.forward``). A name holding a
+    string would be compiled as code the scan never read."""
+    if isinstance(node, ast.Lambda):
+        return True
+    if isinstance(node, (ast.Name, ast.Attribute)):
+        key = node.id if isinstance(node, ast.Name) else "." + node.attr
+        bound = values.get(key, [] if isinstance(node, ast.Attribute) else [None])
+        if isinstance(node, ast.Attribute):
+            bound = bound + values.get(node.attr, [])  # class attributes: s = "..." in a class body
+        return all(isinstance(v, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)) for v in bound)
+    return False
+
+
 def _call_arguments(node: ast.Call, names: tuple[str, ...]) -> list[ast.AST]:
     """The call's arguments at the positions, or with the keywords, of ``names``."""
     found = list(node.args[: len(names)])
@@ -254,6 +338,8 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
             report.syntax_errors.append(f"cell {index + 1}, line {exc.lineno}: SyntaxError: {exc.msg}")
     aliases = _aliases(trees)
     strings, ints = _constants(trees)
+    bindings = _bindings(trees)
+    paths = _path_names(bindings, strings)
     provided = tuple(assignment.provided)
     seen: set[tuple[int, int, str]] = set()
 
@@ -278,15 +364,19 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
                                 pending.append((index, parse(code.value)))
                             except SyntaxError:
                                 pass
-                        elif not isinstance(code, (ast.Lambda, ast.Name, ast.Attribute)):
+                        elif not _function(code, bindings):
                             add(report.tampering, index, node, f"{func} with a statement built at run time")
                 if func in OPEN_CALLS and any(_number(a, ints) for a in _call_arguments(node, ("file",))):
                     add(report.tampering, index, node, f"{func}() of a file descriptor number")
+                elif func in OPEN_CALLS and not all(_path(a, paths) for a in _call_arguments(node, ("file",))):
+                    add(report.tampering, index, node, f"{func}() of a file not written as a path (a descriptor?)")
                 if any(k.arg == "fileno" for k in node.keywords):
                     add(report.tampering, index, node, "a file descriptor passed as fileno=")
             if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in called:
                 name = _dotted(node, aliases)
                 if name and matches(name, CODE_STRING_CALLS) and isinstance(node.ctx, ast.Load):
+                    add(report.tampering, index, node, f"{name} passed around as a value")
+                if name in OPEN_CALLS and isinstance(node.ctx, ast.Load):
                     add(report.tampering, index, node, f"{name} passed around as a value")
             for imported in _imported_names(node):
                 if tampering(imported):
@@ -308,7 +398,8 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
                 node.attr in TAMPERING_ATTRIBUTES or node.attr in ("grading", "_getframe", "_current_frames")
             ):
                 add(report.tampering, index, node, f".{node.attr}")
-            elif isinstance(node, (ast.Attribute, ast.Name)) and isinstance(getattr(node, "ctx", None), ast.Load):
+            elif isinstance(node, ast.Attribute) or (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+                # an attribute also when assigned: timeit.template = "..." is compiled as code
                 name = _dotted(node, aliases)
                 if name and name != getattr(node, "id", None) and tampering(name):
                     add(report.tampering, index, node, name)
