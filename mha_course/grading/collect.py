@@ -69,6 +69,7 @@ class Submission:
     student_name: str = ""
     late_marked: bool = False  # the platform's file name says late (Canvas's ``_LATE_``)
     file_time: float | None = None  # the graded file's modification time (for a due date)
+    closeness: int = 0  # how closely the folder matched its roster row (roster.Roster.find_closeness; 0 exact)
 
 
 @dataclass
@@ -244,10 +245,18 @@ def one_per_student(rows: list[Submission], notebook_names: dict[str, str] | Non
             continue
         gradable = [r for r in group if r.path is not None and not r.problem]
         if gradable:
-            ordered = sorted(gradable, key=lambda r: _rank(r.key, r.path, notebook_names.get(key)))
+            # the folder that names the student most exactly first: another folder matched to the same
+            # roster row only after folding (ALICE, a look-alike) cannot displace it by being newer
+            ordered = sorted(gradable, key=lambda r: (r.closeness, *_rank(r.key, r.path, notebook_names.get(key))))
             chosen = ordered[0]
             for other in ordered[1:]:
-                chosen.notes.append(_also(other.key, key, chosen.key, notebook_names.get(key)))
+                if other.closeness > chosen.closeness:
+                    chosen.notes.append(
+                        f"also found {other.key} for {key}: not graded ({other.student} names this student less "
+                        f"exactly than {chosen.student}); check who submitted it"
+                    )
+                else:
+                    chosen.notes.append(_also(other.key, key, chosen.key, notebook_names.get(key)))
         else:
             chosen = group[0]
         for other in group:

@@ -276,10 +276,74 @@ def _bindings(trees: list[tuple[int, ast.AST]]) -> dict[str, list[ast.AST | None
                     elif isinstance(name, ast.Attribute):
                         values.setdefault("." + name.attr, []).append(None)
             elif isinstance(node, ast.arg):
-                values.setdefault(node.arg, []).append(None)
+                values.setdefault(node.arg, []).append(node)  # a parameter: its values are the calls' arguments
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 values.setdefault(node.name, []).append(node)
     return values
+
+
+@dataclass
+class _Calls:
+    """Where each function defined in the cells is called, for the values of its parameters."""
+
+    owner: dict[int, tuple[ast.AST, int | None]]  # id(ast.arg) -> (its def or lambda, position or None)
+    calls: dict[str, list[ast.Call]]  # function name -> calls of it (f(...) or obj.f(...))
+    escapes: set[str]  # function names also used as values (called from places the scan cannot see)
+
+    @classmethod
+    def of(cls, trees: list[tuple[int, ast.AST]]) -> _Calls:
+        owner: dict[int, tuple[ast.AST, int | None]] = {}
+        calls: dict[str, list[ast.Call]] = {}
+        called: set[int] = set()
+        for _, tree in trees:
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                    positional = node.args.posonlyargs + node.args.args
+                    for i, arg in enumerate(positional):
+                        owner[id(arg)] = (node, i)
+                    for arg in node.args.kwonlyargs + [a for a in (node.args.vararg, node.args.kwarg) if a]:
+                        owner[id(arg)] = (node, None)
+                elif isinstance(node, ast.Call):
+                    func = node.func
+                    name = (
+                        func.id
+                        if isinstance(func, ast.Name)
+                        else func.attr
+                        if isinstance(func, ast.Attribute)
+                        else None
+                    )
+                    if name:
+                        calls.setdefault(name, []).append(node)
+                        called.add(id(func))
+        escapes = {
+            n.id if isinstance(n, ast.Name) else n.attr
+            for _, tree in trees
+            for n in ast.walk(tree)
+            if isinstance(n, (ast.Name, ast.Attribute)) and isinstance(n.ctx, ast.Load) and id(n) not in called
+        }
+        return cls(owner, calls, escapes)
+
+    def arguments(self, param: ast.arg) -> list[ast.AST] | None:
+        """Every expression passed as ``param`` (its default included), or None when they cannot all be seen."""
+        if id(param) not in self.owner:
+            return None
+        func, position = self.owner[id(param)]
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)) or func.name in self.escapes:
+            return None
+        if position is None:
+            return None
+        positional = func.args.posonlyargs + func.args.args
+        defaults = dict(zip(positional[len(positional) - len(func.args.defaults) :], func.args.defaults, strict=True))
+        found = [defaults[param]] if param in defaults else []
+        for call in self.calls.get(func.name, []):
+            if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+                return None
+            shift = 1 if isinstance(call.func, ast.Attribute) and positional and positional[0].arg == "self" else 0
+            at = position - shift
+            if 0 <= at < len(call.args):
+                found.append(call.args[at])
+            found += [k.value for k in call.keywords if k.arg == param.arg]
+        return found
 
 
 def _path_names(values: dict[str, list[ast.AST | None]], strings: dict[str, str]) -> set[str]:
@@ -291,10 +355,13 @@ def _path_names(values: dict[str, list[ast.AST | None]], strings: dict[str, str]
     return {n for n in paths if all(v is not None and _path(v, paths) for v in values.get(n, [ast.Constant("")]))}
 
 
-def _function(node: ast.AST, values: dict[str, list[ast.AST | None]]) -> bool:
+def _function(node: ast.AST, values: dict[str, list[ast.AST | None]], calls: _Calls, depth: int = 0) -> bool:
     """Whether a statement given to timeit is a function: a lambda, a name bound only by ``def`` or
-    to lambdas, an attribute never assigned anything else (``model.forward``). A name holding a
-    string would be compiled as code the scan never read."""
+    to lambdas, an attribute never assigned anything else (``model.forward``), a parameter every call
+    passes such a function (``def time_ms(fn): timeit.repeat(fn)``). A name holding a string would be
+    compiled as code the scan never read."""
+    if depth > 20:
+        return False
     if isinstance(node, ast.Lambda):
         return True
     if isinstance(node, (ast.Name, ast.Attribute)):
@@ -302,7 +369,14 @@ def _function(node: ast.AST, values: dict[str, list[ast.AST | None]]) -> bool:
         bound = values.get(key, [] if isinstance(node, ast.Attribute) else [None])
         if isinstance(node, ast.Attribute):
             bound = bound + values.get(node.attr, [])  # class attributes: s = "..." in a class body
-        return all(isinstance(v, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)) for v in bound)
+        for v in bound:
+            if isinstance(v, ast.arg):
+                passed = calls.arguments(v)
+                if passed is None or not all(_function(a, values, calls, depth + 1) for a in passed):
+                    return False
+            elif not isinstance(v, (ast.Lambda, ast.FunctionDef, ast.AsyncFunctionDef)):
+                return False
+        return True
     return False
 
 
@@ -340,6 +414,7 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
     strings, ints = _constants(trees)
     bindings = _bindings(trees)
     paths = _path_names(bindings, strings)
+    functions = _Calls.of(trees)
     provided = tuple(assignment.provided)
     seen: set[tuple[int, int, str]] = set()
 
@@ -364,7 +439,7 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
                                 pending.append((index, parse(code.value)))
                             except SyntaxError:
                                 pass
-                        elif not _function(code, bindings):
+                        elif not _function(code, bindings, functions):
                             add(report.tampering, index, node, f"{func} with a statement built at run time")
                 if func in OPEN_CALLS and any(_number(a, ints) for a in _call_arguments(node, ("file",))):
                     add(report.tampering, index, node, f"{func}() of a file descriptor number")

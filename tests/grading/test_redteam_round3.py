@@ -135,7 +135,19 @@ FLAGGED = {
         "import timeit\nclass C:\n    def __init__(self, c):\n        self.s = c\ntimeit.timeit(C(str(1)).s)",
         "built at run time",
     ),
-    "timeit setup through a parameter": ("import timeit\ndef b(code):\n    return timeit.timeit(code)", "built at run"),
+    "timeit through a parameter given a string": (
+        "import timeit\ndef b(code):\n    return timeit.timeit(code)\nb(str(1))",
+        "built at run time",
+    ),
+    "timeit through a helper given a string": (
+        "import timeit\ndef time_ms(fn, number=3):\n    return timeit.repeat(fn, number=number)\n"
+        "s = ''.join(map(chr, [112, 97, 115, 115]))\ntime_ms(s)",
+        "built at run time",
+    ),
+    "timeit through a helper passed around": (
+        "import timeit\ndef time_ms(fn):\n    return timeit.repeat(fn)\nh = [time_ms]\nh[0]('pass')",
+        "built at run time",
+    ),
     "timeit.main": ("import timeit\ntimeit.main(['-n', '1', 'pass'])", "timeit.main"),
     "timeit.template assigned": ("import timeit\ntimeit.template = 'x'", "timeit.template"),
 }
@@ -157,6 +169,10 @@ HONEST = {
     "timeit of a lambda in a name": "import timeit\nf = lambda: 0\ntimeit.repeat(f, number=3)",
     "timeit of a method": "import timeit, torch\nm = torch.nn.Linear(2, 2)\ntimeit.timeit(m.eval, number=1)",
     "timeit with a default-argument lambda": "import timeit\ns = 1\ntimeit.repeat(lambda s=s: s, repeat=3, number=5)",
+    "timeit through a helper given lambdas (lecture 05)": (
+        "import timeit\ndef time_ms(fn, repeat=5, number=3):\n    return min(timeit.repeat(fn, repeat=repeat, "
+        "number=number))\nm = 2\ntime_ms(lambda m=m: m * 2)\ndef step():\n    pass\ntime_ms(step, number=1)"
+    ),
     "attributes named like modules": "class A:\n    pass\na = A()\na.code = 1\na.signal = 2",
 }
 
@@ -208,3 +224,28 @@ def test_a_main_thread_forger_scores_nothing_without_the_scan(tmp_path, isolator
     result = grader.grade_notebook(_forged(tmp_path), limits=LIMITS, isolator=isolator, seed=11)
     assert result.error is None, result.error
     assert sum(t.score for t in result.tests) == 0
+
+
+# --- the class folder: a folder named like a classmate ----------------------------------------------
+
+
+@pytest.mark.parametrize("other", ["ALICE", "ａｌｉｃｅ", "Alice Martin", "alice "])
+def test_a_folder_named_like_a_classmate_does_not_replace_their_notebook(tmp_path, other):
+    """``alice/`` (the username) and a newer ``ALICE/`` both match alice's roster row: alice's own is graded."""
+    import os
+
+    from mha_course.grading import bookkeeping
+    from mha_course.grading.collect import collect, one_per_student
+    from mha_course.grading.roster import read_roster
+
+    for folder, source in (("alice", "solutions"), (other, "exercises")):
+        (tmp_path / "class" / folder).mkdir(parents=True)
+        (tmp_path / "class" / folder / "a02_softmax.ipynb").write_bytes(
+            (ROOT / source / "a02_softmax.ipynb").read_bytes()
+        )
+    os.utime(tmp_path / "class" / "alice" / "a02_softmax.ipynb", (1e9, 1e9))  # the classmate's is newer
+    (tmp_path / "roster.csv").write_text("id,name,username\nalice,Alice Martin,alice\nbob,Bob Stone,bob\n")
+    rows = collect([tmp_path / "class"], "a02_softmax")
+    bookkeeping.identify(rows, read_roster(tmp_path / "roster.csv"))
+    graded = [r for r in one_per_student(rows) if r.student_id == "alice"]
+    assert [r.key for r in graded] == ["alice/a02_softmax.ipynb"], [(r.key, r.notes) for r in graded]
