@@ -170,6 +170,9 @@ TAMPERING_PREFIXES = (
     "mmap",
     "io.FileIO",
     "_io",  # io's C module: _io.FileIO, _io.open
+    "_pyio",  # io in Python: _pyio.open(fd, "r+b") reads and writes a descriptor
+    "fileinput",  # fileinput.input(files=[fd]) and tokenize.open(fd) read one
+    "tokenize.open",
     # the grader itself
     "mha_course.grading",
 )
