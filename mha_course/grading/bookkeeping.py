@@ -24,7 +24,7 @@ def identify(rows: list[Submission], roster: Roster | None) -> list[str]:
         return []
     seen = set()
     for row in rows:
-        student = roster.find(row.student)
+        student, row.closeness = roster.find_closeness(row.student)
         if student is None:
             row.notes.append(f"{row.student} is not in the roster")
             continue

@@ -69,6 +69,7 @@ class Submission:
     student_name: str = ""
     late_marked: bool = False  # the platform's file name says late (Canvas's ``_LATE_``)
     file_time: float | None = None  # the graded file's modification time (for a due date)
+    closeness: int = 0  # how closely the folder matched its roster row (roster.Roster.find_closeness; 0 exact)
 
 
 @dataclass
@@ -216,13 +217,11 @@ def _pick(candidates: list[_File], notebook_name: str | None) -> tuple[_File, li
     return ordered[0], ordered[1:]
 
 
-def _also(other: str, key: str, chosen: str, notebook_name: str | None) -> str:
+def _also(other: str, key: str, chosen: str, notebook_name: str | None, exact: bool = False) -> str:
     """The note on a notebook that is not graded because another one of the same assignment is."""
     rule = f"named {notebook_name}" if notebook_name and original_name(chosen) == notebook_name else "the newest"
-    return (
-        f"also submitted {other} for {key}: not graded (one notebook per student and assignment; "
-        f"graded {chosen}, {rule})"
-    )
+    rule = "its folder names the student exactly: check who submitted the other" if exact else rule
+    return f"also submitted {other} for {key}: not graded (one notebook per student and assignment; graded {chosen}, {rule})"
 
 
 def one_per_student(rows: list[Submission], notebook_names: dict[str, str] | None = None) -> list[Submission]:
@@ -244,10 +243,12 @@ def one_per_student(rows: list[Submission], notebook_names: dict[str, str] | Non
             continue
         gradable = [r for r in group if r.path is not None and not r.problem]
         if gradable:
-            ordered = sorted(gradable, key=lambda r: _rank(r.key, r.path, notebook_names.get(key)))
+            # the folder naming the student most exactly first: ALICE/ cannot displace alice/ by being newer
+            ordered = sorted(gradable, key=lambda r: (r.closeness, *_rank(r.key, r.path, notebook_names.get(key))))
             chosen = ordered[0]
             for other in ordered[1:]:
-                chosen.notes.append(_also(other.key, key, chosen.key, notebook_names.get(key)))
+                exact = other.closeness > chosen.closeness
+                chosen.notes.append(_also(other.key, key, chosen.key, notebook_names.get(key), exact))
         else:
             chosen = group[0]
         for other in group:

@@ -118,9 +118,19 @@ class Roster:
 
     def find(self, folder: str) -> Student | None:
         """The roster row a student folder (or file) name belongs to, or None (no rule finds exactly one)."""
+        return self.find_closeness(folder)[0]
+
+    def find_closeness(self, folder: str) -> tuple[Student | None, int]:
+        """:meth:`find`, and how closely the folder matched: 0 when it is the row's id, username, email
+        or match column exactly, higher for each looser rule (case and Unicode folded, the id's digits
+        among its parts, the name). Two folders matched to one student are told apart by it: a folder
+        named ``ALICE`` beside ``alice`` must not replace alice's notebook by being newer."""
+        for s in self.students:
+            if folder in (s.student_id, s.username, s.email, s.match) and folder:
+                return s, 0
         for s in self.students:
             if s.match and (folder == s.match or folder.startswith(s.match)):
-                return s
+                return s, 1
         folded = fold(folder)
         parts = set(re.split(r"[_\s]+", folder))
         head = folded.split("_", 1)[0]
@@ -130,11 +140,11 @@ class Roster:
             lambda s: bool(s.name) and folded.startswith(fold(s.name) + "_"),
             lambda s: _letters(head) in s.name_forms(),
         )
-        for rule in rules:
+        for closeness, rule in enumerate(rules, start=2):
             hits = [s for s in self.students if rule(s)]
             if len(hits) == 1:
-                return hits[0]
-        return None
+                return hits[0], closeness
+        return None, len(rules) + 2
 
     def max_for(self, column: str) -> float | None:
         """The platform's maximum for grade ``column``: its Points Possible, else one Maximum Grade for all rows."""

@@ -28,6 +28,7 @@ import ast
 import threading
 from dataclasses import dataclass, field
 
+from . import scan_values
 from .scan_rules import (  # noqa: F401 (TAMPERING_PREFIXES: importable from here, as before)
     ALLOWED_GRADING,
     ATTRIBUTE_BUILTINS,
@@ -254,6 +255,9 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
             report.syntax_errors.append(f"cell {index + 1}, line {exc.lineno}: SyntaxError: {exc.msg}")
     aliases = _aliases(trees)
     strings, ints = _constants(trees)
+    bindings = scan_values.bindings(trees)
+    paths = scan_values.path_names(bindings, strings)
+    functions = scan_values.Calls.of(trees)
     provided = tuple(assignment.provided)
     seen: set[tuple[int, int, str]] = set()
 
@@ -278,15 +282,21 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
                                 pending.append((index, parse(code.value)))
                             except SyntaxError:
                                 pass
-                        elif not isinstance(code, (ast.Lambda, ast.Name, ast.Attribute)):
+                        elif not scan_values.is_function(code, bindings, functions):
                             add(report.tampering, index, node, f"{func} with a statement built at run time")
                 if func in OPEN_CALLS and any(_number(a, ints) for a in _call_arguments(node, ("file",))):
                     add(report.tampering, index, node, f"{func}() of a file descriptor number")
+                elif func in OPEN_CALLS and not all(
+                    scan_values.is_path(a, paths) for a in _call_arguments(node, ("file",))
+                ):
+                    add(report.tampering, index, node, f"{func}() of a file not written as a path (a descriptor?)")
                 if any(k.arg == "fileno" for k in node.keywords):
                     add(report.tampering, index, node, "a file descriptor passed as fileno=")
             if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in called:
                 name = _dotted(node, aliases)
                 if name and matches(name, CODE_STRING_CALLS) and isinstance(node.ctx, ast.Load):
+                    add(report.tampering, index, node, f"{name} passed around as a value")
+                if name in OPEN_CALLS and isinstance(node.ctx, ast.Load):
                     add(report.tampering, index, node, f"{name} passed around as a value")
             for imported in _imported_names(node):
                 if tampering(imported):
@@ -308,7 +318,8 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
                 node.attr in TAMPERING_ATTRIBUTES or node.attr in ("grading", "_getframe", "_current_frames")
             ):
                 add(report.tampering, index, node, f".{node.attr}")
-            elif isinstance(node, (ast.Attribute, ast.Name)) and isinstance(getattr(node, "ctx", None), ast.Load):
+            elif isinstance(node, ast.Attribute) or (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+                # an attribute also when assigned: timeit.template = "..." is compiled as code
                 name = _dotted(node, aliases)
                 if name and name != getattr(node, "id", None) and tampering(name):
                     add(report.tampering, index, node, name)

@@ -15,8 +15,8 @@ runtime's reply channel (the socket whose number is in ``sys.argv``). So the rul
   out frames, members or closures, attribute access by computed names, ``mha_course.grading``;
 * code hidden from the scan: ``exec``, ``eval``, ``compile``, pickle, ``timeit`` with a statement
   built at run time (a literal statement is scanned as code);
-* the reply channel: ``sys.argv``, file descriptors (``os.fdopen``, ``open(3)``, ``/proc/self/fd``,
-  ``/dev/fd``), sockets;
+* the reply channel: ``sys.argv``, file descriptors (``os.fdopen``, ``open(3)``, ``open`` of anything
+  not written as a path, ``/proc/self/fd``, ``/dev/fd``), sockets, ``select``;
 * hooks into the interpreter or torch that could hide a call from the tripwire (``sys.settrace``,
   dispatch modes, private torch names), and signals and processes (they interfere with the
   runtime's own watchdog).
@@ -91,6 +91,10 @@ TAMPERING_PREFIXES = (
     "threading.settrace",
     "threading.setprofile",
     # torch internals: dispatch, raw operators, pickle-based loading, code strings
+    # timeit compiles its template and main()'s arguments as code
+    "timeit.template",
+    "timeit.main",
+    "timeit.reindent",
     "torch._C",
     "torch.ops",
     "torch.overrides",
@@ -154,10 +158,21 @@ TAMPERING_PREFIXES = (
     "signal",
     "psutil",
     "socket",
+    "_socket",  # socket.socket without the module: _socket.socket(1, 1, 0, fd) wraps a descriptor
+    "select",
+    "selectors",
+    "fcntl",
+    "os.splice",
+    "os.copy_file_range",
+    "os.pipe",
     "pty",
     "resource",
     "mmap",
     "io.FileIO",
+    "_io",  # io's C module: _io.FileIO, _io.open
+    "_pyio",  # io in Python: _pyio.open(fd, "r+b") reads and writes a descriptor
+    "fileinput",  # fileinput.input(files=[fd]) and tokenize.open(fd) read one
+    "tokenize.open",
     # the grader itself
     "mha_course.grading",
 )

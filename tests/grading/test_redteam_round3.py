@@ -1,0 +1,254 @@
+"""Red-team regressions, third review: a cell that answers cases itself on the notebook's main thread.
+
+The broker (:mod:`mha_course.grading.broker`) refuses a case while a second thread or process of the
+notebook lives, but it cannot tell which code the one thread runs: a last cell that never returns,
+finds the channel socket by trying descriptors and speaks the runtime's framing answers every case
+itself (an unedited a02 exercise scored 27 / 29 that way). The operating system does not separate
+that cell from the runtime, so the static scan is what stops it; these tests hold the scan's rules
+for each piece such a cell needs (a descriptor opened without a path, sockets and ``select`` without
+the ``socket`` module, code handed to ``timeit`` through a name) and, in the sandbox, the grade.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from grading_fake import require_sandbox
+
+from mha_course.grading import grader, registry, scan
+from mha_course.grading.grader import Limits
+from mha_course.grading.process import Isolator
+from mha_course.grading.scan import ScanReport
+
+ROOT = Path(__file__).resolve().parents[2]
+LIMITS = Limits(case_timeout=20, cell_timeout=30, notebook_timeout=90, memory_mb=1024)
+
+# The forging cell: no sys.argv, os.read/os.write, socket, fileno= or open(<int literal>); the
+# descriptor is found with os.stat over a range and opened with open(k).
+FORGE = r"""
+import io, json, os, stat, struct
+import numpy as np
+
+L = struct.Struct(">Q")
+
+def softmax_ref(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+def channel():
+    for k in range(3, 64):
+        try:
+            if stat.S_ISSOCK(os.stat(k).st_mode):
+                return open(k, "r+b", buffering=0)
+        except OSError:
+            pass
+
+def exact(f, n):
+    b = b""
+    while len(b) < n:
+        c = f.read(n - len(b))
+        if not c:
+            raise SystemExit
+        b += c
+    return b
+
+def recv(f):
+    (n,) = L.unpack(exact(f, 8))
+    m = json.loads(exact(f, n))
+    (k,) = L.unpack(exact(f, 8))
+    return m, exact(f, k)
+
+def send(f, m, blob=b""):
+    d = json.dumps(m).encode()
+    f.write(L.pack(len(d)) + d + L.pack(len(blob)) + blob)
+
+def npy(a):
+    b = io.BytesIO()
+    np.save(b, np.asarray(a), allow_pickle=False)
+    return b.getvalue()
+
+def arrays(structure, blob):
+    found = {}
+    def walk(n):
+        if n.get("t") == "array":
+            found[n["i"]] = n["n"]
+        for v in (n.get("items") or {}).values() if n.get("t") == "dict" else n.get("items") or []:
+            walk(v)
+    walk(structure)
+    out, at = {}, 0
+    for i in sorted(found):
+        out[i] = np.load(io.BytesIO(blob[at:at + found[i]]), allow_pickle=False)
+        at += found[i]
+    return out
+
+def field(structure, name, arrs):
+    n = structure["items"][name]
+    return arrs[n["i"]] if n["t"] == "array" else n["v"]
+
+f = channel()
+send(f, {"event": "cell_done", "error": None})
+while True:
+    m, blob = recv(f)
+    if m.get("event") == "cell":
+        send(f, {"event": "cell_done", "error": None})
+        continue
+    arrs = arrays(m["inputs"], blob)
+    x = field(m["inputs"], "x", arrs)
+    if m["call"].endswith("_unchanged"):
+        a, b = npy(softmax_ref(x)), npy(x)
+        node = {"t": "tuple", "items": [{"t": "array", "i": 0, "n": len(a)},
+                                        {"t": "tuple", "items": [{"t": "array", "i": 1, "n": len(b)}]}]}
+        send(f, {"ok": True, "structure": node, "forbidden": [], "ops": []}, a + b)
+    else:
+        a = npy(softmax_ref(x, field(m["inputs"], "axis", arrs)))
+        send(f, {"ok": True, "structure": {"t": "array", "i": 0, "n": len(a)}, "forbidden": [], "ops": []}, a)
+"""
+
+
+def _tampering(source: str) -> list[str]:
+    return [f.name for f in scan.scan([(0, source)], registry.get_assignment("a02_softmax")).tampering]
+
+
+FLAGGED = {
+    "the forging cell": (FORGE, "not written as a path"),
+    "open of a loop variable": ("for k in range(3, 9):\n    f = open(k, 'r+b', buffering=0)", "not written as a path"),
+    "open of a parameter": ("def g(fd):\n    return open(fd, 'rb')\ng(3)", "not written as a path"),
+    "open of bools summed": ("f = open(True + True + True, 'rb')", "not written as a path"),
+    "io.open of a variable": ("import io\nfor k in range(9):\n    io.open(k)", "not written as a path"),
+    "open passed around": ("o = open\no(3)", "open passed around"),
+    "_pyio.open of a descriptor": ("import _pyio\nfor k in range(9):\n    _pyio.open(k, 'r+b', buffering=0)", "_pyio"),
+    "fileinput of a descriptor": ("import fileinput\nfileinput.input(files=[3], mode='rb')", "fileinput"),
+    "tokenize.open of a descriptor": ("import tokenize\nfor k in range(9):\n    tokenize.open(k)", "tokenize.open"),
+    "_io.FileIO": ("import _io\n_io.FileIO(3)", "_io"),
+    "_socket with a positional fileno": ("import _socket\n_socket.socket(1, 1, 0, 3)", "_socket"),
+    "select over descriptors": ("import select\nselect.select([3], [], [], 0)", "select"),
+    "selectors": ("import selectors\nselectors.DefaultSelector()", "selectors"),
+    "os.splice": ("import os\nos.splice(3, 4, 10)", "os.splice"),
+    "timeit of a computed string in a name": (
+        "import timeit\ns = ''.join(map(chr, [105, 109]))\ntimeit.timeit(s, number=1)",
+        "built at run time",
+    ),
+    "timeit of a class attribute string": (
+        "import timeit\nclass C:\n    s = 'x'\ntimeit.timeit(C.s)",
+        "built at run time",
+    ),
+    "timeit of an instance attribute": (
+        "import timeit\nclass C:\n    def __init__(self, c):\n        self.s = c\ntimeit.timeit(C(str(1)).s)",
+        "built at run time",
+    ),
+    "timeit through a parameter given a string": (
+        "import timeit\ndef b(code):\n    return timeit.timeit(code)\nb(str(1))",
+        "built at run time",
+    ),
+    "timeit through a helper given a string": (
+        "import timeit\ndef time_ms(fn, number=3):\n    return timeit.repeat(fn, number=number)\n"
+        "s = ''.join(map(chr, [112, 97, 115, 115]))\ntime_ms(s)",
+        "built at run time",
+    ),
+    "timeit through a helper passed around": (
+        "import timeit\ndef time_ms(fn):\n    return timeit.repeat(fn)\nh = [time_ms]\nh[0]('pass')",
+        "built at run time",
+    ),
+    "timeit.main": ("import timeit\ntimeit.main(['-n', '1', 'pass'])", "timeit.main"),
+    "timeit.template assigned": ("import timeit\ntimeit.template = 'x'", "timeit.template"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLAGGED))
+def test_each_piece_of_a_forging_cell_is_flagged(name):
+    source, expected = FLAGGED[name]
+    found = " | ".join(_tampering(source))
+    assert expected in found, (name, found)
+
+
+HONEST = {
+    "open of a literal": "with open('notes.txt', 'w') as f:\n    f.write('x')",
+    "open of a Path": "from pathlib import Path\nroot = Path('data')\np = root / 'x.txt'\nopen(p)",
+    "open of os.path.join": "import os\np = os.path.join('a', 'b')\nwith open(p) as f:\n    pass",
+    "open of an f-string": "i = 3\nopen(f'out{i}.txt', 'w')",
+    "timeit of a def": "import timeit\ndef step():\n    pass\ntimeit.timeit(step, number=3)",
+    "timeit of a lambda in a name": "import timeit\nf = lambda: 0\ntimeit.repeat(f, number=3)",
+    "timeit of a method": "import timeit, torch\nm = torch.nn.Linear(2, 2)\ntimeit.timeit(m.eval, number=1)",
+    "timeit with a default-argument lambda": "import timeit\ns = 1\ntimeit.repeat(lambda s=s: s, repeat=3, number=5)",
+    "timeit through a helper given lambdas (lecture 05)": (
+        "import timeit\ndef time_ms(fn, repeat=5, number=3):\n    return min(timeit.repeat(fn, repeat=repeat, "
+        "number=number))\nm = 2\ntime_ms(lambda m=m: m * 2)\ndef step():\n    pass\ntime_ms(step, number=1)"
+    ),
+    "attributes named like modules": "class A:\n    pass\na = A()\na.code = 1\na.signal = 2",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HONEST))
+def test_honest_files_and_timings_are_not_flagged(name):
+    assert _tampering(HONEST[name]) == [], name
+
+
+# --- in the sandbox ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def isolator():
+    require_sandbox()
+    isolator = Isolator(min_isolation="A")
+    yield isolator
+    isolator.close()
+
+
+def _forged(tmp_path: Path) -> Path:
+    nb = json.loads((ROOT / "exercises" / "a02_softmax.ipynb").read_text())
+    nb["cells"].append({"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": FORGE})
+    for cell in nb["cells"]:
+        cell.pop("id", None)
+    nb["nbformat_minor"] = 4
+    path = tmp_path / "submission.ipynb"
+    path.write_text(json.dumps(nb))
+    return path
+
+
+def test_a_main_thread_forger_scores_nothing(tmp_path, isolator):
+    """The unedited exercise plus the forging cell, scan on: 0 points, and the reason names open()."""
+    result = grader.grade_notebook(_forged(tmp_path), limits=LIMITS, isolator=isolator, seed=11)
+    assert result.error is None, result.error
+    assert sum(t.score for t in result.tests) == 0, [(t.name, t.output) for t in result.tests if t.score]
+    assert "not written as a path" in " ".join(t.output for t in result.tests)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the OS does not separate a cell from the runtime in one process: a cell that never returns "
+    "and speaks the channel's framing on the main thread is what the broker expects to see, so without "
+    "the static scan it scores (27 / 29 on a02); closing this needs the cases run by a process that "
+    "never ran the cells' code",
+)
+def test_a_main_thread_forger_scores_nothing_without_the_scan(tmp_path, isolator, monkeypatch):
+    monkeypatch.setattr(grader, "scan", lambda cells, assignment: ScanReport())
+    result = grader.grade_notebook(_forged(tmp_path), limits=LIMITS, isolator=isolator, seed=11)
+    assert result.error is None, result.error
+    assert sum(t.score for t in result.tests) == 0
+
+
+# --- the class folder: a folder named like a classmate ----------------------------------------------
+
+
+@pytest.mark.parametrize("other", ["ALICE", "ａｌｉｃｅ", "Alice Martin", "alice "])
+def test_a_folder_named_like_a_classmate_does_not_replace_their_notebook(tmp_path, other):
+    """``alice/`` (the username) and a newer ``ALICE/`` both match alice's roster row: alice's own is graded."""
+    import os
+
+    from mha_course.grading import bookkeeping
+    from mha_course.grading.collect import collect, one_per_student
+    from mha_course.grading.roster import read_roster
+
+    for folder, source in (("alice", "solutions"), (other, "exercises")):
+        (tmp_path / "class" / folder).mkdir(parents=True)
+        (tmp_path / "class" / folder / "a02_softmax.ipynb").write_bytes(
+            (ROOT / source / "a02_softmax.ipynb").read_bytes()
+        )
+    os.utime(tmp_path / "class" / "alice" / "a02_softmax.ipynb", (1e9, 1e9))  # the classmate's is newer
+    (tmp_path / "roster.csv").write_text("id,name,username\nalice,Alice Martin,alice\nbob,Bob Stone,bob\n")
+    rows = collect([tmp_path / "class"], "a02_softmax")
+    bookkeeping.identify(rows, read_roster(tmp_path / "roster.csv"))
+    graded = [r for r in one_per_student(rows) if r.student_id == "alice"]
+    assert [r.key for r in graded] == ["alice/a02_softmax.ipynb"], [(r.key, r.notes) for r in graded]
