@@ -275,97 +275,49 @@ def _sequence_out(got, expected, inputs):
 
 
 def _cases():
-    step, seq = calls.kv_decode_step, calls.kv_decode_sequence
-    # out, the caches' shapes and the caches' contents are judged by different cases (exact_shape=False: each
-    # looks at its own part): a learner with the right output and a cache in the wrong order, or none grown,
-    # loses only what is wrong
+    def step(name, points, inputs, judge, hidden=False):
+        # out, the caches' shapes and their contents are judged by separate cases (exact_shape=False lets each
+        # look at its own part): the right output with a cache in the wrong order loses only the order's point
+        part_only = judge is not _diagnose_step and judge is not _cache_contents
+        return Case(
+            name, points, inputs, calls.kv_decode_step, _ref_step, judge, hidden=hidden, exact_shape=not part_only
+        )
+
+    def seq(name, points, inputs, judge, hidden=False):
+        part_only = judge is _sequence_out
+        return Case(
+            name,
+            points,
+            inputs,
+            calls.kv_decode_sequence,
+            _ref_sequence,
+            judge,
+            hidden=hidden,
+            exact_shape=not part_only,
+        )
+
     return (
-        Case(
-            "one step: out over the cache and the new token",
-            2,
-            _step_inputs(1, 2, 5, 4, 0),
-            step,
-            _ref_step,
-            _step_out,
-            exact_shape=False,
+        step("one step: out over the cache and the new token", 2, _step_inputs(1, 2, 5, 4, 0), _step_out),
+        step("one step: caches grown to S + 1", 1, _step_inputs(1, 2, 5, 4, 0), _cache_shapes),
+        step("one step: the new k, v at the END of the caches", 1, _step_inputs(1, 3, 4, 4, 8), _cache_contents),
+        step("first step (empty cache): the token attends to itself", 1, _step_inputs(1, 2, 0, 4, 1), _step_out),
+        step("one step equals the last row of causal attention (D = 16)", 1, _step_inputs(2, 3, 7, 16, 2), _step_out),
+        seq(
+            "8 steps from an empty cache equal full causal attention", 2, _sequence_inputs(1, 2, 8, 4, 3), _sequence_out
         ),
-        Case(
-            "one step: caches grown to S + 1",
-            1,
-            _step_inputs(1, 2, 5, 4, 0),
-            step,
-            _ref_step,
-            _cache_shapes,
-            exact_shape=False,
-        ),
-        Case(
-            "one step: the new k, v at the END of the caches",
-            1,
-            _step_inputs(1, 3, 4, 4, 8),
-            step,
-            _ref_step,
-            _cache_contents,
-        ),
-        Case(
-            "first step (empty cache): the token attends to itself",
-            1,
-            _step_inputs(1, 2, 0, 4, 1),
-            step,
-            _ref_step,
-            _step_out,
-            exact_shape=False,
-        ),
-        Case(
-            "one step equals the last row of causal attention (D = 16)",
-            1,
-            _step_inputs(2, 3, 7, 16, 2),
-            step,
-            _ref_step,
-            _step_out,
-            exact_shape=False,
-        ),
-        Case(
-            "8 steps from an empty cache equal full causal attention",
-            2,
-            _sequence_inputs(1, 2, 8, 4, 3),
-            seq,
-            _ref_sequence,
-            _sequence_out,
-            exact_shape=False,
-        ),
-        Case(
-            "batch > 1, 4 heads, 6 steps",
-            1,
-            _sequence_inputs(3, 4, 6, 8, 4),
-            seq,
-            _ref_sequence,
-            _sequence_out,
-            exact_shape=False,
-        ),
-        Case(
+        seq("batch > 1, 4 heads, 6 steps", 1, _sequence_inputs(3, 4, 6, 8, 4), _sequence_out),
+        seq(
             "float32 cache, 12 steps (outputs and caches)",
             1,
             _sequence_inputs(2, 2, 12, 8, 5, dtype=np.float32),
-            seq,
-            _ref_sequence,
             _diagnose_sequence,
             hidden=True,
         ),
-        Case(
-            "one step with a long cache (S = 40)",
-            1,
-            _step_inputs(2, 2, 40, 8, 6),
-            step,
-            _ref_step,
-            _diagnose_step,
-            hidden=True,
-        ),
-        Case(
+        step("one step with a long cache (S = 40)", 1, _step_inputs(2, 2, 40, 8, 6), _diagnose_step, hidden=True),
+        seq(
             "bonus: grouped-query cache (H = 4 query heads, G = 2 kv heads)",
             1,
             _sequence_inputs(2, 4, 5, 4, 7, G=2),
-            seq,
-            _ref_sequence,
             _diagnose_sequence,
             hidden=True,
         ),
