@@ -133,9 +133,19 @@ class SubmissionProcess:
         import psutil
 
         limit = (self.limits.memory_mb + RUNTIME_ALLOWANCE_MB) * 2**20
+        # a scratch that is no size-limited tmpfs (tier B) is measured from outside, every fifth tick;
+        # files in the scratch are memory in tier A (a tmpfs), so the verdict is the same
+        scratch_overuse = getattr(self.sandbox, "scratch_overuse", None)
+        ticks = 0
         while not self._stop.wait(0.1):
+            ticks += 1
             if time.monotonic() > self.deadline:
                 self.killed_for = (f"timed out after {self.limit_text}", "timeout")
+                self.kill()
+                return
+            why = scratch_overuse() if scratch_overuse is not None and ticks % 5 == 0 else None
+            if why:
+                self.killed_for = (why, "memory")
                 self.kill()
                 return
             rss = 0

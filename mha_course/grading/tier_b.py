@@ -22,8 +22,9 @@ them. The grader forks; the child, as root, before it executes the runtime
 then ``exec``. At the end every process of that uid is killed. Tier C is the same without
 Landlock (a kernel without it): only the uid and file permissions keep the submission from other
 files, so anything world-readable (the real package included) is readable; it is marked "reduced".
-The scratch has no size limit of its own in both (no tmpfs without CAP_SYS_ADMIN): RLIMIT_FSIZE
-bounds each file.
+The scratch cannot be a size-limited tmpfs here (no mount without CAP_SYS_ADMIN): RLIMIT_FSIZE bounds
+each file, and the grader's watch (:mod:`.process`) measures the folder twice a second from outside and
+kills the sandbox past tier A's tmpfs size or :data:`SCRATCH_ENTRIES` entries.
 """
 
 from __future__ import annotations
@@ -180,6 +181,31 @@ def _matplotlib_fonts() -> list[Path]:
     return []
 
 
+SCRATCH_ENTRIES = 4096  # files and folders a scratch may hold; bounds the watch's walk, too
+
+
+def scratch_usage(root: Path, max_entries: int = SCRATCH_ENTRIES) -> tuple[int, int]:
+    """``(bytes on disk, entries)`` under ``root``; links are not followed, counting stops past ``max_entries``.
+
+    Bytes are allocated blocks (``st_blocks``), so a sparse file counts what it really holds.
+    """
+    used, entries, folders = 0, 0, [str(root)]
+    while folders and entries <= max_entries:
+        try:
+            with os.scandir(folders.pop()) as listing:
+                for entry in listing:
+                    entries += 1
+                    if entries > max_entries:
+                        break
+                    with contextlib.suppress(OSError):  # removed while we looked
+                        used += entry.stat(follow_symlinks=False).st_blocks * 512
+                        if entry.is_dir(follow_symlinks=False):
+                            folders.append(entry.path)
+        except OSError:
+            continue
+    return used, entries
+
+
 class ConfinedSandbox:
     """One submission process in tier B (Landlock) or C (uid only); the interface of :class:`.isolation.Sandbox`.
 
@@ -190,6 +216,7 @@ class ConfinedSandbox:
     def __init__(self, view: Path, fd: int, res: Resources, base: Path, abi: int, cgroup: bool = False) -> None:
         self.uid = new_uid()
         self.scratch = Path(tempfile.mkdtemp(prefix="sandbox-", dir=base))
+        self.scratch_mb = res.scratch_mb
         self.stderr = tempfile.TemporaryFile()
         self.cgroup = _Cgroup.create(f"b-{self.uid}", res) if cgroup else None
         self._closed = False
@@ -272,6 +299,15 @@ class ConfinedSandbox:
                     if os.stat(f"/proc/{entry}").st_uid == self.uid:
                         found.append(int(entry))
         return found
+
+    def scratch_overuse(self) -> str | None:
+        """Why the scratch is over its limits (the watch then kills the sandbox), or None."""
+        used, entries = scratch_usage(self.scratch, SCRATCH_ENTRIES)
+        if entries > SCRATCH_ENTRIES:
+            return f"made more than {SCRATCH_ENTRIES} files and folders in its scratch folder"
+        if used > self.scratch_mb * 2**20:
+            return f"wrote more than {self.scratch_mb} MiB of files to its scratch folder"
+        return None
 
     def kill(self) -> None:
         with contextlib.suppress(OSError):

@@ -1,0 +1,111 @@
+"""Tier B's scratch folder is measured from outside (no size-limited tmpfs without CAP_SYS_ADMIN).
+
+The grader's watch (:class:`mha_course.grading.process.SubmissionProcess`) asks the sandbox twice a second
+how much its scratch holds; past the limit it kills the sandbox with a sentence. The walk must count
+what is really on disk, never follow a link out of the folder, and stay cheap however many files a
+submission makes.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from mha_course.grading import process, tier_b
+from mha_course.grading.verdicts import Limits
+
+MIB = 2**20
+
+
+def test_usage_counts_blocks_on_disk_and_every_entry(tmp_path):
+    (tmp_path / "a.bin").write_bytes(os.urandom(3 * MIB))
+    (tmp_path / "deep" / "deeper").mkdir(parents=True)
+    (tmp_path / "deep" / "deeper" / "b.bin").write_bytes(os.urandom(MIB))
+    used, entries = tier_b.scratch_usage(tmp_path)
+    assert 4 * MIB <= used < 4 * MIB + 256 * 1024
+    assert entries == 4  # a.bin, deep, deeper, b.bin
+
+
+def test_a_sparse_file_counts_what_it_holds_not_its_length(tmp_path):
+    with open(tmp_path / "sparse", "wb") as f:
+        f.truncate(10**12)  # 1 TB long, no block written
+    used, entries = tier_b.scratch_usage(tmp_path)
+    assert used < MIB and entries == 1
+
+
+def test_links_out_of_the_folder_are_not_followed(tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "big.bin").write_bytes(os.urandom(2 * MIB))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    (scratch / "to_dir").symlink_to(outside)
+    (scratch / "to_file").symlink_to(outside / "big.bin")
+    (scratch / "loop").symlink_to(scratch)
+    used, entries = tier_b.scratch_usage(scratch)
+    assert used < MIB and entries == 3
+
+
+def test_counting_stops_past_the_entry_limit(tmp_path):
+    for i in range(60):
+        (tmp_path / f"f{i}").touch()
+    assert tier_b.scratch_usage(tmp_path, max_entries=10)[1] == 11
+    assert tier_b.scratch_usage(tmp_path, max_entries=100)[1] == 60
+
+
+class _FakeSandbox:
+    """The part of a tier B sandbox the watch uses, over a real folder."""
+
+    def __init__(self, scratch: Path, scratch_mb: int) -> None:
+        self.scratch, self.scratch_mb = scratch, scratch_mb
+        self.killed = threading.Event()
+
+    scratch_overuse = tier_b.ConfinedSandbox.scratch_overuse
+
+    def tasks(self) -> list[int]:
+        return []
+
+    def kill(self) -> None:
+        self.killed.set()
+
+
+def _watch(sandbox: _FakeSandbox) -> process.SubmissionProcess:
+    """A SubmissionProcess with only its watchdog running, over ``sandbox``."""
+    watched = process.SubmissionProcess.__new__(process.SubmissionProcess)
+    watched.limits, watched.sandbox = Limits(memory_mb=0), sandbox
+    watched.deadline, watched.limit_text, watched.killed_for = float("inf"), "", None
+    watched._stop = threading.Event()
+    watched.sock = None
+    watched.kill = sandbox.kill
+    threading.Thread(target=watched._watchdog, daemon=True).start()
+    return watched
+
+
+def test_the_watch_kills_a_sandbox_whose_scratch_outgrows_its_limit(tmp_path):
+    sandbox = _FakeSandbox(tmp_path, scratch_mb=4)
+    watched = _watch(sandbox)
+    try:
+        (tmp_path / "ok.bin").write_bytes(os.urandom(2 * MIB))
+        assert not sandbox.killed.wait(1.2), "killed under the limit"
+        (tmp_path / "too_much.bin").write_bytes(os.urandom(3 * MIB))
+        assert sandbox.killed.wait(3), "not killed past the limit"
+        assert watched.killed_for == ("wrote more than 4 MiB of files to its scratch folder", "memory")
+    finally:
+        watched._stop.set()
+
+
+def test_the_watch_kills_a_sandbox_that_makes_too_many_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(tier_b, "SCRATCH_ENTRIES", 50)
+    sandbox = _FakeSandbox(tmp_path, scratch_mb=64)
+    watched = _watch(sandbox)
+    try:
+        start = time.monotonic()
+        for i in range(80):
+            (tmp_path / f"empty{i}").touch()
+        assert sandbox.killed.wait(3)
+        assert watched.killed_for == ("made more than 50 files and folders in its scratch folder", "memory")
+        assert time.monotonic() - start < 3
+    finally:
+        watched._stop.set()
