@@ -65,18 +65,6 @@ from .grading.safe_text import clean
 from .grading.seeds import SEED_FILE, choose_seed, class_key, record_seed
 
 
-def find_notebooks(paths: list[str]) -> list[Path]:
-    """Expand folders into their ``*.ipynb`` files (sorted, checkpoints skipped); keep files as given."""
-    found: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            found += sorted(p for p in path.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts)
-        else:
-            found.append(path)
-    return found
-
-
 def _feedback(results: list[SubmissionResult], folder: Path) -> None:
     """One Markdown feedback file per submission, named like its results.json."""
     for r in results:

@@ -7,7 +7,7 @@ upload in ``/autograder/submission/`` and reads ``/autograder/results/results.js
     autograder.zip
       setup.sh              python3 venv in /autograder/venv, the pinned grader packages, the course
       run_autograder        grade /autograder/submission as one student's upload of ASSIGNMENT
-      course/               the mha_course package, pyproject.toml, requirements-grader.txt, BUNDLE.json
+      course/               the mha_course package, pyproject.toml, LICENSE, requirements-grader.txt, BUNDLE.json
                             (no solutions/, exercises/, notebooks/ or tests/: a student must not see them)
 
 Both scripts find everything from ``$AUTOGRADER_ROOT`` (default ``/autograder``), never from the
@@ -168,7 +168,7 @@ def build(assignment: str, output: Path, unsafe_no_isolation: bool = False, min_
         for path in sorted(PACKAGE_DIR.rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
                 bundle.write(path, f"course/mha_course/{path.relative_to(PACKAGE_DIR).as_posix()}")
-        for name in ("pyproject.toml", "README.md"):
+        for name in ("pyproject.toml", "README.md", "LICENSE"):
             if (project / name).is_file():
                 bundle.write(project / name, f"course/{name}")
         add_text("course/requirements-grader.txt", grader_requirements())

@@ -58,11 +58,6 @@ def rank_chunks(T: int, world_size: int, rank: int, layout: str = "contiguous") 
     return [chunks[rank], chunks[2 * world_size - 1 - rank]]
 
 
-def rank_positions(T: int, world_size: int, rank: int, layout: str = "contiguous") -> torch.Tensor:
-    """(T_r,) int64: the global positions of the rows rank ``rank`` holds (see :func:`rank_chunks`)."""
-    return torch.cat([torch.arange(a, b) for a, b in rank_chunks(T, world_size, rank, layout)])
-
-
 def shard_sequence(x: torch.Tensor, world_size: int, rank: int, layout: str = "contiguous") -> torch.Tensor:
     """The rows of ``x`` (..., T, F) that rank ``rank`` holds: (..., T_r, F), chunks in :func:`rank_chunks` order.
 

@@ -32,10 +32,16 @@ def test_explicit_preference_wins():
 
 
 def test_matches_this_machine():
+    """On whatever runs the tests (a CUDA box, a Mac with MPS, a CPU), the device is the best one it has."""
     if torch.cuda.is_available():
-        assert get_device().type == "cuda"
-    elif not torch.backends.mps.is_available():
-        assert get_device() == torch.device("cpu")
+        expected = "cuda"
+    elif torch.backends.mps.is_available():
+        expected = "mps"
+    else:
+        expected = "cpu"
+    device = get_device()
+    assert device.type == expected
+    assert torch.zeros(1, device=device).device.type == expected  # and a tensor can be made there
 
 
 def test_environment_report(monkeypatch):
