@@ -11,6 +11,14 @@ import math
 
 import numpy as np
 
+# A multi-head attention module the learner writes must not hand the work to one of these
+MHA_SHORTCUTS = (
+    "torch.nn.MultiheadAttention",
+    "torch.nn.functional.multi_head_attention_forward",
+    "mha_course.MultiHeadAttention",
+    "mha_course.mha.MultiHeadAttention",
+)
+
 
 def np_attention(q, k, v, scale, mask=None, softmax_axis=-1, mask_mode="add", value=None):
     """Grader-side float64 attention with knobs for the classic mistakes; returns (out, weights).
