@@ -11,6 +11,14 @@ import math
 
 import numpy as np
 
+# Attention the learner writes must not hand the work to one of these
+SDPA_SHORTCUTS = (
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch.nn.functional.multi_head_attention_forward",
+    "mha_course.scaled_dot_product_attention",
+    "mha_course.attention.scaled_dot_product_attention",
+)
+
 # A multi-head attention module the learner writes must not hand the work to one of these
 MHA_SHORTCUTS = (
     "torch.nn.MultiheadAttention",

@@ -15,7 +15,7 @@ import numpy as np
 from .. import hints
 from ..calls import a03_attention as calls
 from ..spec import Assignment, Case, Exercise
-from ._common import attention_alternatives
+from ._common import SDPA_SHORTCUTS, attention_alternatives
 
 _OUT, _W = "[..., T, Dv]", "[..., T, S]"
 
@@ -168,12 +168,7 @@ SDPA = Exercise(
     target="scaled_dot_product_attention",
     title="Scaled dot-product attention in torch",
     cases=_cases(calls.sdpa, calls.sdpa_unchanged, _ref_torch, torch_version=True),
-    forbidden=(
-        "torch.nn.functional.scaled_dot_product_attention",
-        "torch.nn.functional.multi_head_attention_forward",
-        "mha_course.scaled_dot_product_attention",
-        "mha_course.attention.scaled_dot_product_attention",
-    ),
+    forbidden=SDPA_SHORTCUTS,
 )
 
 ASSIGNMENT = Assignment(

@@ -12,7 +12,7 @@ import numpy as np
 from .. import hints
 from ..calls import a04_masks as calls
 from ..spec import Assignment, Case, Exercise
-from ._common import attention_alternatives
+from ._common import SDPA_SHORTCUTS, attention_alternatives
 
 # --- causal_mask ----------------------------------------------------------------------------------
 
@@ -337,12 +337,7 @@ MASKED_SDPA = Exercise(
             hidden=True,
         ),
     ),
-    forbidden=(
-        "torch.nn.functional.scaled_dot_product_attention",
-        "torch.nn.functional.multi_head_attention_forward",
-        "mha_course.scaled_dot_product_attention",
-        "mha_course.attention.scaled_dot_product_attention",
-    ),
+    forbidden=SDPA_SHORTCUTS,
 )
 
 ASSIGNMENT = Assignment(
