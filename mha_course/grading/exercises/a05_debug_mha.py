@@ -173,13 +173,15 @@ def _diagnose_dtype(got, expected, inputs):
     return _diagnose(got, expected, inputs) or hints.compare(got, expected, "output", check_dtype=True)
 
 
-def _forward_case(name, points, *, B, T, S, E, H, seed, mask=None, same_kv=False, dtype=np.float32, hidden=False):
-    """A forward case: queries (B, T, E), keys and values (B, S, E) (the same array with same_kv), H heads.
+def _forward_case(name, points, *, B, T, S=None, E, H, seed, mask=None, dtype=np.float32, hidden=False):
+    """A forward case: queries (B, T, E), keys and values (B, S, E), H heads.
 
-    mask: None, "causal", "padding" or "all_true". A dtype other than float32 (the module's own) is the case's
-    point, so the output's dtype is judged too.
+    S left out: self-attention's sizes, S = T with keys and values one array. mask: None, "causal", "padding"
+    or "all_true". A dtype other than float32 (the module's own) is the case's point, so the output's dtype is
+    judged too.
     """
-    inputs = _inputs(B=B, T=T, S=S, E=E, H=H, seed=seed, mask_kind=mask, dtype=dtype, same_kv=same_kv)
+    sizes = dict(B=B, T=T, S=T if S is None else S, E=E, H=H, seed=seed, mask_kind=mask, same_kv=S is None)
+    inputs = _inputs(**sizes, dtype=dtype)
     judge = _diagnose if dtype == np.float32 else _diagnose_dtype
     return Case(name, points, inputs, calls.mha_forward, _reference, judge, hidden)
 
@@ -197,17 +199,7 @@ FIXED_MHA = Exercise(
             _ref_layout,
             _diagnose_layout,
         ),
-        _forward_case(
-            "self-attention (queries = keys = values): output (B, T, E)",
-            3,
-            B=2,
-            T=5,
-            S=5,
-            E=8,
-            H=2,
-            seed=1,
-            same_kv=True,
-        ),
+        _forward_case("self-attention (queries = keys = values): output (B, T, E)", 3, B=2, T=5, E=8, H=2, seed=1),
         _forward_case("cross-attention: T=3 queries, S=6 keys, keys != values", 2, B=2, T=3, S=6, E=8, H=2, seed=2),
         _forward_case("causal mask (T, T)", 1, B=2, T=5, S=5, E=8, H=2, seed=3, mask="causal"),
         _forward_case("padding mask (B, 1, 1, S)", 1, B=3, T=4, S=6, E=8, H=2, seed=4, mask="padding"),
