@@ -11,6 +11,22 @@ import math
 
 import numpy as np
 
+# Attention the learner writes must not hand the work to one of these
+SDPA_SHORTCUTS = (
+    "torch.nn.functional.scaled_dot_product_attention",
+    "torch.nn.functional.multi_head_attention_forward",
+    "mha_course.scaled_dot_product_attention",
+    "mha_course.attention.scaled_dot_product_attention",
+)
+
+# A multi-head attention module the learner writes must not hand the work to one of these
+MHA_SHORTCUTS = (
+    "torch.nn.MultiheadAttention",
+    "torch.nn.functional.multi_head_attention_forward",
+    "mha_course.MultiHeadAttention",
+    "mha_course.mha.MultiHeadAttention",
+)
+
 
 def np_attention(q, k, v, scale, mask=None, softmax_axis=-1, mask_mode="add", value=None):
     """Grader-side float64 attention with knobs for the classic mistakes; returns (out, weights).

@@ -57,21 +57,19 @@ def _diagnose_dot(got, expected, inputs):
     )
 
 
+def _dot_case(name, points, *, D, seed, orthogonal=False, hidden=False):
+    """A dot_product_np case on two vectors of length D."""
+    return Case(name, points, _vectors(D, seed, orthogonal), calls.dot_product_np, _ref_dot, _diagnose_dot, hidden)
+
+
 DOT_PRODUCT = Exercise(
     key="dot_product_np",
     target="dot_product_np",
     title="Dot product of two vectors",
     cases=(
-        Case("a . b for two vectors of length 6", 2, _vectors(6, 0), calls.dot_product_np, _ref_dot, _diagnose_dot),
-        Case(
-            "orthogonal vectors give 0",
-            1,
-            _vectors(5, 1, orthogonal=True),
-            calls.dot_product_np,
-            _ref_dot,
-            _diagnose_dot,
-        ),
-        Case("long vectors (D = 128)", 1, _vectors(128, 2), calls.dot_product_np, _ref_dot, _diagnose_dot, hidden=True),
+        _dot_case("a . b for two vectors of length 6", 2, D=6, seed=0),
+        _dot_case("orthogonal vectors give 0", 1, D=5, seed=1, orthogonal=True),
+        _dot_case("long vectors (D = 128)", 1, D=128, seed=2, hidden=True),
     ),
 )
 
@@ -142,55 +140,32 @@ def _diagnose_scaled_dtype(got, expected, inputs):
 
 _heat = hints.single_heatmaps("scores", value_name="score")
 
+
+def _scores_case(name, points, *, lead=(), T, S, D, seed, hidden=False, heatmap=False):
+    """A dot_scores_np case: q (*lead, T, D) against k (*lead, S, D), unscaled."""
+    visualize = _heat if heatmap else None
+    return Case(
+        name, points, _qk(lead, T, S, D, seed), calls.scores_np, _ref_scores, _diagnose_scores, hidden, visualize
+    )
+
+
+def _scaled_case(name, points, *, lead=(), T, S, D, seed, dtype=np.float64, hidden=False, heatmap=False):
+    """A scaled_dot_scores_np case; a dtype other than float64 is the case's point, so the dtype is judged too."""
+    judge = _diagnose_scaled if dtype == np.float64 else _diagnose_scaled_dtype
+    visualize = _heat if heatmap else None
+    return Case(name, points, _qk(lead, T, S, D, seed, dtype), calls.scores_np, _ref_scaled, judge, hidden, visualize)
+
+
 DOT_SCORES = Exercise(
     key="dot_scores_np",
     target="dot_scores_np",
     title="All query-key dot products at once",
     cases=(
-        Case(
-            "q (T=3, D=4), k (S=5, D=4) -> scores (3, 5)",
-            2,
-            _qk((), 3, 5, 4, 10),
-            calls.scores_np,
-            _ref_scores,
-            _diagnose_scores,
-            visualize=_heat,
-        ),
-        Case(
-            "scores[i, j] = q_i . k_j (T = S = 4)",
-            1,
-            _qk((), 4, 4, 3, 11),
-            calls.scores_np,
-            _ref_scores,
-            _diagnose_scores,
-            visualize=_heat,
-        ),
-        Case(
-            "leading batch dim: (B, T, D) x (B, S, D) -> (B, T, S)",
-            2,
-            _qk((2,), 3, 5, 4, 12),
-            calls.scores_np,
-            _ref_scores,
-            _diagnose_scores,
-        ),
-        Case(
-            "two leading dims (B, H, T, D)",
-            1,
-            _qk((2, 3), 4, 6, 5, 13),
-            calls.scores_np,
-            _ref_scores,
-            _diagnose_scores,
-            hidden=True,
-        ),
-        Case(
-            "a single query (T = 1)",
-            1,
-            _qk((), 1, 7, 8, 14),
-            calls.scores_np,
-            _ref_scores,
-            _diagnose_scores,
-            hidden=True,
-        ),
+        _scores_case("q (T=3, D=4), k (S=5, D=4) -> scores (3, 5)", 2, T=3, S=5, D=4, seed=10, heatmap=True),
+        _scores_case("scores[i, j] = q_i . k_j (T = S = 4)", 1, T=4, S=4, D=3, seed=11, heatmap=True),
+        _scores_case("leading batch dim: (B, T, D) x (B, S, D) -> (B, T, S)", 2, lead=(2,), T=3, S=5, D=4, seed=12),
+        _scores_case("two leading dims (B, H, T, D)", 1, lead=(2, 3), T=4, S=6, D=5, seed=13, hidden=True),
+        _scores_case("a single query (T = 1)", 1, T=1, S=7, D=8, seed=14, hidden=True),
     ),
 )
 
@@ -199,42 +174,11 @@ SCALED_SCORES = Exercise(
     target="scaled_dot_scores_np",
     title="Scaled scores: q k^T / sqrt(D)",
     cases=(
-        Case(
-            "scaled by 1/sqrt(D) (T=3, S=5, D=16)",
-            2,
-            _qk((), 3, 5, 16, 20),
-            calls.scores_np,
-            _ref_scaled,
-            _diagnose_scaled,
-            visualize=_heat,
-        ),
-        Case("leading batch dim (B, T, D)", 1, _qk((2,), 4, 6, 9, 21), calls.scores_np, _ref_scaled, _diagnose_scaled),
-        Case(
-            "float32 in, float32 out",
-            1,
-            _qk((), 3, 5, 16, 22, np.float32),
-            calls.scores_np,
-            _ref_scaled,
-            _diagnose_scaled_dtype,
-        ),
-        Case(
-            "another D (D = 9, T = S = 7)",
-            1,
-            _qk((), 7, 7, 9, 23),
-            calls.scores_np,
-            _ref_scaled,
-            _diagnose_scaled,
-            hidden=True,
-        ),
-        Case(
-            "(B, H, T, D) with D = 25",
-            1,
-            _qk((2, 2), 3, 4, 25, 24),
-            calls.scores_np,
-            _ref_scaled,
-            _diagnose_scaled,
-            hidden=True,
-        ),
+        _scaled_case("scaled by 1/sqrt(D) (T=3, S=5, D=16)", 2, T=3, S=5, D=16, seed=20, heatmap=True),
+        _scaled_case("leading batch dim (B, T, D)", 1, lead=(2,), T=4, S=6, D=9, seed=21),
+        _scaled_case("float32 in, float32 out", 1, T=3, S=5, D=16, seed=22, dtype=np.float32),
+        _scaled_case("another D (D = 9, T = S = 7)", 1, T=7, S=7, D=9, seed=23, hidden=True),
+        _scaled_case("(B, H, T, D) with D = 25", 1, lead=(2, 2), T=3, S=4, D=25, seed=24, hidden=True),
     ),
 )
 

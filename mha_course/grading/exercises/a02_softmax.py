@@ -169,91 +169,41 @@ _heat = hints.single_heatmaps("softmax", value_name="probability", axis_names=("
 
 
 def _cases(call, call_unchanged, torch_version: bool):
-    f32, f16 = np.float32, np.float16
+    def softmax(name, points, inputs, *, hidden=False, heatmap=False, judge_dtype=False):
+        # judge_dtype: the case is about the output keeping the input's dtype
+        judge = _diagnose_dtype if judge_dtype else _diagnose
+        return Case(name, points, inputs, call, _reference, judge, hidden, _heat if heatmap else None)
+
     cases = [
-        Case(
-            "rows of a (3, 5) matrix sum to 1 and match",
-            2,
-            _random((3, 5), 0),
-            call,
-            _reference,
-            _diagnose,
-            visualize=_heat,
-        ),
-        Case(
-            "the axis argument is honoured (axis=0)",
-            1,
-            _random((3, 5), 1, axis=0),
-            call,
-            _reference,
-            _diagnose,
-            visualize=_heat,
-        ),
-        Case(
-            "large logits (about 1000) give no NaN",
-            2,
-            _fixed([[1000.0, 1001.0, 1002.0], [-3.0, 999.0, 1000.0]]),
-            call,
-            _reference,
-            _diagnose,
-        ),
-        Case(
-            "very negative logits (about -1000) give no NaN",
-            1,
-            _fixed([[-1000.0, -1001.0, -1002.0]]),
-            call,
-            _reference,
-            _diagnose,
-        ),
-        Case(
+        softmax("rows of a (3, 5) matrix sum to 1 and match", 2, _random((3, 5), seed=0), heatmap=True),
+        softmax("the axis argument is honoured (axis=0)", 1, _random((3, 5), seed=1, axis=0), heatmap=True),
+        softmax("large logits (about 1000) give no NaN", 2, _fixed([[1000.0, 1001.0, 1002.0], [-3.0, 999.0, 1000.0]])),
+        softmax("very negative logits (about -1000) give no NaN", 1, _fixed([[-1000.0, -1001.0, -1002.0]])),
+        softmax(
             "float32 in, float32 out (rows from -80 to 100)",
             1,
-            _rows_apart((4, 6), 2, dtype=f32),
-            call,
-            _reference,
-            _diagnose_dtype,
+            _rows_apart((4, 6), seed=2, dtype=np.float32),
+            judge_dtype=True,
         ),
-        Case("does not change its input", 1, _random((3, 4), 3), call_unchanged, *_UNCHANGED),
-        Case(
-            "a row of all -inf gives zeros (course convention)",
-            1,
-            _with_neg_inf((3, 5), 4, fully_masked_row=1),
-            call,
-            _reference,
-            _diagnose,
+        Case("does not change its input", 1, _random((3, 4), seed=3), call_unchanged, *_UNCHANGED),
+        softmax(
+            "a row of all -inf gives zeros (course convention)", 1, _with_neg_inf((3, 5), seed=4, fully_masked_row=1)
         ),
         # hidden: what a learner could overfit to
-        Case("3-D input along axis 1", 1, _random((2, 3, 4), 5, axis=1), call, _reference, _diagnose, hidden=True),
-        Case("square matrix (4, 4)", 1, _random((4, 4), 6, scale=3.0), call, _reference, _diagnose, hidden=True),
-        Case(
-            "rows of very different magnitude",
-            1,
-            _fixed([[1000.0, 1001.0, 1003.0], [0.0, 1.0, 2.0]]),
-            call,
-            _reference,
-            _diagnose,
-        ),
-        Case(
-            "-inf entries get zero weight",
-            1,
-            _with_neg_inf((4, 6), 7, fully_masked_row=None),
-            call,
-            _reference,
-            _diagnose,
-            hidden=True,
-        ),
-        Case("a single vector (5,)", 1, _random((5,), 8, scale=2.0), call, _reference, _diagnose, hidden=True),
+        softmax("3-D input along axis 1", 1, _random((2, 3, 4), seed=5, axis=1), hidden=True),
+        softmax("square matrix (4, 4)", 1, _random((4, 4), seed=6, scale=3.0), hidden=True),
+        softmax("rows of very different magnitude", 1, _fixed([[1000.0, 1001.0, 1003.0], [0.0, 1.0, 2.0]])),
+        softmax("-inf entries get zero weight", 1, _with_neg_inf((4, 6), seed=7, fully_masked_row=None), hidden=True),
+        softmax("a single vector (5,)", 1, _random((5,), seed=8, scale=2.0), hidden=True),
     ]
     if torch_version:
         cases.insert(
             5,
-            Case(
+            softmax(
                 "float16 in, float16 out, no overflow (logits up to 15)",
                 1,
-                _random((3, 8), 9, scale=3.0, shift=12.0, dtype=f16),
-                call,
-                _reference,
-                _diagnose_dtype,
+                _random((3, 8), seed=9, scale=3.0, shift=12.0, dtype=np.float16),
+                judge_dtype=True,
             ),
         )
     return tuple(cases)

@@ -15,14 +15,14 @@ import numpy as np
 from .. import hints
 from ..calls import a03_attention as calls
 from ..spec import Assignment, Case, Exercise
-from ._common import attention_alternatives
+from ._common import SDPA_SHORTCUTS, attention_alternatives
 
 _OUT, _W = "[..., T, Dv]", "[..., T, S]"
 
 # --- inputs ---------------------------------------------------------------------------------------
 
 
-def _qkv(lead, T, S, D, Dv, seed, dtype=np.float64, scale=None):
+def _qkv(lead=(), *, T, S, D, Dv, seed, dtype=np.float64, scale=None):
     def make():
         rng = hints.rng(seed)
         q = rng.standard_normal((*lead, T, D)).astype(dtype)
@@ -89,92 +89,64 @@ _heat = hints.pair_heatmaps(1)
 
 
 def _cases(call, call_unchanged, reference, torch_version):
+    def attention(name, points, inputs, *, hidden=False, heatmap=False, judge_dtype=False):
+        # judge_dtype: the case is about the output keeping the inputs' dtype
+        judge = _diagnose_dtype if judge_dtype else _diagnose
+        return Case(name, points, inputs, call, reference, judge, hidden, _heat if heatmap else None)
+
     c = [
-        Case(
-            "shapes: out (T=3, Dv=6), weights (T=3, S=5)",
-            2,
-            _qkv((), 3, 5, 4, 6, 0),
-            call,
-            reference,
-            _diagnose,
-            visualize=_heat,
-        ),
-        Case(
-            "weights = softmax(q k^T / sqrt(D)) (D = 16)",
-            2,
-            _qkv((), 4, 6, 16, 3, 1),
-            call,
-            reference,
-            _diagnose,
-            visualize=_heat,
-        ),
-        Case("out = weights @ v (Dv = D, k != v)", 2, _qkv((), 4, 5, 8, 8, 2), call, reference, _diagnose),
-        Case("leading batch dim (B, T, D)", 1, _qkv((2,), 3, 5, 4, 6, 3), call, reference, _diagnose),
+        attention("shapes: out (T=3, Dv=6), weights (T=3, S=5)", 2, _qkv(T=3, S=5, D=4, Dv=6, seed=0), heatmap=True),
+        attention("weights = softmax(q k^T / sqrt(D)) (D = 16)", 2, _qkv(T=4, S=6, D=16, Dv=3, seed=1), heatmap=True),
+        attention("out = weights @ v (Dv = D, k != v)", 2, _qkv(T=4, S=5, D=8, Dv=8, seed=2)),
+        attention("leading batch dim (B, T, D)", 1, _qkv((2,), T=3, S=5, D=4, Dv=6, seed=3)),
         Case(
             "does not change q, k, v",
             1,
-            _qkv((2,), 3, 5, 4, 6, 4),
+            _qkv((2,), T=3, S=5, D=4, Dv=6, seed=4),
             call_unchanged,
             *hints.unchanged_case(reference, _diagnose, _CHANGED, ("q", "k", "v")),
         ),
     ]
     if torch_version:
         c += [
-            Case(
+            attention(
                 "scale argument is used (scale = 0.3)",
                 1,
-                _qkv((2,), 3, 5, 4, 6, 5, scale=0.3),
-                call,
-                reference,
-                _diagnose,
-                visualize=_heat,
+                _qkv((2,), T=3, S=5, D=4, Dv=6, seed=5, scale=0.3),
+                heatmap=True,
             ),
-            Case("(B, H, T, D) inputs", 1, _qkv((2, 3), 4, 5, 8, 6, 6), call, reference, _diagnose),
-            Case("float32 in, float32 out", 1, _qkv((2,), 3, 5, 4, 6, 7, np.float32), call, reference, _diagnose_dtype),
+            attention("(B, H, T, D) inputs", 1, _qkv((2, 3), T=4, S=5, D=8, Dv=6, seed=6)),
+            attention(
+                "float32 in, float32 out",
+                1,
+                _qkv((2,), T=3, S=5, D=4, Dv=6, seed=7, dtype=np.float32),
+                judge_dtype=True,
+            ),
         ]
     else:
         c.append(
-            Case("float32 in, float32 out", 1, _qkv((), 3, 5, 16, 6, 7, np.float32), call, reference, _diagnose_dtype)
+            attention(
+                "float32 in, float32 out", 1, _qkv(T=3, S=5, D=16, Dv=6, seed=7, dtype=np.float32), judge_dtype=True
+            )
         )
     c += [
-        Case(
-            "square case T = S (weights not transposed)",
-            1,
-            _qkv((), 5, 5, 4, 6, 8),
-            call,
-            reference,
-            _diagnose,
-            hidden=True,
-        ),
-        Case(
-            "large scores (q.k ~ 3000): no NaN",
-            1,
-            _large_scores(3, 5, 4, 6, 9),
-            call,
-            reference,
-            _diagnose,
-            hidden=True,
-        ),
-        Case("a single query (T = 1) and D = 9", 1, _qkv((), 1, 7, 9, 2, 10), call, reference, _diagnose, hidden=True),
-        Case("(B, H, T, D) with other sizes", 1, _qkv((3, 2), 6, 2, 5, 7, 11), call, reference, _diagnose, hidden=True),
+        attention("square case T = S (weights not transposed)", 1, _qkv(T=5, S=5, D=4, Dv=6, seed=8), hidden=True),
+        attention("large scores (q.k ~ 3000): no NaN", 1, _large_scores(T=3, S=5, D=4, Dv=6, seed=9), hidden=True),
+        attention("a single query (T = 1) and D = 9", 1, _qkv(T=1, S=7, D=9, Dv=2, seed=10), hidden=True),
+        attention("(B, H, T, D) with other sizes", 1, _qkv((3, 2), T=6, S=2, D=5, Dv=7, seed=11), hidden=True),
     ]
     if torch_version:
-        c.append(
-            Case(
-                "float64 in, float64 out", 1, _qkv((2,), 3, 5, 4, 6, 12), call, reference, _diagnose_dtype, hidden=True
-            )
-        )
-        c.append(
-            Case(
+        c += [
+            attention(
+                "float64 in, float64 out", 1, _qkv((2,), T=3, S=5, D=4, Dv=6, seed=12), hidden=True, judge_dtype=True
+            ),
+            attention(
                 "scale = 0: every key gets the same weight",
                 1,
-                _qkv((2,), 3, 5, 4, 6, 13, scale=0.0),
-                call,
-                reference,
-                _diagnose,
+                _qkv((2,), T=3, S=5, D=4, Dv=6, seed=13, scale=0.0),
                 hidden=True,
-            )
-        )
+            ),
+        ]
     return tuple(c)
 
 
@@ -196,12 +168,7 @@ SDPA = Exercise(
     target="scaled_dot_product_attention",
     title="Scaled dot-product attention in torch",
     cases=_cases(calls.sdpa, calls.sdpa_unchanged, _ref_torch, torch_version=True),
-    forbidden=(
-        "torch.nn.functional.scaled_dot_product_attention",
-        "torch.nn.functional.multi_head_attention_forward",
-        "mha_course.scaled_dot_product_attention",
-        "mha_course.attention.scaled_dot_product_attention",
-    ),
+    forbidden=SDPA_SHORTCUTS,
 )
 
 ASSIGNMENT = Assignment(

@@ -12,7 +12,7 @@ import numpy as np
 from .. import hints
 from ..calls import a04_masks as calls
 from ..spec import Assignment, Case, Exercise
-from ._common import attention_alternatives
+from ._common import SDPA_SHORTCUTS, attention_alternatives
 
 # --- causal_mask ----------------------------------------------------------------------------------
 
@@ -59,32 +59,23 @@ def _diagnose_causal(got, expected, inputs):
 
 _mask_heat = hints.single_heatmaps("mask (True = may attend)", value_name="may attend")
 
+
+def _causal_case(name, points, *, T, S=None, hidden=False, heatmap=False):
+    """A causal_mask(T, S) case; heatmap draws the learner's mask beside the expected one."""
+    visualize = _mask_heat if heatmap else None
+    return Case(name, points, _sizes(T, S), calls.causal_mask, _ref_causal, _diagnose_causal, hidden, visualize)
+
+
 CAUSAL = Exercise(
     key="causal_mask",
     target="causal_mask",
     title="Causal mask",
     cases=(
-        Case(
-            "T = 5: lower triangle with the diagonal, bool",
-            2,
-            _sizes(5),
-            calls.causal_mask,
-            _ref_causal,
-            _diagnose_causal,
-            visualize=_mask_heat,
-        ),
-        Case(
-            "T = 3 queries, S = 5 keys (top-left aligned)",
-            1,
-            _sizes(3, 5),
-            calls.causal_mask,
-            _ref_causal,
-            _diagnose_causal,
-            visualize=_mask_heat,
-        ),
-        Case("S defaults to T", 1, _sizes(4), calls.causal_mask, _ref_causal, _diagnose_causal),
-        Case("T = 1", 1, _sizes(1), calls.causal_mask, _ref_causal, _diagnose_causal, hidden=True),
-        Case("T = 6, S = 4", 1, _sizes(6, 4), calls.causal_mask, _ref_causal, _diagnose_causal, hidden=True),
+        _causal_case("T = 5: lower triangle with the diagonal, bool", 2, T=5, heatmap=True),
+        _causal_case("T = 3 queries, S = 5 keys (top-left aligned)", 1, T=3, S=5, heatmap=True),
+        _causal_case("S defaults to T", 1, T=4),
+        _causal_case("T = 1", 1, T=1, hidden=True),
+        _causal_case("T = 6, S = 4", 1, T=6, S=4, hidden=True),
     ),
 )
 
@@ -138,38 +129,23 @@ def _diagnose_padding(got, expected, inputs):
     )
 
 
+def _padding_case(name, points, *, lengths, S, as_list=False, hidden=False):
+    """A padding_mask(lengths, S) case; as_list passes the lengths as a Python list."""
+    return Case(
+        name, points, _lengths(lengths, S, as_list), calls.padding_mask, _ref_padding, _diagnose_padding, hidden
+    )
+
+
 PADDING = Exercise(
     key="padding_mask",
     target="padding_mask",
     title="Padding mask",
     cases=(
-        Case(
-            "lengths [3, 5, 1], S = 5 -> (3, 1, 1, 5) bool",
-            2,
-            _lengths([3, 5, 1], 5),
-            calls.padding_mask,
-            _ref_padding,
-            _diagnose_padding,
-        ),
-        Case("length 0 and full length", 1, _lengths([0, 6], 6), calls.padding_mask, _ref_padding, _diagnose_padding),
-        Case(
-            "lengths given as a Python list",
-            1,
-            _lengths([2, 4], 4, as_list=True),
-            calls.padding_mask,
-            _ref_padding,
-            _diagnose_padding,
-        ),
-        Case("B = 1, S = 7", 1, _lengths([4], 7), calls.padding_mask, _ref_padding, _diagnose_padding, hidden=True),
-        Case(
-            "four sequences, S = 3",
-            1,
-            _lengths([3, 1, 2, 3], 3),
-            calls.padding_mask,
-            _ref_padding,
-            _diagnose_padding,
-            hidden=True,
-        ),
+        _padding_case("lengths [3, 5, 1], S = 5 -> (3, 1, 1, 5) bool", 2, lengths=[3, 5, 1], S=5),
+        _padding_case("length 0 and full length", 1, lengths=[0, 6], S=6),
+        _padding_case("lengths given as a Python list", 1, lengths=[2, 4], S=4, as_list=True),
+        _padding_case("B = 1, S = 7", 1, lengths=[4], S=7, hidden=True),
+        _padding_case("four sequences, S = 3", 1, lengths=[3, 1, 2, 3], S=3, hidden=True),
     ),
 )
 
@@ -274,124 +250,94 @@ _UNCHANGED = hints.unchanged_case(
 
 
 _heat = hints.pair_heatmaps(1)
-_m = _masked
+
+
+def _masked_case(name, points, inputs, *, hidden=False, heatmap=False, judge_dtype=False):
+    """A masked attention case on ``inputs`` (a _masked(...) maker).
+
+    judge_dtype: the case is about a dtype other than float64, so the output's dtype is judged too;
+    heatmap draws the learner's weights beside the expected ones.
+    """
+    judge = _diagnose_masked_dtype if judge_dtype else _diagnose_masked
+    visualize = _heat if heatmap else None
+    return Case(name, points, inputs, calls.masked_sdpa, _ref_masked, judge, hidden, visualize)
+
 
 MASKED_SDPA = Exercise(
     key="masked_sdpa",
     target="scaled_dot_product_attention",
     title="Attention with a mask",
     cases=(
-        Case(
-            "no mask: plain attention",
-            1,
-            _m((2,), 3, 5, 4, 6, 0, None),
-            calls.masked_sdpa,
-            _ref_masked,
-            _diagnose_masked,
-        ),
-        Case(
+        _masked_case("no mask: plain attention", 1, _masked((2,), T=3, S=5, D=4, Dv=6, seed=0, mask_kind=None)),
+        _masked_case(
             "causal bool mask (T, T)",
             2,
-            _m((2,), 5, 5, 4, 6, 1, "causal"),
-            calls.masked_sdpa,
-            _ref_masked,
-            _diagnose_masked,
-            visualize=_heat,
+            _masked((2,), T=5, S=5, D=4, Dv=6, seed=1, mask_kind="causal"),
+            heatmap=True,
         ),
-        Case(
+        _masked_case(
             "padding mask (B, 1, 1, S) on (B, H, T, D)",
             2,
-            _m((2, 3), 4, 6, 4, 5, 2, "padding"),
-            calls.masked_sdpa,
-            _ref_masked,
-            _diagnose_masked,
-            visualize=_heat,
+            _masked((2, 3), T=4, S=6, D=4, Dv=5, seed=2, mask_kind="padding"),
+            heatmap=True,
         ),
-        Case(
+        _masked_case(
             "float mask is added to the scores",
             1,
-            _m((2,), 4, 6, 8, 3, 3, "float"),
-            calls.masked_sdpa,
-            _ref_masked,
-            _diagnose_masked,
-            visualize=_heat,
+            _masked((2,), T=4, S=6, D=8, Dv=3, seed=3, mask_kind="float"),
+            heatmap=True,
         ),
-        Case(
+        _masked_case(
             "fully masked query: zero weights and zero output, no NaN",
             1,
-            _m((3, 2), 3, 4, 4, 5, 4, "padding"),
-            calls.masked_sdpa,
-            _ref_masked,
-            _diagnose_masked,
-            visualize=_heat,
+            _masked((3, 2), T=3, S=4, D=4, Dv=5, seed=4, mask_kind="padding"),
+            heatmap=True,
         ),
-        Case(
+        _masked_case(
             "float16 q, k, v with a causal mask (no -1e9 overflow)",
             1,
-            _m((2,), 4, 4, 8, 4, 5, "causal", dtype=np.float16),
-            calls.masked_sdpa,
-            _ref_masked,
-            _diagnose_masked_dtype,
+            _masked((2,), T=4, S=4, D=8, Dv=4, seed=5, mask_kind="causal", dtype=np.float16),
+            judge_dtype=True,
         ),
         Case(
             "does not change q, k, v or the mask",
             1,
-            _m((2,), 5, 5, 4, 6, 6, "causal"),
+            _masked((2,), T=5, S=5, D=4, Dv=6, seed=6, mask_kind="causal"),
             calls.masked_sdpa_unchanged,
             *_UNCHANGED,
         ),
-        Case(
+        _masked_case(
             "causal mask with more keys than queries (T = 3, S = 6)",
             1,
-            _m((2,), 3, 6, 4, 5, 7, "causal"),
-            calls.masked_sdpa,
-            _ref_masked,
-            _diagnose_masked,
+            _masked((2,), T=3, S=6, D=4, Dv=5, seed=7, mask_kind="causal"),
             hidden=True,
         ),
-        Case(
+        _masked_case(
             "per-example (B, 1, T, S) bool mask",
             1,
-            _m((3, 2), 4, 5, 6, 3, 8, "random"),
-            calls.masked_sdpa,
-            _ref_masked,
-            _diagnose_masked,
+            _masked((3, 2), T=4, S=5, D=6, Dv=3, seed=8, mask_kind="random"),
             hidden=True,
         ),
-        Case(
+        _masked_case(
             "all-True mask equals no mask",
             1,
-            _m((2,), 4, 5, 4, 4, 9, "all_true"),
-            calls.masked_sdpa,
-            _ref_masked,
-            _diagnose_masked,
+            _masked((2,), T=4, S=5, D=4, Dv=4, seed=9, mask_kind="all_true"),
             hidden=True,
         ),
-        Case(
+        _masked_case(
             "large scores with a causal mask",
             1,
-            _m((2,), 5, 5, 4, 6, 10, "causal", magnitude=20.0),
-            calls.masked_sdpa,
-            _ref_masked,
-            _diagnose_masked,
+            _masked((2,), T=5, S=5, D=4, Dv=6, seed=10, mask_kind="causal", magnitude=20.0),
             hidden=True,
         ),
-        Case(
+        _masked_case(
             "an explicit scale (0.8) with a padding mask",
             1,
-            _m((3,), 4, 5, 4, 3, 11, "padding", scale=0.8),
-            calls.masked_sdpa,
-            _ref_masked,
-            _diagnose_masked,
+            _masked((3,), T=4, S=5, D=4, Dv=3, seed=11, mask_kind="padding", scale=0.8),
             hidden=True,
         ),
     ),
-    forbidden=(
-        "torch.nn.functional.scaled_dot_product_attention",
-        "torch.nn.functional.multi_head_attention_forward",
-        "mha_course.scaled_dot_product_attention",
-        "mha_course.attention.scaled_dot_product_attention",
-    ),
+    forbidden=SDPA_SHORTCUTS,
 )
 
 ASSIGNMENT = Assignment(

@@ -25,12 +25,12 @@ import numpy as np
 from .. import hints
 from ..calls import a05_debug_mha as calls
 from ..spec import Assignment, Case, Exercise
-from ._common import np_attention
+from ._common import MHA_SHORTCUTS, np_attention
 
 _LAYERS = calls.LAYERS  # one home: the call module
 
 
-def _inputs(B, T, S, E, H, seed, mask_kind=None, dtype=np.float32, same_kv=False):
+def _inputs(*, B, T, S, E, H, seed, mask_kind=None, dtype=np.float32, same_kv=False):
     def make():
         rng = hints.rng(seed)
         inputs = {"E": E, "H": H}
@@ -173,6 +173,19 @@ def _diagnose_dtype(got, expected, inputs):
     return _diagnose(got, expected, inputs) or hints.compare(got, expected, "output", check_dtype=True)
 
 
+def _forward_case(name, points, *, B, T, S=None, E, H, seed, mask=None, dtype=np.float32, hidden=False):
+    """A forward case: queries (B, T, E), keys and values (B, S, E), H heads.
+
+    S left out: self-attention's sizes, S = T with keys and values one array. mask: None, "causal", "padding"
+    or "all_true". A dtype other than float32 (the module's own) is the case's point, so the output's dtype is
+    judged too.
+    """
+    sizes = dict(B=B, T=T, S=T if S is None else S, E=E, H=H, seed=seed, mask_kind=mask, same_kv=S is None)
+    inputs = _inputs(**sizes, dtype=dtype)
+    judge = _diagnose if dtype == np.float32 else _diagnose_dtype
+    return Case(name, points, inputs, calls.mha_forward, _reference, judge, hidden)
+
+
 FIXED_MHA = Exercise(
     key="debug_mha",
     target="MultiHeadAttention",
@@ -181,71 +194,25 @@ FIXED_MHA = Exercise(
         Case(
             "keeps the published layers: query/key/value (E*H, E), combine (E, E*H)",
             1,
-            _inputs(2, 4, 4, 8, 2, 0),
+            _inputs(B=2, T=4, S=4, E=8, H=2, seed=0),
             calls.mha_layout,
             _ref_layout,
             _diagnose_layout,
         ),
-        Case(
-            "self-attention (queries = keys = values): output (B, T, E)",
-            3,
-            _inputs(2, 5, 5, 8, 2, 1, same_kv=True),
-            calls.mha_forward,
-            _reference,
-            _diagnose,
+        _forward_case("self-attention (queries = keys = values): output (B, T, E)", 3, B=2, T=5, E=8, H=2, seed=1),
+        _forward_case("cross-attention: T=3 queries, S=6 keys, keys != values", 2, B=2, T=3, S=6, E=8, H=2, seed=2),
+        _forward_case("causal mask (T, T)", 1, B=2, T=5, S=5, E=8, H=2, seed=3, mask="causal"),
+        _forward_case("padding mask (B, 1, 1, S)", 1, B=3, T=4, S=6, E=8, H=2, seed=4, mask="padding"),
+        _forward_case("three heads, E = 6, float64", 1, B=2, T=4, S=5, E=6, H=3, seed=5, dtype=np.float64, hidden=True),
+        _forward_case(
+            "a single example and a single query (B = 1, T = 1)", 1, B=1, T=1, S=5, E=8, H=2, seed=6, hidden=True
         ),
-        Case(
-            "cross-attention: T=3 queries, S=6 keys, keys != values",
-            2,
-            _inputs(2, 3, 6, 8, 2, 2),
-            calls.mha_forward,
-            _reference,
-            _diagnose,
+        _forward_case(
+            "all-True mask equals no mask; four heads", 1, B=2, T=4, S=4, E=4, H=4, seed=7, mask="all_true", hidden=True
         ),
-        Case("causal mask (T, T)", 1, _inputs(2, 5, 5, 8, 2, 3, "causal"), calls.mha_forward, _reference, _diagnose),
-        Case(
-            "padding mask (B, 1, 1, S)",
-            1,
-            _inputs(3, 4, 6, 8, 2, 4, "padding"),
-            calls.mha_forward,
-            _reference,
-            _diagnose,
-        ),
-        Case(
-            "three heads, E = 6, float64",
-            1,
-            _inputs(2, 4, 5, 6, 3, 5, dtype=np.float64),
-            calls.mha_forward,
-            _reference,
-            _diagnose_dtype,
-            hidden=True,
-        ),
-        Case(
-            "a single example and a single query (B = 1, T = 1)",
-            1,
-            _inputs(1, 1, 5, 8, 2, 6),
-            calls.mha_forward,
-            _reference,
-            _diagnose,
-            hidden=True,
-        ),
-        Case(
-            "all-True mask equals no mask; four heads",
-            1,
-            _inputs(2, 4, 4, 4, 4, 7, "all_true"),
-            calls.mha_forward,
-            _reference,
-            _diagnose,
-            hidden=True,
-        ),
-        Case("one head (H = 1)", 1, _inputs(2, 3, 4, 8, 1, 8), calls.mha_forward, _reference, _diagnose, hidden=True),
+        _forward_case("one head (H = 1)", 1, B=2, T=3, S=4, E=8, H=1, seed=8, hidden=True),
     ),
-    forbidden=(
-        "torch.nn.MultiheadAttention",
-        "torch.nn.functional.multi_head_attention_forward",
-        "mha_course.MultiHeadAttention",
-        "mha_course.mha.MultiHeadAttention",
-    ),
+    forbidden=MHA_SHORTCUTS,
 )
 
 ASSIGNMENT = Assignment(

@@ -19,7 +19,7 @@ import numpy as np
 from .. import hints
 from ..calls import a05_multi_head as calls
 from ..spec import Assignment, Case, Exercise
-from ._common import np_mha, projection_weights
+from ._common import MHA_SHORTCUTS, np_mha, projection_weights
 
 # --- split_heads / merge_heads --------------------------------------------------------------------
 
@@ -111,45 +111,25 @@ def _diagnose_merge(got, expected, inputs):
     )
 
 
+def _split_case(name, points, *, B, T, E, H, seed, hidden=False):
+    """A split_heads case: x (B, T, E) into H heads."""
+    return Case(name, points, _tokens(B, T, E, H, seed), calls.split_heads, _ref_split, _diagnose_split, hidden)
+
+
+def _merge_case(name, points, *, B, H, T, D, seed, hidden=False):
+    """A merge_heads case: x (B, H, T, D) back to (B, T, H*D)."""
+    return Case(name, points, _heads(B, H, T, D, seed), calls.merge_heads, _ref_merge, _diagnose_merge, hidden)
+
+
 SPLIT = Exercise(
     key="split_heads",
     target="split_heads",
     title="Split the model dimension into heads",
     cases=(
-        Case(
-            "(B=2, T=5, E=12), H=3 -> (2, 3, 5, 4)",
-            2,
-            _tokens(2, 5, 12, 3, 0),
-            calls.split_heads,
-            _ref_split,
-            _diagnose_split,
-        ),
-        Case(
-            "head h holds features h*D .. (h+1)*D - 1 of every token",
-            2,
-            _tokens(1, 4, 8, 2, 1),
-            calls.split_heads,
-            _ref_split,
-            _diagnose_split,
-        ),
-        Case(
-            "H = 1 (one head, D = E)",
-            1,
-            _tokens(2, 3, 6, 1, 2),
-            calls.split_heads,
-            _ref_split,
-            _diagnose_split,
-            hidden=True,
-        ),
-        Case(
-            "other sizes (B=3, T=7, E=10, H=5)",
-            1,
-            _tokens(3, 7, 10, 5, 3),
-            calls.split_heads,
-            _ref_split,
-            _diagnose_split,
-            hidden=True,
-        ),
+        _split_case("(B=2, T=5, E=12), H=3 -> (2, 3, 5, 4)", 2, B=2, T=5, E=12, H=3, seed=0),
+        _split_case("head h holds features h*D .. (h+1)*D - 1 of every token", 2, B=1, T=4, E=8, H=2, seed=1),
+        _split_case("H = 1 (one head, D = E)", 1, B=2, T=3, E=6, H=1, seed=2, hidden=True),
+        _split_case("other sizes (B=3, T=7, E=10, H=5)", 1, B=3, T=7, E=10, H=5, seed=3, hidden=True),
     ),
     forbidden=("mha_course.split_heads", "mha_course.heads.split_heads"),
 )
@@ -159,31 +139,9 @@ MERGE = Exercise(
     target="merge_heads",
     title="Merge heads back",
     cases=(
-        Case(
-            "(B=2, H=3, T=5, D=4) -> (2, 5, 12)",
-            2,
-            _heads(2, 3, 5, 4, 10),
-            calls.merge_heads,
-            _ref_merge,
-            _diagnose_merge,
-        ),
-        Case(
-            "the inverse of split_heads (T = D = 4)",
-            2,
-            _heads(2, 2, 4, 4, 11),
-            calls.merge_heads,
-            _ref_merge,
-            _diagnose_merge,
-        ),
-        Case(
-            "other sizes (B=1, H=4, T=6, D=2)",
-            1,
-            _heads(1, 4, 6, 2, 12),
-            calls.merge_heads,
-            _ref_merge,
-            _diagnose_merge,
-            hidden=True,
-        ),
+        _merge_case("(B=2, H=3, T=5, D=4) -> (2, 5, 12)", 2, B=2, H=3, T=5, D=4, seed=10),
+        _merge_case("the inverse of split_heads (T = D = 4)", 2, B=2, H=2, T=4, D=4, seed=11),
+        _merge_case("other sizes (B=1, H=4, T=6, D=2)", 1, B=1, H=4, T=6, D=2, seed=12, hidden=True),
     ),
     forbidden=("mha_course.merge_heads", "mha_course.heads.merge_heads"),
 )
@@ -193,7 +151,7 @@ MERGE = Exercise(
 _PROJ = calls.PROJ  # one home: the call module
 
 
-def _mha_inputs(B, T, S, E, H, seed, mask_kind=None, self_attention=False, dtype=np.float32, value_is_key=False):
+def _mha_inputs(*, B, T, S, E, H, seed, mask_kind=None, self_attention=False, dtype=np.float32, value_is_key=False):
     def make():
         rng = hints.rng(seed)
         inputs = projection_weights(rng, E, H, self_attention, _PROJ, dtype)
@@ -311,6 +269,23 @@ def _diagnose_mha_dtype(got, expected, inputs):
 
 _heat = hints.pair_heatmaps(1, "attention weights (first head)")
 
+
+def _forward_case(
+    name, points, *, B, T, S=None, E, H, seed, mask=None, key_only=False, dtype=np.float32, hidden=False, heatmap=False
+):
+    """A MultiHeadAttention forward case: query (B, T, E), key and value (B, S, E), H heads.
+
+    S left out: self-attention, forward(x) with key = value = query. mask: None, "causal" or "padding".
+    key_only calls forward(query, key), leaving the value out. A dtype other than float32 (the module's
+    own) is the case's point, so the output's dtype is judged too. heatmap draws the first head's weights.
+    """
+    sizes = dict(B=B, T=T, S=T if S is None else S, E=E, H=H, seed=seed, mask_kind=mask, self_attention=S is None)
+    inputs = _mha_inputs(**sizes, dtype=dtype, value_is_key=key_only)
+    call = calls.mha_forward_key_only if key_only else calls.mha_forward
+    judge = _diagnose_mha if dtype == np.float32 else _diagnose_mha_dtype
+    return Case(name, points, inputs, call, _ref_mha, judge, hidden, _heat if heatmap else None)
+
+
 MHA = Exercise(
     key="multi_head_attention",
     target="MultiHeadAttention",
@@ -319,92 +294,30 @@ MHA = Exercise(
         Case(
             "q_proj, k_proj, v_proj, out_proj are nn.Linear(E, E); 4E^2 + 4E parameters",
             1,
-            _mha_inputs(2, 5, 5, 12, 3, 0),
+            _mha_inputs(B=2, T=5, S=5, E=12, H=3, seed=0),
             calls.mha_layout,
             _ref_layout,
             _diagnose_layout,
         ),
-        Case(
-            "self-attention: forward(x) with E=12, H=3",
-            3,
-            _mha_inputs(2, 5, 5, 12, 3, 1, self_attention=True),
-            calls.mha_forward,
-            _ref_mha,
-            _diagnose_mha,
-            visualize=_heat,
+        _forward_case("self-attention: forward(x) with E=12, H=3", 3, B=2, T=5, E=12, H=3, seed=1, heatmap=True),
+        _forward_case(
+            "cross-attention: T=4 queries, S=6 keys, key != value", 2, B=2, T=4, S=6, E=12, H=3, seed=2, heatmap=True
         ),
-        Case(
-            "cross-attention: T=4 queries, S=6 keys, key != value",
-            2,
-            _mha_inputs(2, 4, 6, 12, 3, 2),
-            calls.mha_forward,
-            _ref_mha,
-            _diagnose_mha,
-            visualize=_heat,
+        _forward_case(
+            "forward(query, key): value left out defaults to key", 1, B=2, T=4, S=6, E=12, H=3, seed=9, key_only=True
         ),
-        Case(
-            "forward(query, key): value left out defaults to key",
-            1,
-            _mha_inputs(2, 4, 6, 12, 3, 9, value_is_key=True),
-            calls.mha_forward_key_only,
-            _ref_mha,
-            _diagnose_mha,
+        _forward_case("causal mask (T, T)", 1, B=2, T=5, E=12, H=3, seed=3, mask="causal", heatmap=True),
+        _forward_case("padding mask (B, 1, 1, S)", 1, B=3, T=4, S=6, E=12, H=3, seed=4, mask="padding", heatmap=True),
+        _forward_case("one head (H = 1)", 1, B=2, T=3, S=5, E=8, H=1, seed=5, hidden=True),
+        _forward_case(
+            "E = 8, H = 4 (D = 2) in float64", 1, B=2, T=6, S=3, E=8, H=4, seed=6, dtype=np.float64, hidden=True
         ),
-        Case(
-            "causal mask (T, T)",
-            1,
-            _mha_inputs(2, 5, 5, 12, 3, 3, "causal", self_attention=True),
-            calls.mha_forward,
-            _ref_mha,
-            _diagnose_mha,
-            visualize=_heat,
-        ),
-        Case(
-            "padding mask (B, 1, 1, S)",
-            1,
-            _mha_inputs(3, 4, 6, 12, 3, 4, "padding"),
-            calls.mha_forward,
-            _ref_mha,
-            _diagnose_mha,
-            visualize=_heat,
-        ),
-        Case(
-            "one head (H = 1)",
-            1,
-            _mha_inputs(2, 3, 5, 8, 1, 5),
-            calls.mha_forward,
-            _ref_mha,
-            _diagnose_mha,
-            hidden=True,
-        ),
-        Case(
-            "E = 8, H = 4 (D = 2) in float64",
-            1,
-            _mha_inputs(2, 6, 3, 8, 4, 6, dtype=np.float64),
-            calls.mha_forward,
-            _ref_mha,
-            _diagnose_mha_dtype,
-            hidden=True,
-        ),
-        Case(
-            "B = 1, T = 1", 1, _mha_inputs(1, 1, 4, 12, 2, 7), calls.mha_forward, _ref_mha, _diagnose_mha, hidden=True
-        ),
-        Case(
-            "E = 16, H = 8 with a padding mask",
-            1,
-            _mha_inputs(2, 3, 5, 16, 8, 8, "padding"),
-            calls.mha_forward,
-            _ref_mha,
-            _diagnose_mha,
-            hidden=True,
+        _forward_case("B = 1, T = 1", 1, B=1, T=1, S=4, E=12, H=2, seed=7, hidden=True),
+        _forward_case(
+            "E = 16, H = 8 with a padding mask", 1, B=2, T=3, S=5, E=16, H=8, seed=8, mask="padding", hidden=True
         ),
     ),
-    forbidden=(
-        "torch.nn.MultiheadAttention",
-        "torch.nn.functional.multi_head_attention_forward",
-        "mha_course.MultiHeadAttention",
-        "mha_course.mha.MultiHeadAttention",
-    ),
+    forbidden=MHA_SHORTCUTS,
 )
 
 ASSIGNMENT = Assignment(

@@ -63,65 +63,31 @@ def _ref_mask(inputs):
 # the mistakes, their hints and the picture: ._cross_mask
 
 
+def _mask_case(name, points, *, lengths, T, S, as_list=False, hidden=False):
+    """A cross_attention_mask case: B = len(lengths) sources of S positions read by T targets.
+
+    A visible case draws the learner's mask beside the expected one (hidden cases never run in check()).
+    """
+    inputs = _mask_inputs(lengths, T, S, as_list)
+    visualize = None if hidden else mask_picture
+    return Case(name, points, inputs, calls.cross_attention_mask, _ref_mask, diagnose_mask, hidden, visualize)
+
+
 MASK = Exercise(
     key="cross_attention_mask",
     target="cross_attention_mask",
     title="Cross-attention mask",
     cases=(
-        Case(
-            "lengths [3, 5, 2], T = 4 targets, S = 5 sources -> (3, 1, 4, 5) bool",
-            2,
-            _mask_inputs([3, 5, 2], 4, 5),
-            calls.cross_attention_mask,
-            _ref_mask,
-            diagnose_mask,
-            visualize=mask_picture,
+        _mask_case(
+            "lengths [3, 5, 2], T = 4 targets, S = 5 sources -> (3, 1, 4, 5) bool", 2, lengths=[3, 5, 2], T=4, S=5
         ),
-        Case(
-            "more targets than sources (T = 6, S = 3)",
-            1,
-            _mask_inputs([3, 1], 6, 3),
-            calls.cross_attention_mask,
-            _ref_mask,
-            diagnose_mask,
-            visualize=mask_picture,
+        _mask_case("more targets than sources (T = 6, S = 3)", 1, lengths=[3, 1], T=6, S=3),
+        _mask_case(
+            "T = S = 4, lengths as a Python list: square but not causal", 1, lengths=[2, 4], T=4, S=4, as_list=True
         ),
-        Case(
-            "T = S = 4, lengths as a Python list: square but not causal",
-            1,
-            _mask_inputs([2, 4], 4, 4, True),
-            calls.cross_attention_mask,
-            _ref_mask,
-            diagnose_mask,
-            visualize=mask_picture,
-        ),
-        Case(
-            "one decoding step (T = 1)",
-            1,
-            _mask_inputs([4, 2, 5], 1, 5),
-            calls.cross_attention_mask,
-            _ref_mask,
-            diagnose_mask,
-            hidden=True,
-        ),
-        Case(
-            "every source at full length",
-            1,
-            _mask_inputs([5, 5], 2, 5),
-            calls.cross_attention_mask,
-            _ref_mask,
-            diagnose_mask,
-            hidden=True,
-        ),
-        Case(
-            "B = 4, T = 3, S = 8",
-            1,
-            _mask_inputs([8, 1, 5, 3], 3, 8),
-            calls.cross_attention_mask,
-            _ref_mask,
-            diagnose_mask,
-            hidden=True,
-        ),
+        _mask_case("one decoding step (T = 1)", 1, lengths=[4, 2, 5], T=1, S=5, hidden=True),
+        _mask_case("every source at full length", 1, lengths=[5, 5], T=2, S=5, hidden=True),
+        _mask_case("B = 4, T = 3, S = 8", 1, lengths=[8, 1, 5, 3], T=3, S=8, hidden=True),
     ),
     forbidden=("mha_course.masks.padding_mask", "mha_course.padding_mask"),
 )
@@ -129,7 +95,7 @@ MASK = Exercise(
 # --- shared: a MultiHeadAttention with the grader's weights ----------------------------------------
 
 
-def _module_inputs(B, T, S, E, H, seed, head=0, self_attention=False, memory=False, dtype=np.float32):
+def _module_inputs(*, B, T, S, E, H, seed, head=0, self_attention=False, memory=False, dtype=np.float32):
     """Weights of the four projections, query (B, T, E), key/value (B, S, E), source lengths, a head.
 
     ``memory``: key and value are the same (B, S, E) tensor, as in a decoder reading the encoder's output.
@@ -218,46 +184,33 @@ def _diagnose_cross_dtype(got, expected, inputs):
     return _diagnose_cross(got, expected, inputs) or hints.compare_pair(got, expected, check_dtype=True)
 
 
+_cross_heat = hints.pair_heatmaps(1, "cross-attention weights")
+
+
+def _cross_case(name, points, *, B, T, S, E, H, seed, dtype=np.float32, hidden=False):
+    """A cross_attention case: T targets (B, T, E) read a memory (B, S, E) that is both key and value.
+
+    A dtype other than float32 (the module's own) is the case's point, so the output's dtype is judged too;
+    a visible case draws the weights (hidden cases never run in check()).
+    """
+    inputs = _module_inputs(B=B, T=T, S=S, E=E, H=H, seed=seed, memory=True, dtype=dtype)
+    judge = _diagnose_cross if dtype == np.float32 else _diagnose_cross_dtype
+    visualize = None if hidden else _cross_heat
+    return Case(name, points, inputs, calls.cross_attention, _ref_cross, judge, hidden, visualize)
+
+
 CROSS = Exercise(
     key="cross_attention",
     target="cross_attention",
     title="Cross-attention with a MultiHeadAttention",
     cases=(
-        Case(
-            "T = 4 target positions read S = 6 source positions (E = 12, H = 3)",
-            2,
-            _module_inputs(2, 4, 6, 12, 3, 0, memory=True),
-            calls.cross_attention,
-            _ref_cross,
-            _diagnose_cross,
-            visualize=hints.pair_heatmaps(1, "cross-attention weights"),
+        _cross_case(
+            "T = 4 target positions read S = 6 source positions (E = 12, H = 3)", 2, B=2, T=4, S=6, E=12, H=3, seed=0
         ),
-        Case(
-            "more target positions than source positions (T = 7, S = 3)",
-            1,
-            _module_inputs(3, 7, 3, 12, 3, 1, memory=True),
-            calls.cross_attention,
-            _ref_cross,
-            _diagnose_cross,
-            visualize=hints.pair_heatmaps(1, "cross-attention weights"),
-        ),
-        Case(
-            "one decoding step (T = 1)",
-            1,
-            _module_inputs(3, 1, 5, 12, 2, 2, memory=True),
-            calls.cross_attention,
-            _ref_cross,
-            _diagnose_cross,
-            hidden=True,
-        ),
-        Case(
-            "E = 16, H = 4, B = 3 in float64",
-            1,
-            _module_inputs(3, 5, 8, 16, 4, 3, memory=True, dtype=np.float64),
-            calls.cross_attention,
-            _ref_cross,
-            _diagnose_cross_dtype,
-            hidden=True,
+        _cross_case("more target positions than source positions (T = 7, S = 3)", 1, B=3, T=7, S=3, E=12, H=3, seed=1),
+        _cross_case("one decoding step (T = 1)", 1, B=3, T=1, S=5, E=12, H=2, seed=2, hidden=True),
+        _cross_case(
+            "E = 16, H = 4, B = 3 in float64", 1, B=3, T=5, S=8, E=16, H=4, seed=3, dtype=np.float64, hidden=True
         ),
     ),
     forbidden=("mha_course.masks.padding_mask", "mha_course.padding_mask"),
@@ -280,33 +233,34 @@ _out_heat = hints.single_heatmaps(
     "output with the head switched off", value_name="value", axis_names=("query (T)", "feature (E)")
 )
 
+
+def _without_case(name, points, *, B, T, S=None, E, H, seed, head=0, dtype=np.float32, hidden=False):
+    """A without_head case: the module's output with head ``head`` switched off; S left out: self-attention.
+
+    A dtype other than float32 (the module's own) is the case's point, so the output's dtype is judged too;
+    a visible case draws the output (hidden cases never run in check()).
+    """
+    sizes = dict(B=B, T=T, S=T if S is None else S, E=E, H=H, seed=seed, head=head, self_attention=S is None)
+    judge = diagnose_without if dtype == np.float32 else diagnose_without_dtype
+    visualize = None if hidden else _out_heat
+    return Case(
+        name, points, _module_inputs(**sizes, dtype=dtype), calls.without_head, ref_without, judge, hidden, visualize
+    )
+
+
 WITHOUT = Exercise(
     key="without_head",
     target="without_head",
     title="Switch one head off by hand",
     cases=(
-        Case(
-            "self-attention (E = 12, H = 3), head 1 off",
-            2,
-            _module_inputs(2, 5, 5, 12, 3, 10, head=1, self_attention=True),
-            calls.without_head,
-            ref_without,
-            diagnose_without,
-            visualize=_out_heat,
-        ),
-        Case(
-            "cross-attention: T = 4 queries, S = 6 keys, key != value, head 0 off",
-            2,
-            _module_inputs(2, 4, 6, 12, 3, 11, head=0),
-            calls.without_head,
-            ref_without,
-            diagnose_without,
-            visualize=_out_heat,
+        _without_case("self-attention (E = 12, H = 3), head 1 off", 2, B=2, T=5, E=12, H=3, seed=10, head=1),
+        _without_case(
+            "cross-attention: T = 4 queries, S = 6 keys, key != value, head 0 off", 2, B=2, T=4, S=6, E=12, H=3, seed=11
         ),
         Case(
             "every head in turn (E = 16, H = 4)",
             2,
-            _module_inputs(2, 3, 5, 16, 4, 12),
+            _module_inputs(B=2, T=3, S=5, E=16, H=4, seed=12),
             calls.without_every_head,
             ref_every_head,
             diagnose_every_head,
@@ -314,37 +268,25 @@ WITHOUT = Exercise(
         Case(
             "leaves the module and its inputs unchanged",
             1,
-            _module_inputs(2, 4, 4, 12, 3, 13, head=2),
+            _module_inputs(B=2, T=4, S=4, E=12, H=3, seed=13, head=2),
             calls.without_head_unchanged,
             *_UNCHANGED,
         ),
-        Case(
-            "one head (H = 1): only the bias b_O is left",
-            1,
-            _module_inputs(2, 3, 4, 8, 1, 14),
-            calls.without_head,
-            ref_without,
-            diagnose_without,
-            hidden=True,
-        ),
-        Case(
+        _without_case("one head (H = 1): only the bias b_O is left", 1, B=2, T=3, S=4, E=8, H=1, seed=14, hidden=True),
+        _without_case(
             "float64, E = 8, H = 4, the last head",
             1,
-            _module_inputs(2, 4, 6, 8, 4, 15, head=3, dtype=np.float64),
-            calls.without_head,
-            ref_without,
-            diagnose_without_dtype,
+            B=2,
+            T=4,
+            S=6,
+            E=8,
+            H=4,
+            seed=15,
+            head=3,
+            dtype=np.float64,
             hidden=True,
         ),
-        Case(
-            "B = 1, T = 1, E = 16, H = 8, head 5",
-            1,
-            _module_inputs(1, 1, 4, 16, 8, 16, head=5),
-            calls.without_head,
-            ref_without,
-            diagnose_without,
-            hidden=True,
-        ),
+        _without_case("B = 1, T = 1, E = 16, H = 8, head 5", 1, B=1, T=1, S=4, E=16, H=8, seed=16, head=5, hidden=True),
     ),
     # calling the module's own forward (also through a reference saved before the case) is the shortcut
     forbidden=("mha_course.mha.MultiHeadAttention.forward",),

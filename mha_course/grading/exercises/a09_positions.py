@@ -159,64 +159,33 @@ def _diagnose_offsets(got, expected, inputs):
 
 # --- cases ----------------------------------------------------------------------------------------
 
+_table_heat = hints.single_heatmaps("sinusoidal positions", value_name="value", axis_names=("position", "coordinate"))
+
+
+def _table_case(name, points, *, T, E, judge_dtype=False, hidden=False, heatmap=False):
+    """A sinusoidal_positions(T, E) case; judge_dtype: the case is about the table being float32."""
+    judge = _diagnose_sinusoidal_dtype if judge_dtype else _diagnose_sinusoidal
+    visualize = _table_heat if heatmap else None
+    return Case(name, points, _sizes(T, E), calls.sinusoidal_positions, _reference_sinusoidal, judge, hidden, visualize)
+
+
+def _rotary_case(name, points, *, shape, seed, dtype=np.float64, hidden=False):
+    """An apply_rotary case on x of ``shape`` (..., T, D); a dtype other than float64 is judged too."""
+    judge = _diagnose_rotary if dtype == np.float64 else _diagnose_rotary_dtype
+    return Case(name, points, _vectors(shape, seed, dtype), calls.apply_rotary, _reference_rotary, judge, hidden)
+
+
 SINUSOIDAL = Exercise(
     key="sinusoidal_positions",
     target="sinusoidal_positions",
     title="Sinusoidal positions",
     cases=(
-        Case(
-            "a (6, 8) table matches the formula",
-            2,
-            _sizes(6, 8),
-            calls.sinusoidal_positions,
-            _reference_sinusoidal,
-            _diagnose_sinusoidal,
-            visualize=hints.single_heatmaps(
-                "sinusoidal positions", value_name="value", axis_names=("position", "coordinate")
-            ),
-        ),
-        Case(
-            "a single position (1, 4)",
-            1,
-            _sizes(1, 4),
-            calls.sinusoidal_positions,
-            _reference_sinusoidal,
-            _diagnose_sinusoidal,
-        ),
-        Case(
-            "long and wide (64, 32)",
-            2,
-            _sizes(64, 32),
-            calls.sinusoidal_positions,
-            _reference_sinusoidal,
-            _diagnose_sinusoidal,
-        ),
-        Case(
-            "a float32 tensor (torch's default float)",
-            1,
-            _sizes(5, 6),
-            calls.sinusoidal_positions,
-            _reference_sinusoidal,
-            _diagnose_sinusoidal_dtype,
-        ),
-        Case(
-            "(7, 12), hidden",
-            1,
-            _sizes(7, 12),
-            calls.sinusoidal_positions,
-            _reference_sinusoidal,
-            _diagnose_sinusoidal,
-            hidden=True,
-        ),
-        Case(
-            "(100, 2), hidden",
-            1,
-            _sizes(100, 2),
-            calls.sinusoidal_positions,
-            _reference_sinusoidal,
-            _diagnose_sinusoidal,
-            hidden=True,
-        ),
+        _table_case("a (6, 8) table matches the formula", 2, T=6, E=8, heatmap=True),
+        _table_case("a single position (1, 4)", 1, T=1, E=4),
+        _table_case("long and wide (64, 32)", 2, T=64, E=32),
+        _table_case("a float32 tensor (torch's default float)", 1, T=5, E=6, judge_dtype=True),
+        _table_case("(7, 12), hidden", 1, T=7, E=12, hidden=True),
+        _table_case("(100, 2), hidden", 1, T=100, E=2, hidden=True),
     ),
     forbidden=("mha_course.positions.sinusoidal_positions",),
 )
@@ -226,57 +195,22 @@ ROTARY = Exercise(
     target="apply_rotary",
     title="Rotary positions (RoPE)",
     cases=(
-        Case(
-            "(T, D) = (5, 4) matches the formula",
-            2,
-            _vectors((5, 4), 0),
-            calls.apply_rotary,
-            _reference_rotary,
-            _diagnose_rotary,
-        ),
-        Case(
-            "leading batch and head dims (2, 3, 6, 8)",
-            2,
-            _vectors((2, 3, 6, 8), 1),
-            calls.apply_rotary,
-            _reference_rotary,
-            _diagnose_rotary,
-        ),
+        _rotary_case("(T, D) = (5, 4) matches the formula", 2, shape=(5, 4), seed=0),
+        _rotary_case("leading batch and head dims (2, 3, 6, 8)", 2, shape=(2, 3, 6, 8), seed=1),
         Case(
             "rotated scores match (query vs reversed keys)",
             1,
-            _vectors((6, 8), 2),
+            _vectors((6, 8), seed=2),
             calls.rotary_scores,
             _reference_offsets,
             _diagnose_offsets,
         ),
+        _rotary_case("float32 in, float32 out", 1, shape=(2, 5, 6), seed=5, dtype=np.float32),
         Case(
-            "float32 in, float32 out",
-            1,
-            _vectors((2, 5, 6), 5, np.float32),
-            calls.apply_rotary,
-            _reference_rotary,
-            _diagnose_rotary_dtype,
+            "does not change its input", 1, _vectors((3, 4), seed=6), calls.apply_rotary_unchanged, *_ROTARY_UNCHANGED
         ),
-        Case("does not change its input", 1, _vectors((3, 4), 6), calls.apply_rotary_unchanged, *_ROTARY_UNCHANGED),
-        Case(
-            "long sequence (40, 16), hidden",
-            1,
-            _vectors((40, 16), 3),
-            calls.apply_rotary,
-            _reference_rotary,
-            _diagnose_rotary,
-            hidden=True,
-        ),
-        Case(
-            "(1, 2, 3, 2), hidden",
-            1,
-            _vectors((1, 2, 3, 2), 4),
-            calls.apply_rotary,
-            _reference_rotary,
-            _diagnose_rotary,
-            hidden=True,
-        ),
+        _rotary_case("long sequence (40, 16), hidden", 1, shape=(40, 16), seed=3, hidden=True),
+        _rotary_case("(1, 2, 3, 2), hidden", 1, shape=(1, 2, 3, 2), seed=4, hidden=True),
     ),
     forbidden=("mha_course.positions.apply_rotary",),
 )

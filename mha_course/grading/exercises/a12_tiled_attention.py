@@ -23,7 +23,7 @@ from ..spec import Assignment, Case, Exercise
 # --- inputs ---------------------------------------------------------------------------------------
 
 
-def _rows(R, S, block, seed, magnitude=1.0, masked=False):
+def _rows(*, R, S, block, seed, magnitude=1.0, masked=False):
     def make():
         rng = hints.rng(seed)
         x = rng.standard_normal((R, S)) * magnitude
@@ -34,7 +34,7 @@ def _rows(R, S, block, seed, magnitude=1.0, masked=False):
     return make
 
 
-def _qkv(lead, T, S, D, Dv, block, causal, seed, dtype=np.float64, magnitude=1.0):
+def _qkv(lead=(), *, T, S, D, Dv, block, causal=False, seed, dtype=np.float64, magnitude=1.0):
     def make():
         rng = hints.rng(seed)
         return {
@@ -164,64 +164,47 @@ def _diagnose_tiled(got, expected, inputs):
 
 
 def _update_cases():
+    def update(name, points, hidden=False, **rows):
+        # rows: _rows' keywords: R rows of S scores, read ``block`` at a time
+        return Case(name, points, _rows(**rows), calls.online_softmax_update, _ref_update, _diagnose_update, hidden)
+
     return (
-        Case(
-            "one block: m = max, l = sum exp(x - m)",
-            1,
-            _rows(3, 8, 8, 0),
-            calls.online_softmax_update,
-            _ref_update,
-            _diagnose_update,
-        ),
-        Case(
-            "several blocks (S = 20, block 6)",
-            2,
-            _rows(4, 20, 6, 1, magnitude=3.0),
-            calls.online_softmax_update,
-            _ref_update,
-            _diagnose_update,
-        ),
-        Case("block size 1", 1, _rows(2, 9, 1, 2), calls.online_softmax_update, _ref_update, _diagnose_update),
-        Case(
-            "a row that starts masked (-inf)",
-            1,
-            _rows(3, 12, 4, 3, masked=True),
-            calls.online_softmax_update,
-            _ref_update,
-            _diagnose_update,
-        ),
-        Case(
-            "large scores (|x| ~ 500): no overflow",
-            1,
-            _rows(2, 16, 5, 4, magnitude=300.0),
-            calls.online_softmax_update,
-            _ref_update,
-            _diagnose_update,
-            hidden=True,
-        ),
+        update("one block: m = max, l = sum exp(x - m)", 1, R=3, S=8, block=8, seed=0),
+        update("several blocks (S = 20, block 6)", 2, R=4, S=20, block=6, seed=1, magnitude=3.0),
+        update("block size 1", 1, R=2, S=9, block=1, seed=2),
+        update("a row that starts masked (-inf)", 1, R=3, S=12, block=4, seed=3, masked=True),
+        update("large scores (|x| ~ 500): no overflow", 1, R=2, S=16, block=5, seed=4, magnitude=300.0, hidden=True),
     )
 
 
 def _tiled_cases():
-    c, r, d = calls.tiled_attention, _ref_tiled, _diagnose_tiled
+    def tiled(name, points, inputs, hidden=False):
+        # the output's dtype is always judged (float32 in, float32 out)
+        return Case(name, points, inputs, calls.tiled_attention, _ref_tiled, _diagnose_tiled, hidden)
+
     return (
-        Case("T = S = 8, block 4 (T a multiple of the block)", 2, _qkv((), 8, 8, 4, 4, 4, False, 0), c, r, d),
-        Case("T = 10 not a multiple of block 4, S = 13, Dv != D", 2, _qkv((), 10, 13, 4, 3, 4, False, 1), c, r, d),
-        Case("causal, T = S = 11, block 4", 2, _qkv((), 11, 11, 8, 8, 4, True, 2), c, r, d),
-        Case("block size 1", 1, _qkv((), 5, 6, 4, 4, 1, False, 3), c, r, d),
-        Case("(B, H, T, D) inputs, block 3", 1, _qkv((2, 2), 7, 9, 4, 4, 3, True, 4), c, r, d),
-        Case("causal with T != S (T = 6, S = 10)", 1, _qkv((2,), 6, 10, 4, 4, 4, True, 5), c, r, d, hidden=True),
-        Case(
-            "large scores: the running max must grow safely",
+        tiled("T = S = 8, block 4 (T a multiple of the block)", 2, _qkv(T=8, S=8, D=4, Dv=4, block=4, seed=0)),
+        tiled("T = 10 not a multiple of block 4, S = 13, Dv != D", 2, _qkv(T=10, S=13, D=4, Dv=3, block=4, seed=1)),
+        tiled("causal, T = S = 11, block 4", 2, _qkv(T=11, S=11, D=8, Dv=8, block=4, causal=True, seed=2)),
+        tiled("block size 1", 1, _qkv(T=5, S=6, D=4, Dv=4, block=1, seed=3)),
+        tiled("(B, H, T, D) inputs, block 3", 1, _qkv((2, 2), T=7, S=9, D=4, Dv=4, block=3, causal=True, seed=4)),
+        tiled(
+            "causal with T != S (T = 6, S = 10)",
             1,
-            _qkv((), 9, 16, 8, 8, 4, False, 6, magnitude=30.0),
-            c,
-            r,
-            d,
+            _qkv((2,), T=6, S=10, D=4, Dv=4, block=4, causal=True, seed=5),
             hidden=True,
         ),
-        Case(
-            "float32 in, float32 out", 1, _qkv((2,), 12, 12, 8, 8, 5, True, 7, dtype=np.float32), c, r, d, hidden=True
+        tiled(
+            "large scores: the running max must grow safely",
+            1,
+            _qkv(T=9, S=16, D=8, Dv=8, block=4, seed=6, magnitude=30.0),
+            hidden=True,
+        ),
+        tiled(
+            "float32 in, float32 out",
+            1,
+            _qkv((2,), T=12, S=12, D=8, Dv=8, block=5, causal=True, seed=7, dtype=np.float32),
+            hidden=True,
         ),
     )
 

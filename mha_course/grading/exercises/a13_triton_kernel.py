@@ -26,7 +26,7 @@ from ..spec import Assignment, Case, Exercise
 # --- inputs ---------------------------------------------------------------------------------------
 
 
-def _rows(N, C, seed, magnitude=1.0, neg_inf_fraction=0.0):
+def _rows(*, N, C, seed, magnitude=1.0, neg_inf_fraction=0.0):
     def make():
         rng = hints.rng(seed)
         x = (rng.standard_normal((N, C)) * magnitude).astype(np.float32)
@@ -39,7 +39,7 @@ def _rows(N, C, seed, magnitude=1.0, neg_inf_fraction=0.0):
     return make
 
 
-def _qkv(T, S, D, seed, magnitude=1.0):
+def _qkv(*, T, S, D, seed, magnitude=1.0):
     def make():
         rng = hints.rng(seed)
         q = (rng.standard_normal((T, D)) * magnitude).astype(np.float32)
@@ -151,54 +151,32 @@ _SHORTCUTS = (
     "mha_course.kernels.function.triton_attention",
 )
 
+_softmax_heat = hints.single_heatmaps("softmax", value_name="probability", axis_names=("row", "column"))
+
+
+def _softmax_case(name, points, *, hidden=False, heatmap=False, **rows):
+    """A softmax-kernel case; rows: _rows' keywords (N rows of C columns, seed, magnitude, neg_inf_fraction)."""
+    visualize = _softmax_heat if heatmap else None
+    return Case(
+        name, points, _rows(**rows), calls.softmax_kernel, _softmax_reference, _diagnose_softmax, hidden, visualize
+    )
+
+
+def _attention_case(name, points, *, hidden=False, **sizes):
+    """An attention-kernel case; sizes: _qkv's keywords (q (T, D), k and v (S, D), seed, magnitude)."""
+    return Case(name, points, _qkv(**sizes), calls.attention_kernel, _attention_reference, _diagnose_attention, hidden)
+
+
 SOFTMAX = Exercise(
     key="triton_softmax",
     target="triton_softmax",
     title="a row-softmax kernel",
     cases=(
-        Case(
-            "rows of a (4, 10) matrix",
-            2,
-            _rows(4, 10, 0),
-            calls.softmax_kernel,
-            _softmax_reference,
-            _diagnose_softmax,
-            visualize=hints.single_heatmaps("softmax", value_name="probability", axis_names=("row", "column")),
-        ),
-        Case(
-            "a width that is not a power of two (3, 33)",
-            2,
-            _rows(3, 33, 1),
-            calls.softmax_kernel,
-            _softmax_reference,
-            _diagnose_softmax,
-        ),
-        Case(
-            "large logits (about 1000) give no NaN",
-            2,
-            _rows(2, 16, 2, magnitude=1000.0),
-            calls.softmax_kernel,
-            _softmax_reference,
-            _diagnose_softmax,
-        ),
-        Case(
-            "-inf entries get zero weight",
-            1,
-            _rows(5, 12, 3, neg_inf_fraction=0.4),
-            calls.softmax_kernel,
-            _softmax_reference,
-            _diagnose_softmax,
-            hidden=True,
-        ),
-        Case(
-            "a single wide row (1, 100)",
-            1,
-            _rows(1, 100, 4, magnitude=5.0),
-            calls.softmax_kernel,
-            _softmax_reference,
-            _diagnose_softmax,
-            hidden=True,
-        ),
+        _softmax_case("rows of a (4, 10) matrix", 2, N=4, C=10, seed=0, heatmap=True),
+        _softmax_case("a width that is not a power of two (3, 33)", 2, N=3, C=33, seed=1),
+        _softmax_case("large logits (about 1000) give no NaN", 2, N=2, C=16, seed=2, magnitude=1000.0),
+        _softmax_case("-inf entries get zero weight", 1, N=5, C=12, seed=3, neg_inf_fraction=0.4, hidden=True),
+        _softmax_case("a single wide row (1, 100)", 1, N=1, C=100, seed=4, magnitude=5.0, hidden=True),
     ),
     forbidden=_SHORTCUTS,
 )
@@ -208,56 +186,12 @@ ATTENTION = Exercise(
     target="triton_single_head_attention",
     title="the online-softmax loop of a FlashAttention kernel",
     cases=(
-        Case(
-            "T = S = 16, D = 16 (one block)",
-            2,
-            _qkv(16, 16, 16, 10),
-            calls.attention_kernel,
-            _attention_reference,
-            _diagnose_attention,
-        ),
-        Case(
-            "several key blocks: T = 20, S = 50, D = 32",
-            3,
-            _qkv(20, 50, 32, 11),
-            calls.attention_kernel,
-            _attention_reference,
-            _diagnose_attention,
-        ),
-        Case(
-            "a single query (T = 1, S = 33)",
-            1,
-            _qkv(1, 33, 16, 12),
-            calls.attention_kernel,
-            _attention_reference,
-            _diagnose_attention,
-        ),
-        Case(
-            "large scores: the running max must be tracked",
-            2,
-            _qkv(16, 48, 16, 13, magnitude=6.0),
-            calls.attention_kernel,
-            _attention_reference,
-            _diagnose_attention,
-        ),
-        Case(
-            "T = 40, S = 70, D = 64",
-            2,
-            _qkv(40, 70, 64, 14),
-            calls.attention_kernel,
-            _attention_reference,
-            _diagnose_attention,
-            hidden=True,
-        ),
-        Case(
-            "large scores, many key blocks",
-            2,
-            _qkv(17, 90, 32, 15, magnitude=5.0),
-            calls.attention_kernel,
-            _attention_reference,
-            _diagnose_attention,
-            hidden=True,
-        ),
+        _attention_case("T = S = 16, D = 16 (one block)", 2, T=16, S=16, D=16, seed=10),
+        _attention_case("several key blocks: T = 20, S = 50, D = 32", 3, T=20, S=50, D=32, seed=11),
+        _attention_case("a single query (T = 1, S = 33)", 1, T=1, S=33, D=16, seed=12),
+        _attention_case("large scores: the running max must be tracked", 2, T=16, S=48, D=16, seed=13, magnitude=6.0),
+        _attention_case("T = 40, S = 70, D = 64", 2, T=40, S=70, D=64, seed=14, hidden=True),
+        _attention_case("large scores, many key blocks", 2, T=17, S=90, D=32, seed=15, magnitude=5.0, hidden=True),
     ),
     forbidden=_SHORTCUTS,
 )

@@ -28,7 +28,7 @@ _LEGENDS = ("[..., T, D]", "[..., S, D]", "[..., S, Dv]")
 # --- inputs ---------------------------------------------------------------------------------------
 
 
-def _probs(lead, S, seed):
+def _probs(lead=(), *, S, seed):
     def make():
         rng = hints.rng(seed)
         x = rng.standard_normal((*lead, S)) * 2
@@ -38,7 +38,7 @@ def _probs(lead, S, seed):
     return make
 
 
-def _qkv(lead, T, S, D, Dv, seed, dtype=np.float64):
+def _qkv(lead=(), *, T, S, D, Dv, seed, dtype=np.float64):
     def make():
         rng = hints.rng(seed)
         return {
@@ -150,43 +150,32 @@ def _diagnose_backward(got, expected, inputs):
 
 
 def _jacobian_cases():
+    def jacobian(name, points, inputs, hidden=False):
+        return Case(name, points, inputs, calls.softmax_jacobian, _ref_jacobian, _diagnose_jacobian, hidden)
+
     return (
-        Case(
-            "J = diag(p) - p p^T for one row (S = 5)",
-            2,
-            _probs((), 5, 0),
-            calls.softmax_jacobian,
-            _ref_jacobian,
-            _diagnose_jacobian,
-        ),
-        Case(
-            "a batch of rows (3, S = 4)",
-            1,
-            _probs((3,), 4, 1),
-            calls.softmax_jacobian,
-            _ref_jacobian,
-            _diagnose_jacobian,
-        ),
-        Case("S = 1", 1, _probs((2,), 1, 2), calls.softmax_jacobian, _ref_jacobian, _diagnose_jacobian, hidden=True),
+        jacobian("J = diag(p) - p p^T for one row (S = 5)", 2, _probs(S=5, seed=0)),
+        jacobian("a batch of rows (3, S = 4)", 1, _probs((3,), S=4, seed=1)),
+        jacobian("S = 1", 1, _probs((2,), S=1, seed=2), hidden=True),
     )
 
 
 def _backward_cases():
-    c, r, d = calls.attention_backward, _ref_backward, _diagnose_backward
+    def backward(name, points, inputs, hidden=False):
+        # the gradients' dtype is always judged (float32 in, float32 out)
+        return Case(name, points, inputs, calls.attention_backward, _ref_backward, _diagnose_backward, hidden)
+
     return (
-        Case(
+        backward(
             "shapes: dq (T, D), dk (S, D), dv (S, Dv) with T, S, D, Dv all different",
             2,
-            _qkv((), 3, 5, 4, 2, 0),
-            c,
-            r,
-            d,
+            _qkv(T=3, S=5, D=4, Dv=2, seed=0),
         ),
-        Case("dv = P^T dO", 1, _qkv((), 4, 4, 8, 8, 1), c, r, d),
-        Case("dq and dk through the softmax Jacobian", 2, _qkv((), 6, 7, 8, 5, 2), c, r, d),
-        Case("(B, H, T, D) inputs", 1, _qkv((2, 3), 4, 5, 4, 4, 3), c, r, d),
-        Case("a single query (T = 1)", 1, _qkv((2,), 1, 6, 4, 3, 4), c, r, d, hidden=True),
-        Case("float32 in, float32 out", 1, _qkv((2,), 5, 5, 8, 8, 5, dtype=np.float32), c, r, d, hidden=True),
+        backward("dv = P^T dO", 1, _qkv(T=4, S=4, D=8, Dv=8, seed=1)),
+        backward("dq and dk through the softmax Jacobian", 2, _qkv(T=6, S=7, D=8, Dv=5, seed=2)),
+        backward("(B, H, T, D) inputs", 1, _qkv((2, 3), T=4, S=5, D=4, Dv=4, seed=3)),
+        backward("a single query (T = 1)", 1, _qkv((2,), T=1, S=6, D=4, Dv=3, seed=4), hidden=True),
+        backward("float32 in, float32 out", 1, _qkv((2,), T=5, S=5, D=8, Dv=8, seed=5, dtype=np.float32), hidden=True),
     )
 
 

@@ -28,7 +28,7 @@ from ._ring_twins import np_attend, np_merge, np_ring, np_step
 # --- inputs ---------------------------------------------------------------------------------------
 
 
-def _partials(n, lead, T, Dv, seed, empty_block=False, empty_rows=False, offset=0.0, dtype=np.float64):
+def _partials(lead=(), *, n, T, Dv, seed, empty_block=False, empty_rows=False, offset=0.0, dtype=np.float64):
     """n partial results (outs (n, ..., T, Dv), lses (n, ..., T)); optionally a block or rows with no visible key.
 
     ``offset`` shifts every lse: at 800, exp(lse_b) overflows float64 while the blocks stay within a few
@@ -51,7 +51,7 @@ def _partials(n, lead, T, Dv, seed, empty_block=False, empty_rows=False, offset=
     return make
 
 
-def _step(lead, T, S, D, Dv, q_offset, k_offset, causal, seed, fresh=False, dtype=np.float64):
+def _step(lead=(), *, T, S, D, Dv, q_offset, k_offset, causal=False, seed, fresh=False, dtype=np.float64):
     """q (..., T, D) at q_offset.., one K/V block at k_offset.., and a running (out, lse) from an earlier block."""
 
     def make():
@@ -75,7 +75,7 @@ def _step(lead, T, S, D, Dv, q_offset, k_offset, causal, seed, fresh=False, dtyp
     return make
 
 
-def _ring(lead, T, D, Dv, world_size, causal, seed, dtype=np.float64):
+def _ring(lead=(), *, T, D, Dv, world_size, causal=False, seed, dtype=np.float64):
     def make():
         rng = hints.rng(seed)
         q, k, v = (rng.standard_normal((*lead, T, d)).astype(dtype) for d in (D, D, Dv))
@@ -261,15 +261,21 @@ def _merge_cases():
         return Case(name, points, make, calls.merge_partial_attention, _ref_merge, _diagnose_merge, hidden=hidden)
 
     return (
-        case("two blocks, T = 5, Dv = 3", 2, _partials(2, (), 5, 3, 0)),
-        case("four blocks, (B, H, T, Dv) = (2, 3, 4, 5)", 2, _partials(4, (2, 3), 4, 5, 1)),
-        case("a block with no visible key (lse = -inf) counts for nothing", 2, _partials(3, (2,), 4, 3, 2, True)),
+        case("two blocks, T = 5, Dv = 3", 2, _partials(n=2, T=5, Dv=3, seed=0)),
+        case("four blocks, (B, H, T, Dv) = (2, 3, 4, 5)", 2, _partials((2, 3), n=4, T=4, Dv=5, seed=1)),
         case(
-            "a query with no visible key in any block: out = 0, lse = -inf", 1, _partials(2, (), 3, 4, 3, False, True)
+            "a block with no visible key (lse = -inf) counts for nothing",
+            2,
+            _partials((2,), n=3, T=4, Dv=3, seed=2, empty_block=True),
         ),
-        case("one block: returned as it is", 1, _partials(1, (2,), 4, 3, 4), hidden=True),
-        case("log-sum-exps near 800: no overflow", 1, _partials(3, (), 4, 2, 5, offset=800.0), hidden=True),
-        case("float32 in, float32 out", 1, _partials(3, (2,), 6, 4, 6, dtype=np.float32), hidden=True),
+        case(
+            "a query with no visible key in any block: out = 0, lse = -inf",
+            1,
+            _partials(n=2, T=3, Dv=4, seed=3, empty_rows=True),
+        ),
+        case("one block: returned as it is", 1, _partials((2,), n=1, T=4, Dv=3, seed=4), hidden=True),
+        case("log-sum-exps near 800: no overflow", 1, _partials(n=3, T=4, Dv=2, seed=5, offset=800.0), hidden=True),
+        case("float32 in, float32 out", 1, _partials((2,), n=3, T=6, Dv=4, seed=6, dtype=np.float32), hidden=True),
     )
 
 
@@ -280,15 +286,50 @@ def _step_cases():
     def ring(name, points, make, hidden=False):
         return Case(name, points, make, calls.ring_simulation, _ref_ring, _diagnose_ring, hidden=hidden)
 
+    # q at positions q_offset.., the block's keys at k_offset..
     return (
-        step("first step: empty running state (out = 0, lse = -inf)", 2, _step((), 4, 6, 8, 5, 0, 0, False, 0, True)),
-        step("a later step: merged into the running result, (B, H)", 2, _step((2, 2), 4, 6, 8, 5, 0, 6, False, 1)),
-        step("causal, the block on the diagonal (q_offset = k_offset = 4)", 2, _step((2,), 5, 5, 8, 8, 4, 4, True, 2)),
-        step("causal, a block wholly in the past", 1, _step((), 4, 3, 8, 6, 6, 0, True, 3)),
-        step("causal, a block wholly in the future: nothing changes", 1, _step((), 4, 3, 8, 6, 0, 6, True, 4)),
-        ring("a whole ring of 3 ranks, causal, T = 10", 2, _ring((2,), 10, 8, 6, 3, True, 5)),
-        step("causal, queries 3..8 and keys 5..10 overlap", 1, _step((), 6, 6, 8, 4, 3, 5, True, 6), hidden=True),
-        ring("a whole ring of 4 ranks, float32", 1, _ring((2, 2), 9, 8, 4, 4, False, 7, np.float32), hidden=True),
+        step(
+            "first step: empty running state (out = 0, lse = -inf)",
+            2,
+            _step(T=4, S=6, D=8, Dv=5, q_offset=0, k_offset=0, seed=0, fresh=True),
+        ),
+        step(
+            "a later step: merged into the running result, (B, H)",
+            2,
+            _step((2, 2), T=4, S=6, D=8, Dv=5, q_offset=0, k_offset=6, seed=1),
+        ),
+        step(
+            "causal, the block on the diagonal (q_offset = k_offset = 4)",
+            2,
+            _step((2,), T=5, S=5, D=8, Dv=8, q_offset=4, k_offset=4, causal=True, seed=2),
+        ),
+        step(
+            "causal, a block wholly in the past",
+            1,
+            _step(T=4, S=3, D=8, Dv=6, q_offset=6, k_offset=0, causal=True, seed=3),
+        ),
+        step(
+            "causal, a block wholly in the future: nothing changes",
+            1,
+            _step(T=4, S=3, D=8, Dv=6, q_offset=0, k_offset=6, causal=True, seed=4),
+        ),
+        ring(
+            "a whole ring of 3 ranks, causal, T = 10",
+            2,
+            _ring((2,), T=10, D=8, Dv=6, world_size=3, causal=True, seed=5),
+        ),
+        step(
+            "causal, queries 3..8 and keys 5..10 overlap",
+            1,
+            _step(T=6, S=6, D=8, Dv=4, q_offset=3, k_offset=5, causal=True, seed=6),
+            hidden=True,
+        ),
+        ring(
+            "a whole ring of 4 ranks, float32",
+            1,
+            _ring((2, 2), T=9, D=8, Dv=4, world_size=4, seed=7, dtype=np.float32),
+            hidden=True,
+        ),
     )
 
 

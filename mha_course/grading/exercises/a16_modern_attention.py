@@ -90,15 +90,20 @@ def _diagnose_slopes(got, expected, inputs):
     return hints.compare(got, expected, "slopes", "[H]", alternatives=alternatives, dtype=np.float32)
 
 
+def _slopes_case(name, points, *, H, hidden=False):
+    """An alibi_slopes(H) case."""
+    return Case(name, points, _heads(H), calls.alibi_slopes, _reference_slopes, _diagnose_slopes, hidden)
+
+
 SLOPES = Exercise(
     key="alibi_slopes",
     target="alibi_slopes",
     title="ALiBi's slopes",
     cases=(
-        Case("8 heads: 1/2, 1/4, ..., 1/256", 2, _heads(8), calls.alibi_slopes, _reference_slopes, _diagnose_slopes),
-        Case("4 heads", 1, _heads(4), calls.alibi_slopes, _reference_slopes, _diagnose_slopes),
-        Case("6 heads (not a power of two)", 1, _heads(6), calls.alibi_slopes, _reference_slopes, _diagnose_slopes),
-        Case("12 heads, hidden", 1, _heads(12), calls.alibi_slopes, _reference_slopes, _diagnose_slopes, hidden=True),
+        _slopes_case("8 heads: 1/2, 1/4, ..., 1/256", 2, H=8),
+        _slopes_case("4 heads", 1, H=4),
+        _slopes_case("6 heads (not a power of two)", 1, H=6),
+        _slopes_case("12 heads, hidden", 1, H=12, hidden=True),
     ),
     forbidden=("mha_course.alibi.alibi_slopes", "mha_course.alibi.alibi_bias"),
 )
@@ -106,7 +111,7 @@ SLOPES = Exercise(
 # --- 2. RoPE layout conversion ---------------------------------------------------------------------
 
 
-def _weight(H, D, E, seed, bias=False):
+def _weight(*, H, D, E, seed, bias=False):
     def make():
         rng = hints.rng(seed)
         shape = (H * D,) if bias else (H * D, E)
@@ -115,7 +120,7 @@ def _weight(H, D, E, seed, bias=False):
     return make
 
 
-def _projections(H, D, E, T, seed):
+def _projections(*, H, D, E, T, seed):
     def make():
         rng = hints.rng(seed)
         return {
@@ -200,34 +205,27 @@ _ROWS_UNCHANGED = hints.unchanged_case(
     ("weight",),
 )
 
+_rows_heat = hints.single_heatmaps("converted weight", value_name="value", axis_names=("row (head, feature)", "column"))
+
+
+def _rows_case(name, points, *, H, D, E=0, seed, bias=False, hidden=False, heatmap=False):
+    """A to_rotate_half case on a weight (H*D, E), or on a bias (H*D,) (no E)."""
+    inputs = _weight(H=H, D=D, E=E, seed=seed, bias=bias)
+    visualize = _rows_heat if heatmap else None
+    return Case(name, points, inputs, calls.to_rotate_half, _reference_rows, _diagnose_rows, hidden, visualize)
+
+
 ROTATE_HALF = Exercise(
     key="to_rotate_half",
     target="to_rotate_half",
     title="From interleaved RoPE to rotate-half",
     cases=(
-        Case(
-            "W_Q of 2 heads, D = 8, E = 5",
-            2,
-            _weight(2, 8, 5, 0),
-            calls.to_rotate_half,
-            _reference_rows,
-            _diagnose_rows,
-            visualize=hints.single_heatmaps(
-                "converted weight", value_name="value", axis_names=("row (head, feature)", "column")
-            ),
-        ),
-        Case(
-            "a bias (H*D,) = (3*6,)",
-            1,
-            _weight(3, 6, 0, 1, bias=True),
-            calls.to_rotate_half,
-            _reference_rows,
-            _diagnose_rows,
-        ),
+        _rows_case("W_Q of 2 heads, D = 8, E = 5", 2, H=2, D=8, E=5, seed=0, heatmap=True),
+        _rows_case("a bias (H*D,) = (3*6,)", 1, H=3, D=6, seed=1, bias=True),
         Case(
             "scores survive: converted weights, rotate-half RoPE",
             1,
-            _projections(2, 8, 12, 7, 2),
+            _projections(H=2, D=8, E=12, T=7, seed=2),
             calls.rotated_scores,
             _reference_scores,
             _diagnose_scores,
@@ -235,19 +233,11 @@ ROTATE_HALF = Exercise(
         Case(
             "does not change the weight it is given",
             1,
-            _weight(2, 4, 3, 4),
+            _weight(H=2, D=4, E=3, seed=4),
             calls.to_rotate_half_unchanged,
             *_ROWS_UNCHANGED,
         ),
-        Case(
-            "one head, D = 16, hidden",
-            1,
-            _weight(1, 16, 4, 3),
-            calls.to_rotate_half,
-            _reference_rows,
-            _diagnose_rows,
-            hidden=True,
-        ),
+        _rows_case("one head, D = 16, hidden", 1, H=1, D=16, E=4, seed=3, hidden=True),
     ),
     forbidden=(
         "mha_course.rope_layouts.convert_rope_rows",
@@ -259,7 +249,7 @@ ROTATE_HALF = Exercise(
 # --- 3. paged-cache lookup -------------------------------------------------------------------------
 
 
-def _pool(N, G, P, D, table, length, seed):
+def _pool(*, N, G, P, D, table, length, seed):
     def make():
         rng = hints.rng(seed)
         order, n = list(table), length
@@ -317,42 +307,31 @@ def _diagnose_lookup(got, expected, inputs):
     return hints.compare(arr, expected, "entries", "[G, S, D]", alternatives=alternatives)
 
 
+def _lookup_case(name, points, *, hidden=False, **pool):
+    """A paged_lookup case; pool: _pool's keywords (a pool (N, G, P, D), the block table, length, seed)."""
+    return Case(name, points, _pool(**pool), calls.paged_lookup, _reference_lookup, _diagnose_lookup, hidden)
+
+
 PAGED = Exercise(
     key="paged_lookup",
     target="paged_lookup",
     title="Reading a request out of a paged KV cache",
     cases=(
-        Case(
-            "3 blocks in shuffled order, 10 positions of 12",
-            2,
-            _pool(8, 2, 4, 3, (5, 0, 3), 10, 0),
-            calls.paged_lookup,
-            _reference_lookup,
-            _diagnose_lookup,
+        _lookup_case(
+            "3 blocks in shuffled order, 10 positions of 12", 2, N=8, G=2, P=4, D=3, table=(5, 0, 3), length=10, seed=0
         ),
-        Case(
-            "a full last block (8 positions of 8)",
-            1,
-            _pool(6, 1, 4, 2, (2, 4), 8, 1),
-            calls.paged_lookup,
-            _reference_lookup,
-            _diagnose_lookup,
-        ),
-        Case(
-            "one block, 1 position",
-            1,
-            _pool(4, 2, 4, 3, (3,), 1, 2),
-            calls.paged_lookup,
-            _reference_lookup,
-            _diagnose_lookup,
-        ),
-        Case(
+        _lookup_case("a full last block (8 positions of 8)", 1, N=6, G=1, P=4, D=2, table=(2, 4), length=8, seed=1),
+        _lookup_case("one block, 1 position", 1, N=4, G=2, P=4, D=3, table=(3,), length=1, seed=2),
+        _lookup_case(
             "a long request, 9 blocks of 4, hidden",
             1,
-            _pool(16, 2, 4, 5, (9, 1, 14, 3, 0, 7, 12, 5, 2), 33, 3),
-            calls.paged_lookup,
-            _reference_lookup,
-            _diagnose_lookup,
+            N=16,
+            G=2,
+            P=4,
+            D=5,
+            table=(9, 1, 14, 3, 0, 7, 12, 5, 2),
+            length=33,
+            seed=3,
             hidden=True,
         ),
     ),
