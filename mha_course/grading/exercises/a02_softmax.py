@@ -189,10 +189,10 @@ def _cases(call, call_unchanged, torch_version: bool):
         softmax(
             "a row of all -inf gives zeros (course convention)", 1, _with_neg_inf((3, 5), seed=4, fully_masked_row=1)
         ),
+        softmax("rows of very different magnitude", 1, _fixed([[1000.0, 1001.0, 1003.0], [0.0, 1.0, 2.0]])),
         # hidden: what a learner could overfit to
         softmax("3-D input along axis 1", 1, _random((2, 3, 4), seed=5, axis=1), hidden=True),
         softmax("square matrix (4, 4)", 1, _random((4, 4), seed=6, scale=3.0), hidden=True),
-        softmax("rows of very different magnitude", 1, _fixed([[1000.0, 1001.0, 1003.0], [0.0, 1.0, 2.0]])),
         softmax("-inf entries get zero weight", 1, _with_neg_inf((4, 6), seed=7, fully_masked_row=None), hidden=True),
         softmax("a single vector (5,)", 1, _random((5,), seed=8, scale=2.0), hidden=True),
     ]
