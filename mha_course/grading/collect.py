@@ -242,9 +242,12 @@ def one_per_student(rows: list[Submission], notebook_names: dict[str, str] | Non
         if len(group) < 2:
             continue
         gradable = [r for r in group if r.path is not None and not r.problem]
+        paths = {id(r): r.path for r in gradable if r.path is not None}  # the same rows, typed as having a path
         if gradable:
             # the folder naming the student most exactly first: ALICE/ cannot displace alice/ by being newer
-            ordered = sorted(gradable, key=lambda r: (r.closeness, *_rank(r.key, r.path, notebook_names.get(key))))
+            ordered = sorted(
+                gradable, key=lambda r: (r.closeness, *_rank(r.key, paths[id(r)], notebook_names.get(key)))
+            )
             chosen = ordered[0]
             for other in ordered[1:]:
                 exact = other.closeness > chosen.closeness
@@ -270,8 +273,8 @@ def _rows_for(
     notes = []
     for f in files:
         if f.kind == "other":
-            not_picked = pick and f.rel.lower().endswith(".ipynb")
-            notes.append(f"ignored {f.rel} ({'you picked ' + pick if not_picked else 'not a notebook'})")
+            why = f"you picked {pick}" if pick and f.rel.lower().endswith(".ipynb") else "not a notebook"
+            notes.append(f"ignored {f.rel} ({why})")
         elif f.kind == "folder":
             notes.append(f"ignored {f.rel} (a folder, not a notebook)")
         elif f.unreadable:

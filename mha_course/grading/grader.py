@@ -162,6 +162,7 @@ def _grade_into(
     except (ValueError, LookupError, KeyError, OSError) as exc:
         result.error = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
         return
+    assert meta is not None  # registry.identify raised LookupError (caught above) on a notebook without it
     result.assignment, result.title, result.version = assignment.key, assignment.title, meta.version
     result.max_points = float(assignment.max_points)
     if meta.version != assignment.version:

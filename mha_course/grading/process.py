@@ -73,11 +73,12 @@ class Isolator:
 
     def start(self, assignment: Any, fd: int, limits: Limits) -> isolation.Sandbox | tier_b.ConfinedSandbox:
         res = isolation.Resources(memory_mb=limits.memory_mb)
+        view = self.view(assignment)
         if self.tier in ("B", "C"):
-            return tier_b.ConfinedSandbox(
-                self.view(assignment), fd, res, self._root / "scratch", self.abi, self.use_cgroup
-            )
-        return isolation.Sandbox(self.view(assignment), fd, res, cgroup=self.use_cgroup, own_uid=self.own_uid)
+            if view is None:  # tiers B and C always have walls, so view() built one
+                raise RuntimeError(f"tier {self.tier} has no view of the package to confine the submission to")
+            return tier_b.ConfinedSandbox(view, fd, res, self._root / "scratch", self.abi, self.use_cgroup)
+        return isolation.Sandbox(view, fd, res, cgroup=self.use_cgroup, own_uid=self.own_uid)
 
     def close(self) -> None:
         shutil.rmtree(self._root, ignore_errors=True)
@@ -113,7 +114,7 @@ class SubmissionProcess:
 
     def __init__(self, isolator: Isolator, assignment: Any, limits: Limits) -> None:
         self.limits = limits
-        self.sandbox: isolation.Sandbox | None = None
+        self.sandbox: isolation.Sandbox | tier_b.ConfinedSandbox | None = None
         self.deadline = float("inf")
         self.limit_text = ""
         self.killed_for: tuple[str, str] | None = None
@@ -139,7 +140,7 @@ class SubmissionProcess:
                 self.kill()
                 return
             rss = 0
-            for pid in self.sandbox.tasks():
+            for pid in self.sandbox.tasks() if self.sandbox is not None else ():
                 with contextlib.suppress(psutil.Error):
                     rss += psutil.Process(pid).memory_info().rss
             if self.limits.memory_mb > 0 and rss > limit:

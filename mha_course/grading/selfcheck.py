@@ -240,6 +240,7 @@ def library_reach(obj: Any, provided: tuple[str, ...] = ()) -> str | None:
     allowed = ALWAYS_IMPORTABLE + tuple(provided)
 
     def course_name(value: Any) -> str | None:
+        module: Any
         if isinstance(value, types.ModuleType):
             module, name = value.__name__, value.__name__
         else:

@@ -204,8 +204,8 @@ class ConfinedSandbox:
         ruleset = None
         if abi:
             ruleset = landlock.Ruleset(abi)
-            for path, rights in read_rules(view):
-                ruleset.allow(path, rights)
+            for rule_path, rights in read_rules(view):
+                ruleset.allow(rule_path, rights)
             ruleset.allow(self.scratch, landlock.READ | landlock.WRITE)
         self.ruleset = ruleset
         scratch = str(self.scratch)

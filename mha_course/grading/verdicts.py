@@ -83,9 +83,10 @@ class SubmissionResult:
         scores = {}
         for key, (got, _) in self.raw_exercise_scores().items():
             if key in self.adjustments:
-                if self.adjustments[key] is None:
+                override = self.adjustments[key]
+                if override is None:
                     continue
-                got = self.adjustments[key]
+                got = override
             scores[key] = got
         return scores
 

@@ -219,7 +219,8 @@ def stand_ins(mounts: list[str], stage: Path) -> tuple[list[str], list[tuple[str
     stand-in. Inside, the files keep their host owners and modes: what is private on the host stays so.
     Returns the rewritten mounts and the (source, stand-in) pairs.
     """
-    out, staged = list(mounts), []
+    out = list(mounts)
+    staged: list[tuple[str, str]] = []
     for i, arg in enumerate(mounts):
         if arg != "--ro-bind" or not os.path.exists(mounts[i + 1]) or open_to_others(mounts[i + 1]):
             continue
