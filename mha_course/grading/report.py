@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
-from .feedback import root_causes
+from .feedback import CauseKind, root_causes
 from .safe_text import clean, code_span
 from .safe_text import markdown as md
 from .verdicts import SubmissionResult
@@ -95,9 +95,9 @@ def sections(results: list[SubmissionResult]) -> list[Section]:
                 students[cause.kind][(cause.exercise, cause.text)].add(_who(r))
 
         section.first_causes, section.misconceptions, section.not_run = (
-            _ranked(students.get("cell error", {})),
-            _ranked(students.get("mistake", {})),
-            _ranked(students.get("not run", {})),
+            _ranked(students.get(CauseKind.CELL_ERROR, {})),
+            _ranked(students.get(CauseKind.MISTAKE, {})),
+            _ranked(students.get(CauseKind.NOT_RUN, {})),
         )
         section.copied = [(_who(r), line) for r in graded for line in r.copied]
         out.append(section)
