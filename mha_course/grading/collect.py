@@ -270,6 +270,31 @@ def _rows_for(
         files, problem = picked(student, files, pick)
         if problem:
             return [Submission(key=student, student=student, assignment=expected, problem=problem)]
+    notes = _ignored(files, pick)
+    readable = [f for f in files if f.kind in ("notebook", "fallback") and not f.unreadable]
+    regular = [f for f in readable if f.kind == "notebook"]
+    fallback = [f for f in readable if f.kind == "fallback"]
+    keys = [expected] if expected else sorted({f.assignment for f in readable if f.assignment})
+    rows = []
+    for key in keys:
+        pool, ignored = _candidates(key, regular, fallback, expected)
+        if pool:
+            chosen, others = _pick(pool, notebook_names.get(key))
+            extra = [f"ignored {f.rel} (a checkpoint or copy)" for f in ignored if f is not chosen]
+            row = _row(student, chosen, key, notes + extra, pick)
+            row.notes += [_also(other.rel, key, chosen.rel, notebook_names.get(key)) for other in others]
+            rows.append(row)
+    if expected and not rows:
+        rows.append(_nothing_for(student, expected, readable, notes))
+    elif not expected:
+        rows += _without_metadata(student, regular, notes)
+        if not rows:
+            rows.append(_nothing_graded(student, files, notes))
+    return rows
+
+
+def _ignored(files: list[_File], pick: str | None) -> list[str]:
+    """The notes on a student's files that are not graded at all (other files, folders, unreadable ones)."""
     notes = []
     for f in files:
         if f.kind == "other":
@@ -279,78 +304,113 @@ def _rows_for(
             notes.append(f"ignored {f.rel} (a folder, not a notebook)")
         elif f.unreadable:
             notes.append(f"ignored {f.rel} ({f.unreadable})")
-    readable = [f for f in files if f.kind in ("notebook", "fallback") and not f.unreadable]
-    regular = [f for f in readable if f.kind == "notebook"]
-    fallback = [f for f in readable if f.kind == "fallback"]
+    return notes
 
-    def row(chosen: _File, key: str, others: list[_File], extra: list[str]) -> Submission:
-        sub = Submission(
-            key=chosen.rel, student=student, path=chosen.path, assignment=chosen.assignment, notes=list(notes) + extra
+
+def _candidates(
+    key: str, regular: list[_File], fallback: list[_File], expected: str | None
+) -> tuple[list[_File], list[_File]]:
+    """(the notebooks that may be graded for ``key``, the checkpoints and copies passed over for them).
+
+    Regular notebooks of the assignment first (without metadata too, when the assignment is expected);
+    only when there are none, a checkpoint or copy.
+    """
+    pool = [f for f in regular if f.assignment == key]
+    if not pool and expected:
+        pool = [f for f in regular if f.assignment is None]
+    if pool:
+        return pool, [f for f in fallback if f.assignment in (key, None)]
+    pool = [f for f in fallback if f.assignment == key]
+    if not pool and expected:
+        pool = [f for f in fallback if f.assignment is None]
+    return pool, []
+
+
+def _row(student: str, chosen: _File, key: str, notes: list[str], pick: str | None) -> Submission:
+    """The row that grades ``chosen`` for assignment ``key``, with what the grader should say about the choice."""
+    sub = Submission(key=chosen.rel, student=student, path=chosen.path, assignment=chosen.assignment, notes=notes)
+    sub.late_marked = canvas_late(Path(chosen.rel).name)
+    with contextlib.suppress(OSError):
+        sub.file_time = os.lstat(chosen.path).st_mtime
+    if pick:
+        sub.notes.append(f"graded {chosen.rel}, the notebook you picked")
+    if chosen.assignment is None:
+        sub.grade_as = key
+        sub.notes.append(f"{chosen.rel} has no assignment metadata; graded as {key}, as asked")
+    if chosen.kind == "fallback":
+        sub.notes.append(f"graded {chosen.rel}, a checkpoint or copy: nothing else was submitted for {key}")
+    return sub
+
+
+def _nothing_for(student: str, expected: str, readable: list[_File], notes: list[str]) -> Submission:
+    """The row of a student with no notebook of the expected assignment: why (another one, nothing readable)."""
+    wrong = sorted({f.assignment for f in readable if f.assignment and f.assignment != expected})
+    if wrong:
+        problem = (
+            f"wrong assignment {', '.join(wrong)}, expected {expected} "
+            f"({', '.join(f.rel for f in readable if f.assignment in wrong)})"
         )
-        sub.late_marked = canvas_late(Path(chosen.rel).name)
-        with contextlib.suppress(OSError):
-            sub.file_time = os.lstat(chosen.path).st_mtime
-        if pick:
-            sub.notes.append(f"graded {chosen.rel}, the notebook you picked")
-        if chosen.assignment is None:
-            sub.grade_as = key
-            sub.notes.append(f"{chosen.rel} has no assignment metadata; graded as {key}, as asked")
-        if chosen.kind == "fallback":
-            sub.notes.append(f"graded {chosen.rel}, a checkpoint or copy: nothing else was submitted for {key}")
-        for other in others:
-            sub.notes.append(_also(other.rel, key, chosen.rel, notebook_names.get(key)))
-        return sub
+    elif notes:
+        problem = f"no notebook for {expected} could be graded: {'; '.join(notes)}"
+        notes = []  # said in the problem already
+    else:
+        problem = "no notebook submitted (empty folder)"
+    return Submission(key=student, student=student, assignment=expected, problem=problem, notes=notes)
 
-    keys = [expected] if expected else sorted({f.assignment for f in readable if f.assignment})
-    rows = []
-    for key in keys:
-        pool = [f for f in regular if f.assignment == key]
-        if not pool and expected:
-            pool = [f for f in regular if f.assignment is None]
-        ignored = [f for f in fallback if f.assignment in (key, None)]
-        if not pool:
-            pool = [f for f in fallback if f.assignment == key] or (
-                [f for f in fallback if f.assignment is None] if expected else []
-            )
-            ignored = []
-        if pool:
-            chosen, others = _pick(pool, notebook_names.get(key))
-            extra = [f"ignored {f.rel} (a checkpoint or copy)" for f in ignored if f is not chosen]
-            rows.append(row(chosen, key, others, extra))
-    if expected and not rows:
-        wrong = sorted({f.assignment for f in readable if f.assignment and f.assignment != expected})
-        if wrong:
-            problem = (
-                f"wrong assignment {', '.join(wrong)}, expected {expected} "
-                f"({', '.join(f.rel for f in readable if f.assignment in wrong)})"
-            )
-        elif notes:
-            problem = f"no notebook for {expected} could be graded: {'; '.join(notes)}"
-            notes = []  # said in the problem already
-        else:
-            problem = "no notebook submitted (empty folder)"
-        rows.append(Submission(key=student, student=student, assignment=expected, problem=problem, notes=notes))
-    elif not expected:
-        unknown = [f for f in regular if f.assignment is None]
-        for f in unknown:
-            rows.append(
-                Submission(
-                    key=f.rel,
-                    student=student,
-                    path=f.path,
-                    notes=list(notes),
-                    problem=f"{f.rel} has no assignment metadata (pass --assignment KEY to grade it as one)",
-                )
-            )
-        if not rows:
-            if notes:
-                problem, notes = f"no notebook could be graded: {'; '.join(notes)}", []
-            elif files:
-                problem = f"no notebook submitted (found: {', '.join(f.rel for f in files)})"
-            else:
-                problem = "no notebook submitted (empty folder)"
-            rows.append(Submission(key=student, student=student, problem=problem, notes=notes))
-    return rows
+
+def _without_metadata(student: str, regular: list[_File], notes: list[str]) -> list[Submission]:
+    """Rows for notebooks that name no assignment, when none was given to grade them as."""
+    return [
+        Submission(
+            key=f.rel,
+            student=student,
+            path=f.path,
+            notes=list(notes),
+            problem=f"{f.rel} has no assignment metadata (pass --assignment KEY to grade it as one)",
+        )
+        for f in regular
+        if f.assignment is None
+    ]
+
+
+def _nothing_graded(student: str, files: list[_File], notes: list[str]) -> Submission:
+    """The row of a student none of whose files could be graded, when no assignment was given."""
+    if notes:
+        problem, notes = f"no notebook could be graded: {'; '.join(notes)}", []
+    elif files:
+        problem = f"no notebook submitted (found: {', '.join(f.rel for f in files)})"
+    else:
+        problem = "no notebook submitted (empty folder)"
+    return Submission(key=student, student=student, problem=problem, notes=notes)
+
+
+def _students_under(
+    raw: str | Path, one_submission: bool, skip: tuple[str, ...], skipped: list[str] | None
+) -> dict[str, list[_File]]:
+    """Student -> their files, for one path given to :func:`collect` (a class folder, or a notebook)."""
+    root = Path(raw)
+    if not root.exists() and not root.is_symlink():
+        raise FileNotFoundError(f"no file or folder at {raw}")
+    if not root.is_dir():
+        if root.is_symlink():  # a file named on the command line: the instructor chose the link
+            root = root.resolve()
+        entry = _classify(root.parent, root, root.name)
+        entry.rel = str(raw)
+        return {root.parent.name if one_submission else root.name: [entry]}
+    entries = _walk(root, root)
+    if one_submission:
+        return {root.name or str(root): entries}
+    by_student: dict[str, list[_File]] = {}
+    for entry in entries:
+        by_student.setdefault(student_of(entry.rel), []).append(entry)
+    for child in sorted(root.iterdir()):  # empty student folders still get a row
+        if child.is_dir() and not child.is_symlink() and child.name not in _NOISE:
+            by_student.setdefault(nfc(child.name), [])
+    for name in [s for s in by_student if s in skip]:
+        del by_student[name]
+        if skipped is not None:
+            skipped.append(name)
+    return by_student
 
 
 def collect(
@@ -380,30 +440,7 @@ def collect(
     groups: dict[str, list[_File]] = {}
     order: list[str] = []
     for raw in paths:
-        root = Path(raw)
-        if not root.exists() and not root.is_symlink():
-            raise FileNotFoundError(f"no file or folder at {raw}")
-        if root.is_dir():
-            entries = _walk(root, root)
-            if one_submission:
-                by_student = {root.name or str(root): entries}
-            else:
-                by_student = {}
-                for entry in entries:
-                    by_student.setdefault(student_of(entry.rel), []).append(entry)
-                for child in sorted(root.iterdir()):  # empty student folders still get a row
-                    if child.is_dir() and not child.is_symlink() and child.name not in _NOISE:
-                        by_student.setdefault(nfc(child.name), [])
-                for name in [s for s in by_student if s in skip]:
-                    del by_student[name]
-                    if skipped is not None:
-                        skipped.append(name)
-        else:
-            if root.is_symlink():  # a file named on the command line: the instructor chose the link
-                root = root.resolve()
-            entry = _classify(root.parent, root, root.name)
-            entry.rel = str(raw)
-            by_student = {root.parent.name if one_submission else root.name: [entry]}
+        by_student = _students_under(raw, one_submission, skip, skipped)
         for student, entries in by_student.items():
             if student not in groups:
                 order.append(student)

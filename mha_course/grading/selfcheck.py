@@ -239,24 +239,7 @@ def library_reach(obj: Any, provided: tuple[str, ...] = ()) -> str | None:
     closure and defaults, a class's methods, and the learner's own helpers in turn. ``None`` if it only
     reaches the self-check helpers, the assignment's ``provided`` modules and code outside the course.
     """
-    import types
-
     allowed = ALWAYS_IMPORTABLE + tuple(provided)
-
-    def course_name(value: Any) -> str | None:
-        module: Any
-        if isinstance(value, types.ModuleType):
-            module, name = value.__name__, value.__name__
-        else:
-            module = getattr(value, "__module__", None)
-            qualname = getattr(value, "__qualname__", getattr(value, "__name__", ""))
-            name = f"{module}.{qualname}"
-        if not isinstance(module, str) or not (module == "mha_course" or module.startswith("mha_course.")):
-            return None
-        if module == "mha_course" or any(module == a or module.startswith(a + ".") for a in allowed):
-            return None
-        return name
-
     seen: set[int] = set()
     todo = [obj]
     while todo and len(seen) < 500:
@@ -264,7 +247,7 @@ def library_reach(obj: Any, provided: tuple[str, ...] = ()) -> str | None:
         if id(value) in seen:
             continue
         seen.add(id(value))
-        found = course_name(value)
+        found = _course_name(value, allowed)
         if found:
             return found
         if getattr(value, "__module__", None) not in ("__main__", None) and value is not obj:
@@ -273,28 +256,52 @@ def library_reach(obj: Any, provided: tuple[str, ...] = ()) -> str | None:
             todo.extend(v for v in vars(value).values() if callable(v) or isinstance(v, (staticmethod, classmethod)))
             continue
         function = getattr(value, "__func__", value)
-        code = getattr(function, "__code__", None)
-        if code is None:
+        if getattr(function, "__code__", None) is None:
             continue
-        names, stack = set(), [code]
-        while stack:
-            c = stack.pop()
-            names.update(c.co_names)
-            stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
-        module_globals = getattr(function, "__globals__", {})
-        reached = [module_globals[n] for n in names if n in module_globals]
-        for module in [m for m in reached if isinstance(m, types.ModuleType)]:
-            # ``mha_course.softmax(x)``: attribute names are in co_names too; the package exports lazily
-            for n in names:
-                if n in getattr(module, "__all__", ()) or n in vars(module):
-                    try:
-                        reached.append(getattr(module, n))
-                    except Exception:  # a lazy attribute that fails to import reaches nothing
-                        pass
-        todo.extend(reached)
+        todo.extend(_named_by(function))
         todo.extend(cell.cell_contents for cell in (function.__closure__ or ()) if _filled(cell))
         todo.extend(function.__defaults__ or ())
     return None
+
+
+def _course_name(value: Any, allowed: tuple[str, ...]) -> str | None:
+    """``value``'s dotted name when it is a module, function or class of the course outside ``allowed``."""
+    import types
+
+    module: Any
+    if isinstance(value, types.ModuleType):
+        module, name = value.__name__, value.__name__
+    else:
+        module = getattr(value, "__module__", None)
+        qualname = getattr(value, "__qualname__", getattr(value, "__name__", ""))
+        name = f"{module}.{qualname}"
+    if not isinstance(module, str) or not (module == "mha_course" or module.startswith("mha_course.")):
+        return None
+    if module == "mha_course" or any(module == a or module.startswith(a + ".") for a in allowed):
+        return None
+    return name
+
+
+def _named_by(function: Any) -> list[Any]:
+    """The globals a function's code names (nested code too), and those names' attributes of modules it names."""
+    import types
+
+    names, stack = set(), [function.__code__]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    module_globals = getattr(function, "__globals__", {})
+    reached = [module_globals[n] for n in names if n in module_globals]
+    for module in [m for m in reached if isinstance(m, types.ModuleType)]:
+        # ``mha_course.softmax(x)``: attribute names are in co_names too; the package exports lazily
+        for n in names:
+            if n in getattr(module, "__all__", ()) or n in vars(module):
+                try:
+                    reached.append(getattr(module, n))
+                except Exception:  # a lazy attribute that fails to import reaches nothing
+                    pass
+    return reached
 
 
 def _filled(cell: Any) -> bool:
