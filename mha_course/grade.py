@@ -55,7 +55,7 @@ from .grading.results import (
     gradescope,
     merged_gradescope,
     results_file_name,
-    text_report,
+    terminal_summary,
     write_atomic,
     write_csv,
     write_json,
@@ -339,20 +339,6 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def _print_summary(args, results: list[SubmissionResult], missing: list[str]) -> None:
-    """The terminal's summary: one submission's report, or a line per student and the class summary."""
-    if len(results) == 1 and not args.quiet:
-        print(text_report(results[0]))
-    elif len(results) > 1:
-        if not args.quiet:
-            for r in results:  # learner text is clean (one line, no escapes): see safe_text
-                status = f"error: {r.error}" if r.error else f"{r.score:g} / {r.max_score:g}"
-                print(f"{r.key or clean(r.path)}: {status}")
-        print(class_summary(results))
-    if missing:
-        print(f"no submission from {len(missing)} student(s) of the roster: {clean(', '.join(missing))}")
-
-
 def _write_grades(args, results: list[SubmissionResult], roster: Roster) -> None:
     """``--grades-out``: the roster with a grade column per assignment (and feedback comments)."""
     grades = bookkeeping.grades(results)
@@ -388,7 +374,8 @@ def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None,
             failed += 1
             print(f"error: could not write {what} ({type(exc).__name__}: {clean(exc)})", file=sys.stderr)
 
-    step("the summary", lambda: _print_summary(args, results, missing))
+    summary = lambda: sys.stdout.writelines(f"{line}\n" for line in terminal_summary(results, missing, args.quiet))
+    step("the summary", summary)
     if args.results_dir:
         for r in results:
             step(

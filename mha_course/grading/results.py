@@ -335,3 +335,20 @@ def text_report(result: SubmissionResult) -> str:
             lines.append(f"         -> {t.output}")
     lines += [f"  note: {n}" for n in result.notes]
     return "\n".join(lines)
+
+
+def terminal_summary(results: list[SubmissionResult], missing: list[str], quiet: bool = False) -> list[str]:
+    """The grader's lines on the terminal: one submission's report, or a line per student (not ``quiet``)
+    and the class summary; then the roster's students with no submission."""
+    lines = []
+    if len(results) == 1 and not quiet:
+        lines.append(text_report(results[0]))
+    elif len(results) > 1:
+        if not quiet:
+            for r in results:  # learner text is clean (one line, no escapes): see safe_text
+                status = f"error: {r.error}" if r.error else f"{r.score:g} / {r.max_score:g}"
+                lines.append(f"{r.key or clean(r.path)}: {status}")
+        lines.append(class_summary(results))
+    if missing:
+        lines.append(f"no submission from {len(missing)} student(s) of the roster: {clean(', '.join(missing))}")
+    return lines
