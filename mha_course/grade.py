@@ -55,7 +55,7 @@ from .grading.results import (
     gradescope,
     merged_gradescope,
     results_file_name,
-    text_report,
+    terminal_summary,
     write_atomic,
     write_csv,
     write_json,
@@ -327,6 +327,25 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def _write_grades(args, results: list[SubmissionResult], roster: Roster) -> None:
+    """``--grades-out``: the roster with a grade column per assignment (and feedback comments)."""
+    grades = bookkeeping.grades(results)
+    if len(grades) > 1:  # several assignments: a column each, never one summed grade
+        columns = {key: grades[key] for key in sorted(grades)}
+        note = (
+            f"one column per assignment: {', '.join(columns)}; a platform's worksheet takes one "
+            "assignment: grade it with --assignment KEY"
+        )
+    else:
+        column = grade_column(args, roster)
+        columns, note = {column: next(iter(grades.values()), {})}, f"column {column!r}"
+        if results and results[0].lms_max is not None:
+            note += f", out of {results[0].lms_max:g}"
+    comments = {r.student_id: feedback_summary(r) for r in reversed(results) if r.student_id and not r.error}
+    write_grade_columns(args.grades_out, roster, columns, write_atomic, comments)
+    print(f"grades for import: {args.grades_out} ({note})")
+
+
 def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None, missing: list[str]) -> int:
     """Print the summary and write every output asked for; returns how many outputs failed.
 
@@ -343,36 +362,8 @@ def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None,
             failed += 1
             print(f"error: could not write {what} ({type(exc).__name__}: {clean(exc)})", file=sys.stderr)
 
-    def terminal() -> None:
-        if len(results) == 1 and not args.quiet:
-            print(text_report(results[0]))
-        elif len(results) > 1:
-            if not args.quiet:
-                for r in results:  # learner text is clean (one line, no escapes): see safe_text
-                    status = f"error: {r.error}" if r.error else f"{r.score:g} / {r.max_score:g}"
-                    print(f"{r.key or clean(r.path)}: {status}")
-            print(class_summary(results))
-        if missing:
-            print(f"no submission from {len(missing)} student(s) of the roster: {clean(', '.join(missing))}")
-
-    def grades_out() -> None:
-        grades = bookkeeping.grades(results)
-        if len(grades) > 1:  # several assignments: a column each, never one summed grade
-            columns = {key: grades[key] for key in sorted(grades)}
-            note = (
-                f"one column per assignment: {', '.join(columns)}; a platform's worksheet takes one "
-                "assignment: grade it with --assignment KEY"
-            )
-        else:
-            column = grade_column(args, roster)
-            columns, note = {column: next(iter(grades.values()), {})}, f"column {column!r}"
-            if results and results[0].lms_max is not None:
-                note += f", out of {results[0].lms_max:g}"
-        comments = {r.student_id: feedback_summary(r) for r in reversed(results) if r.student_id and not r.error}
-        write_grade_columns(args.grades_out, roster, columns, write_atomic, comments)
-        print(f"grades for import: {args.grades_out} ({note})")
-
-    step("the summary", terminal)
+    summary = lambda: sys.stdout.writelines(f"{line}\n" for line in terminal_summary(results, missing, args.quiet))
+    step("the summary", summary)
     if args.results_dir:
         for r in results:
             step(
@@ -392,7 +383,7 @@ def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None,
         )
         print(f"class report: {args.report} (and {args.report.with_suffix('.md')})")
     if args.grades_out and roster is not None:
-        step("the grades for import", grades_out)
+        step("the grades for import", lambda: _write_grades(args, results, roster))
     elif args.grades_out:
         print("--grades-out needs --roster (the platform's class list, written back with the grades)", file=sys.stderr)
     if args.summary:

@@ -178,64 +178,80 @@ def build(assignment: str, output: Path, unsafe_no_isolation: bool = False, min_
 
 def validate_results(data: object) -> list[str]:
     """Problems of a results.json against Gradescope's documented fields and hidden-test secrecy (empty: fine)."""
-    problems: list[str] = []
     if not isinstance(data, dict):
         return [f"results.json must be an object, got {type(data).__name__}"]
-    problems += [f"unknown top-level field {k!r}" for k in sorted(set(data) - TOP_FIELDS)]
-
-    def number(value, where):
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            problems.append(f"{where} must be a finite number, got {value!r}")
-            return False
-        return True
-
+    problems = [f"unknown top-level field {k!r}" for k in sorted(set(data) - TOP_FIELDS)]
     tests = data.get("tests", [])
     if not isinstance(tests, list):
         return problems + ["tests must be a list"]
+    problems += _top_level_problems(data, tests)
+    hidden, visible_text = [], [str(data.get("output", ""))]
+    for i, t in enumerate(tests):
+        if not isinstance(t, dict):
+            problems.append(f"tests[{i}] must be an object")
+            continue
+        problems += _test_problems(t, f"tests[{i}]", data.get("visibility", "visible"))
+        if t.get("visibility", data.get("visibility", "visible")) != "visible":
+            hidden.append(t)
+        else:
+            visible_text += [str(t.get("name", "")), str(t.get("output", ""))]
+    if hidden:
+        problems += _total_leaks(tests, "\n".join(visible_text))
+    return problems
+
+
+def _number_problem(value: object, where: str) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return f"{where} must be a finite number, got {value!r}"
+    return None
+
+
+def _top_level_problems(data: dict, tests: list) -> list[str]:
+    """Problems of results.json's own fields: score, execution_time, visibilities, output."""
+    problems = []
     if "score" in data:
-        number(data["score"], "score")
+        problems.append(_number_problem(data["score"], "score"))
     elif not all(isinstance(t, dict) and "score" in t for t in tests):
         problems.append("score is required when a test has none")
     if "execution_time" in data:
-        number(data["execution_time"], "execution_time")
+        problems.append(_number_problem(data["execution_time"], "execution_time"))
     for name in ("visibility", "stdout_visibility"):
         if name in data and data[name] not in VISIBILITIES:
             problems.append(f"{name} must be one of {sorted(VISIBILITIES)}, got {data[name]!r}")
     if not isinstance(data.get("output", ""), str):
         problems.append("output must be a string")
-    hidden, visible_text = [], [str(data.get("output", ""))]
-    for i, t in enumerate(tests):
-        where = f"tests[{i}]"
-        if not isinstance(t, dict):
-            problems.append(f"{where} must be an object")
-            continue
-        problems += [f"{where}: unknown field {k!r}" for k in sorted(set(t) - TEST_FIELDS)]
-        for name in ("name", "output", "number"):
-            if name in t and not isinstance(t[name], str):
-                problems.append(f"{where}.{name} must be a string")
-        ok = all(number(t[k], f"{where}.{k}") for k in ("score", "max_score") if k in t)
-        if ok and "score" in t and "max_score" in t and not 0 <= t["score"] <= t["max_score"]:
-            problems.append(f"{where}: score {t['score']} outside [0, max_score {t['max_score']}]")
-        if t.get("status", "passed") not in ("passed", "failed"):
-            problems.append(f"{where}.status must be 'passed' or 'failed', got {t['status']!r}")
-        if not isinstance(t.get("tags", []), list) or not all(isinstance(x, str) for x in t.get("tags", [])):
-            problems.append(f"{where}.tags must be a list of strings")
-        vis = t.get("visibility", data.get("visibility", "visible"))
-        if vis not in VISIBILITIES:
-            problems.append(f"{where}.visibility must be one of {sorted(VISIBILITIES)}, got {vis!r}")
-        if vis != "visible":
-            hidden.append(t)
-        else:
-            visible_text += [str(t.get("name", "")), str(t.get("output", ""))]
-    if hidden:
-        total = sum(t.get("score", 0) for t in tests if isinstance(t, dict))
-        most = sum(t.get("max_score", 0) for t in tests if isinstance(t, dict))
-        leaks = [f"{total:g} / {most:g}", f"{total:g}/{most:g}", f"out of {most:g}"]
-        text = "\n".join(visible_text)
-        problems += [
-            f"visible text reveals the total including hidden tests ({leak!r})" for leak in leaks if leak in text
-        ]
-    return problems
+    return [p for p in problems if p is not None]
+
+
+def _test_problems(t: dict, where: str, default_visibility: object) -> list[str]:
+    """Problems of one entry of ``tests``: unknown fields, types, score range, status, tags, visibility."""
+    problems: list[str | None] = [f"{where}: unknown field {k!r}" for k in sorted(set(t) - TEST_FIELDS)]
+    problems += [
+        f"{where}.{n} must be a string" for n in ("name", "output", "number") if n in t and not isinstance(t[n], str)
+    ]
+    # the first of score and max_score that is not a number (as before: the second is not checked then)
+    bad = next((p for k in ("score", "max_score") if k in t and (p := _number_problem(t[k], f"{where}.{k}"))), None)
+    problems.append(bad)
+    if bad is None and "score" in t and "max_score" in t and not 0 <= t["score"] <= t["max_score"]:
+        problems.append(f"{where}: score {t['score']} outside [0, max_score {t['max_score']}]")
+    if t.get("status", "passed") not in ("passed", "failed"):  # Gradescope's two values, not the grader's verdicts
+        problems.append(f"{where}.status must be 'passed' or 'failed', got {t['status']!r}")
+    if not isinstance(t.get("tags", []), list) or not all(isinstance(x, str) for x in t.get("tags", [])):
+        problems.append(f"{where}.tags must be a list of strings")
+    vis = t.get("visibility", default_visibility)
+    if vis not in VISIBILITIES:
+        problems.append(f"{where}.visibility must be one of {sorted(VISIBILITIES)}, got {vis!r}")
+    return [p for p in problems if p is not None]
+
+
+def _total_leaks(tests: list, visible_text: str) -> list[str]:
+    """Visible text that gives away the total with the hidden tests counted (before grades are published)."""
+    total = sum(t.get("score", 0) for t in tests if isinstance(t, dict))
+    most = sum(t.get("max_score", 0) for t in tests if isinstance(t, dict))
+    leaks = [f"{total:g} / {most:g}", f"{total:g}/{most:g}", f"out of {most:g}"]
+    return [
+        f"visible text reveals the total including hidden tests ({leak!r})" for leak in leaks if leak in visible_text
+    ]
 
 
 def _plant_packages(venv: Path) -> None:

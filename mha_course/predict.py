@@ -261,8 +261,6 @@ def check_exercise(name: str, function: Any, reference: Any, cases: Sequence[tup
         TypeError: ``name`` is not an identifier, ``function``/``reference`` not callable, or
             ``cases`` not a non-empty sequence of tuples.
     """
-    from .testing import tolerance
-
     _require_name(name)
     for label, value in (("function", function), ("reference", reference)):
         if not callable(value):
@@ -283,32 +281,37 @@ def check_exercise(name: str, function: Any, reference: Any, cases: Sequence[tup
         if mine is None:
             print(f"{name}: write it first: it returns None (is the body still `...`, or is `return` missing?)")
             return False
-        expected = reference(*case)
-        mine_arr, expected_arr = _as_array(mine), _as_array(expected)
-        if mine_arr is None:
-            print(f"{name}: case {number}: returns a {type(mine).__name__}, not an array or tensor")
-            return False
-        if mine_arr.shape != expected_arr.shape:
-            print(f"{name}: case {number}: shape {mine_arr.shape}, expected {expected_arr.shape}")
-            return False
-        if expected_arr.dtype == bool:
-            if mine_arr.dtype != bool:
-                print(f"{name}: case {number}: give booleans (True = may attend), not {mine_arr.dtype}")
-                return False
-            if not np.array_equal(mine_arr, expected_arr):
-                print(f"{name}: case {number}: {int((mine_arr != expected_arr).sum())} entries differ")
-                return False
-            continue
-        if not np.isfinite(mine_arr).all() and np.isfinite(expected_arr).all():
-            print(f"{name}: case {number}: not finite (NaN or inf) where the reference is")
-            return False
-        atol, rtol = tolerance(_dtype_of(expected))
-        if not np.allclose(mine_arr, expected_arr, rtol=rtol, atol=atol, equal_nan=True):
-            worst = float(np.nanmax(np.abs(mine_arr.astype(np.float64) - expected_arr.astype(np.float64))))
-            print(f"{name}: case {number}: values differ from the reference (largest difference {worst:.3g})")
+        problem = _disagreement(mine, reference(*case))
+        if problem:
+            print(f"{name}: case {number}: {problem}")
             return False
     print(f"{name}: right on all {len(cases)} case{'s' if len(cases) > 1 else ''}")
     return True
+
+
+def _disagreement(mine: Any, expected: Any) -> str | None:
+    """What differs between the learner's output and the reference's (None: they agree), as
+    :func:`check_exercise` compares them."""
+    from .testing import tolerance
+
+    mine_arr, expected_arr = _as_array(mine), _as_array(expected)
+    if mine_arr is None:
+        return f"returns a {type(mine).__name__}, not an array or tensor"
+    if mine_arr.shape != expected_arr.shape:
+        return f"shape {mine_arr.shape}, expected {expected_arr.shape}"
+    if expected_arr.dtype == bool:
+        if mine_arr.dtype != bool:
+            return f"give booleans (True = may attend), not {mine_arr.dtype}"
+        if not np.array_equal(mine_arr, expected_arr):
+            return f"{int((mine_arr != expected_arr).sum())} entries differ"
+        return None
+    if not np.isfinite(mine_arr).all() and np.isfinite(expected_arr).all():
+        return "not finite (NaN or inf) where the reference is"
+    atol, rtol = tolerance(_dtype_of(expected))
+    if not np.allclose(mine_arr, expected_arr, rtol=rtol, atol=atol, equal_nan=True):
+        worst = float(np.nanmax(np.abs(mine_arr.astype(np.float64) - expected_arr.astype(np.float64))))
+        return f"values differ from the reference (largest difference {worst:.3g})"
+    return None
 
 
 def _as_array(value: Any) -> np.ndarray | None:

@@ -20,12 +20,13 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from .safe_text import clean, code_span
 from .safe_text import markdown as md
 from .scan import parse
-from .verdicts import SubmissionResult, TestResult
+from .verdicts import Status, SubmissionResult, TestResult
 
 #: Hints that only say *that* something is wrong, not what: shown after the specific ones.
 GENERIC = (
@@ -37,9 +38,17 @@ GENERIC = (
 )
 
 
+class CauseKind(StrEnum):
+    """What a root cause is: the report groups causes by it."""
+
+    MISTAKE = "mistake"  # a wrong result: a misconception
+    CELL_ERROR = "cell error"  # a cell raised, and tests failed because of it
+    NOT_RUN = "not run"  # not attempted, or stopped by a time or memory limit
+
+
 #: Statuses that say the code did not (fully) run, not that it computes the wrong thing: the report
 #: lists them apart from the misconceptions.
-NOT_A_MISTAKE = ("not attempted", "timeout", "memory", "not run")
+NOT_A_MISTAKE = (Status.NOT_ATTEMPTED, Status.TIMEOUT, Status.MEMORY, Status.NOT_RUN)
 
 #: What varies between two occurrences of one mistake: measured values, indices and shapes, counts.
 #: Small integers inside formulas ("1/sqrt(D)", "axis -1", "sum to 1") are part of the hint and stay.
@@ -83,23 +92,21 @@ def first_cell_error(result: SubmissionResult) -> tuple[int, str] | None:
 
 def follows_cell_error(test: TestResult) -> bool:
     """Whether a failure is the kind an earlier cell's error causes: a name never defined."""
-    return test.status != "passed" and ("NameError" in test.output or "does not define" in test.output)
+    return test.status != Status.PASSED and ("NameError" in test.output or "does not define" in test.output)
 
 
 @dataclass
 class Cause:
     """One root cause in one exercise: the hint and the tests it explains.
 
-    ``kind`` is "mistake" (a wrong result: a misconception), "cell error" (a cell raised and the
-    tests failed because of it: the first cause, fixed first) or "not run" (not attempted, or
-    stopped by a time or memory limit: not a misconception).
+    ``kind`` is a :class:`CauseKind`; a cell error is the first cause, fixed first.
     """
 
     exercise: str
     text: str
     example: str  # one full hint, numbers included
     tests: list[TestResult] = field(default_factory=list)
-    kind: str = "mistake"
+    kind: CauseKind = CauseKind.MISTAKE
 
     @property
     def points_lost(self) -> float:
@@ -118,21 +125,22 @@ def root_causes(result: SubmissionResult) -> list[Cause]:
     cell_cause = None
     if first is not None:
         cell_cause = Cause(
-            "", f"a cell raised {cause_of(first[1])}", f"cell {first[0]} raised {first[1]}", [], "cell error"
+            "", f"a cell raised {cause_of(first[1])}", f"cell {first[0]} raised {first[1]}", [], CauseKind.CELL_ERROR
         )
     for t in result.tests:
-        if t.status == "passed":
+        if t.status == Status.PASSED:
             continue
         if cell_cause is not None and follows_cell_error(t):
             cell_cause.tests.append(t)
             continue
         text = cause_of(t.output)
-        kind = "not run" if t.status in NOT_A_MISTAKE else "mistake"
+        kind = CauseKind.NOT_RUN if t.status in NOT_A_MISTAKE else CauseKind.MISTAKE
         cause = causes.setdefault((t.exercise, text), Cause(t.exercise, text, t.output, kind=kind))
         cause.tests.append(t)
     order = {t.exercise: i for i, t in reversed(list(enumerate(result.tests)))}
     rest = sorted(
-        causes.values(), key=lambda c: (order[c.exercise], c.kind != "mistake", c.generic, -c.points_lost, c.text)
+        causes.values(),
+        key=lambda c: (order[c.exercise], c.kind != CauseKind.MISTAKE, c.generic, -c.points_lost, c.text),
     )
     return ([cell_cause] if cell_cause is not None else []) + rest
 
@@ -143,10 +151,10 @@ def summary(result: SubmissionResult) -> str:
         return f"not graded: {clean(result.error)[:200]}"
     parts = [f"{result.score:g} / {result.max_score:g} points"]
     causes = root_causes(result)
-    cell = next((c for c in causes if c.kind == "cell error"), None)
+    cell = next((c for c in causes if c.kind == CauseKind.CELL_ERROR), None)
     if cell is not None:
         parts.append(f"first fix {clean(cell.example)[:160]} ({len(cell.tests)} test(s) fail because of it)")
-    top = next((c for c in causes if c.kind == "mistake"), None)
+    top = next((c for c in causes if c.kind == CauseKind.MISTAKE), None)
     if top is not None:
         parts.append(f"{top.exercise}: {clean(top.text)[:160]}")
     elif cell is None and not causes:
@@ -196,7 +204,7 @@ def feedback_markdown(
     ]
     where = defining_cells(cells or [], list((targets or {}).values()))
     causes = root_causes(result)
-    first = next((c for c in causes if c.kind == "cell error"), None)
+    first = next((c for c in causes if c.kind == CauseKind.CELL_ERROR), None)
     if first is not None:
         # the real cause before its consequences: every NameError below follows from it
         names = md(", ".join(t.name + (" (hidden)" if t.hidden else "") for t in first.tests)) or "none"
@@ -226,7 +234,7 @@ def feedback_markdown(
         for cause in mine:
             names = md(", ".join(t.case + (" (hidden)" if t.hidden else "") for t in cause.tests))
             prefix = "Also: " if cause.generic and any(not c.generic for c in mine) else ""
-            prefix = "Not run: " if cause.kind == "not run" else prefix
+            prefix = "Not run: " if cause.kind == CauseKind.NOT_RUN else prefix
             lines.append(
                 f"- {prefix}{md(cause.example)}  \n  _{len(cause.tests)} test(s), "
                 f"{cause.points_lost:g} point(s): {names}_" + (f"; look at {cell}" if cell else "")

@@ -42,12 +42,12 @@ from typing import Any
 
 from . import notebook, registry, similarity
 from .collect import Submission
-from .notebook_run import NotebookRun, result_row
+from .notebook_run import Job, NotebookRun, result_row
 from .process import Isolator
 from .safe_text import clean_result
 from .scan import ScanReport, scan
 from .seeds import student_seed
-from .verdicts import Limits, SubmissionResult, TestResult
+from .verdicts import Limits, Status, SubmissionResult, TestResult
 
 __all__ = ["Isolator", "Limits", "SubmissionResult", "TestResult", "grade_many", "grade_notebook", "new_seed"]
 
@@ -162,6 +162,7 @@ def _grade_into(
     except (ValueError, LookupError, KeyError, OSError) as exc:
         result.error = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
         return
+    assert meta is not None  # registry.identify raised LookupError (caught above) on a notebook without it
     result.assignment, result.title, result.version = assignment.key, assignment.title, meta.version
     result.max_points = float(assignment.max_points)
     if meta.version != assignment.version:
@@ -170,21 +171,21 @@ def _grade_into(
             f"{assignment.version} (graded with the grader's tests)"
         )
     grading = NotebookRun(path, nb, assignment, limits, isolator, result.input_seed)
-    jobs = [(e, i, c) for e in assignment.exercises for i, c in enumerate(e.cases)]
+    jobs = [Job(e, i, c) for e in assignment.exercises for i, c in enumerate(e.cases)]
     code_bytes = sum(len(source.encode("utf-8", "replace")) for _, source in grading.cells)
     if code_bytes > MAX_CODE_BYTES:
         too_big = (
             f"0 points: the notebook's code is {code_bytes / 2**10:.0f} KiB; the grader accepts at most "
             f"{MAX_CODE_BYTES // 2**10} KiB of code (the exercises need a few KiB)"
         )
-        result.tests = [result_row(e, c, 0, "not run", too_big) for e, _, c in jobs]
+        result.tests = [result_row(e, c, 0, Status.NOT_RUN, too_big) for e, _, c in jobs]
         result.notes.append(too_big)
         return
     result.copied = similarity.find_copies(grading.cells, [e.target for e in assignment.exercises])
     tamper, blocked, notes = _static_verdicts(scan(grading.cells, assignment), assignment)
     result.notes.extend(notes)
     if tamper:
-        result.tests = [result_row(e, c, 0, "forbidden", tamper) for e, _, c in jobs]
+        result.tests = [result_row(e, c, 0, Status.FORBIDDEN, tamper) for e, _, c in jobs]
         result.notes.append(tamper)
         return
     result.tests = grading.run(jobs, blocked)

@@ -39,7 +39,7 @@ import functools
 import importlib
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -130,7 +130,7 @@ def _resolve(dotted: str, import_missing: bool) -> tuple[Any, str, Any] | None:
 AUTOGRAD = ("torch.autograd", "torch.func")  # forbidden entries meaning "no autograd at all"
 
 
-def explain(names: list[str], ops: list[str] = ()) -> str:
+def explain(names: Sequence[str], ops: Sequence[str] = ()) -> str:
     """The learner-facing sentence for forbidden calls (names, else the fused ATen operators seen)."""
     if set(names) & set(AUTOGRAD):
         others = sorted(set(names) - set(AUTOGRAD))
@@ -280,7 +280,7 @@ class Tripwire:
             return start(watched, args, kwargs or {})
 
         _thread.start_new_thread = start_new_thread
-        threading._start_new_thread = start_new_thread
+        threading._start_new_thread = start_new_thread  # type: ignore[attr-defined]  # private: typeshed omits it
 
     def _wrap(self, original: Any, name: str) -> Any:
         tripwire = self
@@ -290,7 +290,7 @@ class Tripwire:
             return original(*args, **kwargs)
 
         functools.update_wrapper(wrapper, original)
-        del wrapper.__wrapped__  # no handle on the unwatched original
+        delattr(wrapper, "__wrapped__")  # no handle on the unwatched original
         self._by_id.setdefault(id(wrapper), name)
         return wrapper
 

@@ -36,25 +36,18 @@ from .error_hints import exception_hint, with_exception_hint  # noqa: F401
 # --- helpers for ``diagnose`` (run in the grader) ------------------------------------------------
 
 
-def tolerance(dtype: Any) -> tuple[float, float]:
-    """(atol, rtol) for a dtype from the library's one table (:data:`mha_course.testing.TOLERANCES`);
-    dtypes it has no entry for (integers, bool) get float32's, as answers are compared as floats."""
-    import torch
-
-    from ..testing import TOLERANCES
-
-    name = dtype if isinstance(dtype, str) else getattr(dtype, "name", None) or np.dtype(dtype).name
-    return TOLERANCES.get(getattr(torch, str(name), None), TOLERANCES[torch.float32])
-
-
 def fmt_shape(shape: Sequence[int], legend: str | None = None) -> str:
     """(2, 5, 7) [B, T, S]"""
     text = str(tuple(int(s) for s in shape))
     return f"{text} {legend}" if legend else text
 
 
-def as_array(got: Any, what: str = "the result") -> tuple[np.ndarray | None, str | None]:
-    """(array, None) for numeric data, (None, hint) otherwise."""
+def as_array(got: Any, what: str = "the result") -> tuple[Any, str | None]:
+    """(array, None) for numeric data, (None, hint) otherwise.
+
+    The array is typed ``Any``: it is None exactly when the hint is set, which the tuple's type cannot
+    say, and every caller returns the hint before it touches the array.
+    """
     if isinstance(got, (list, tuple)) and got and all(isinstance(g, np.ndarray) for g in got):
         return None, f"{what} should be one array/tensor, got a {type(got).__name__} of {len(got)} arrays"
     try:
@@ -66,8 +59,11 @@ def as_array(got: Any, what: str = "the result") -> tuple[np.ndarray | None, str
     return arr, None
 
 
-def unpack(got: Any, names: Sequence[str]) -> tuple[list[np.ndarray] | None, str | None]:
-    """Split a returned tuple into arrays; (None, hint) when it is not a tuple of that length."""
+def unpack(got: Any, names: Sequence[str]) -> tuple[Any, str | None]:
+    """Split a returned tuple into a list of arrays; (None, hint) when it is not a tuple of that length.
+
+    Typed ``Any`` like :func:`as_array`'s array: None exactly when the hint is set.
+    """
     if not isinstance(got, (list, tuple)) or len(got) != len(names):
         return None, f"expected a tuple ({', '.join(names)}), got {type(got).__name__}" + (
             f" of length {len(got)}" if isinstance(got, (list, tuple)) else ""
@@ -82,7 +78,13 @@ def unpack(got: Any, names: Sequence[str]) -> tuple[list[np.ndarray] | None, str
 
 
 def close(got: np.ndarray, expected: np.ndarray, dtype: Any = None) -> bool:
-    """Same shape and allclose with the tolerance of ``dtype`` (default: expected's); NaNs never match."""
+    """Same shape and allclose with the tolerance of ``dtype`` (default: expected's); NaNs never match.
+
+    The tolerance is the library's one policy, :func:`mha_course.testing.tolerance`: per floating dtype
+    from its table, exact for integers (a count off by one is wrong at any size).
+    """
+    from ..testing import tolerance  # imports torch: only when a diagnosis compares numbers
+
     got, expected = np.asarray(got), np.asarray(expected)
     if got.shape != expected.shape:
         return False

@@ -43,11 +43,14 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-# The view and the limits are modules of their own; their names are part of this module's API too.
 from .limits import RUNTIME_MB, Resources, _Cgroup, _count_own_tasks, _rlimits, cgroup_available  # noqa: F401
+
+# The view and the limits are modules of their own; their names are part of this module's API too.
+from .messages import MPL_CONFIG, SCRATCH_ENV
 from .view import (  # noqa: F401
     PACKAGE_DIR,
     RUNTIME_FILES,
@@ -72,18 +75,27 @@ INSTALL_HINT = (
 )
 
 
+class WallKind(StrEnum):
+    """What kind of walls a grading run has; written as it is into the CSV, the report and results.json."""
+
+    BUBBLEWRAP = "bubblewrap"  # tier A
+    LANDLOCK = "landlock"  # tier B
+    UID = "uid"  # tier C
+    NONE = "none"  # plain processes (--unsafe-no-isolation)
+
+
 @dataclass(frozen=True)
 class Walls:
     """What isolated the submissions of a grading run (reported in the output and in results.json)."""
 
-    kind: str  # "bubblewrap" | "none"
+    kind: WallKind
     detail: str = ""  # bubblewrap's version, or why there is none
     limits: dict[str, str] = field(default_factory=dict)
     uid_note: str = ""  # what that uid is on the host, when the grader runs as root
 
     @property
     def isolated(self) -> bool:
-        return self.kind == "bubblewrap"
+        return self.kind == WallKind.BUBBLEWRAP
 
     def summary(self) -> str:
         if not self.isolated:
@@ -258,7 +270,7 @@ class Sandbox:
             env.update(
                 HOME=SCRATCH,
                 TMPDIR=SCRATCH,
-                MPLCONFIGDIR=f"{SCRATCH}/.matplotlib",
+                MPLCONFIGDIR=f"{SCRATCH}/{MPL_CONFIG}",
                 PYTHONPATH=f"{VIEW_EXTRA}/extra{os.pathsep}{PACKAGE_DIR.parent}",
             )
             mounts = mount_args(view, res)
@@ -279,8 +291,8 @@ class Sandbox:
             env.update(
                 HOME=scratch,
                 TMPDIR=scratch,
-                MPLCONFIGDIR=os.path.join(scratch, ".matplotlib"),
-                MHA_COURSE_SCRATCH=scratch,
+                MPLCONFIGDIR=os.path.join(scratch, MPL_CONFIG),
+                **{SCRATCH_ENV: scratch},
                 PYTHONPATH=os.pathsep.join(p for p in sys.path if p),
             )
             command = python

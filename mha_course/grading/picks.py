@@ -11,6 +11,7 @@ import csv
 import io
 from pathlib import Path
 
+from .class_files import FileKind
 from .lms_names import nfc, original_name
 
 
@@ -45,7 +46,7 @@ def picked(student: str, files: list, pick: str) -> tuple[list, str | None]:
     hits = [
         f
         for f in files
-        if f.kind in ("notebook", "fallback")
+        if f.kind in (FileKind.NOTEBOOK, FileKind.FALLBACK)
         and (
             nfc(f.rel) == want
             or nfc(f.rel).endswith("/" + want)
@@ -57,6 +58,6 @@ def picked(student: str, files: list, pick: str) -> tuple[list, str | None]:
         found = ", ".join(f.rel for f in files) or "nothing"
         return [], f"the notebook picked for {student} ({pick}) is not among its files (found: {found})"
     for f in files:
-        if f not in hits and f.kind in ("notebook", "fallback"):
-            f.kind, f.unreadable = "other", None
+        if f not in hits and f.kind in (FileKind.NOTEBOOK, FileKind.FALLBACK):
+            f.kind, f.unreadable = FileKind.OTHER, None
     return files, None

@@ -22,6 +22,7 @@ import io
 import math
 import re
 import unicodedata
+from collections.abc import Set
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,7 +45,7 @@ class Override:
     reason: str
     assignment: str = ""  # empty: any assignment
 
-    def applies_to(self, result, identities: set[str] = frozenset()) -> bool:
+    def applies_to(self, result, identities: Set[str] = frozenset()) -> bool:
         """Whether this override names ``result``'s student (any identity) and assignment."""
         who = {result.student_id, result.student, result.key, result.student_name, *identities} - {""}
         return self.student in who and self.assignment in ("", result.assignment)
@@ -113,7 +114,7 @@ def read_overrides(path: str | Path) -> list[Override]:
 
 
 def _apply_one(current: float, o: Override) -> float | None:
-    if o.action == "waive":
+    if o.action == "waive" or o.points is None:  # only a waiver has no points (read_overrides checks)
         return None
     if o.action == "cap":
         return min(current, o.points)

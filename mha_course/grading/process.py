@@ -17,11 +17,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from . import isolation, tier_b, tiers, wire
-from .verdicts import Limits
+from .tiers import Tier
+from .verdicts import Limits, Status
 
 
 class Isolator:
@@ -41,7 +43,7 @@ class Isolator:
         self._root = Path(tempfile.mkdtemp(prefix="mhag-views-"))
         self._root.chmod(0o711)  # each sandbox's own uid enters it to reach its view (and its scratch in B, C)
         self.own_uid, uid_note = False, ""
-        if self.tier == "A" and os.getuid() == 0:  # as root, bubblewrap runs each sandbox as a host uid of its own
+        if self.tier == Tier.A and os.getuid() == 0:  # as root, bubblewrap runs each sandbox as a host uid of its own
             no_uid = isolation.own_uid_possible(self._root)
             self.own_uid = no_uid is None
             uid_note = (
@@ -51,9 +53,9 @@ class Isolator:
             )
         cgroup = isolation.cgroup_available() if self.tier else None
         self.use_cgroup = cgroup is not None
-        bwrap = isolation.bwrap_version() if self.tier == "A" else ""
+        bwrap = isolation.bwrap_version() if self.tier == Tier.A else ""
         self.walls = tiers.walls(self.tier, self.abi, bwrap, cgroup, refused, own_uid=self.own_uid, uid_note=uid_note)
-        if self.tier in ("B", "C"):
+        if self.tier in (Tier.B, Tier.C):
             (self._root / "scratch").mkdir(mode=0o711)
 
     def view(self, assignment: Any) -> Path | None:
@@ -73,11 +75,12 @@ class Isolator:
 
     def start(self, assignment: Any, fd: int, limits: Limits) -> isolation.Sandbox | tier_b.ConfinedSandbox:
         res = isolation.Resources(memory_mb=limits.memory_mb)
-        if self.tier in ("B", "C"):
-            return tier_b.ConfinedSandbox(
-                self.view(assignment), fd, res, self._root / "scratch", self.abi, self.use_cgroup
-            )
-        return isolation.Sandbox(self.view(assignment), fd, res, cgroup=self.use_cgroup, own_uid=self.own_uid)
+        view = self.view(assignment)
+        if self.tier in (Tier.B, Tier.C):
+            if view is None:  # tiers B and C always have walls, so view() built one
+                raise RuntimeError(f"tier {self.tier} has no view of the package to confine the submission to")
+            return tier_b.ConfinedSandbox(view, fd, res, self._root / "scratch", self.abi, self.use_cgroup)
+        return isolation.Sandbox(view, fd, res, cgroup=self.use_cgroup, own_uid=self.own_uid)
 
     def close(self) -> None:
         shutil.rmtree(self._root, ignore_errors=True)
@@ -100,7 +103,7 @@ def call_modules(assignment: Any) -> set[str]:
 class Died(Exception):
     """The submission process ended (or was ended); ``reason`` says why in the learner's terms."""
 
-    def __init__(self, reason: str, kind: str) -> None:
+    def __init__(self, reason: str, kind: Status) -> None:
         super().__init__(reason)
         self.reason, self.kind = reason, kind
 
@@ -113,10 +116,10 @@ class SubmissionProcess:
 
     def __init__(self, isolator: Isolator, assignment: Any, limits: Limits) -> None:
         self.limits = limits
-        self.sandbox: isolation.Sandbox | None = None
+        self.sandbox: isolation.Sandbox | tier_b.ConfinedSandbox | None = None
         self.deadline = float("inf")
         self.limit_text = ""
-        self.killed_for: tuple[str, str] | None = None
+        self.killed_for: tuple[str, Status] | None = None
         self._stop = threading.Event()
         self.sock, child = socket.socketpair()
         try:
@@ -140,7 +143,7 @@ class SubmissionProcess:
         while not self._stop.wait(0.1):
             ticks += 1
             if time.monotonic() > self.deadline:
-                self.killed_for = (f"timed out after {self.limit_text}", "timeout")
+                self.killed_for = (f"timed out after {self.limit_text}", Status.TIMEOUT)
                 self.kill()
                 return
             why = scratch_overuse() if scratch_overuse is not None and ticks % 5 == 0 else None
@@ -149,18 +152,18 @@ class SubmissionProcess:
                 self.kill()
                 return
             rss = 0
-            for pid in self.sandbox.tasks():
+            for pid in self.sandbox.tasks() if self.sandbox is not None else ():
                 with contextlib.suppress(psutil.Error):
                     rss += psutil.Process(pid).memory_info().rss
             if self.limits.memory_mb > 0 and rss > limit:
-                self.killed_for = (f"used more than {self.limits.memory_mb} MiB of memory", "memory")
+                self.killed_for = (f"used more than {self.limits.memory_mb} MiB of memory", Status.MEMORY)
                 self.kill()
                 return
 
     def set_deadline(self, seconds: float, text: str) -> None:
         self.deadline, self.limit_text = time.monotonic() + seconds, text
 
-    def send(self, message: dict, blob: bytes = b"") -> None:
+    def send(self, message: Mapping[str, Any], blob: bytes = b"") -> None:
         try:
             wire.send(self.sock, message, blob)
         except OSError:
@@ -177,8 +180,8 @@ class SubmissionProcess:
         if self.killed_for:
             return Died(*self.killed_for)
         if isinstance(exc, ValueError):
-            return Died(f"sent back something that is not plain data ({exc})", "crashed")
-        return Died("crashed: the process ended (os._exit, a fatal error, or it was killed)", "crashed")
+            return Died(f"sent back something that is not plain data ({exc})", Status.CRASHED)
+        return Died("crashed: the process ended (os._exit, a fatal error, or it was killed)", Status.CRASHED)
 
     def startup_error(self) -> str:
         return self.sandbox.startup_error() if self.sandbox is not None else ""

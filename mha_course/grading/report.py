@@ -20,11 +20,12 @@ import math
 import re
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
-from .feedback import root_causes
+from .feedback import CauseKind, root_causes
 from .safe_text import clean, code_span
 from .safe_text import markdown as md
 from .verdicts import SubmissionResult
@@ -94,9 +95,9 @@ def sections(results: list[SubmissionResult]) -> list[Section]:
                 students[cause.kind][(cause.exercise, cause.text)].add(_who(r))
 
         section.first_causes, section.misconceptions, section.not_run = (
-            _ranked(students.get("cell error", {})),
-            _ranked(students.get("mistake", {})),
-            _ranked(students.get("not run", {})),
+            _ranked(students.get(CauseKind.CELL_ERROR, {})),
+            _ranked(students.get(CauseKind.MISTAKE, {})),
+            _ranked(students.get(CauseKind.NOT_RUN, {})),
         )
         section.copied = [(_who(r), line) for r in graded for line in r.copied]
         out.append(section)
@@ -146,7 +147,8 @@ def histogram_png(section: Section) -> bytes:
     ax.bar([x for x, _ in counts], [n for _, n in counts], width=width, color="#4c72b0", edgecolor="white")
     ax.set_xlabel(f"score (out of {section.max_score:g})")
     ax.set_ylabel("students")
-    ax.yaxis.get_major_locator().set_params(integer=True)
+    # the default locator is a MaxNLocator, which takes integer= (the stubs type it as the base Locator)
+    ax.yaxis.get_major_locator().set_params(integer=True)  # type: ignore[call-arg]
     ax.set_title(f"{section.key}: {len(section.graded)} graded")
     fig.tight_layout()
     buf = io.BytesIO()
@@ -217,7 +219,7 @@ def _count(who: list[str]) -> str:
 
 def markdown_report(
     results: list[SubmissionResult],
-    missing: list[str] = (),
+    missing: Sequence[str] = (),
     image_names: dict[str, str] | None = None,
     anonymise: bool = False,
 ) -> str:
@@ -269,7 +271,7 @@ def markdown_report(
     return "\n".join(lines)
 
 
-def html_report(results: list[SubmissionResult], missing: list[str] = (), anonymise: bool = False) -> str:
+def html_report(results: list[SubmissionResult], missing: Sequence[str] = (), anonymise: bool = False) -> str:
     """The report as one self-contained HTML page (histograms embedded as PNG); ``anonymise`` as in Markdown."""
     e = html.escape
     body = ["<h1>Class report</h1>", *[f"<p>{e(line)}</p>" for line in _header(results, list(missing), anonymise)]]

@@ -24,10 +24,11 @@ import os
 import tempfile
 from pathlib import Path
 
+from .isolation import WallKind
 from .report import sections
 from .safe_text import clean, csv_cell
 from .seeds import reproduce_line
-from .verdicts import SubmissionResult
+from .verdicts import Status, SubmissionResult
 
 
 def _visibility(hidden: bool) -> str:
@@ -74,7 +75,7 @@ def gradescope(result: SubmissionResult) -> dict:
             "number": number,
             "score": t.score,
             "max_score": t.points,
-            "status": "passed" if t.status == "passed" else "failed",
+            "status": "passed" if t.status == Status.PASSED else "failed",  # Gradescope's own two values
             "output": t.output,
             "tags": [t.exercise, t.status.replace(" ", "_")],
             "visibility": _visibility(t.hidden),
@@ -85,7 +86,7 @@ def gradescope(result: SubmissionResult) -> dict:
     lines += [f"- {note}" for note in result.notes]
     if result.tests and result.input_seed is not None:
         lines.append(f"- {reproduce_line(result.input_seed)}")
-    if result.isolation and result.isolation.get("kind") != "bubblewrap":
+    if result.isolation and result.isolation.get("kind") != WallKind.BUBBLEWRAP:
         lines.append(f"- {result.isolation.get('summary', 'graded without isolation')}")
     return {
         "score": result.score,
@@ -327,10 +328,27 @@ def text_report(result: SubmissionResult) -> str:
         f"points in {result.execution_time:.1f} s"
     ]
     for t in result.tests:
-        mark = "PASS" if t.status == "passed" else t.status.upper()
+        mark = "PASS" if t.status == Status.PASSED else t.status.upper()
         hidden = " (hidden)" if t.hidden else ""
         lines.append(f"  [{mark}] {t.score:g}/{t.points:g}  {t.name}{hidden}")
-        if t.status != "passed":
+        if t.status != Status.PASSED:
             lines.append(f"         -> {t.output}")
     lines += [f"  note: {n}" for n in result.notes]
     return "\n".join(lines)
+
+
+def terminal_summary(results: list[SubmissionResult], missing: list[str], quiet: bool = False) -> list[str]:
+    """The grader's lines on the terminal: one submission's report, or a line per student (not ``quiet``)
+    and the class summary; then the roster's students with no submission."""
+    lines = []
+    if len(results) == 1 and not quiet:
+        lines.append(text_report(results[0]))
+    elif len(results) > 1:
+        if not quiet:
+            for r in results:  # learner text is clean (one line, no escapes): see safe_text
+                status = f"error: {r.error}" if r.error else f"{r.score:g} / {r.max_score:g}"
+                lines.append(f"{r.key or clean(r.path)}: {status}")
+        lines.append(class_summary(results))
+    if missing:
+        lines.append(f"no submission from {len(missing)} student(s) of the roster: {clean(', '.join(missing))}")
+    return lines

@@ -97,8 +97,8 @@ class Student:
         if "," in self.name:
             last, first = self.name.split(",", 1)
         else:
-            *first, last = self.name.split()
-            first = " ".join(first)
+            *given, last = self.name.split()
+            first = " ".join(given)
         return {_letters(last + first), _letters(first + last)} - {""}
 
     @property
@@ -174,7 +174,9 @@ def read_roster(path: str | Path) -> Roster:
         raise ValueError(
             f"{path}: the roster needs an id column (one of {', '.join(_ID_COLUMNS)}); found columns {columns}"
         )
-    students, possible, other_rows = [], {}, []
+    students: list[Student] = []
+    possible: dict[str, float] = {}
+    other_rows: list[tuple[int, dict[str, str]]] = []
     for row in reader:
         if name_col and fold(row.get(name_col) or "") == "points possible":
             for column, value in row.items():  # Canvas: each assignment column's maximum

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from . import nbgrader_cells, notebook
 
@@ -119,7 +120,7 @@ ASSIGNMENT = Assignment(
 
 
 def _cell(kind: str, source: str, cell_id: str) -> dict:
-    cell = {"cell_type": kind, "id": cell_id, "metadata": {}, "source": source}
+    cell: dict[str, Any] = {"cell_type": kind, "id": cell_id, "metadata": {}, "source": source}
     if kind == "code":
         cell.update(execution_count=None, outputs=[])
     return cell

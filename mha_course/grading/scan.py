@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import ast
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from . import scan_values
@@ -82,7 +83,7 @@ def _dotted(node: ast.AST, aliases: dict[str, str]) -> str | None:
     return ".".join([base, *reversed(parts)])
 
 
-def _aliases(trees: list[tuple[int, ast.AST]]) -> dict[str, str]:
+def _aliases(trees: Sequence[tuple[int, ast.AST]]) -> dict[str, str]:
     """Local name -> dotted name, from imports and from plain assignments of them (``F = torch.nn.functional``)."""
     aliases: dict[str, str] = {}
     for _, tree in trees:
@@ -99,8 +100,7 @@ def _aliases(trees: list[tuple[int, ast.AST]]) -> dict[str, str]:
             for node in ast.walk(tree):
                 if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                     value = node.value
-                    if isinstance(value, ast.Call):
-                        value = None  # getattr(...) calls are resolved where they are used
+                    # getattr(...) calls are resolved where they are used, not here
                     if isinstance(value, (ast.Name, ast.Attribute)):
                         dotted = _dotted(value, aliases)
                         root = dotted.split(".")[0] if dotted else None
@@ -146,7 +146,7 @@ def fold(node: ast.AST, strings: dict[str, str], depth: int = 0) -> str | None:
         return left + right if left is not None and right is not None else None
     if isinstance(node, ast.JoinedStr):
         parts = [fold(v, strings, depth + 1) for v in node.values]
-        return "".join(parts) if all(p is not None for p in parts) else None
+        return "".join(p for p in parts if p is not None) if None not in parts else None
     if (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
@@ -156,11 +156,11 @@ def fold(node: ast.AST, strings: dict[str, str], depth: int = 0) -> str | None:
     ):
         sep = fold(node.func.value, strings, depth + 1)
         parts = [fold(e, strings, depth + 1) for e in node.args[0].elts]
-        return sep.join(parts) if sep is not None and all(p is not None for p in parts) else None
+        return sep.join(p for p in parts if p is not None) if sep is not None and None not in parts else None
     return None
 
 
-def _constants(trees: list[tuple[int, ast.AST]]) -> tuple[dict[str, str], set[str]]:
+def _constants(trees: Sequence[tuple[int, ast.AST]]) -> tuple[dict[str, str], set[str]]:
     """Names assigned a constant string (folded) and names assigned an int literal, anywhere."""
     strings: dict[str, str] = {}
     ints: set[str] = set()
@@ -223,7 +223,7 @@ def _number(node: ast.AST, ints: set[str], depth: int = 0) -> bool:
     return False
 
 
-def _call_arguments(node: ast.Call, names: tuple[str, ...]) -> list[ast.AST]:
+def _call_arguments(node: ast.Call, names: tuple[str, ...]) -> list[ast.expr]:
     """The call's arguments at the positions, or with the keywords, of ``names``."""
     found = list(node.args[: len(names)])
     found += [k.value for k in node.keywords if k.arg in names]
@@ -247,109 +247,139 @@ def parse(source: str) -> ast.Module:
 def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
     """Scan ``(cell index, source)`` pairs (from :func:`.notebook.code_cells`) for ``assignment``."""
     report = ScanReport()
-    trees: list[tuple[int, ast.AST]] = []
+    trees: list[tuple[int, ast.Module]] = []
     for index, source in cells:
         try:
             trees.append((index, parse(source)))
         except SyntaxError as exc:
             report.syntax_errors.append(f"cell {index + 1}, line {exc.lineno}: SyntaxError: {exc.msg}")
-    aliases = _aliases(trees)
-    strings, ints = _constants(trees)
-    bindings = scan_values.bindings(trees)
-    paths = scan_values.path_names(bindings, strings)
-    functions = scan_values.Calls.of(trees)
-    provided = tuple(assignment.provided)
-    seen: set[tuple[int, int, str]] = set()
-
-    def add(bucket: list[Finding], index: int, node: ast.AST, name: str) -> None:
-        key = (index, getattr(node, "lineno", 0), name)
-        if key not in seen:
-            seen.add(key)
-            bucket.append(Finding(index + 1, getattr(node, "lineno", 0), name))
-
+    scanner = _Scanner(report, trees, tuple(assignment.provided))
     targets: dict[str, tuple[int, ast.AST]] = {}
-    pending = list(trees)
+    pending: list[tuple[int, ast.Module]] = list(trees)
     while pending:
         index, tree = pending.pop(0)
-        called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Call):
-                func = _dotted(node.func, aliases) if isinstance(node.func, (ast.Name, ast.Attribute)) else None
-                if func and matches(func, CODE_STRING_CALLS):
-                    for code in _call_arguments(node, ("stmt", "setup")):
-                        if isinstance(code, ast.Constant) and isinstance(code.value, str):
-                            try:  # a literal statement is code: scanned like a cell
-                                pending.append((index, parse(code.value)))
-                            except SyntaxError:
-                                pass
-                        elif not scan_values.is_function(code, bindings, functions):
-                            add(report.tampering, index, node, f"{func} with a statement built at run time")
-                if func in OPEN_CALLS and any(_number(a, ints) for a in _call_arguments(node, ("file",))):
-                    add(report.tampering, index, node, f"{func}() of a file descriptor number")
-                elif func in OPEN_CALLS and not all(
-                    scan_values.is_path(a, paths) for a in _call_arguments(node, ("file",))
-                ):
-                    add(report.tampering, index, node, f"{func}() of a file not written as a path (a descriptor?)")
-                if any(k.arg == "fileno" for k in node.keywords):
-                    add(report.tampering, index, node, "a file descriptor passed as fileno=")
-            if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in called:
-                name = _dotted(node, aliases)
-                if name and matches(name, CODE_STRING_CALLS) and isinstance(node.ctx, ast.Load):
-                    add(report.tampering, index, node, f"{name} passed around as a value")
-                if name in OPEN_CALLS and isinstance(node.ctx, ast.Load):
-                    add(report.tampering, index, node, f"{name} passed around as a value")
-            for imported in _imported_names(node):
-                if tampering(imported):
-                    add(report.tampering, index, node, imported)
-                elif (
-                    imported.startswith("mha_course.")
-                    and imported not in ALLOWED_GRADING
-                    and not matches(_defining_module(imported), provided)
-                    and not (
-                        isinstance(node, ast.ImportFrom) and imported == node.module and node.module == "mha_course"
-                    )
-                ):
-                    add(report.imports, index, node, imported)
-            if isinstance(node, ast.Name) and node.id in TAMPERING_BUILTINS:
-                add(report.tampering, index, node, node.id)
-            elif isinstance(node, ast.Name) and node.id in ATTRIBUTE_BUILTINS and id(node) not in called:
-                add(report.tampering, index, node, f"{node.id} passed around as a value")
-            elif isinstance(node, ast.Attribute) and (
-                node.attr in TAMPERING_ATTRIBUTES or node.attr in ("grading", "_getframe", "_current_frames")
-            ):
-                add(report.tampering, index, node, f".{node.attr}")
-            elif isinstance(node, ast.Attribute) or (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
-                # an attribute also when assigned: timeit.template = "..." is compiled as code
-                name = _dotted(node, aliases)
-                if name and name != getattr(node, "id", None) and tampering(name):
-                    add(report.tampering, index, node, name)
-            elif isinstance(node, ast.Call):
-                name, reason = _attribute_call(node, aliases, strings)
-                if reason:
-                    add(report.tampering, index, node, reason)
-                elif name and tampering(name):
-                    add(report.tampering, index, node, name)
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                hit = next((t for t in TAMPERING_STRINGS if t in node.value), None)
-                if hit:
-                    add(report.tampering, index, node, f"the string {hit!r}")
+        pending += scanner.tree(index, tree)
         for node in tree.body if any(tree is t for _, t in trees) else []:  # not a timeit statement's
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 targets[node.name] = (index, node)
     for exercise in assignment.exercises:
-        if exercise.target not in targets:
-            continue
-        index, definition = targets[exercise.target]
-        forbidden = [f for f in exercise.forbidden if not f.startswith("torch.Tensor.")]
+        if exercise.target in targets:
+            bucket = scanner.forbidden(exercise.forbidden, *targets[exercise.target])
+            if bucket:
+                report.forbidden[exercise.key] = bucket
+    return report
+
+
+class _Scanner:
+    """The rules of :func:`scan`, with what they read resolved once per notebook (imports, constants, paths)."""
+
+    def __init__(self, report: ScanReport, trees: list[tuple[int, ast.Module]], provided: tuple[str, ...]) -> None:
+        self.report, self.provided = report, provided
+        self.aliases = _aliases(trees)
+        self.strings, self.ints = _constants(trees)
+        self.bindings = scan_values.bindings(trees)
+        self.paths = scan_values.path_names(self.bindings, self.strings)
+        self.functions = scan_values.Calls.of(trees)
+        self.seen: set[tuple[int, int, str]] = set()
+
+    def add(self, bucket: list[Finding], index: int, node: ast.AST, name: str) -> None:
+        key = (index, getattr(node, "lineno", 0), name)
+        if key not in self.seen:
+            self.seen.add(key)
+            bucket.append(Finding(index + 1, getattr(node, "lineno", 0), name))
+
+    def tree(self, index: int, tree: ast.Module) -> list[tuple[int, ast.Module]]:
+        """Apply every rule to every node of ``tree``; returns the literal statements (timeit's) to scan next."""
+        called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        statements: list[tuple[int, ast.Module]] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call):
+                statements += self._call(index, node)
+            if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in called:
+                self._value(index, node)
+            self._imports(index, node)
+            self._names(index, node, called)
+        return statements
+
+    def _call(self, index: int, node: ast.Call) -> list[tuple[int, ast.Module]]:
+        """Calls that run a string as code (timeit), or open a file descriptor; returns the literal statements."""
+        bucket = self.report.tampering
+        func = _dotted(node.func, self.aliases) if isinstance(node.func, (ast.Name, ast.Attribute)) else None
+        statements = []
+        if func and matches(func, CODE_STRING_CALLS):
+            for code in _call_arguments(node, ("stmt", "setup")):
+                if isinstance(code, ast.Constant) and isinstance(code.value, str):
+                    try:  # a literal statement is code: scanned like a cell
+                        statements.append((index, parse(code.value)))
+                    except SyntaxError:
+                        pass
+                elif not scan_values.is_function(code, self.bindings, self.functions):
+                    self.add(bucket, index, node, f"{func} with a statement built at run time")
+        files = _call_arguments(node, ("file",))
+        if func in OPEN_CALLS and any(_number(a, self.ints) for a in files):
+            self.add(bucket, index, node, f"{func}() of a file descriptor number")
+        elif func in OPEN_CALLS and not all(scan_values.is_path(a, self.paths) for a in files):
+            self.add(bucket, index, node, f"{func}() of a file not written as a path (a descriptor?)")
+        if any(k.arg == "fileno" for k in node.keywords):
+            self.add(bucket, index, node, "a file descriptor passed as fileno=")
+        return statements
+
+    def _value(self, index: int, node: ast.Name | ast.Attribute) -> None:
+        """A code-running or file-opening callable passed around instead of called."""
+        name = _dotted(node, self.aliases)
+        if name and matches(name, CODE_STRING_CALLS) and isinstance(node.ctx, ast.Load):
+            self.add(self.report.tampering, index, node, f"{name} passed around as a value")
+        if name in OPEN_CALLS and isinstance(node.ctx, ast.Load):
+            self.add(self.report.tampering, index, node, f"{name} passed around as a value")
+
+    def _imports(self, index: int, node: ast.AST) -> None:
+        """Tampering imports, and course modules the grader's process does not provide."""
+        for imported in _imported_names(node):
+            if tampering(imported):
+                self.add(self.report.tampering, index, node, imported)
+            elif (
+                imported.startswith("mha_course.")
+                and imported not in ALLOWED_GRADING
+                and not matches(_defining_module(imported), self.provided)
+                and not (isinstance(node, ast.ImportFrom) and imported == node.module and node.module == "mha_course")
+            ):
+                self.add(self.report.imports, index, node, imported)
+
+    def _names(self, index: int, node: ast.AST, called: set[int]) -> None:
+        """Builtins, attributes, dotted names, computed-name calls and strings that reach into the grader."""
+        bucket = self.report.tampering
+        if isinstance(node, ast.Name) and node.id in TAMPERING_BUILTINS:
+            self.add(bucket, index, node, node.id)
+        elif isinstance(node, ast.Name) and node.id in ATTRIBUTE_BUILTINS and id(node) not in called:
+            self.add(bucket, index, node, f"{node.id} passed around as a value")
+        elif isinstance(node, ast.Attribute) and (
+            node.attr in TAMPERING_ATTRIBUTES or node.attr in ("grading", "_getframe", "_current_frames")
+        ):
+            self.add(bucket, index, node, f".{node.attr}")
+        elif isinstance(node, ast.Attribute) or (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+            # an attribute also when assigned: timeit.template = "..." is compiled as code
+            name = _dotted(node, self.aliases)
+            if name and name != getattr(node, "id", None) and tampering(name):
+                self.add(bucket, index, node, name)
+        elif isinstance(node, ast.Call):
+            name, reason = _attribute_call(node, self.aliases, self.strings)
+            if reason or (name and tampering(name)):
+                self.add(bucket, index, node, reason or str(name))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            hit = next((t for t in TAMPERING_STRINGS if t in node.value), None)
+            if hit:
+                self.add(bucket, index, node, f"the string {hit!r}")
+
+    def forbidden(self, names: tuple[str, ...], index: int, definition: ast.AST) -> list[Finding]:
+        """The references to ``names`` inside a target's definition (methods of torch.Tensor: the tripwire's)."""
+        forbidden = [f for f in names if not f.startswith("torch.Tensor.")]
         bucket: list[Finding] = []
         for node in ast.walk(definition):
             name = None
             if isinstance(node, (ast.Attribute, ast.Name)):
-                name = _dotted(node, aliases)
+                name = _dotted(node, self.aliases)
             elif isinstance(node, ast.Call):
-                name = _attribute_call(node, aliases)[0]
+                name = _attribute_call(node, self.aliases)[0]
             if name and matches(name, forbidden):
-                add(bucket, index, node, name)
-        if bucket:
-            report.forbidden[exercise.key] = bucket
-    return report
+                self.add(bucket, index, node, name)
+        return bucket

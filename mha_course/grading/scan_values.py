@@ -8,6 +8,7 @@ scan never read).
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 #: Calls that return a path or a string (``Path(3)``, ``os.path.join(3)``, ``os.fspath(3)`` raise
@@ -40,7 +41,7 @@ def is_path(node: ast.AST, paths: set[str], depth: int = 0) -> bool:
     return False
 
 
-def bindings(trees: list[tuple[int, ast.AST]]) -> dict[str, list[ast.AST | None]]:
+def bindings(trees: Sequence[tuple[int, ast.AST]]) -> dict[str, list[ast.AST | None]]:
     """Every binding of every name, anywhere: the value assigned (an expression, a ``def``), or None
     where the value cannot be read (a parameter, a loop variable, ``with ... as``, an unpacking).
     An attribute assigned (``obj.s = ...``) counts as a binding of ``.s``."""
@@ -57,8 +58,8 @@ def bindings(trees: list[tuple[int, ast.AST]]) -> dict[str, list[ast.AST | None]
                     if isinstance(target, ast.Attribute):
                         values.setdefault("." + target.attr, []).append(node.value)
             elif isinstance(node, (ast.AugAssign, ast.For, ast.AsyncFor, ast.comprehension, ast.withitem)):
-                target = node.optional_vars if isinstance(node, ast.withitem) else node.target
-                for name in ast.walk(target) if target is not None else ():
+                bound = node.optional_vars if isinstance(node, ast.withitem) else node.target
+                for name in ast.walk(bound) if bound is not None else ():
                     if isinstance(name, ast.Name):
                         values.setdefault(name.id, []).append(None)
                     elif isinstance(name, ast.Attribute):
@@ -79,7 +80,7 @@ class Calls:
     escapes: set[str]  # function names also used as values (called from places the scan cannot see)
 
     @classmethod
-    def of(cls, trees: list[tuple[int, ast.AST]]) -> Calls:
+    def of(cls, trees: Sequence[tuple[int, ast.AST]]) -> Calls:
         owner: dict[int, tuple[ast.AST, int | None]] = {}
         calls: dict[str, list[ast.Call]] = {}
         called: set[int] = set()
@@ -111,7 +112,7 @@ class Calls:
         }
         return cls(owner, calls, escapes)
 
-    def arguments(self, param: ast.arg) -> list[ast.AST] | None:
+    def arguments(self, param: ast.arg) -> list[ast.expr] | None:
         """Every expression passed as ``param`` (its default included), or None when they cannot all be seen."""
         if id(param) not in self.owner:
             return None

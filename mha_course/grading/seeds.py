@@ -73,7 +73,8 @@ def record_seed(path: Path, key: str, seed: int, write) -> None:
         seeds = read_seeds(path)
     except ValueError:
         seeds = {}
-    entry = seeds.get(key) if isinstance(seeds.get(key), dict) else {}
+    found = seeds.get(key)
+    entry = found if isinstance(found, dict) else {}
     if entry.get("seed") != seed:
         entry = {"seed": seed, "first_drawn": datetime.now(UTC).isoformat(timespec="seconds")}
     seeds[key] = entry

@@ -22,6 +22,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from .verdicts import Status
+
 GRADING = False  # set by the grader's submission process: check() is then a no-op
 
 
@@ -32,13 +34,13 @@ class Row:
     case: str
     points: float
     score: float
-    status: str  # "passed", "failed", "not attempted"
+    status: Status  # PASSED, FAILED or NOT_ATTEMPTED
     hint: str
     hidden: bool = False
 
     @property
     def passed(self) -> bool:
-        return self.status == "passed"
+        return self.status == Status.PASSED
 
 
 @dataclass
@@ -65,7 +67,7 @@ class CheckResult:
     def __str__(self) -> str:
         lines = [f"{self.title} ({self.key}): {_fmt(self.score)} / {_fmt(self.max_score)} points"]
         for r in self.rows:
-            mark = {"passed": "PASS", "failed": "FAIL"}.get(r.status, "TODO")
+            mark = {Status.PASSED: "PASS", Status.FAILED: "FAIL"}.get(r.status, "TODO")
             lines.append(
                 f"  [{mark}] {_fmt(r.score)}/{_fmt(r.points)}  {r.case}" + (f"\n         -> {r.hint}" if r.hint else "")
             )
@@ -75,7 +77,7 @@ class CheckResult:
         return f"CheckResult({self.key!r}, score={_fmt(self.score)}, max_score={_fmt(self.max_score)})"
 
     def _repr_html_(self) -> str:
-        colour = {"passed": "#1a7f37", "failed": "#cf222e"}
+        colour = {Status.PASSED: "#1a7f37", Status.FAILED: "#cf222e"}
         cells = []
         for r in self.rows:
             c = colour.get(r.status, "#9a6700")
@@ -125,14 +127,14 @@ def run_case(case: Any, obj: Any, forbidden: tuple[str, ...] = ()) -> tuple[Row,
         with guarded(obj) as target, tripwire.armed(forbidden):
             got = wire.roundtrip(case.call(target, inputs))
         if tripwire.tripped:
-            return Row(case.name, case.points, 0, "failed", tripwire.explanation(), case.hidden), None, inputs
+            return Row(case.name, case.points, 0, Status.FAILED, tripwire.explanation(), case.hidden), None, inputs
     except NotImplementedError:
         return (
             Row(
                 case.name,
                 case.points,
                 0,
-                "not attempted",
+                Status.NOT_ATTEMPTED,
                 "not attempted yet (the cell still raises NotImplementedError)",
                 case.hidden,
             ),
@@ -141,18 +143,20 @@ def run_case(case: Any, obj: Any, forbidden: tuple[str, ...] = ()) -> tuple[Row,
         )
     except Exception as exc:
         if tripwire.tripped:
-            return Row(case.name, case.points, 0, "failed", tripwire.explanation(), case.hidden), None, inputs
+            return Row(case.name, case.points, 0, Status.FAILED, tripwire.explanation(), case.hidden), None, inputs
         from .hints import with_exception_hint
 
         return (
-            Row(case.name, case.points, 0, "failed", with_exception_hint(exception_line(exc), inputs), case.hidden),
+            Row(
+                case.name, case.points, 0, Status.FAILED, with_exception_hint(exception_line(exc), inputs), case.hidden
+            ),
             None,
             inputs,
         )
     hint = judge(case, got, inputs)
     if hint is None:
-        return Row(case.name, case.points, case.points, "passed", "", case.hidden), got, inputs
-    return Row(case.name, case.points, 0, "failed", hint, case.hidden), got, inputs
+        return Row(case.name, case.points, case.points, Status.PASSED, "", case.hidden), got, inputs
+    return Row(case.name, case.points, 0, Status.FAILED, hint, case.hidden), got, inputs
 
 
 def check(key: str, obj: Any, include_hidden: bool = False, show: bool = True) -> CheckResult | None:
@@ -185,7 +189,7 @@ def check(key: str, obj: Any, include_hidden: bool = False, show: bool = True) -
         )
         for case in exercise.cases:
             if include_hidden or not case.hidden:
-                result.rows.append(Row(case.name, case.points, 0, "failed", hint, case.hidden))
+                result.rows.append(Row(case.name, case.points, 0, Status.FAILED, hint, case.hidden))
         if show:
             _show(result, [])
         return result
@@ -208,7 +212,7 @@ def run_exercise(exercise: Any, obj: Any, include_hidden: bool = False, pictures
             continue
         row, got, inputs = run_case(case, obj, exercise.forbidden)
         result.rows.append(row)
-        if pictures and row.status == "failed" and case.visualize is not None and got is not None:
+        if pictures and row.status == Status.FAILED and case.visualize is not None and got is not None:
             try:
                 figures.append(case.visualize(got, case.reference(inputs), inputs))
             except Exception:  # a picture is a bonus; never let it hide the table
@@ -235,23 +239,7 @@ def library_reach(obj: Any, provided: tuple[str, ...] = ()) -> str | None:
     closure and defaults, a class's methods, and the learner's own helpers in turn. ``None`` if it only
     reaches the self-check helpers, the assignment's ``provided`` modules and code outside the course.
     """
-    import types
-
     allowed = ALWAYS_IMPORTABLE + tuple(provided)
-
-    def course_name(value: Any) -> str | None:
-        if isinstance(value, types.ModuleType):
-            module, name = value.__name__, value.__name__
-        else:
-            module = getattr(value, "__module__", None)
-            qualname = getattr(value, "__qualname__", getattr(value, "__name__", ""))
-            name = f"{module}.{qualname}"
-        if not isinstance(module, str) or not (module == "mha_course" or module.startswith("mha_course.")):
-            return None
-        if module == "mha_course" or any(module == a or module.startswith(a + ".") for a in allowed):
-            return None
-        return name
-
     seen: set[int] = set()
     todo = [obj]
     while todo and len(seen) < 500:
@@ -259,7 +247,7 @@ def library_reach(obj: Any, provided: tuple[str, ...] = ()) -> str | None:
         if id(value) in seen:
             continue
         seen.add(id(value))
-        found = course_name(value)
+        found = _course_name(value, allowed)
         if found:
             return found
         if getattr(value, "__module__", None) not in ("__main__", None) and value is not obj:
@@ -268,28 +256,52 @@ def library_reach(obj: Any, provided: tuple[str, ...] = ()) -> str | None:
             todo.extend(v for v in vars(value).values() if callable(v) or isinstance(v, (staticmethod, classmethod)))
             continue
         function = getattr(value, "__func__", value)
-        code = getattr(function, "__code__", None)
-        if code is None:
+        if getattr(function, "__code__", None) is None:
             continue
-        names, stack = set(), [code]
-        while stack:
-            c = stack.pop()
-            names.update(c.co_names)
-            stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
-        module_globals = getattr(function, "__globals__", {})
-        reached = [module_globals[n] for n in names if n in module_globals]
-        for module in [m for m in reached if isinstance(m, types.ModuleType)]:
-            # ``mha_course.softmax(x)``: attribute names are in co_names too; the package exports lazily
-            for n in names:
-                if n in getattr(module, "__all__", ()) or n in vars(module):
-                    try:
-                        reached.append(getattr(module, n))
-                    except Exception:  # a lazy attribute that fails to import reaches nothing
-                        pass
-        todo.extend(reached)
+        todo.extend(_named_by(function))
         todo.extend(cell.cell_contents for cell in (function.__closure__ or ()) if _filled(cell))
         todo.extend(function.__defaults__ or ())
     return None
+
+
+def _course_name(value: Any, allowed: tuple[str, ...]) -> str | None:
+    """``value``'s dotted name when it is a module, function or class of the course outside ``allowed``."""
+    import types
+
+    module: Any
+    if isinstance(value, types.ModuleType):
+        module, name = value.__name__, value.__name__
+    else:
+        module = getattr(value, "__module__", None)
+        qualname = getattr(value, "__qualname__", getattr(value, "__name__", ""))
+        name = f"{module}.{qualname}"
+    if not isinstance(module, str) or not (module == "mha_course" or module.startswith("mha_course.")):
+        return None
+    if module == "mha_course" or any(module == a or module.startswith(a + ".") for a in allowed):
+        return None
+    return name
+
+
+def _named_by(function: Any) -> list[Any]:
+    """The globals a function's code names (nested code too), and those names' attributes of modules it names."""
+    import types
+
+    names, stack = set(), [function.__code__]
+    while stack:
+        c = stack.pop()
+        names.update(c.co_names)
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    module_globals = getattr(function, "__globals__", {})
+    reached = [module_globals[n] for n in names if n in module_globals]
+    for module in [m for m in reached if isinstance(m, types.ModuleType)]:
+        # ``mha_course.softmax(x)``: attribute names are in co_names too; the package exports lazily
+        for n in names:
+            if n in getattr(module, "__all__", ()) or n in vars(module):
+                try:
+                    reached.append(getattr(module, n))
+                except Exception:  # a lazy attribute that fails to import reaches nothing
+                    pass
+    return reached
 
 
 def _filled(cell: Any) -> bool:

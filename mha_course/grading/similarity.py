@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import difflib
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 
 from .scan import parse
@@ -37,11 +38,7 @@ _SKIPPED = {"decorator_list", "returns", "annotation", "type_comment"}
 
 
 def _docstring(node: ast.AST) -> bool:
-    return (
-        isinstance(node, ast.Expr)
-        and isinstance(getattr(node, "value", None), ast.Constant)
-        and isinstance(node.value.value, str)
-    )
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
 
 
 def tokens(node: ast.AST) -> tuple[str, ...]:
@@ -68,8 +65,8 @@ def tokens(node: ast.AST) -> tuple[str, ...]:
             out.append(sub.attr)
         elif isinstance(sub, ast.Constant):  # a message's wording is not the code's shape
             out.append("str" if isinstance(sub.value, str) else repr(sub.value))
-        elif isinstance(getattr(sub, "name", None), str):  # except ... as name, import ... as name
-            out.append(sub.name)
+        elif isinstance(name := getattr(sub, "name", None), str):  # except ... as name, import ... as name
+            out.append(name)
         children: list[ast.AST] = []
         for field, value in ast.iter_fields(sub):
             if field in _SKIPPED:
@@ -114,7 +111,9 @@ def library_definitions() -> dict[str, tuple[str, ...]]:
 MAX_COMPARED = 200
 
 
-def _definitions(cells: list[tuple[int, str]]) -> list[tuple[str, ast.AST]]:
+def _definitions(
+    cells: list[tuple[int, str]],
+) -> list[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef]]:
     """Every function and class the cells define, at any depth (helpers and methods included)."""
     out = []
     for _, source in cells:
@@ -130,7 +129,7 @@ def _definitions(cells: list[tuple[int, str]]) -> list[tuple[str, ast.AST]]:
     return out
 
 
-def _users(definitions: list[tuple[str, ast.AST]], targets: set[str]) -> dict[str, list[str]]:
+def _users(definitions: Sequence[tuple[str, ast.AST]], targets: set[str]) -> dict[str, list[str]]:
     """Helper name -> the graded definitions that mention it (``softmax`` calling a pasted ``_ref``)."""
     users: dict[str, list[str]] = {}
     for name, node in definitions:

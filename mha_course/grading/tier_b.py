@@ -45,6 +45,7 @@ from pathlib import Path
 
 from . import landlock, seccomp_filter
 from .limits import RUNTIME_MB, Resources, _Cgroup
+from .messages import MPL_CONFIG, SCRATCH_ENV
 from .view import PACKAGE_DIR, SYSTEM_PATHS
 
 UID_BASE = 1_500_000_000  # far above any uid an image's /etc/passwd holds
@@ -221,7 +222,7 @@ class ConfinedSandbox:
         self.cgroup = _Cgroup.create(f"b-{self.uid}", res) if cgroup else None
         self._closed = False
         self._calls = 0
-        mpl = self.scratch / ".matplotlib"
+        mpl = self.scratch / MPL_CONFIG
         mpl.mkdir()
         for font_list in _matplotlib_fonts():  # the grader's font list: no 2 s font scan in each sandbox
             shutil.copyfile(font_list, mpl / font_list.name)
@@ -231,8 +232,8 @@ class ConfinedSandbox:
         ruleset = None
         if abi:
             ruleset = landlock.Ruleset(abi)
-            for path, rights in read_rules(view):
-                ruleset.allow(path, rights)
+            for rule_path, rights in read_rules(view):
+                ruleset.allow(rule_path, rights)
             ruleset.allow(self.scratch, landlock.READ | landlock.WRITE)
         self.ruleset = ruleset
         scratch = str(self.scratch)
@@ -250,7 +251,7 @@ class ConfinedSandbox:
             "HOME": scratch,
             "TMPDIR": scratch,
             "MPLCONFIGDIR": str(mpl),
-            "MHA_COURSE_SCRATCH": scratch,
+            SCRATCH_ENV: scratch,
             # the view first: it shadows a real mha_course in site-packages (which Landlock denies anyway)
             "PYTHONPATH": f"{view / 'extra'}{os.pathsep}{view}",
         }

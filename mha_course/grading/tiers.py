@@ -12,13 +12,25 @@ from __future__ import annotations
 import contextlib
 import os
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from . import isolation, landlock, tier_b
+from .isolation import WallKind
 from .limits import RUNTIME_MB, Resources
 
-TIERS = ("A", "B", "C")
+
+class Tier(StrEnum):
+    """A tier of walls, strongest first; the letter is what --min-isolation takes and every output names."""
+
+    A = "A"  # bubblewrap
+    B = "B"  # Landlock, seccomp, own uid
+    C = "C"  # own uid only
+    NONE = ""  # plain processes, as --unsafe-no-isolation asks
+
+
+TIERS = (Tier.A, Tier.B, Tier.C)
 CAP_SYS_ADMIN = 21
 
 
@@ -26,23 +38,23 @@ CAP_SYS_ADMIN = 21
 class TieredWalls(isolation.Walls):
     """:class:`~.isolation.Walls` with the tier's letter (A, B, C; "" for none) and why stronger tiers failed."""
 
-    tier: str = ""
+    tier: Tier = Tier.NONE
     refused: dict[str, str] = field(default_factory=dict)
 
     @property
     def isolated(self) -> bool:
-        return self.kind != "none"
+        return self.kind != WallKind.NONE
 
     def summary(self) -> str:
         limits = ", ".join(f"{k} {v}" for k, v in self.limits.items())
-        if self.tier == "A":
+        if self.tier == Tier.A:
             return f"{super().summary()} (tier A)"
-        if self.tier == "B":
+        if self.tier == Tier.B:
             return (
                 f"tier B ({self.detail}): own uid, no capabilities, no_new_privs, seccomp, Landlock: read-only view of "
                 f"the runtime, writes only to its scratch folder; limits: {limits}"
             )
-        if self.tier == "C":
+        if self.tier == Tier.C:
             return (
                 f"tier C, REDUCED ({self.detail}): own uid, no capabilities, no_new_privs, seccomp; any file every "
                 f"user may read stays readable to the submission; limits: {limits}"
@@ -103,7 +115,7 @@ def _bwrap_cause(probe_text: str) -> str:
     return inner[1].rstrip(")") if len(inner) == 2 else text
 
 
-def choose(min_tier: str = "B", unsafe: bool = False) -> tuple[str, int, dict[str, str]]:
+def choose(min_tier: str = "B", unsafe: bool = False) -> tuple[Tier, int, dict[str, str]]:
     """(tier that will be used: "A" | "B" | "C" | "", Landlock ABI, {tier: why it does not hold}).
 
     Probes A, then B, then C, and stops at the first that holds. Raises ValueError for an unknown
@@ -113,39 +125,43 @@ def choose(min_tier: str = "B", unsafe: bool = False) -> tuple[str, int, dict[st
     if min_tier not in TIERS:
         raise ValueError(f"min_tier must be one of {', '.join(TIERS)}, got {min_tier!r}")
     refused: dict[str, str] = {}
-    found, abi = "", 0
+    found, abi = Tier.NONE, 0
     why_a = isolation.probe()
     if why_a is None:
-        found = "A"
+        found = Tier.A
     else:
-        refused["A"] = namespace_cause(_bwrap_cause(why_a)) if isolation.bwrap_path() else _bwrap_cause(why_a)
+        refused[Tier.A] = namespace_cause(_bwrap_cause(why_a)) if isolation.bwrap_path() else _bwrap_cause(why_a)
         abi = landlock.abi_version()
         if abi:
             why_b = tier_b.probe(abi)
             if why_b is None:
-                found = "B"
+                found = Tier.B
             else:
-                refused["B"] = why_b
+                refused[Tier.B] = why_b
         else:
-            refused["B"] = "Landlock is not available on this kernel (it needs Linux >= 5.13 with Landlock enabled)"
+            refused[Tier.B] = "Landlock is not available on this kernel (it needs Linux >= 5.13 with Landlock enabled)"
         if not found:
             why_c = tier_b.probe(0)
             if why_c is None:
-                found, abi = "C", 0
+                found, abi = Tier.C, 0
             else:
-                refused["C"] = why_c
+                refused[Tier.C] = why_c
     if not found or TIERS.index(found) > TIERS.index(min_tier):
         if not unsafe:
             raise isolation.IsolationError(refusal(found, min_tier, refused))
         if found:
             refused[found] = f"weaker than --min-isolation {min_tier}"
-        return "", 0, refused  # as the instructor asked: plain processes
+        return Tier.NONE, 0, refused  # as the instructor asked: plain processes
     return found, abi, refused
 
 
-def refusal(found: str, min_tier: str, refused: dict[str, str]) -> str:
+def refusal(found: Tier, min_tier: str, refused: dict[str, str]) -> str:
     """The sentence the grader exits with: what each stronger tier lacks here, and the instructor's choices."""
-    names = {"A": "tier A (bubblewrap)", "B": "tier B (Landlock, seccomp, own uid)", "C": "tier C (own uid only)"}
+    names: dict[str, str] = {
+        Tier.A: "tier A (bubblewrap)",
+        Tier.B: "tier B (Landlock, seccomp, own uid)",
+        Tier.C: "tier C (own uid only)",
+    }
     reasons = "; ".join(f"{names[t]}: {why}" for t, why in refused.items())
     have = f"only {names[found]} holds" if found else "no tier holds"
     options = []
@@ -160,7 +176,7 @@ def refusal(found: str, min_tier: str, refused: dict[str, str]) -> str:
 
 
 def walls(
-    tier: str,
+    tier: Tier,
     abi: int,
     detail_a: str,
     cgroup: str | None,
@@ -170,7 +186,7 @@ def walls(
 ) -> TieredWalls:
     """The walls of the chosen tier as every output reports them (``own_uid``, ``uid_note``: tier A as root)."""
     res = Resources()
-    if tier == "A":
+    if tier == Tier.A:
         if cgroup:
             processes = f"{res.processes} tasks ({cgroup})"
         elif os.getuid() != 0:
@@ -180,7 +196,7 @@ def walls(
         else:
             processes = "not limited (no writable cgroup)"
         return TieredWalls(
-            "bubblewrap",
+            WallKind.BUBBLEWRAP,
             detail_a,
             {
                 "memory": f"--memory-mb + {RUNTIME_MB} MiB for the runtime ({cgroup or 'RLIMIT_AS and the grader watch'})",
@@ -191,16 +207,16 @@ def walls(
                 "network": "none",
             },
             uid_note,
-            tier="A",
+            tier=Tier.A,
             refused=refused,
         )
-    if tier in ("B", "C"):
+    if tier in (Tier.B, Tier.C):
         network = "no sockets but a socket pair to the grader (seccomp)"
-        if tier == "B" and abi >= 4:
+        if tier == Tier.B and abi >= 4:
             network += "; TCP bind and connect denied (Landlock)"
         return TieredWalls(
-            "landlock" if tier == "B" else "uid",
-            f"Landlock ABI {abi}" if tier == "B" else "no Landlock on this kernel: uid and file permissions only",
+            WallKind.LANDLOCK if tier == Tier.B else WallKind.UID,
+            f"Landlock ABI {abi}" if tier == Tier.B else "no Landlock on this kernel: uid and file permissions only",
             {
                 "memory": f"--memory-mb + {RUNTIME_MB} MiB (RLIMIT_AS and the grader watch)",
                 "processes": f"{res.processes} tasks (RLIMIT_NPROC of the sandbox's own uid)",
@@ -212,4 +228,6 @@ def walls(
             tier=tier,
             refused=refused,
         )
-    return TieredWalls("none", "; ".join(f"tier {t}: {why}" for t, why in refused.items()), tier="", refused=refused)
+    return TieredWalls(
+        WallKind.NONE, "; ".join(f"tier {t}: {why}" for t, why in refused.items()), tier=Tier.NONE, refused=refused
+    )

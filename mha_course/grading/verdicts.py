@@ -8,6 +8,25 @@ instructor's overrides (``adjustments``); its tests keep what the grader found.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    """A case's verdict. The values are written as they are into the class CSV, results.json's tags and
+    the feedback files that instructors and Gradescope read: they never change."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    NOT_ATTEMPTED = "not attempted"  # the target still raises NotImplementedError
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+    MEMORY = "memory"
+    FORBIDDEN = "forbidden"  # a forbidden name used, or tampering found by the scan
+    NOT_RUN = "not run"  # not run at all: earlier crashes, the submission's time, a notebook that did not run
+
+
+#: The verdicts of a process that did not return: the next case gets a fresh one.
+STOPPED = frozenset({Status.TIMEOUT, Status.CRASHED, Status.MEMORY})
 
 
 @dataclass(frozen=True)
@@ -32,7 +51,7 @@ class TestResult:
     case: str
     points: float
     score: float
-    status: str  # passed | failed | not attempted | timeout | crashed | memory | forbidden | not run
+    status: Status
     output: str
     hidden: bool
 
@@ -83,9 +102,10 @@ class SubmissionResult:
         scores = {}
         for key, (got, _) in self.raw_exercise_scores().items():
             if key in self.adjustments:
-                if self.adjustments[key] is None:
+                override = self.adjustments[key]
+                if override is None:
                     continue
-                got = self.adjustments[key]
+                got = override
             scores[key] = got
         return scores
 

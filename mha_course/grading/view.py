@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .limits import Resources
+from .messages import MPL_CACHE_DIR, SCRATCH, VIEW_EXTRA
 from .sandbox import HELPERS
 from .scan import parse
 
@@ -42,11 +43,10 @@ SYSTEM_PATHS = (
     "/etc/localtime",
     "/etc/alternatives",
 )
-SCRATCH = "/scratch"  # the submission's writable tmpfs
-VIEW_EXTRA = "/run/grader"  # extra modules (an assignment registered from elsewhere)
+# SCRATCH: the submission's writable tmpfs; VIEW_EXTRA: extra modules (an assignment registered from elsewhere)
 
 # Files of mha_course/grading/ that run inside the sandbox (everything else there is the grader's).
-RUNTIME_FILES = ("wire.py", "guard.py", "convert.py", "sandbox.py", "broker.py")
+RUNTIME_FILES = ("wire.py", "guard.py", "convert.py", "messages.py", "sandbox.py", "broker.py")
 
 
 class IsolationError(RuntimeError):
@@ -175,7 +175,7 @@ def build_view(root: Path, call_modules: list[str], provided: tuple[str, ...]) -
                 init.write_text("")
     for name in extra:
         shutil.copyfile(_module_file(name), root / "extra" / (name.replace(".", "/") + ".py"))
-    _copy_font_cache(root / "mplcache")
+    _copy_font_cache(root / MPL_CACHE_DIR)
     for path in root.rglob("*"):
         path.chmod(0o755 if path.is_dir() else 0o644)
     root.chmod(0o755)
@@ -219,7 +219,8 @@ def stand_ins(mounts: list[str], stage: Path) -> tuple[list[str], list[tuple[str
     stand-in. Inside, the files keep their host owners and modes: what is private on the host stays so.
     Returns the rewritten mounts and the (source, stand-in) pairs.
     """
-    out, staged = list(mounts), []
+    out = list(mounts)
+    staged: list[tuple[str, str]] = []
     for i, arg in enumerate(mounts):
         if arg != "--ro-bind" or not os.path.exists(mounts[i + 1]) or open_to_others(mounts[i + 1]):
             continue

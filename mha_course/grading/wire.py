@@ -24,6 +24,7 @@ import json
 import socket
 import struct
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -50,61 +51,79 @@ def _describe(value: Any) -> str:
 
 def pack(value: Any, max_bytes: int = MAX_BLOB_BYTES) -> tuple[dict, bytes]:
     """``value`` -> (JSON-able structure, blob); raises RejectedOutput for types outside the list above."""
-    pieces: list[bytes] = []
-    total = [0]
+    packer = _Packer(max_bytes)
+    structure = packer.node(value, 0)
+    return structure, b"".join(packer.pieces)
 
-    def array_node(arr: np.ndarray) -> dict:
+
+class _Packer:
+    """:func:`pack`'s state: the ``.npy`` pieces so far and their total size."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.pieces: list[bytes] = []
+        self.total = 0
+        self.max_bytes = max_bytes
+
+    def array(self, arr: np.ndarray) -> dict:
         if arr.dtype.kind not in "biufc":
             raise RejectedOutput(f"an array of dtype {arr.dtype} cannot be graded; return numbers or booleans")
         buf = io.BytesIO()
         np.save(buf, arr, allow_pickle=False)  # keeps 0-d arrays 0-d
         data = buf.getvalue()
-        total[0] += len(data)
-        if total[0] > max_bytes:
-            raise RejectedOutput(f"the output is larger than {max_bytes // 2**20} MiB")
-        pieces.append(data)
-        return {"t": "array", "i": len(pieces) - 1, "n": len(data)}
+        self.total += len(data)
+        if self.total > self.max_bytes:
+            raise RejectedOutput(f"the output is larger than {self.max_bytes // 2**20} MiB")
+        self.pieces.append(data)
+        return {"t": "array", "i": len(self.pieces) - 1, "n": len(data)}
 
-    def node(x: Any, depth: int) -> dict:
+    def node(self, x: Any, depth: int) -> dict:
         if depth > 8:
             raise RejectedOutput("the output is nested more than 8 levels deep")
+        leaf = self._leaf(x)
+        if leaf is not None:
+            return leaf
+        cls = type(x)
+        if cls in (tuple, list):
+            if len(x) > 10_000:
+                raise RejectedOutput("a sequence of more than 10000 items cannot be graded")
+            return {"t": cls.__name__, "items": [self.node(item, depth + 1) for item in x]}
+        if cls is dict:
+            if not all(type(k) is str for k in x):
+                raise RejectedOutput("a dict with non-string keys cannot be graded")
+            return {"t": "dict", "items": {k: self.node(v, depth + 1) for k, v in x.items()}}
+        raise _rejected(x)
+
+    def _leaf(self, x: Any) -> dict | None:
+        """An array, tensor or scalar of an exact accepted type as its node; None for anything else."""
         cls = type(x)
         if cls is np.ndarray:
-            return array_node(x)
+            return self.array(x)
         if _is_exact_tensor(x):
-            return array_node(x.detach().cpu().resolve_conj().resolve_neg().numpy())
-        if isinstance(x, np.generic) and cls.__module__ == "numpy":
-            return array_node(np.asarray(x))
+            return self.array(x.detach().cpu().resolve_conj().resolve_neg().numpy())
+        if (isinstance(x, np.generic) and cls.__module__ == "numpy") or cls is complex:
+            return self.array(np.asarray(x))
         if x is None or cls in (bool, int, float, str):
             if cls is int and abs(x) > 2**63:
                 raise RejectedOutput("an integer too large to grade")
             return {"t": "scalar", "v": x}
-        if cls is complex:
-            return array_node(np.asarray(x))
-        if cls in (tuple, list):
-            if len(x) > 10_000:
-                raise RejectedOutput("a sequence of more than 10000 items cannot be graded")
-            return {"t": cls.__name__, "items": [node(item, depth + 1) for item in x]}
-        if cls is dict:
-            if not all(type(k) is str for k in x):
-                raise RejectedOutput("a dict with non-string keys cannot be graded")
-            return {"t": "dict", "items": {k: node(v, depth + 1) for k, v in x.items()}}
-        if (
-            isinstance(x, (np.ndarray, tuple, list, dict, int, float, str))
-            or "torch" in cls.__module__
-            or any("Tensor" in b.__name__ for b in cls.__mro__)
-        ):
-            raise RejectedOutput(
-                f"got {_describe(x)}; return a plain NumPy array / torch tensor / number, "
-                "not a subclass: the grader compares plain values only"
-            )
-        raise RejectedOutput(
-            f"got an object of type {cls.__module__}.{cls.__qualname__}; return arrays, "
-            "tensors, numbers, or tuples of them"
-        )
+        return None
 
-    structure = node(value, 0)
-    return structure, b"".join(pieces)
+
+def _rejected(x: Any) -> RejectedOutput:
+    """The learner's message for a value :func:`pack` does not take: a subclass, or another type."""
+    cls = type(x)
+    if (
+        isinstance(x, (np.ndarray, tuple, list, dict, int, float, str))
+        or "torch" in cls.__module__
+        or any("Tensor" in b.__name__ for b in cls.__mro__)
+    ):
+        return RejectedOutput(
+            f"got {_describe(x)}; return a plain NumPy array / torch tensor / number, "
+            "not a subclass: the grader compares plain values only"
+        )
+    return RejectedOutput(
+        f"got an object of type {cls.__module__}.{cls.__qualname__}; return arrays, tensors, numbers, or tuples of them"
+    )
 
 
 def unpack(structure: Any, blob: bytes) -> Any:
@@ -113,45 +132,46 @@ def unpack(structure: Any, blob: bytes) -> Any:
     Raises ValueError for a malformed structure or blob.
     """
     offsets = [0]
-
-    def arrays_needed(n: Any) -> None:
-        if isinstance(n, dict) and n.get("t") == "array":
-            offsets.append(offsets[-1] + int(n["n"]))
-        elif isinstance(n, dict) and n.get("t") in ("tuple", "list"):
-            for item in n["items"]:
-                arrays_needed(item)
-        elif isinstance(n, dict) and n.get("t") == "dict":
-            for item in n["items"].values():
-                arrays_needed(item)
-
-    arrays_needed(structure)
+    _array_sizes(structure, offsets)
     if offsets[-1] != len(blob):
         raise ValueError("the output's arrays do not match its description")
+    return _build(structure, blob, offsets)
 
-    def build(n: Any) -> Any:
-        if not isinstance(n, dict):
-            raise ValueError("malformed output description")
-        kind = n.get("t")
-        if kind == "array":
-            i = int(n["i"])
-            arr = np.load(io.BytesIO(blob[offsets[i] : offsets[i + 1]]), allow_pickle=False)
-            if type(arr) is not np.ndarray:
-                raise ValueError("malformed array")
-            return arr
-        if kind == "scalar":
-            v = n.get("v")
-            if v is not None and type(v) not in (bool, int, float, str):
-                raise ValueError("malformed scalar")
-            return v
-        if kind == "tuple":
-            return tuple(build(i) for i in n["items"])
-        if kind == "list":
-            return [build(i) for i in n["items"]]
-        if kind == "dict":
-            return {str(k): build(v) for k, v in n["items"].items()}
-        raise ValueError(f"unknown node type {kind!r}")
 
-    return build(structure)
+def _array_sizes(n: Any, offsets: list[int]) -> None:
+    """Append each array's end offset in the blob to ``offsets``, in the order :func:`pack` wrote them."""
+    if isinstance(n, dict) and n.get("t") == "array":
+        offsets.append(offsets[-1] + int(n["n"]))
+    elif isinstance(n, dict) and n.get("t") in ("tuple", "list"):
+        for item in n["items"]:
+            _array_sizes(item, offsets)
+    elif isinstance(n, dict) and n.get("t") == "dict":
+        for item in n["items"].values():
+            _array_sizes(item, offsets)
+
+
+def _build(n: Any, blob: bytes, offsets: list[int]) -> Any:
+    if not isinstance(n, dict):
+        raise ValueError("malformed output description")
+    kind = n.get("t")
+    if kind == "array":
+        i = int(n["i"])
+        arr = np.load(io.BytesIO(blob[offsets[i] : offsets[i + 1]]), allow_pickle=False)
+        if type(arr) is not np.ndarray:
+            raise ValueError("malformed array")
+        return arr
+    if kind == "scalar":
+        v = n.get("v")
+        if v is not None and type(v) not in (bool, int, float, str):
+            raise ValueError("malformed scalar")
+        return v
+    if kind == "tuple":
+        return tuple(_build(i, blob, offsets) for i in n["items"])
+    if kind == "list":
+        return [_build(i, blob, offsets) for i in n["items"]]
+    if kind == "dict":
+        return {str(k): _build(v, blob, offsets) for k, v in n["items"].items()}
+    raise ValueError(f"unknown node type {kind!r}")
 
 
 def roundtrip(value: Any) -> Any:
@@ -163,7 +183,7 @@ def roundtrip(value: Any) -> Any:
 # --- frames on a socket ----------------------------------------------------------------------------
 
 
-def send(sock: socket.socket, message: dict, blob: bytes = b"") -> None:
+def send(sock: socket.socket, message: Mapping[str, Any], blob: bytes = b"") -> None:
     """Send one frame: a JSON message and an optional blob."""
     data = json.dumps(message).encode()
     sock.sendall(_LEN.pack(len(data)) + data + _LEN.pack(len(blob)) + blob)

@@ -292,7 +292,7 @@ def flash_backward(
 
     dkdv_args, meta = _arguments("dkdv", q, k, v, grad_out, lse2, delta, (dk, dv), scale, causal, causal_offset)
     dq_args, _ = _arguments("dq", q, k, v, grad_out, lse2, delta, (dq,), scale, causal, causal_offset)
-    if block_m is None and block_n is None and _dkdv_autotuned is not None:
+    if block_m is None and block_n is None and _dkdv_autotuned is not None and _dq_autotuned is not None:
         _dkdv_autotuned[lambda cfg: (triton.cdiv(S, cfg["BLOCK_N"]) * B * H,)](*dkdv_args, **meta)
         _dq_autotuned[lambda cfg: (triton.cdiv(T, cfg["BLOCK_M"]) * B * H,)](*dq_args, **meta)
     else:

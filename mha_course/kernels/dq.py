@@ -6,6 +6,8 @@ formulas and the ranges it walks are described in :mod:`.backward`, which launch
 
 from __future__ import annotations
 
+from typing import Any
+
 from .rows import _load_rows, _store_rows  # noqa: F401 (the kernels call them by these global names)
 from .runtime import tl, triton
 
@@ -148,7 +150,7 @@ def _dq_configs(capability: int, head_dim: int, causal: bool):
     return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in shapes]
 
 
-_dq_jitted = None  # without Triton: the name exists, nothing can launch
+_dq_jitted: Any = None  # without Triton: the name exists, nothing can launch (Triton ships no types)
 if triton is not None:
     _dq_range = triton.jit(_dq_range)  # the kernel calls it by this global name
     _dq_jitted = triton.jit(_dq_kernel)

@@ -137,8 +137,9 @@ class _TritonAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out, grad_lse):
         q, k, v, out, lse = ctx.saved_tensors
+        block_m, block_n = ctx.blocks
         dq, dk, dv = flash_backward(
-            q, k, v, out, lse, grad_out, ctx.causal, ctx.scale, *ctx.blocks, causal_offset=ctx.causal_offset
+            q, k, v, out, lse, grad_out, ctx.causal, ctx.scale, block_m, block_n, causal_offset=ctx.causal_offset
         )
         return dq, dk, dv, None, None, None, None, None
 

@@ -239,130 +239,171 @@ def _check_yourself_cells(cells) -> set[int]:
 
 def rule_problems(nb, label: str) -> list[str]:
     """Every break of the answers rule in ``nb``, as 'label cell i: what'."""
-    cells = nb.cells
-    problems: list[str] = []
-    trees = {i: _parse(c.source) for i, c in enumerate(cells) if c.cell_type == "code"}
+    rule = _AnswersRule(nb.cells, label)
+    rule.prediction_cells_hold_only_none()
+    rule.old_predictions()
+    rule.answers_cell()
+    for i, tree in rule.trees.items():
+        if tree is not None:
+            rule.code_cell(i, tree)
+    rule.every_prediction_checked()
+    return rule.problems
 
-    def say(i, text):
-        problems.append(f"{label} cell {i}: {text}")
 
-    # prediction cells: name = None, nothing else
-    predictions: dict[str, int] = {}
-    prediction_cells = [i for i, c in enumerate(cells) if "prediction" in c.metadata.get("tags", [])]
-    for i in prediction_cells:
-        tree = trees.get(i)
-        if tree is None:
-            say(i, "a prediction cell must be a code cell of valid Python")
-            continue
-        for statement in tree.body:
-            ok = (
-                isinstance(statement, ast.Assign)
-                and len(statement.targets) == 1
-                and isinstance(statement.targets[0], ast.Name)
-                and isinstance(statement.value, ast.Constant)
-                and statement.value.value is None
-            )
-            if not ok:
-                say(i, f"a prediction cell may only set names to None, found: {ast.unparse(statement)}")
-            else:
-                predictions[statement.targets[0].id] = i
-    # the old pattern, `name = ...` in an untagged cell, is a prediction too (and breaks the rule)
-    for i, tree in trees.items():
-        if tree is None or i in prediction_cells:
-            continue
-        for statement in tree.body:
-            if (
-                isinstance(statement, ast.Assign)
-                and len(statement.targets) == 1
-                and isinstance(statement.targets[0], ast.Name)
-                and isinstance(statement.value, ast.Constant)
-                and statement.value.value is ...
-            ):
-                say(
-                    i,
-                    f"{statement.targets[0].id!r} = ... is a prediction: start it as None in a cell tagged 'prediction'",
-                )
-                predictions.setdefault(statement.targets[0].id, i)
-    names = set(predictions)
+class _AnswersRule:
+    """The checks of :func:`rule_problems`, one method per part of the rule, sharing what they found."""
 
-    # the answers cell
-    answer_cells = [i for i, c in enumerate(cells) if "answers" in c.metadata.get("tags", [])]
-    answers: dict[str, str] = {}
-    if len(answer_cells) > 1:
-        say(answer_cells[1], f"one answers cell per notebook, found {len(answer_cells)} (cells {answer_cells})")
-    for i in answer_cells[:1]:
-        cell = cells[i]
-        if cell.cell_type != "markdown":
-            say(i, "the answers cell must be markdown")
-        if i != len(cells) - 1:
-            say(i, f"the answers cell must be the last cell, {len(cells) - 1 - i} cell(s) follow it")
-        if cell.metadata.get("jupyter", {}).get("source_hidden") is not True:
-            say(i, 'the answers cell must be collapsed: metadata {"jupyter": {"source_hidden": true}}')
-        text = cell.source.strip()
-        if not (text.startswith(SUMMARY) and text.endswith("</details>")):
-            say(i, f"the answers cell must be wrapped in {SUMMARY} ... </details>")
-        try:
-            answers = parse_answers(cell.source)
-        except ValueError as error:
-            say(i, str(error))
-    if (names or answer_cells) and not answer_cells:
-        say(len(cells) - 1, "predictions need an answers cell at the end (tag 'answers')")
-    for name in sorted(names - set(answers)):
-        say(predictions[name], f"prediction {name!r} has no '- `{name}`: answer' line in the answers cell")
+    def __init__(self, cells, label: str) -> None:
+        self.cells, self.label = cells, label
+        self.problems: list[str] = []
+        self.trees = {i: _parse(c.source) for i, c in enumerate(cells) if c.cell_type == "code"}
+        self.prediction_cells = [i for i, c in enumerate(cells) if "prediction" in c.metadata.get("tags", [])]
+        self.exercise_cells = {i for i, c in enumerate(cells) if "exercise" in c.metadata.get("tags", [])}
+        self.section = _check_yourself_cells(cells)
+        self.predictions: dict[str, int] = {}
+        self.answers: dict[str, str] = {}
+        self.checked: set[str] = set()
+        self.exercised: dict[str, int] = {}
 
-    checked: set[str] = set()
-    exercise_cells = {i for i, c in enumerate(cells) if "exercise" in c.metadata.get("tags", [])}
-    exercised: dict[str, int] = {}
-    section = _check_yourself_cells(cells)
-    for i, tree in trees.items():
-        source = cells[i].source
-        if tree is None:
-            continue
-        if "COURSE_ANSWERS" in source or re.search(r"\bprediction\(", source):
-            say(i, "the course's answers sit in code (COURSE_ANSWERS / testing.prediction); use mha_course.predict")
-        if i not in prediction_cells:
-            for name in sorted(_assigned(tree) & names - {n for n, j in predictions.items() if j == i}):
-                say(i, f"prediction {name!r} is assigned outside its prediction cell")
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Compare):
-                operands = [node.left, *node.comparators]
-                if any(_mentions(o, names) for o in operands) and any(_is_literal(o) for o in operands):
-                    say(i, f"compares a prediction with a literal: {ast.unparse(node)}")
-            elif isinstance(node, ast.BinOp) and _mentions(node, names):
-                if _is_literal(node.left) or _is_literal(node.right):
-                    say(i, f"computes with a prediction and a literal: {ast.unparse(node)}")
-            elif isinstance(node, ast.Call):
-                called = _call_name(node)
-                if called in CHECKERS:
-                    _check_call(node, called, names, answers, checked, lambda text, i=i: say(i, text))
-                elif called == "check_exercise" and len(node.args) >= 2 and isinstance(node.args[1], ast.Name):
-                    exercised[node.args[1].id] = i
-                elif any(_mentions(a, names) for a in node.args) and any(_is_literal(a) for a in node.args):
-                    say(i, f"passes a prediction together with a literal: {ast.unparse(node)}")
-        if i in exercise_cells:
+    @property
+    def names(self) -> set[str]:
+        return set(self.predictions)
+
+    def say(self, i, text) -> None:
+        self.problems.append(f"{self.label} cell {i}: {text}")
+
+    def prediction_cells_hold_only_none(self) -> None:
+        """Prediction cells: name = None, nothing else."""
+        for i in self.prediction_cells:
+            tree = self.trees.get(i)
+            if tree is None:
+                self.say(i, "a prediction cell must be a code cell of valid Python")
+                continue
             for statement in tree.body:
-                if isinstance(statement, ast.FunctionDef):
-                    if not _unwritten(statement):
-                        say(i, f"exercise {statement.name!r} ships written: its body must raise NotImplementedError")
-                elif not isinstance(statement, (ast.Import, ast.ImportFrom)):
-                    say(i, f"an exercise cell holds only functions to write, found: {ast.unparse(statement)[:60]}")
-        elif i in section and i not in prediction_cells:
+                ok = (
+                    isinstance(statement, ast.Assign)
+                    and len(statement.targets) == 1
+                    and isinstance(statement.targets[0], ast.Name)
+                    and isinstance(statement.value, ast.Constant)
+                    and statement.value.value is None
+                )
+                if not ok:
+                    self.say(i, f"a prediction cell may only set names to None, found: {ast.unparse(statement)}")
+                else:
+                    self.predictions[statement.targets[0].id] = i
+
+    def old_predictions(self) -> None:
+        """The old pattern, `name = ...` in an untagged cell, is a prediction too (and breaks the rule)."""
+        for i, tree in self.trees.items():
+            if tree is None or i in self.prediction_cells:
+                continue
+            for statement in tree.body:
+                if (
+                    isinstance(statement, ast.Assign)
+                    and len(statement.targets) == 1
+                    and isinstance(statement.targets[0], ast.Name)
+                    and isinstance(statement.value, ast.Constant)
+                    and statement.value.value is ...
+                ):
+                    self.say(
+                        i,
+                        f"{statement.targets[0].id!r} = ... is a prediction: start it as None in a cell tagged 'prediction'",
+                    )
+                    self.predictions.setdefault(statement.targets[0].id, i)
+
+    def answers_cell(self) -> None:
+        """One answers cell: markdown, last, collapsed, in <details>, with a line per prediction."""
+        cells, names = self.cells, self.names
+        answer_cells = [i for i, c in enumerate(cells) if "answers" in c.metadata.get("tags", [])]
+        if len(answer_cells) > 1:
+            self.say(
+                answer_cells[1], f"one answers cell per notebook, found {len(answer_cells)} (cells {answer_cells})"
+            )
+        for i in answer_cells[:1]:
+            cell = cells[i]
+            if cell.cell_type != "markdown":
+                self.say(i, "the answers cell must be markdown")
+            if i != len(cells) - 1:
+                self.say(i, f"the answers cell must be the last cell, {len(cells) - 1 - i} cell(s) follow it")
+            if cell.metadata.get("jupyter", {}).get("source_hidden") is not True:
+                self.say(i, 'the answers cell must be collapsed: metadata {"jupyter": {"source_hidden": true}}')
+            text = cell.source.strip()
+            if not (text.startswith(SUMMARY) and text.endswith("</details>")):
+                self.say(i, f"the answers cell must be wrapped in {SUMMARY} ... </details>")
+            try:
+                self.answers = parse_answers(cell.source)
+            except ValueError as error:
+                self.say(i, str(error))
+        if (names or answer_cells) and not answer_cells:
+            self.say(len(cells) - 1, "predictions need an answers cell at the end (tag 'answers')")
+        for name in sorted(names - set(self.answers)):
+            self.say(
+                self.predictions[name], f"prediction {name!r} has no '- `{name}`: answer' line in the answers cell"
+            )
+
+    def code_cell(self, i: int, tree: ast.Module) -> None:
+        """A code cell: no answers in code, predictions only set in their cell, used only as the rule allows."""
+        source, names = self.cells[i].source, self.names
+        if "COURSE_ANSWERS" in source or re.search(r"\bprediction\(", source):
+            self.say(
+                i, "the course's answers sit in code (COURSE_ANSWERS / testing.prediction); use mha_course.predict"
+            )
+        if i not in self.prediction_cells:
+            for name in sorted(_assigned(tree) & names - {n for n, j in self.predictions.items() if j == i}):
+                self.say(i, f"prediction {name!r} is assigned outside its prediction cell")
+        for node in ast.walk(tree):
+            self.node(i, node)
+        if i in self.exercise_cells:
+            self.exercise_cell(i, tree)
+        elif i in self.section and i not in self.prediction_cells:
             for node in tree.body:
                 if isinstance(node, ast.FunctionDef) and node.name.startswith("my_"):
-                    say(i, f"{node.name!r} is the learner's to write: put it in a cell tagged 'exercise'")
+                    self.say(i, f"{node.name!r} is the learner's to write: put it in a cell tagged 'exercise'")
             for name in sorted(n for n in _assigned(tree) if n.startswith("my_")):
-                say(i, f"{name!r} ships filled in: a prediction starts as None in a cell tagged 'prediction'")
-    for name in sorted(names - checked):
-        say(predictions[name], f"prediction {name!r} is never checked with check_prediction or check_choice")
-    for name, i in sorted(exercised.items()):
-        defined = [
-            j
-            for j in exercise_cells
-            if trees.get(j) and any(isinstance(s, ast.FunctionDef) and s.name == name for s in trees[j].body)
-        ]
-        if not defined:
-            say(i, f"check_exercise checks {name!r}, which no cell tagged 'exercise' defines")
-    return problems
+                self.say(i, f"{name!r} ships filled in: a prediction starts as None in a cell tagged 'prediction'")
+
+    def node(self, i: int, node: ast.AST) -> None:
+        """A prediction compared, computed or passed with a literal; the checks and check_exercise calls."""
+        names = self.names
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            if any(_mentions(o, names) for o in operands) and any(_is_literal(o) for o in operands):
+                self.say(i, f"compares a prediction with a literal: {ast.unparse(node)}")
+        elif isinstance(node, ast.BinOp) and _mentions(node, names):
+            if _is_literal(node.left) or _is_literal(node.right):
+                self.say(i, f"computes with a prediction and a literal: {ast.unparse(node)}")
+        elif isinstance(node, ast.Call):
+            called = _call_name(node)
+            if called in CHECKERS:
+                _check_call(node, called, names, self.answers, self.checked, lambda text, i=i: self.say(i, text))
+            elif called == "check_exercise" and len(node.args) >= 2 and isinstance(node.args[1], ast.Name):
+                self.exercised[node.args[1].id] = i
+            elif any(_mentions(a, names) for a in node.args) and any(_is_literal(a) for a in node.args):
+                self.say(i, f"passes a prediction together with a literal: {ast.unparse(node)}")
+
+    def exercise_cell(self, i: int, tree: ast.Module) -> None:
+        for statement in tree.body:
+            if isinstance(statement, ast.FunctionDef):
+                if not _unwritten(statement):
+                    self.say(i, f"exercise {statement.name!r} ships written: its body must raise NotImplementedError")
+            elif not isinstance(statement, (ast.Import, ast.ImportFrom)):
+                self.say(i, f"an exercise cell holds only functions to write, found: {ast.unparse(statement)[:60]}")
+
+    def every_prediction_checked(self) -> None:
+        """Every prediction checked; every check_exercise target defined in an exercise cell."""
+        for name in sorted(self.names - self.checked):
+            self.say(
+                self.predictions[name], f"prediction {name!r} is never checked with check_prediction or check_choice"
+            )
+        for name, i in sorted(self.exercised.items()):
+            defined = [
+                j
+                for j in self.exercise_cells
+                if self.trees.get(j)
+                and any(isinstance(s, ast.FunctionDef) and s.name == name for s in self.trees[j].body)
+            ]
+            if not defined:
+                self.say(i, f"check_exercise checks {name!r}, which no cell tagged 'exercise' defines")
 
 
 def _check_call(node: ast.Call, called: str, names: set[str], answers: dict, checked: set, say) -> None:

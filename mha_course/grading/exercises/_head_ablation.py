@@ -9,6 +9,7 @@ the functions, as in every exercise module, so the grader's process stays light 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -95,7 +96,7 @@ def without_alternatives(inputs, heads):
     def alt(shift=0, **kw):
         return lambda: np.stack([np_without(inputs, (h + shift) % H, **kw) for h in heads])
 
-    knobs = [
+    knobs: list[tuple[dict[str, Any], str]] = [
         (dict(zero="none"), "this is the full output: head h is still on"),
         (
             dict(zero="feature"),

@@ -9,6 +9,8 @@ and NaN for a row that is entirely -inf (the course's convention: such a row is 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .. import hints
@@ -84,7 +86,7 @@ def _alternatives(inputs):
     from mha_course.softmax import softmax_np
 
     x, axis = inputs["x"], inputs["axis"]
-    alts = []
+    alts: list[tuple[Any, str]] = []  # (zero-argument callable giving a wrong output, its hint)
     for other in range(x.ndim):
         if other != axis % x.ndim:
             alts.append(

@@ -162,6 +162,7 @@ def _masked(lead, T, S, D, Dv, seed, mask_kind, dtype=np.float64, magnitude=1.0,
         k = (rng.standard_normal((*lead, S, D)) * magnitude).astype(dtype)
         v = rng.standard_normal((*lead, S, Dv)).astype(dtype)
         rows, cols = np.arange(T)[:, None], np.arange(S)[None, :]
+        mask: np.ndarray | None
         if mask_kind is None:
             mask = None
         elif mask_kind == "causal":

@@ -17,6 +17,7 @@ made strict, and the missing 1/sqrt(D).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -116,7 +117,8 @@ def _ref_ring(inputs):
 
     q, k, v = (torch.from_numpy(inputs[n]) for n in "qkv")
     blocks = torch.arange(q.shape[-2]).tensor_split(inputs["world_size"])  # (T_r,) positions of each rank
-    outs, lses = [], []
+    outs: list[torch.Tensor] = []
+    lses: list[torch.Tensor] = []
     for rows in blocks:
         out = torch.zeros(*q.shape[:-2], len(rows), v.shape[-1], dtype=q.dtype)
         lse = torch.full((*q.shape[:-2], len(rows)), -math.inf, dtype=q.dtype)
@@ -240,8 +242,12 @@ def _diagnose_with(simulate):
         ):
             return _NAN_BLOCK
         slips = [(m, h) for m, h in _STEP_SLIPS if inputs["causal"] or m not in ("no_mask", "local", "strict")]
-        out_alts = [((lambda m=m: simulate(inputs, m)[0]), h) for m, h in slips if m != "old_lse"]
-        lse_alts = [((lambda m=m: simulate(inputs, m)[1]), h) for m, h in slips if m != "old_lse"]
+        out_alts: list[tuple[Any, str]] = [
+            ((lambda m=m: simulate(inputs, m)[0]), h) for m, h in slips if m != "old_lse"
+        ]
+        lse_alts: list[tuple[Any, str]] = [
+            ((lambda m=m: simulate(inputs, m)[1]), h) for m, h in slips if m != "old_lse"
+        ]
         if "lse" in inputs and not np.isneginf(inputs["lse"]).all():  # with an empty state the old lse is all -inf
             lse_alts.append(((lambda: simulate(inputs, "old_lse")[1]), dict(_STEP_SLIPS)["old_lse"]))
         dtype = np.float32 if inputs["q"].dtype == np.float32 else None
