@@ -148,7 +148,7 @@ class SubmissionProcess:
                 return
             why = scratch_overuse() if scratch_overuse is not None and ticks % 5 == 0 else None
             if why:
-                self.killed_for = (why, "memory")
+                self.killed_for = (str(why), Status.MEMORY)
                 self.kill()
                 return
             rss = 0
