@@ -22,12 +22,9 @@ Two kernels, so that every output tile has exactly one owner and nothing needs a
 That is 7 products per tile against FlashAttention-2's 5 (one kernel, dQ added with atomics), and
 buys deterministic results. P is rebuilt as exp2(s * scale * log2 e - lse * log2 e): one fused
 multiply-add and one exponential per score, with lse * log2 e computed once per row by the launcher.
-
-Masks are paid only where they change something. Keys past S are loaded as zeros and give junk
-only in rows of dK and dV that are never stored, or products with a zero row of K; query rows past
-T are loaded as zeros with lse = +inf, so their P is 0. So each kernel walks its blocks in three
-ranges: the causal diagonal (masked), the full blocks (no mask at all), and the last, partial
-block (masked loads).
+Masks are paid only where they change something: each kernel walks its blocks in three ranges, the
+causal diagonal (masked), the full blocks (no mask), and the last, partial block (masked loads);
+keys past S and query rows past T load as zeros (lse = +inf there, so P = 0) and are never stored.
 """
 
 from __future__ import annotations
