@@ -25,8 +25,6 @@ KNOWN_LONG = {
     "mha_course/grading/isolation.py",
     "mha_course/grading/roster.py",
     "mha_course/grading/sandbox.py",
-    "mha_course/parallel/comm_cost.py",
-    "mha_course/recurrence.py",
 }
 
 
