@@ -1,22 +1,15 @@
 """What a GPU would run, found without a GPU: compile every shipped Triton kernel as a launch would.
 
-Triton's compiler needs no GPU. A launch specialises the kernel to its arguments (a stride equal to
-1 becomes a constant, integers divisible by 16 and 16-byte-aligned pointers are marked so loads can
-be vectorised); this module gets that specialisation from Triton itself, by binding the arguments
-the launcher passes (:mod:`mha_course.kernels.registry`) for contiguous CPU tensors of the right
-shapes with the JITFunction's own binder, then compiles for a real target
-(``GPUTarget("cuda", 90, 32)``) with Triton's own options: the cubin is the one a contiguous launch
-on that GPU builds. The wheel's CUDA tools then read it:
-
-    cuobjdump -res-usage   registers per thread, local memory (spills) and stack
-    nvdisasm               the SASS: spill instructions (STL/LDL), and the inner loop of the kernel
-
-and :func:`mha_course.ptx_reading.throughput_bound` turns the steady-state loop's SASS into SM clocks
-per 128 x 128 block of scores for the tensor cores, instruction issue, the special-function unit
-(EX2) and shared memory; the largest is the limit. That bound is optimistic and for comparing
-kernels and configs, not a prediction of TFLOP/s: it assumes every unit at its peak rate in
-parallel, no stall and no latency, no global-memory traffic, and only the loop's full, unmasked
-tiles. For the backward pass, one 128 x 128 block costs the dK/dV loop's clocks plus the dQ loop's.
+Triton's compiler needs no GPU. A launch specialises the kernel to its arguments (unit strides become
+constants, sizes divisible by 16 and aligned pointers are marked); this module binds the launcher's own
+arguments (:mod:`mha_course.kernels.registry`) for contiguous CPU tensors with the JITFunction's binder
+and compiles for a real target with Triton's options: the cubin a contiguous launch on that GPU builds.
+``cuobjdump -res-usage`` reads its registers, local memory and stack, ``nvdisasm`` its SASS (spills as
+STL/LDL, the inner loop), and :func:`mha_course.ptx_reading.throughput_bound` turns the steady-state
+loop into SM clocks per 128 x 128 block of scores for the tensor cores, instruction issue, the
+special-function unit (EX2) and shared memory; the largest is the limit. The bound is optimistic, for
+comparing kernels and configs (every unit at its peak in parallel, no stall, no global-memory traffic,
+only full tiles); the backward's is the dK/dV loop's plus the dQ loop's.
 
 Command line (one row per compiled kernel; exit 1 if any kernel fails to compile)::
 
@@ -108,12 +101,19 @@ class Record:
         return f"{text} {self.variant}" if self.variant else text
 
 
+_COMPILED: dict[tuple, tuple] = {}  # one compile per distinct specialisation, for the life of the process
+
+
 def compile_launch(spec: Any, arch: str | int, dtype: str, head_dim: int, config: Any, causal: bool):
-    """:func:`mha_course.kernels.registry.compile_as_launched` for ``arch`` ("sm_90" or 90)."""
-    from .kernels.registry import compile_as_launched
+    """:func:`mha_course.kernels.registry.compile_as_launched` for ``arch`` ("sm_90" or 90), compiled once per
+    (kernel, arch, dtype, head dim, config, mask) in this process and then reused."""
+    from .kernels.registry import compile_as_launched, describe
 
     number = TARGETS[arch].arch if isinstance(arch, str) else arch
-    return compile_as_launched(spec, number, dtype, head_dim, config, causal)
+    key = (spec.name, number, dtype, head_dim, describe(config), causal)
+    if key not in _COMPILED:
+        _COMPILED[key] = compile_as_launched(spec, number, dtype, head_dim, config, causal)
+    return _COMPILED[key]
 
 
 def registry() -> dict[str, Any]:
@@ -135,34 +135,48 @@ def compile_record(
     name: str, spec: Any, arch: str, dtype: str, head_dim: int, config: Any, causal: bool, keep_ptx: bool = False
 ) -> Record:
     """Compile one kernel for one target and config; a failure is a record with ``ok=False``, never a raise."""
+    record, compiled, start = _compile(name, spec, arch, dtype, head_dim, config, causal)
+    return _read(record, compiled, spec, config, start, keep_ptx)
+
+
+def _compile(name: str, spec: Any, arch: str, dtype: str, head_dim: int, config: Any, causal: bool):
+    """(the record so far, the CompiledKernel or None if compiling failed, the start time)."""
     import triton
 
-    block_m, block_n = spec.tile(config)
+    variant = " ".join(f"{k}={v}" for k, v in config.kwargs.items() if k not in ("BLOCK_M", "BLOCK_N"))
+    launch = dict(num_warps=config.num_warps, num_stages=config.num_stages, causal=causal, variant=variant)
     record = Record(
-        name,
-        arch,
-        dtype,
-        head_dim,
-        block_m,
-        block_n,
-        config.num_warps,
-        config.num_stages,
-        causal,
-        ok=False,
-        triton_version=triton.__version__,
-        variant=" ".join(f"{k}={v}" for k, v in config.kwargs.items() if k not in ("BLOCK_M", "BLOCK_N")),
+        name, arch, dtype, head_dim, *spec.tile(config), **launch, ok=False, triton_version=triton.__version__
     )
-    target = TARGETS[arch]
     start = time.perf_counter()
     try:
-        compiled, _ = compile_launch(spec, target.arch, dtype, head_dim, config, causal)
+        compiled, _ = compile_launch(spec, TARGETS[arch].arch, dtype, head_dim, config, causal)
+    except Exception as exc:  # reported, and the command exits 1
+        return _failed(record, exc, start), None, start
+    return record, compiled, start
+
+
+def _failed(record: Record, exc: Exception, start: float) -> Record:
+    record.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"[:300]
+    record.compile_s = time.perf_counter() - start
+    return record
+
+
+def _read(record: Record, compiled: Any, spec: Any, config: Any, start: float, keep_ptx: bool = False) -> Record:
+    """Fill ``record`` from the compiled kernel: the cubin's resources, its SASS (CUDA's tools) and the bound."""
+    import torch
+
+    from .kernels.registry import constexprs
+
+    if compiled is None:
+        return record
+    target = TARGETS[record.arch]
+    try:
         ptx, cubin = compiled.asm["ptx"], compiled.asm["cubin"]
         resources = cubin_resources(cubin)
         sass = disassemble(cubin)
     except Exception as exc:  # reported, and the command exits 1
-        record.error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"[:300]
-        record.compile_s = time.perf_counter() - start
-        return record
+        return _failed(record, exc, start)
     record.ok = True
     record.ptx = ptx if keep_ptx else ""
     record.sass = sass if keep_ptx else ""
@@ -171,20 +185,15 @@ def compile_record(
     record.shared_bytes = int(getattr(compiled.metadata, "shared", 0) or 0)
     record.tensor_cores = tensor_core_instruction(ptx)
     record.warps_per_sm, record.occupancy = occupancy(target, record.registers, record.shared_bytes, record.num_warps)
-    block_d = max(16, 1 << (head_dim - 1).bit_length())
+    padded = constexprs(record.head_dim, record.head_dim, record.causal, getattr(torch, record.dtype))["BLOCK_D"]
     try:
         loop = steady_loop(sass_loops(sass))
     except ValueError as exc:
         record.error = f"no bound: {exc}"
     else:
-        bound = throughput_bound(
-            loop,
-            config.num_warps,
-            block_m * block_n,
-            spec.products * block_m * block_n * block_d,
-            target,
-            element_bytes=4 if dtype == "float32" else 2,
-        )
+        scores = record.block_m * record.block_n
+        element_bytes = 4 if record.dtype == "float32" else 2
+        bound = throughput_bound(loop, config.num_warps, scores, spec.products * scores * padded, target, element_bytes)
         record.tensor_clocks, record.issue_clocks = bound.tensor, bound.issue
         record.mufu_clocks, record.shared_clocks = bound.mufu, bound.shared
         record.bound_clocks, record.limit = bound.clocks, bound.limit
@@ -203,7 +212,13 @@ def sweep(
     causal: tuple[bool, ...] = (False, True),
     progress: bool = True,
 ) -> list[Record]:
-    """Compile every (kernel, arch, dtype, head_dim, causal, config) combination; see :func:`compile_record`."""
+    """Compile every (kernel, arch, dtype, head_dim, causal, config) combination; see :func:`compile_record`.
+
+    Triton compiles one kernel at a time in this thread; CUDA's tools read each cubin in a pool of threads
+    meanwhile (they are processes of their own, and take most of the time).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
     from tqdm import tqdm
 
     table = registry()
@@ -216,10 +231,12 @@ def sweep(
                     chosen = spec.configs(TARGETS[arch].arch, d, m)
                     chosen = chosen[:1] if first_only else chosen
                     jobs += [(name, spec, arch, dtype, d, c, m) for dtype in dtypes for c in chosen]
-    return [
-        compile_record(name, spec, arch, dtype, d, c, m)
-        for name, spec, arch, dtype, d, c, m in tqdm(jobs, desc="compiling", unit="kernel", disable=not progress)
-    ]
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        read = []
+        for name, spec, arch, dtype, d, c, m in tqdm(jobs, desc="compiling", unit="kernel", disable=not progress):
+            record, compiled, start = _compile(name, spec, arch, dtype, d, c, m)
+            read.append(pool.submit(_read, record, compiled, spec, c, start))
+        return [future.result() for future in read]
 
 
 def best_bounds(records: list[Record]) -> list[dict[str, Any]]:
@@ -238,11 +255,8 @@ def best_bounds(records: list[Record]) -> list[dict[str, Any]]:
         if "forward" in best:
             row.update(forward=best["forward"].bound_clocks, forward_config=best["forward"].config)
         if "dkdv" in best and "dq" in best:
-            row.update(
-                backward=best["dkdv"].bound_clocks + best["dq"].bound_clocks,
-                dkdv_config=best["dkdv"].config,
-                dq_config=best["dq"].config,
-            )
+            dkdv, dq = best["dkdv"], best["dq"]
+            row.update(backward=dkdv.bound_clocks + dq.bound_clocks, dkdv_config=dkdv.config, dq_config=dq.config)
         rows.append(row)
     return rows
 
@@ -258,7 +272,6 @@ def compiled_view(
     """What ``kernel`` becomes on ``arch``, non-causal, compiled in a fresh process (any machine).
 
     ``config``: (BLOCK_M, BLOCK_N, warps, stages), or None for the first config shipped for ``arch``.
-
     Returns the :class:`Record` fields plus ``ptx_lines`` (the PTX's line count), ``excerpt``
     (:func:`ptx_excerpt`) and ``loop_sass`` (the steady-state loop, one SASS instruction a line). Used
     by chapter 13, whose kernel runs in Triton's interpreter: the compiler needs a process that did
@@ -356,13 +369,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--arch", nargs="+", default=["sm_80", "sm_90"], choices=sorted(TARGETS))
     parser.add_argument("--dtype", nargs="+", default=["float16", "bfloat16"], choices=sorted(DTYPES))
     parser.add_argument("--head-dim", nargs="+", type=int, default=[64, 128])
-    parser.add_argument("--kernel", nargs="+", default=["forward", "dkdv", "dq"], choices=["forward", "dkdv", "dq"])
-    parser.add_argument(
-        "--configs",
-        choices=["all", "first"],
-        default="all",
-        help="every shipped config of each kernel (default), or only the first",
-    )
+    names = list(registry())  # every registered kernel: forward, dkdv, dq
+    parser.add_argument("--kernel", nargs="+", default=names, choices=names)
+    configs_help = "every shipped config of each kernel (default), or only the first"
+    parser.add_argument("--configs", choices=["all", "first"], default="all", help=configs_help)
     masks = parser.add_mutually_exclusive_group()
     masks.add_argument("--causal", action="store_true", help="only the causal variant (default: both)")
     masks.add_argument("--non-causal", action="store_true", help="only the non-causal variant (default: both)")
@@ -382,15 +392,8 @@ def main(argv: list[str] | None = None) -> int:
             env=_compiler_env(),
         ).returncode
     causal = (True,) if args.causal else (False,) if args.non_causal else (False, True)
-    records = sweep(
-        args.arch,
-        args.dtype,
-        args.head_dim,
-        args.kernel,
-        first_only=args.configs == "first",
-        causal=causal,
-        progress=not args.quiet,
-    )
+    first_only, progress = args.configs == "first", not args.quiet
+    records = sweep(args.arch, args.dtype, args.head_dim, args.kernel, first_only, causal, progress)
     print(format_table(records))
     bounds = best_bounds(records)
     print(format_bounds(bounds))

@@ -7,12 +7,10 @@ A floating-point format trades *range* (the largest and smallest normal numbers)
     bfloat16  8 exponent bits,  7 mantissa bits: eps 7.8e-3, max 3.4e38       (float32's range)
     float32   8 exponent bits, 23 mantissa bits: eps 1.2e-7, max 3.4e38
 
-GPU attention kernels read and write 16-bit tensors but keep their *intermediates* in float32 (the
-running max, sum and output of the online softmax, the dot products inside the tensor cores): a sum
-*stored* in bfloat16 after every addition loses its small terms entirely once the total is 2**8 times
-larger. Torch's own CPU matmul and ``sum`` on 16-bit tensors already accumulate in float32 internally
-(``torch.ones(4096, dtype=torch.bfloat16).sum()`` is 4096), so what the rows below vary is the format
-each intermediate tensor (scores, exponentials, row sums, weights) is *stored* in between operations.
+GPU attention kernels read and write 16-bit tensors but keep their *intermediates* in float32: a sum
+*stored* in bfloat16 after every addition loses its small terms once the total is 2**8 times larger.
+Torch's CPU matmul and ``sum`` on 16-bit tensors already accumulate in float32 internally, so what the
+rows below vary is the format each intermediate tensor (scores, exponentials, sums, weights) is *stored* in.
 :func:`attention_errors` measures this on the CPU: the same inputs through
 
     intermediates16  every intermediate tensor stored in the 16-bit dtype (no upcast between operations)
@@ -25,14 +23,10 @@ each intermediate tensor (scores, exponentials, row sums, weights) is *stored* i
                      ``input_precision="tf32"`` hands float32 registers to the tensor cores, which ignore
                      those bits (triton-lang/triton#4574)
 
-With inputs 64 times larger, float16's intermediates16 row overflows: the scores q.k reach ~10^5, and
-*storing* them in float16 (max 65504) gives inf, then NaN after the softmax.
-
-and reports the largest error against a float64 computation of the same inputs.
-TF32 (``input_precision="tf32"`` in Triton, ``torch.set_float32_matmul_precision("high")`` in torch)
-is what NVIDIA tensor cores (sm_80 and later) do to float32 matmuls: keep float32's 8-bit exponent,
-round the mantissa to 10 bits, multiply, accumulate in float32. There is no TF32 hardware on a CPU, so
-the ``tf32`` rows *emulate* the rounding; the arithmetic after it is ordinary float32.
+and reports the largest error against a float64 computation of the same inputs. With inputs 64 times
+larger, float16's intermediates16 row overflows: scores of ~10^5 *stored* in float16 give inf, then NaN.
+TF32 is what NVIDIA tensor cores (sm_80 and later) do to float32 matmuls: keep float32's 8-bit exponent,
+round the mantissa to 10 bits, multiply, accumulate in float32; the ``tf32`` rows *emulate* that rounding.
 """
 
 from __future__ import annotations

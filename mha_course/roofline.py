@@ -23,13 +23,10 @@ serves every reload; with no reuse at all (``block_m=...``) the intensity of a l
 A materialised (unfused) attention also writes the (T, S) scores, reads them back for the softmax, writes
 the weights and reads them again for the product with V: 4 B H T S more elements, so its intensity stays
 near D / 2 FLOPs per byte (2-byte elements) however long the sequence, while the fused kernel's grows with T.
-
 A decoding step does about 1 FLOP per byte of cache in MHA (H_kv = H, 2-byte elements): far below any GPU's
 ridge (hundreds of FLOPs per byte), which is why decoding is memory-bound and why multi-query and
-grouped-query attention (fewer K/V heads, H_kv < H) make it faster in proportion.
-
-Peak figures are the vendors' datasheet numbers for dense (not sparse) bf16 tensor-core math and
-memory bandwidth; real kernels reach a fraction of either.
+grouped-query attention (fewer K/V heads, H_kv < H) make it faster in proportion. Peak figures are the
+vendors' datasheet numbers for dense bf16 tensor-core math and memory bandwidth; kernels reach a fraction.
 """
 
 from __future__ import annotations

@@ -6,81 +6,26 @@ batched over all B*H heads. Per query row two running sums are kept, l = sum_j e
 acc = sum_j exp(s_j - c) v_j, and out = acc / l at the end: one (block_q, block_k) tile of scores
 exists at a time, never anything of size T*S. The mathematics is that of
 :func:`mha_course.online_softmax_attention`; four engineering choices make this Python loop about
-as fast as torch's fused CPU kernel, whose time is mostly its two matrix products per tile, as ours,
-on a quiet machine and on a shared one:
+as fast as torch's fused CPU kernel:
 
-1. **Base-2 exponentials.** exp(x) = 2^(x log2 e), so q is multiplied once by scale * log2(e) and
-   each tile takes ``exp2_``: torch's CPU exp2 measured about 4x faster than its exp (FlashAttention
-   does the same on GPUs). l then sums powers of 2; lse = ln 2 * (c + log2 l).
-2. **A fixed shift, checked once per query block.** Softmax does not care which shift c is
-   subtracted; the running maximum of the textbook online softmax exists only so that exp never
-   overflows. The first attempt uses c = 0: no subtraction and no rescaling of acc, so a tile costs
-   one matmul, ``exp2_`` in place, a row sum and a second matmul accumulating into acc in place.
-   l only grows, so if it ends inside [2^-60, 2^60] no exponential overflowed, and terms that
-   underflowed (below 2^-126) are below 2^-66 of l, far under float32's precision; floating point
-   keeps the same *relative* precision at any magnitude, so the sums are as accurate as with the
-   maximum as shift. That alone does not cover acc: with scores of 40 (terms of e^40, about 2^58)
-   and values of 1e22, acc overflows float32 (1e22 * e^40 > 3.4e38) although l is fine, so acc must
-   also be finite. Otherwise (scores beyond about +-40, a huge value, or NaN) the block is redone in
-   two passes, first its exact row maxima m, then the same loop with c = m, where every row's largest
-   term is 1 and l lies in [1, S]. Typical inputs never need it, and the check costs one sync per
-   query block, not per tile. This fixed shift is an engineering shortcut on top of the online
-   softmax, not a different method: both compute exactly softmax(s) v.
-3. **Causal tiles in three kinds.** Keys before the block's first query i0 are in every query's past
-   (no mask); keys from its end i1 on are in every query's future (skipped); the diagonal band
-   [i0, i1) is masked. The band is cut into :data:`mha_course.tiling.DIAGONAL_SPLIT` narrower tiles, each computed
-   only for the queries at or below its first key: the scores computed only to be masked shrink
-   from half of the band's (i1 - i0)^2 square to 1/(2 * DIAGONAL_SPLIT) of it. The mask is applied
-   after the exponentials, zeroing the future with ``tril_`` (a quarter of the time that
-   ``masked_fill_`` with -inf took on the scores before them, measured on (512, 128) tiles).
-4. **Threads of its own.** Each torch call in a loop over all heads is a parallel region: the
-   intra-op threads split it and wait for one another at its end. On a core shared with another
-   process a thread is off the CPU for milliseconds at a time, and every region (hundreds per call)
-   waits for it. So with two or more intra-op threads the work is cut into items (a few heads, one
-   query block) that a pool of worker threads, one per intra-op thread, takes one at a time. Each
-   worker runs its torch calls on itself alone (``torch.set_num_threads(1)`` inside that thread,
-   which leaves the caller's count alone); torch releases the GIL inside its kernels, so the
-   workers compute in parallel. A worker that shares its core simply takes fewer items, and nobody
-   waits for it but at the very end. Three details count here (2 cores, AVX2, T = 4096, 8 heads):
-   the caller runs no parallel torch op just before the workers start: after one, its idle
-   intra-op threads spin on a core for several ms (about 8 ms of CPU after torch's kernel) and the
-   second worker waits for that core; a check of v's largest value there delayed it by 4 ms and
-   made the call 4-7% slower. The last items are cut smaller (:func:`mha_course.tiling.work_items`),
-   so the workers finish together. And nothing large is allocated per item: where the allocator
-   hands large blocks back to the OS at once (as after the benchmark's memory measurement, which
-   pins glibc's mmap threshold), every fresh block costs a page fault per 4 KiB; writing out in
-   place and checking acc by its sum cut the forward's faults from 8,900 to 3,600 per call (torch's
-   kernel: 2,400). The backward shares out the same items; dK and dV, sums over
-   all query blocks, get a copy per extra worker, added up at the end. Small problems (see
-   :data:`mha_course.tiling.PARALLEL_MIN_WORK`), one intra-op thread and other devices run one loop over all heads in
-   the calling thread, as before.
-
-Measured and rejected (2-core AVX-512 CPU, fp32, B*H = 8, D = 64): a column of ones appended to v
-so that l comes out of the acc matmul (a Dv+1 = 65 wide matmul was slower than the separate sum);
-the shift as an extra column of q and k (K = 65 slowed that matmul by about 10%). The Python loop
-itself costs about 12 us per tile, under 1% at the default tiles.
-
-For trick 4, at T = 4096, as a fraction of torch's kernel quiet / beside one busy process
-(``python benchmarks/tiled_designs.py``, same run, median of 5), non-causal and causal:
-
-    one loop over all heads, all intra-op threads (the design before)   0.91 / 0.46    0.90 / 0.48
-    the same with 4x larger tiles (fewer, longer parallel regions)      0.88 / 0.47    0.94 / 0.53
-    one loop on 1 intra-op thread                                       0.50 / 0.79    0.53 / 0.87
-    worker threads (kept)                                               0.94 / 0.94    0.98 / 1.09
-
-On a 2-core AVX2 host the same script gave 0.80 / 0.38, 0.71 / 0.51, 0.41 / 0.68 and 0.80 / 0.84
-non-causal with two heads per work item: the workers kept their lead under load, but the quiet
-figure was lower there, where the separate ``exp2_`` pass over a tile larger than the L2 cache
-weighs more; items of one head (:data:`mha_course.tiling.WORKER_TILE_SCORES`) raised it to 0.87-0.99
-in the benchmark's runs (benchmarks/RESULTS.md).
-
-Dropping to one thread when ``os.getloadavg()`` is high would run the third row under load: slower
-than the workers there, and the load average trails the machine by a minute. Below T = 2048 the
-workers pay a start-up cost (see :data:`mha_course.tiling.PARALLEL_MIN_WORK`).
+1. **Base-2 exponentials**: q is scaled once by scale * log2(e) and each tile takes ``exp2_``
+   (torch's CPU exp2 is several times faster than its exp); lse = ln 2 * (c + log2 l).
+2. **A fixed shift c = 0, checked once per query block**: no running maximum, no rescaling of acc.
+   If l ends inside [2^-60, 2^60] and acc is finite, nothing overflowed and the sums are exact to
+   float32; otherwise the block is redone in two passes with c = its exact row maxima.
+3. **Causal tiles in three kinds**: keys in every query's past (no mask), in every query's future
+   (skipped), and the diagonal band, cut into :data:`mha_course.tiling.DIAGONAL_SPLIT` narrower
+   tiles and masked after the exponentials with ``tril_``.
+4. **Threads of its own**: with two or more intra-op threads the work is cut into items (a few
+   heads, one query block) that single-threaded workers (:mod:`mha_course.worker_pool`) take one at
+   a time, so a worker whose core is shared simply takes fewer; small problems
+   (:data:`mha_course.tiling.PARALLEL_MIN_WORK`) run one loop in the calling thread.
 
 Memory beyond the output: copies of k and v only to upcast or broadcast them (O(S D)), per worker
 one tile buffer (heads * block_q * block_k scores) and O(heads * block_q * (D + Dv)) for a scaled
 block of q and the sums; the backward adds a dK and dV (O(S D)) per extra worker.
+
+Why each choice, its measurements and the designs rejected: docs/design/tiled_cpu.md.
 """
 
 from __future__ import annotations

@@ -12,46 +12,24 @@ import math
 
 import torch
 
-#: With block_size=None, a tile holds about this many scores across all B*H heads (4 MiB in float32):
-#: block_k = 256 keys and block_q = TILE_SCORES / (B*H*256) queries, halved when causal, clamped to
-#: [64, 1024]. Measured on 2 cores, fp32, B*H = 8, D = 64, T = 1024..4096 against shapes from
-#: (128, 256) to (512, 512): (512, 256) was the fastest non-causal tile (taller tiles make the
-#: second matmul, (block_q, block_k) @ (block_k, Dv), more efficient), while causal attention
-#: preferred (256, 256): the diagonal band, partly computed only to be masked, grows with block_q.
+# Each constant's measurements and the alternatives tried: docs/design/tiled_cpu.md.
+
+#: Scores per one-thread tile, across all B*H heads (4 MiB in float32): tall tiles make the second matmul efficient.
 TILE_SCORES = 2**20
 
-#: Causal attention cuts each block's diagonal band into this many narrower tiles (trick 3 of :mod:`mha_course.tiled`).
+#: Causal diagonal bands are cut into this many narrower tiles, so fewer scores are computed only to be masked.
 DIAGONAL_SPLIT = 4
 
-#: Below this many multiply-adds in q k^T (N*T*S*D) the calling thread works alone, with all its
-#: intra-op threads: handing out work would cost more than it saves. Above it the pool pays one
-#: start-up cost the loop does not: after the caller's last parallel torch op its OpenMP threads keep
-#: spinning for the next one (about 5 ms here; GNU OpenMP's GOMP_SPINCOUNT, gone with
-#: OMP_WAIT_POLICY=passive) and take a core from the workers meanwhile. On 2 quiet cores, B*H = 8,
-#: D = 64, T = 1024, the loop ran at 0.9-1.0x torch's kernel and the pool at 0.66-0.71x; beside one
-#: busy process the loop fell to 0.15-0.57x and the pool to 0.68-1.03x (benchmarks/tiled_designs.py,
-#: four runs). Robustness won: the pool starts low. From T = 2048 on the start-up cost is small.
+#: Below this many multiply-adds in q k^T (N*T*S*D) handing out work to the pool costs more than it saves.
 PARALLEL_MIN_WORK = 2**24
 
-#: With several workers and block_size=None: (2048, 256) tiles of up to 4 heads, 2^19 scores (2 MiB
-#: in float32) per worker, causal or not: at T = 4096 one head per item. Measured on 2 cores, fp32,
-#: T = 4096, B*H = 8, D = 64 on an AVX-512 host against (1024, 256) x 1 or 2 heads, (512, 512),
-#: (1024, 512), (2048, 512), (2048, 1024) and (4096, 256) x 1: tiles beyond a core's L2 cache (1 MiB
-#: there) still won, since fewer, larger torch calls cost less Python (see "Measured and rejected" in
-#: :mod:`mha_course.tiled`). On an AVX2 host one head per item (2^19) beat two (2^20), the kept value
-#: before: quiet, as a fraction of torch's kernel in three runs of both in turns (median of 11 each),
-#: non-causal 0.86 / 0.92 / 0.98 against 0.79 / 0.86 / 0.85, causal 0.88 / 0.96 / 0.92 against
-#: 0.84 / 0.97 / 0.90; in the benchmark's three runs 0.87-0.99 against 0.75-0.81 non-causal and
-#: 0.84-0.87 against 0.82-0.93 causal (benchmarks/RESULTS.md).
+#: Scores per worker tile (2 MiB in float32): fewer, larger torch calls cost less Python than L2 misses cost.
 WORKER_TILE_SCORES = 2**19
 
+#: (block_q, block_k) of the workers' tiles with block_size=None: tall tiles, one head per item at T = 4096.
 WORKER_BLOCKS = (2048, 256)
 
-#: Work items per worker at least, where the sizes allow: a worker slowed by another process leaves
-#: part of its share to the others only if there are items left to take. Four times as many, smaller
-#: items (16 per worker) measured no better overall at T = 4096 (``benchmarks/tiled_designs.py``, 2 cores,
-#: AVX2, quiet / one busy process): 0.83 / 0.90 against 0.80 / 0.84 non-causal, 0.85 / 0.84 against
-#: 0.86 / 0.84 causal; an earlier pair of runs on an AVX-512 host went one way, then the other.
+#: Work items per worker at least: a worker slowed by another process leaves items for the others to take.
 ITEMS_PER_WORKER = 4
 
 
@@ -123,7 +101,7 @@ def plan(blocks, N: int, T: int, S: int, D: int, causal: bool, device) -> tuple[
     return min(threads, items()), group, bq, bk
 
 
-#: The last ``workers`` work items are cut into this many query blocks each (see :func:`work_items`).
+#: The last ``workers`` work items are cut into this many query blocks each, so the workers finish together.
 TAIL_SPLIT = 4
 
 
@@ -132,9 +110,7 @@ def work_items(N: int, T: int, group: int, bq: int, causal: bool, workers: int =
 
     With several ``workers``, the last ``workers`` items are cut into :data:`TAIL_SPLIT` shorter query
     blocks each: a worker that finds no item left waits for the others, at most about one item's time,
-    and small last items shorten that wait. At T = 4096, B*H = 8, D = 64 on 2 cores (AVX2, quiet),
-    the first worker to finish waited 8-20 ms (median of 8 calls, three runs) of a 270-290 ms
-    non-causal call, 1-5 ms with the cut; causal 3-5 ms of 150-160 ms, then 0.3-0.5 ms.
+    and small last items shorten that wait (measured in docs/design/tiled_cpu.md).
     """
     starts = range(0, T, bq)
     items = [

@@ -22,12 +22,9 @@ Two kernels, so that every output tile has exactly one owner and nothing needs a
 That is 7 products per tile against FlashAttention-2's 5 (one kernel, dQ added with atomics), and
 buys deterministic results. P is rebuilt as exp2(s * scale * log2 e - lse * log2 e): one fused
 multiply-add and one exponential per score, with lse * log2 e computed once per row by the launcher.
-
-Masks are paid only where they change something. Keys past S are loaded as zeros and give junk
-only in rows of dK and dV that are never stored, or products with a zero row of K; query rows past
-T are loaded as zeros with lse = +inf, so their P is 0. So each kernel walks its blocks in three
-ranges: the causal diagonal (masked), the full blocks (no mask at all), and the last, partial
-block (masked loads).
+Masks are paid only where they change something: each kernel walks its blocks in three ranges, the
+causal diagonal (masked), the full blocks (no mask), and the last, partial block (masked loads);
+keys past S and query rows past T load as zeros (lse = +inf there, so P = 0) and are never stored.
 """
 
 from __future__ import annotations
@@ -36,45 +33,47 @@ import torch
 
 from .dq import _dq_configs, _dq_jitted
 from .registry import KernelSpec, autotuned, constexprs, register
-from .rows import _load_rows, _store_rows  # noqa: F401 (the kernels call them by these global names)
+from .rows import _load_rows, _program, _store_rows  # noqa: F401 (the kernels call them by these global names)
 from .runtime import INTERPRETED, LOG2E, ON_GPU, tl, triton
 
 
 def _dkdv_range(
-    dk,
-    dv,
-    k,
-    v,
-    q_base,
-    do_base,
-    lse2_base,
-    delta_base,
+    state,
+    kv,
+    q_rows,
+    do_rows,
+    row_stats,
     keys,
-    offs_m,
-    dims,
-    dims_v,
-    stride_qt,
-    stride_qd,
-    stride_ot,
-    stride_od,
-    T,
+    queries,
     qk_scale_log2,
     causal_offset,
-    start,
-    stop,
-    D: tl.constexpr,
-    DV: tl.constexpr,
-    BLOCK_M: tl.constexpr,
     MASKED: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    PRECISION: tl.constexpr,
+    SHAPE: tl.constexpr,
 ):
-    """Add the query blocks [start, stop) to one key block's dK and dV (4 products per tile)."""
+    """Add the query blocks [start, stop) to one key block's dK and dV (4 products per tile).
+
+    state: (dk, dv), returned updated. kv: the key block's (k, v) tiles. q_rows, do_rows: (base pointer of
+    this head, stride along queries, stride along the head dim). row_stats: this head's (lse2, delta)
+    pointers. keys: (BLOCK_N,) key positions. queries: (start, stop, T).
+    SHAPE: the kernel's constexprs (D, DV, BLOCK_M, CAUSAL, PRECISION), one constexpr tuple.
+    """
+    D: tl.constexpr = SHAPE[0]
+    DV: tl.constexpr = SHAPE[1]
+    BLOCK_M: tl.constexpr = SHAPE[2]
+    CAUSAL: tl.constexpr = SHAPE[3]
+    PRECISION: tl.constexpr = SHAPE[4]
+    dk, dv = state
+    k, v = kv
+    lse2_base, delta_base = row_stats
+    start, stop, T = queries
+    offs_m = tl.arange(0, BLOCK_M)  # query offsets within a block (BLOCK_M,)
+    dims = tl.arange(0, k.shape[1])  # padded head dims: BLOCK_D of k, BLOCK_DV of v
+    dims_v = tl.arange(0, v.shape[1])
     for start_m in range(start, stop, BLOCK_M):
         start_m = tl.multiple_of(start_m, BLOCK_M)
         rows = start_m + offs_m  # (BLOCK_M,)
-        q = _load_rows(q_base, rows, stride_qt, T, dims, stride_qd, D, MASKED)  # (BLOCK_M, BLOCK_D)
-        do = _load_rows(do_base, rows, stride_ot, T, dims_v, stride_od, DV, MASKED)  # (BLOCK_M, BLOCK_DV)
+        q = _load_rows(q_rows[0], rows, q_rows[1], T, dims, q_rows[2], D, MASKED)  # (BLOCK_M, BLOCK_D)
+        do = _load_rows(do_rows[0], rows, do_rows[1], T, dims_v, do_rows[2], DV, MASKED)  # (BLOCK_M, BLOCK_DV)
         if MASKED:  # padding rows get lse = +inf: their probabilities come out as exactly 0
             lse2 = tl.load(lse2_base + rows, mask=rows < T, other=float("inf"))
             delta = tl.load(delta_base + rows, mask=rows < T, other=0.0)
@@ -141,20 +140,12 @@ def _dkdv_kernel(
     PRECISION: tl.constexpr,
 ):
     """One program: dK and dV for BLOCK_N keys of one (batch, head), summed over every query block."""
-    # A 1-D grid (any B * H launches) and int64 batch and head indices (see the forward kernel).
-    n_blocks = tl.cdiv(S, BLOCK_N)
-    block_n = tl.program_id(0) % n_blocks
-    batch_head = tl.program_id(0) // n_blocks
-    b = (batch_head // num_heads).to(tl.int64)
-    h = (batch_head % num_heads).to(tl.int64)
+    block_n, batch_head, b, h = _program(tl.cdiv(S, BLOCK_N), num_heads, False)
     row_stats = batch_head.to(tl.int64) * T  # where this head's lse and delta start
 
     keys = block_n * BLOCK_N + tl.arange(0, BLOCK_N)  # (BLOCK_N,)
-    offs_m = tl.arange(0, BLOCK_M)  # query offsets within a block (BLOCK_M,)
     dims = tl.arange(0, BLOCK_D)
     dims_v = tl.arange(0, BLOCK_DV)
-    q_base = Q + b * stride_qb + h * stride_qh
-    do_base = DO + b * stride_ob + h * stride_oh
     k = _load_rows(
         K + b * stride_kb + h * stride_kh, keys, stride_ks, S, dims, stride_kd, D, True
     )  # (BLOCK_N, BLOCK_D)
@@ -173,13 +164,14 @@ def _dkdv_kernel(
         first = 0
         diagonal_end = 0
     middle_end = tl.maximum(diagonal_end, full_end)
-    args = (q_base, do_base, LSE2 + row_stats, DELTA + row_stats, keys, offs_m, dims, dims_v)
-    strides = (stride_qt, stride_qd, stride_ot, stride_od, T, qk_scale_log2, causal_offset)
-    dk, dv = _dkdv_range(dk, dv, k, v, *args, *strides, first, diagonal_end, D, DV, BLOCK_M, True, CAUSAL, PRECISION)
-    dk, dv = _dkdv_range(
-        dk, dv, k, v, *args, *strides, diagonal_end, middle_end, D, DV, BLOCK_M, False, CAUSAL, PRECISION
-    )
-    dk, dv = _dkdv_range(dk, dv, k, v, *args, *strides, middle_end, T, D, DV, BLOCK_M, True, CAUSAL, PRECISION)
+    shape: tl.constexpr = tl.constexpr((D, DV, BLOCK_M, CAUSAL, PRECISION))
+    q_rows = (Q + b * stride_qb + h * stride_qh, stride_qt, stride_qd)
+    do_rows = (DO + b * stride_ob + h * stride_oh, stride_ot, stride_od)
+    tiles = ((k, v), q_rows, do_rows, (LSE2 + row_stats, DELTA + row_stats), keys)
+    scores = (qk_scale_log2, causal_offset)
+    state = _dkdv_range((dk, dv), *tiles, (first, diagonal_end, T), *scores, True, shape)  # the causal diagonal
+    state = _dkdv_range(state, *tiles, (diagonal_end, middle_end, T), *scores, False, shape)  # full blocks
+    dk, dv = _dkdv_range(state, *tiles, (middle_end, T, T), *scores, True, shape)  # the last, partial block
 
     dk = dk * scale  # S = Q K^T * scale, so the scale reaches dK once, at the end
     # dK and dV have strides of their own: k and v may be views into packed or sliced storage.

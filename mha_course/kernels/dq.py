@@ -8,48 +8,38 @@ from __future__ import annotations
 
 from typing import Any
 
-from .rows import _load_rows, _store_rows  # noqa: F401 (the kernels call them by these global names)
+from .rows import _load_rows, _program, _store_rows, _visible_keys  # noqa: F401 (the kernels call them by these global names)
 from .runtime import tl, triton
 
 
 def _dq_range(
-    dq,
-    q,
-    do,
-    lse2,
-    delta,
-    k_base,
-    v_base,
-    rows,
-    offs_n,
-    dims,
-    dims_v,
-    stride_ks,
-    stride_kd,
-    stride_vs,
-    stride_vd,
-    S,
-    qk_scale_log2,
-    causal_offset,
-    start,
-    stop,
-    D: tl.constexpr,
-    DV: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    MASKED: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    PRECISION: tl.constexpr,
+    dq, query_rows, k_rows, v_rows, rows, keys, qk_scale_log2, causal_offset, MASKED: tl.constexpr, SHAPE: tl.constexpr
 ):
-    """Add the key blocks [start, stop) to one query block's dQ (S and dP recomputed: 3 products per tile)."""
+    """Add the key blocks [start, stop) to one query block's dQ (S and dP recomputed: 3 products per tile).
+
+    query_rows: the block's (q, do, lse2, delta) tiles. k_rows, v_rows: (base pointer of this head,
+    stride along keys, stride along the head dim). rows: (BLOCK_M,) query positions. keys: (start, stop, S).
+    SHAPE: the kernel's constexprs (D, DV, BLOCK_N, CAUSAL, PRECISION), one constexpr tuple.
+    """
+    D: tl.constexpr = SHAPE[0]
+    DV: tl.constexpr = SHAPE[1]
+    BLOCK_N: tl.constexpr = SHAPE[2]
+    CAUSAL: tl.constexpr = SHAPE[3]
+    PRECISION: tl.constexpr = SHAPE[4]
+    q, do, lse2, delta = query_rows
+    start, stop, S = keys
+    offs_n = tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, q.shape[1])  # padded head dims: BLOCK_D of q, BLOCK_DV of dO
+    dims_v = tl.arange(0, do.shape[1])
     for start_n in range(start, stop, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        keys = start_n + offs_n  # (BLOCK_N,)
-        k = _load_rows(k_base, keys, stride_ks, S, dims, stride_kd, D, MASKED)  # (BLOCK_N, BLOCK_D)
-        v = _load_rows(v_base, keys, stride_vs, S, dims_v, stride_vd, DV, MASKED)  # (BLOCK_N, BLOCK_DV)
+        keys_n = start_n + offs_n  # (BLOCK_N,)
+        k = _load_rows(k_rows[0], keys_n, k_rows[1], S, dims, k_rows[2], D, MASKED)  # (BLOCK_N, BLOCK_D)
+        v = _load_rows(v_rows[0], keys_n, v_rows[1], S, dims_v, v_rows[2], DV, MASKED)  # (BLOCK_N, BLOCK_DV)
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N), unscaled
         p = tl.math.exp2(s * qk_scale_log2 - lse2[:, None])
         if MASKED and CAUSAL:
-            p = tl.where(keys[None, :] <= rows[:, None] + causal_offset, p, 0.0)
+            p = tl.where(keys_n[None, :] <= rows[:, None] + causal_offset, p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=PRECISION)  # (BLOCK_M, BLOCK_N)
         ds = p * (dp - delta[:, None])
         dq += tl.dot(ds.to(k.dtype), k, input_precision=PRECISION)  # (BLOCK_M, BLOCK_D)
@@ -100,17 +90,9 @@ def _dq_kernel(
     PRECISION: tl.constexpr,
 ):
     """One program: dQ for BLOCK_M queries of one (batch, head), summed over every visible key block."""
-    n_blocks = tl.cdiv(T, BLOCK_M)
-    block_m = tl.program_id(0) % n_blocks
-    batch_head = tl.program_id(0) // n_blocks
-    if CAUSAL:  # later query blocks see more keys: start them first
-        block_m = n_blocks - 1 - block_m
-    b = (batch_head // num_heads).to(tl.int64)
-    h = (batch_head % num_heads).to(tl.int64)
+    block_m, batch_head, b, h = _program(tl.cdiv(T, BLOCK_M), num_heads, CAUSAL)
     row_stats = batch_head.to(tl.int64) * T
-
     rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)  # (BLOCK_M,)
-    offs_n = tl.arange(0, BLOCK_N)
     dims = tl.arange(0, BLOCK_D)
     dims_v = tl.arange(0, BLOCK_DV)
     row_ok = rows < T
@@ -124,18 +106,14 @@ def _dq_kernel(
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
 
     # Keys before `full_end` are seen by every row of the block (and are < S); the rest up to `stop` need a mask.
-    full_end = S // BLOCK_N * BLOCK_N
-    if CAUSAL:
-        first_row = block_m * BLOCK_M
-        full_end = tl.minimum(full_end, tl.maximum(first_row + causal_offset + 1, 0) // BLOCK_N * BLOCK_N)
-        stop = tl.maximum(tl.minimum(S, first_row + BLOCK_M + causal_offset), 0)
-    else:
-        stop = S
-    k_base = K + b * stride_kb + h * stride_kh
-    v_base = V + b * stride_vb + h * stride_vh
-    args = (q, do, lse2, delta, k_base, v_base, rows, offs_n, dims, dims_v, stride_ks, stride_kd, stride_vs, stride_vd)
-    dq = _dq_range(dq, *args, S, qk_scale_log2, causal_offset, 0, full_end, D, DV, BLOCK_N, False, CAUSAL, PRECISION)
-    dq = _dq_range(dq, *args, S, qk_scale_log2, causal_offset, full_end, stop, D, DV, BLOCK_N, True, CAUSAL, PRECISION)
+    full_end, stop = _visible_keys(block_m * BLOCK_M, S, causal_offset, BLOCK_M, BLOCK_N, CAUSAL)
+    shape: tl.constexpr = tl.constexpr((D, DV, BLOCK_N, CAUSAL, PRECISION))
+    query_rows = (q, do, lse2, delta)
+    k_rows = (K + b * stride_kb + h * stride_kh, stride_ks, stride_kd)
+    v_rows = (V + b * stride_vb + h * stride_vh, stride_vs, stride_vd)
+    scores = (qk_scale_log2, causal_offset)
+    dq = _dq_range(dq, query_rows, k_rows, v_rows, rows, (0, full_end, S), *scores, False, shape)
+    dq = _dq_range(dq, query_rows, k_rows, v_rows, rows, (full_end, stop, S), *scores, True, shape)
 
     dq = dq * scale
     _store_rows(DQ_OUT + b * stride_dqb + h * stride_dqh, rows, stride_dqt, T, dims, stride_dqd, D, dq)

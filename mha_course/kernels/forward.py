@@ -31,61 +31,41 @@ from __future__ import annotations
 import torch
 
 from .registry import KernelSpec, autotuned, constexprs, register
+from .rows import _load_cols, _load_rows, _program, _store_rows, _visible_keys  # noqa: F401 (the kernels call them by these global names)
 from .runtime import INTERPRETED, LOG2E, LOG2E_K, ON_GPU, tl, triton
 
 
 def _attend_key_range(
-    q,
-    m_i,
-    l_i,
-    acc,
-    k_base,
-    v_base,
-    rows,
-    cols,
-    dims,
-    dims_v,
-    stride_ks,
-    stride_kd,
-    stride_vs,
-    stride_vd,
-    S,
-    qk_scale_log2,
-    causal_offset,
-    start,
-    stop,
-    D: tl.constexpr,
-    DV: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    BLOCK_DV: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    MASKED: tl.constexpr,
-    CAUSAL: tl.constexpr,
-    NEGATIVE_SCALE: tl.constexpr,
-    PRECISION: tl.constexpr,
+    q, state, k_rows, v_rows, rows, keys, qk_scale_log2, causal_offset, MASKED: tl.constexpr, SHAPE: tl.constexpr
 ):
     """Fold key blocks [start, stop) into the running (m_i, l_i, acc) with the online softmax.
 
+    state: (m_i, l_i, acc), returned updated. k_rows, v_rows: (base pointer of this head, stride along
+    keys, stride along the head dim). rows: (BLOCK_M,) query positions. keys: (start, stop, S).
+    SHAPE: the kernel's constexprs (D, DV, BLOCK_N, CAUSAL, NEGATIVE_SCALE, PRECISION), one constexpr tuple.
     MASKED: the blocks may hold keys past S or (CAUSAL) in some row's future; otherwise every key
     of every block is visible to every row, and no score is compared or selected.
     """
+    D: tl.constexpr = SHAPE[0]
+    DV: tl.constexpr = SHAPE[1]
+    BLOCK_N: tl.constexpr = SHAPE[2]
+    CAUSAL: tl.constexpr = SHAPE[3]
+    NEGATIVE_SCALE: tl.constexpr = SHAPE[4]
+    PRECISION: tl.constexpr = SHAPE[5]
+    m_i, l_i, acc = state
+    start, stop, S = keys
+    cols = tl.arange(0, BLOCK_N)  # key offsets within a block (BLOCK_N,)
+    dims = tl.arange(0, q.shape[1])  # padded head dims: BLOCK_D of q, BLOCK_DV of acc
+    dims_v = tl.arange(0, acc.shape[1])
     for start_n in range(start, stop, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
-        keys = start_n + cols  # (BLOCK_N,)
-        key_ok = keys[None, :] < S
-        k_ptrs = k_base + keys[None, :] * stride_ks + dims[:, None] * stride_kd  # (BLOCK_D, BLOCK_N) = K^T block
-        v_ptrs = v_base + keys[:, None] * stride_vs + dims_v[None, :] * stride_vd  # (BLOCK_N, BLOCK_DV)
-        if MASKED:
-            k = tl.load(k_ptrs, mask=key_ok & (dims[:, None] < D), other=0.0)
-        elif BLOCK_D != D:  # full blocks: only a padded head dim needs a mask
-            k = tl.load(k_ptrs, mask=dims[:, None] < D, other=0.0)
-        else:
-            k = tl.load(k_ptrs)
+        keys_n = start_n + cols  # (BLOCK_N,)
+        k = _load_cols(k_rows[0], keys_n, k_rows[1], S, dims, k_rows[2], D, MASKED)  # (BLOCK_D, BLOCK_N) = K^T
         s = tl.dot(q, k, input_precision=PRECISION)  # (BLOCK_M, BLOCK_N) raw scores
         if MASKED:
-            visible = key_ok
+            visible = keys_n[None, :] < S
             if CAUSAL:
-                visible = visible & (keys[None, :] <= rows[:, None] + causal_offset)
+                visible = visible & (keys_n[None, :] <= rows[:, None] + causal_offset)
             s = tl.where(visible, s * qk_scale_log2, float("-inf"))  # base-2 scores, -inf where invisible
             m_new = tl.maximum(m_i, tl.max(s, 1))
             # A row that has seen only masked keys so far has m_new = -inf; shift by 0 to avoid inf - inf.
@@ -99,12 +79,7 @@ def _attend_key_range(
             p = tl.math.exp2(s * qk_scale_log2 - m_shift[:, None])  # one FFMA and one EX2 per score
         rescale = tl.math.exp2(m_i - m_shift)  # how much the old statistics shrink
         l_i = l_i * rescale + tl.sum(p, 1)
-        if MASKED:
-            v = tl.load(v_ptrs, mask=(keys[:, None] < S) & (dims_v[None, :] < DV), other=0.0)
-        elif BLOCK_DV != DV:
-            v = tl.load(v_ptrs, mask=dims_v[None, :] < DV, other=0.0)
-        else:
-            v = tl.load(v_ptrs)
+        v = _load_rows(v_rows[0], keys_n, v_rows[1], S, dims_v, v_rows[2], DV, MASKED)  # (BLOCK_N, BLOCK_DV)
         acc = acc * rescale[:, None]
         acc = tl.dot(p.to(v.dtype), v, acc, input_precision=PRECISION)  # (BLOCK_M, BLOCK_DV)
         m_i = m_new
@@ -149,106 +124,32 @@ def _flash_forward_kernel(
     NEGATIVE_SCALE: tl.constexpr = False,
 ):
     """One program: BLOCK_M queries of one (batch, head); streams every visible key block past them."""
-    # A 1-D grid of cdiv(T, BLOCK_M) * B * H programs: any B * H launches (a grid's y and z stop at 65535).
-    n_blocks = tl.cdiv(T, BLOCK_M)
-    block_m = tl.program_id(0) % n_blocks
-    batch_head = tl.program_id(0) // n_blocks
-    if CAUSAL:  # later query blocks see more keys: start them first, so the last programs are short ones
-        block_m = n_blocks - 1 - block_m
-    # int64 before multiplying by a stride: b * stride_qb passes 2**31 elements in a large batch.
-    b = (batch_head // num_heads).to(tl.int64)
-    h = (batch_head % num_heads).to(tl.int64)
-
+    block_m, batch_head, b, h = _program(tl.cdiv(T, BLOCK_M), num_heads, CAUSAL)
     rows = block_m * BLOCK_M + tl.arange(0, BLOCK_M)  # query positions (BLOCK_M,)
-    cols = tl.arange(0, BLOCK_N)  # key offsets within a block (BLOCK_N,)
     dims = tl.arange(0, BLOCK_D)  # padded head dim: D need not be a power of two
     dims_v = tl.arange(0, BLOCK_DV)
-
-    q_ptrs = Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qt + dims[None, :] * stride_qd
-    q = tl.load(q_ptrs, mask=(rows[:, None] < T) & (dims[None, :] < D), other=0.0)  # (BLOCK_M, BLOCK_D)
+    q = _load_rows(
+        Q + b * stride_qb + h * stride_qh, rows, stride_qt, T, dims, stride_qd, D, True
+    )  # (BLOCK_M, BLOCK_D)
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)  # running max (base-2 units)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)  # running sum of exp2(s - m_i)
     acc = tl.zeros([BLOCK_M, BLOCK_DV], dtype=tl.float32)  # running weighted sum of values
 
-    k_base = K + b * stride_kb + h * stride_kh
-    v_base = V + b * stride_vb + h * stride_vh
-    full_end = S // BLOCK_N * BLOCK_N  # blocks before this hold no key past S
-    if CAUSAL:
-        # Query i sees key j iff j <= i + causal_offset. Blocks of keys at or before the block's first
-        # query's diagonal are seen by all its rows; keys past its last query's diagonal by none (skipped).
-        first_row = block_m * BLOCK_M
-        full_end = tl.minimum(full_end, tl.maximum(first_row + causal_offset + 1, 0) // BLOCK_N * BLOCK_N)
-        stop = tl.maximum(tl.minimum(S, first_row + BLOCK_M + causal_offset), 0)
-    else:
-        stop = S
-    m_i, l_i, acc = _attend_key_range(
-        q,
-        m_i,
-        l_i,
-        acc,
-        k_base,
-        v_base,
-        rows,
-        cols,
-        dims,
-        dims_v,
-        stride_ks,
-        stride_kd,
-        stride_vs,
-        stride_vd,
-        S,
-        qk_scale_log2,
-        causal_offset,
-        0,
-        full_end,
-        D,
-        DV,
-        BLOCK_D,
-        BLOCK_DV,
-        BLOCK_N,
-        False,
-        CAUSAL,
-        NEGATIVE_SCALE,
-        PRECISION,
-    )
-    # The blocks that need a mask: the causal diagonal, and the last block when S % BLOCK_N != 0.
-    m_i, l_i, acc = _attend_key_range(
-        q,
-        m_i,
-        l_i,
-        acc,
-        k_base,
-        v_base,
-        rows,
-        cols,
-        dims,
-        dims_v,
-        stride_ks,
-        stride_kd,
-        stride_vs,
-        stride_vd,
-        S,
-        qk_scale_log2,
-        causal_offset,
-        full_end,
-        stop,
-        D,
-        DV,
-        BLOCK_D,
-        BLOCK_DV,
-        BLOCK_N,
-        True,
-        CAUSAL,
-        NEGATIVE_SCALE,
-        PRECISION,
-    )
+    # Key blocks before full_end are seen by every row (no mask); those up to stop need one (the causal
+    # diagonal, the last block when S % BLOCK_N != 0); keys past the last row's diagonal are skipped.
+    full_end, stop = _visible_keys(block_m * BLOCK_M, S, causal_offset, BLOCK_M, BLOCK_N, CAUSAL)
+    shape: tl.constexpr = tl.constexpr((D, DV, BLOCK_N, CAUSAL, NEGATIVE_SCALE, PRECISION))
+    k_rows = (K + b * stride_kb + h * stride_kh, stride_ks, stride_kd)
+    v_rows = (V + b * stride_vb + h * stride_vh, stride_vs, stride_vd)
+    scores = (qk_scale_log2, causal_offset)
+    state = _attend_key_range(q, (m_i, l_i, acc), k_rows, v_rows, rows, (0, full_end, S), *scores, False, shape)
+    m_i, l_i, acc = _attend_key_range(q, state, k_rows, v_rows, rows, (full_end, stop, S), *scores, True, shape)
 
     # Rows with no visible key (l = 0) give zeros, the library's convention for fully masked rows.
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
     out = acc / l_safe[:, None]
-    o_ptrs = O + b * stride_ob + h * stride_oh + rows[:, None] * stride_ot + dims_v[None, :] * stride_od
-    tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=(rows[:, None] < T) & (dims_v[None, :] < DV))
+    _store_rows(O + b * stride_ob + h * stride_oh, rows, stride_ot, T, dims_v, stride_od, DV, out)
     # Natural-log log-sum-exp of each row's scores: what a backward pass needs to rebuild P.
     lse = tl.where(l_i == 0.0, float("-inf"), (m_i + tl.math.log2(l_safe)) / LOG2E_K)
     tl.store(LSE + batch_head.to(tl.int64) * T + rows, lse, mask=rows < T)

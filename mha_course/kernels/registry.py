@@ -73,7 +73,7 @@ def capability() -> int:
 
 def shipped(spec: KernelSpec, gpu: int) -> list:
     """Every config of ``spec`` shipped for GPU ``gpu`` (e.g. 90), any head dim and mask, without repeats."""
-    every = {_describe(c): c for d in (64, 128) for m in (False, True) for c in spec.configs(gpu, d, m)}
+    every = {describe(c): c for d in (64, 128) for m in (False, True) for c in spec.configs(gpu, d, m)}
     return list(every.values())
 
 
@@ -82,8 +82,8 @@ def pruner(spec: KernelSpec, gpu: int):
 
     def prune(configs, named_args, **kwargs):
         launch = {**named_args, **kwargs}
-        wanted = {_describe(c) for c in spec.configs(gpu, max(launch["D"], launch["DV"]), bool(launch["CAUSAL"]))}
-        return [c for c in configs if _describe(c) in wanted] or configs
+        wanted = {describe(c) for c in spec.configs(gpu, max(launch["D"], launch["DV"]), bool(launch["CAUSAL"]))}
+        return [c for c in configs if describe(c) in wanted] or configs
 
     return prune
 
@@ -96,7 +96,8 @@ def autotuned(spec: KernelSpec, key: list[str]):
     )(spec.kernel)
 
 
-def _describe(config) -> tuple:
+def describe(config) -> tuple:
+    """A config as a hashable key: (sorted constexprs, warps, stages)."""
     return (tuple(sorted(config.kwargs.items())), config.num_warps, config.num_stages)
 
 

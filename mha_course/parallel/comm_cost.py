@@ -10,7 +10,6 @@ Bytes are exact and the same on any interconnect (b = bytes per number, W = worl
 
 With grouped-query attention the ring passes K/V blocks of only G = H_kv heads (H in the lines
 above means the heads whose K/V travel): G / H of the traffic, while the compute stays that of H heads.
-
 Time is a model, the alpha-beta model of a link with latency alpha and bandwidth beta (bytes/s):
 
     t_transfer = alpha + bytes / beta
@@ -23,14 +22,10 @@ sends B * G * (S/W) * (D + Dv) * b bytes for the G key/value heads, so
 
 which is F b / (2 beta) for multi-head attention (G = H) and 8 times less for a model of 64 query and
 8 key/value heads. A causal ring balanced by the zigzag layout does about half the work per step, so it
-needs twice that. A tensor-parallel all-reduce cannot overlap *the computation that produces its
-input* (the sum needs every head first), and its compute per byte sent shrinks as W grows (see
-:func:`tp_compute_over_comm`), which is why it is kept inside one NVLink domain. It can still be hidden
-in part: cutting the GEMMs into chunks and reducing one chunk while the next computes ("async tensor
-parallelism"), and Megatron's sequence parallelism, which replaces the all-reduce by a reduce-scatter
-and an all-gather (the same bytes) so that the layer norms and dropout between them run on T / W
-positions each.
-
+needs twice that. A tensor-parallel all-reduce cannot overlap the computation that produces its input,
+and its compute per byte sent shrinks as W grows (:func:`tp_compute_over_comm`): it stays inside one
+NVLink domain, hidden in part by chunked GEMMs ("async tensor parallelism") or Megatron's sequence
+parallelism (a reduce-scatter and an all-gather, the same bytes, with the norms between on T / W positions).
 The link figures in :data:`LINKS` are datasheet peaks per direction; NCCL reaches a fraction of them.
 """
 
