@@ -310,6 +310,7 @@ def test_a_huge_notebook_costs_only_its_own_grade(tmp_path):
     assert heavy_result.score == 0 and all("KiB of code" in t.output for t in heavy_result.tests)
 
 
+@pytest.mark.slow
 def test_the_batch_time_limit_reports_what_it_did_not_grade(tmp_path):
     from mha_course.grading import registry
     from mha_course.grading.grader import Limits, grade_many

@@ -380,6 +380,7 @@ def test_bad_world_size_rank_or_head_count_raise_clear_errors():
         TensorParallelMultiHeadAttention.from_module(module, 0, 1)(torch.randn(1, 3, E + 1))
 
 
+@pytest.mark.slow
 def test_ring_rank_reports_the_same_repeat_on_every_rank_for_its_timeline():
     from mha_course.parallel.workloads import Problem, ring_rank
 
