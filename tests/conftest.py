@@ -88,7 +88,6 @@ SLOW_ELSEWHERE = frozenset(
         "tests/kernels/test_causal_align.py::test_bottom_right_matches_the_mask_with_diagonal_S_minus_T[40-23-triton]",
         "tests/kernels/test_causal_align.py::test_bottom_right_matches_the_mask_with_diagonal_S_minus_T[5-37-triton]",
         "tests/kernels/test_causal_align.py::test_top_left_is_the_default_and_rows_without_keys_have_lse_minus_inf[triton]",
-        "tests/kernels/test_gpu_report.py::test_a_launch_specialises_unit_strides_and_divisible_sizes",
         "tests/kernels/test_layouts.py::test_every_launch_is_a_1d_grid_so_any_batch_times_heads_fits",
         "tests/kernels/test_tiled.py::test_any_blocks_any_shapes_agree_with_torch",
         "tests/kernels/test_tiled.py::test_any_score_magnitude_gives_exact_out_and_lse",
@@ -99,10 +98,16 @@ SLOW_ELSEWHERE = frozenset(
 )
 
 
+# Module fixtures of such files that start a process: every test taking one is slow (the first to run starts it).
+SLOW_FIXTURES_ELSEWHERE = frozenset({"compiled_sm90"})
+
+
 def pytest_itemcollected(item):
     if item.path.suffix == ".ipynb":  # nbval's cells: each runs in a notebook kernel
         item.add_marker(pytest.mark.slow)
     elif item.nodeid in SLOW_ELSEWHERE or item.nodeid.split("[")[0] in SLOW_ELSEWHERE:
+        item.add_marker(pytest.mark.slow)
+    elif SLOW_FIXTURES_ELSEWHERE & set(getattr(item, "fixturenames", ())):
         item.add_marker(pytest.mark.slow)
 
 
