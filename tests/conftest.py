@@ -103,10 +103,8 @@ SLOW_ELSEWHERE = frozenset(
 SLOW_FIXTURES_ELSEWHERE = frozenset({"compiled_sm90"})
 
 
-def pytest_itemcollected(item):
-    if item.path.suffix == ".ipynb":  # nbval's cells: each runs in a notebook kernel
-        item.add_marker(pytest.mark.slow)
-    elif item.nodeid in SLOW_ELSEWHERE or item.nodeid.split("[")[0] in SLOW_ELSEWHERE:
+def pytest_itemcollected(item):  # only for items under tests/ (nbval's cells are marked below)
+    if item.nodeid in SLOW_ELSEWHERE or item.nodeid.split("[")[0] in SLOW_ELSEWHERE:
         item.add_marker(pytest.mark.slow)
     elif SLOW_FIXTURES_ELSEWHERE & set(getattr(item, "fixturenames", ())):
         item.add_marker(pytest.mark.slow)
@@ -119,21 +117,33 @@ def pytest_itemcollected(item):
 REPLAY_TEST = "test_every_slider_works_after_the_notebook_has_run"
 
 
-@pytest.hookimpl(trylast=True)  # after -m and -k: only a replay that will run stands in for nbval
-def pytest_collection_modifyitems(config, items):
-    replayed = {
-        item.callspec.params["path"].resolve()
-        for item in items
-        if getattr(item, "originalname", None) == REPLAY_TEST and hasattr(item, "callspec")
-    }
-    if not replayed:
-        return
-    # a notebook with an NBVAL_* cell comment (compare this output, expect this error) keeps its nbval run
-    replayed = {path for path in replayed if "NBVAL_" not in path.read_text(encoding="utf-8")}
-    twice = {item for item in items if item.path.suffix == ".ipynb" and item.path.resolve() in replayed}
-    if twice:
-        config.hook.pytest_deselected(items=list(twice))
-        items[:] = [item for item in items if item not in twice]
+@pytest.hookimpl(tryfirst=True)  # before -m: nbval's cells (under notebooks/, solutions/) are slow
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.path.suffix == ".ipynb":  # each runs in a notebook kernel
+            item.add_marker(pytest.mark.slow)
+
+
+class _NbvalOnce:
+    """Leaves out nbval's cells of a chapter whose replay is selected; runs after -m and -k."""
+
+    @pytest.hookimpl(trylast=True)  # only a replay that will run stands in for nbval
+    def pytest_collection_modifyitems(self, config, items):
+        replayed = {
+            item.callspec.params["path"].resolve()
+            for item in items
+            if getattr(item, "originalname", None) == REPLAY_TEST and hasattr(item, "callspec")
+        }
+        # a notebook with an NBVAL_* cell comment (compare this output, expect this error) keeps its nbval run
+        replayed = {path for path in replayed if "NBVAL_" not in path.read_text(encoding="utf-8")}
+        twice = {item for item in items if item.path.suffix == ".ipynb" and item.path.resolve() in replayed}
+        if twice:
+            config.hook.pytest_deselected(items=list(twice))
+            items[:] = [item for item in items if item not in twice]
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_NbvalOnce(), "course-nbval-once")
 
 
 @pytest.hookimpl(tryfirst=True)
