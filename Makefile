@@ -17,7 +17,7 @@ SITE_HTML := _build/html
 # The pages screenshotted by `make site` (kept in _build/screenshots as build artefacts).
 SITE_SHOTS := index.html notebooks/03_scaled_dot_product_attention.html exercises/a03_attention.html
 
-.PHONY: lab test lint format sandbox nbgrader gpu-check clean-venv site site-env browser
+.PHONY: lab test test-fast lint format sandbox nbgrader gpu-check clean-venv site site-env browser
 
 # JupyterLab reads $(VENV)/share/jupyter/lab/settings/overrides.json as the defaults of this installation:
 # ours turns off the "official Jupyter news?" prompt (the course needs no network) without touching the learner's own settings.
@@ -111,6 +111,10 @@ format: $(STAMP)
 
 test: $(STAMP) sandbox browser $(NBGRADER_STAMP) $(SITE_STAMP) lint
 	MHA_COURSE_REQUIRE_NBGRADER=1 MHA_COURSE_REQUIRE_SITE=1 $(PY) -m pytest -n 2 --dist loadfile --nbval-lax --nbval-current-env --nbval-cell-timeout=300 --timeout=900 --durations=15
+
+# The quick loop: lint, then every test not marked slow (no sandbox, notebook kernel or process; none over 2 s).
+test-fast: $(STAMP) lint
+	$(PY) -m pytest -n 2 --dist loadfile -m "not slow" --timeout=300 --durations=10
 
 # On a machine with an NVIDIA GPU: CUDA tests, GPU benchmark, compile report, recorded in benchmarks/RESULTS.md.
 gpu-check: $(STAMP)

@@ -18,43 +18,17 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, tagged_processes, write_submission
+from sandbox_batch import SHELL, WRONG_ADD, grade_batch, new_batch, write_batch
 
 from mha_course.grading import isolation
 
 ROOT = Path(__file__).resolve().parents[2]
-TESTS = Path(__file__).resolve().parent
 MARKER = f"mha-redteam-{os.getpid()}"
-
-
-# A shell that no audit hook sees: what a submission runs once it is past every Python-level check.
-SHELL = """
-import os, _posixsubprocess
-
-def sh(command, wait=True):
-    r, w = os.pipe()
-    pid = _posixsubprocess.fork_exec([b"/bin/sh", b"-c", command.encode()], [b"/bin/sh"], True, (), None, None,
-                                     -1, -1, -1, -1, -1, -1, r, w, False, False, -1, None, None, None, -1, None, False)
-    os.close(w)
-    os.read(r, 100)
-    os.close(r)
-    if wait:
-        return os.waitpid(pid, 0)[1]
-    return pid
-"""
-
-WRONG_ADD = "def add_arrays(a, b):\n    return a * 0\n"
-GRADER = (
-    f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom mha_course.grading import grader, registry\n"
-    "from mha_course.grading.scan import ScanReport\n"
-    "grader.scan = lambda cells, assignment: ScanReport()\n"
-    "registry.register('grading_fake')\nfrom mha_course.grade import main\nsys.exit(main(sys.argv[1:]))"
-)
 
 
 def _attacks(paths: dict[str, str]) -> dict[str, tuple[list[str], float]]:
@@ -179,9 +153,7 @@ def _tree_digest(*roots: Path) -> dict[str, str]:
 def batch(tmp_path_factory):
     require_sandbox()
     root = tmp_path_factory.mktemp("isolation")
-    folder, out = root / "subs", root / "out"
-    folder.mkdir()
-    out.mkdir()
+    folder, out = new_batch(root)
     secret = root / "secret.txt"
     secret.write_text("a + b")
     listener = socket.create_server(("127.0.0.1", 0))  # a host service the sandbox must not reach
@@ -193,65 +165,16 @@ def batch(tmp_path_factory):
         "port": listener.getsockname()[1],
     }
     attacks = _attacks(paths)
-    for name, (cells, _) in attacks.items():
-        write_submission(folder / f"{name}.ipynb", *cells)
+    write_batch(folder, attacks)
     watched = (ROOT / "mha_course", ROOT / "solutions", ROOT / "exercises", folder)
     before = _tree_digest(*watched)
-    start = time.monotonic()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            GRADER,
-            str(folder),
-            "--results-dir",
-            str(out / "each"),
-            "--json",
-            str(out / "results.json"),
-            "--csv",
-            str(out / "grades.csv"),
-            "--quiet",
-            "--workers",
-            "2",
-            "--case-timeout",
-            "10",
-            "--cell-timeout",
-            "20",
-            "--memory-mb",
-            "1024",
-        ],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=dict(os.environ, MHA_COURSE_RUN_TAG=MARKER),
-    )
-    wall = time.monotonic() - start
-    written = (out / "results.json").read_text() if (out / "results.json").exists() else ""
-    time.sleep(1.5)  # a forger that outlived its sandbox would have rewritten it by now
-    left = tagged_processes(MARKER)
-    for pid in left:
-        try:
-            os.kill(pid, 9)
-        except OSError:
-            pass
-    listener.close()
-    each = {
-        Path(d["extra_data"]["submission"]).stem: d
-        for d in (json.loads(p.read_text()) for p in (out / "each").glob("*.json"))
-    }
-    return {
-        "proc": proc,
-        "wall": wall,
-        "attacks": attacks,
-        "each": each,
-        "before": before,
-        "after": _tree_digest(*watched),
-        "left": left,
-        "written": written,
-        "final": (out / "results.json").read_text() if (out / "results.json").exists() else "",
-        "csv": out / "grades.csv",
-    }
+    args = ["--csv", str(out / "grades.csv"), "--quiet", "--workers", "2", "--case-timeout", "10"]
+    args += ["--cell-timeout", "20", "--memory-mb", "1024"]
+    try:
+        graded = grade_batch(root, attacks, args, MARKER)
+    finally:
+        listener.close()
+    return {**graded, "before": before, "after": _tree_digest(*watched), "csv": out / "grades.csv"}
 
 
 @pytest.mark.slow
@@ -367,6 +290,7 @@ def test_refuses_without_isolation_unless_told(tmp_path, monkeypatch):
     assert "NO ISOLATION" in data["output"]
 
 
+@pytest.mark.slow
 def test_a_huge_notebook_costs_only_its_own_grade(tmp_path):
     """A 5 MiB cell (the scan would take seconds and gigabytes) is refused before anything parses it; 17 MiB
     more that is not code (saved plots, padding) changes nothing: the limit is on code."""
@@ -386,6 +310,7 @@ def test_a_huge_notebook_costs_only_its_own_grade(tmp_path):
     assert heavy_result.score == 0 and all("KiB of code" in t.output for t in heavy_result.tests)
 
 
+@pytest.mark.slow
 def test_the_batch_time_limit_reports_what_it_did_not_grade(tmp_path):
     from mha_course.grading import registry
     from mha_course.grading.grader import Limits, grade_many
@@ -396,6 +321,7 @@ def test_the_batch_time_limit_reports_what_it_did_not_grade(tmp_path):
     assert [r.error for r in results] == ["not graded: the batch's time limit (1e-09 s) ran out first"] * 3
 
 
+@pytest.mark.slow
 def test_the_leftover_finder_finds_a_tagged_process():
     """The check behind test_no_process_of_a_submission_is_left can fail: it sees a tagged process."""
     proc = subprocess.Popen(["sleep", "30"], env=dict(os.environ, MHA_COURSE_RUN_TAG=MARKER + "-probe"))

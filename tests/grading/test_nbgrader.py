@@ -47,27 +47,34 @@ def _nbgrader() -> Path:
     return tool
 
 
-@pytest.mark.slow
-def test_real_nbgrader_releases_a_notebook_this_grader_grades(tmp_path):
+def _run(tool: Path, course: Path, *command: str) -> None:
+    env = dict(os.environ, PATH=f"{NBGRADER_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    env.pop("PYTHONPATH", None)  # mha_course must come from the environment itself, as for an instructor
+    done = subprocess.run([str(tool), *command], cwd=course, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, " ".join(command) + "\n" + done.stdout[-2000:] + done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory) -> tuple[Path, Path]:
+    """nbgrader's tool and a course folder where it released a02 once (the student's copy is submitted too)."""
     tool = _nbgrader()
-    require_sandbox()
-    course = tmp_path / "course"
+    course = tmp_path_factory.mktemp("nbgrader") / "course"
     (course / "source" / "a02_softmax").mkdir(parents=True)
     shutil.copy(ROOT / "solutions" / "a02_softmax.ipynb", course / "source" / "a02_softmax")
+    submitted = course / "submitted" / "student1" / "a02_softmax"
+    submitted.mkdir(parents=True)
+    shutil.copy(ROOT / "solutions" / "a02_softmax.ipynb", submitted)
     (course / "nbgrader_config.py").write_text(
         f'c = get_config()\nc.CourseDirectory.course_id = "mha"\nc.CourseDirectory.db_url = "sqlite:///{course}/gradebook.db"\n'
     )
-    env = dict(os.environ, PATH=f"{NBGRADER_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    done = subprocess.run(
-        [str(tool), "generate_assignment", "a02_softmax", "--force"],
-        cwd=course,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    release = course / "release" / "a02_softmax" / "a02_softmax.ipynb"
+    _run(tool, course, "generate_assignment", "a02_softmax", "--force")
+    return tool, course
+
+
+@pytest.mark.slow
+def test_real_nbgrader_releases_a_notebook_this_grader_grades(course, tmp_path):
+    require_sandbox()
+    release = course[1] / "release" / "a02_softmax" / "a02_softmax.ipynb"
     nb = json.loads(release.read_text())
     text = json.dumps(nb)
     assert "BEGIN SOLUTION" not in text and "BEGIN HIDDEN TESTS" not in text and "YOUR CODE HERE" in text
@@ -90,28 +97,12 @@ def test_real_nbgrader_releases_a_notebook_this_grader_grades(tmp_path):
 
 
 @pytest.mark.slow
-def test_real_nbgrader_autogrades_a_course_notebook_end_to_end(tmp_path):
+def test_real_nbgrader_autogrades_a_course_notebook_end_to_end(course, tmp_path):
     """nbgrader's own autograde runs the solution's check and hidden-test cells (they import mha_course from
     .venv-nbgrader, outside the repository) and gives the answered notebook every point of its grade cells."""
-    tool = _nbgrader()
-    course = tmp_path / "course"
-    (course / "source" / "a02_softmax").mkdir(parents=True)
-    shutil.copy(ROOT / "solutions" / "a02_softmax.ipynb", course / "source" / "a02_softmax")
-    submitted = course / "submitted" / "student1" / "a02_softmax"
-    submitted.mkdir(parents=True)
-    shutil.copy(ROOT / "solutions" / "a02_softmax.ipynb", submitted)
-    (course / "nbgrader_config.py").write_text(
-        f'c = get_config()\nc.CourseDirectory.course_id = "mha"\nc.CourseDirectory.db_url = "sqlite:///{course}/gradebook.db"\n'
-    )
-    env = dict(os.environ, PATH=f"{NBGRADER_BIN}{os.pathsep}{os.environ.get('PATH', '')}")
-    env.pop("PYTHONPATH", None)  # mha_course must come from the environment itself, as for an instructor
-    for command in (
-        ["generate_assignment", "a02_softmax", "--force"],
-        ["autograde", "a02_softmax", "--force", "--create"],
-        ["export", "--to", str(tmp_path / "grades.csv")],
-    ):
-        done = subprocess.run([str(tool), *command], cwd=course, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, " ".join(command) + "\n" + done.stdout[-2000:] + done.stderr[-3000:]
+    tool, course = course
+    _run(tool, course, "autograde", "a02_softmax", "--force", "--create")
+    _run(tool, course, "export", "--to", str(tmp_path / "grades.csv"))
     graded = json.loads((course / "autograded" / "student1" / "a02_softmax" / "a02_softmax.ipynb").read_text())
     checks = [c for c in graded["cells"] if c["metadata"].get("nbgrader", {}).get("grade")]
     assert checks, "the hidden-test cells lost their nbgrader metadata"

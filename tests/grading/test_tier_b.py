@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 import pytest
-from grading_fake import GOOD_ADD, GOOD_DOUBLE, tagged_processes, write_submission
-from test_grader_isolation import SHELL
+from grading_fake import GOOD_ADD, GOOD_DOUBLE, write_submission
+from sandbox_batch import GRADER, SHELL, WRONG_ADD, grade_batch, new_batch, outputs, write_batch
 
 from mha_course import gradescope
 from mha_course.grading import container_repro, landlock, seccomp_filter, tier_b, tiers
@@ -32,7 +32,6 @@ ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parent
 MARKER = f"mha-tierb-{os.getpid()}"
 SECRET = f"grader-secret-{os.getpid()}"
-WRONG_ADD = "def add_arrays(a, b):\n    return a * 0\n"
 PYTHON_CHILD = [sys.executable, "-I", "-S", "-c"]
 
 
@@ -58,6 +57,7 @@ def _need_landlock() -> int:
     return abi
 
 
+@pytest.mark.slow
 def test_landlock_grants_only_what_the_rules_name(tmp_path):
     abi = _need_landlock()
     allowed, denied = tmp_path / "allowed", tmp_path / "denied"
@@ -92,6 +92,7 @@ def test_landlock_refuses_a_bad_abi():
         landlock.Ruleset(0)
 
 
+@pytest.mark.slow
 def test_the_seccomp_filter_refuses_sockets_namespaces_and_ptrace_but_not_threads():
     if not seccomp_filter.supported():
         pytest.skip("the filter is written for x86_64")
@@ -196,6 +197,7 @@ def test_the_cause_names_dockers_seccomp_profile_and_never_advises_unconfined(mo
     assert "unconfined" not in text and "--min-isolation C" in text and "Docker's default profile" in text
 
 
+@pytest.mark.slow
 def test_the_strongest_tier_that_holds_is_used_and_named():
     from mha_course.grading import isolation
     from mha_course.grading.process import Isolator
@@ -250,14 +252,6 @@ def test_the_reproduction_refuses_bubblewrap_as_docker_does():
     unconfined = container_repro.command(["sh", "-c", script], seccomp=False)
     done = subprocess.run(unconfined, capture_output=True, text=True, timeout=120)
     assert "Can't mount proc" in done.stderr and "bwrap=1" in done.stdout
-
-
-GRADER = (
-    f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom mha_course.grading import grader, registry\n"
-    "from mha_course.grading.scan import ScanReport\n"
-    "grader.scan = lambda cells, assignment: ScanReport()\n"
-    "registry.register('grading_fake')\nfrom mha_course.grade import main\nsys.exit(main(sys.argv[1:]))"
-)
 
 
 @pytest.mark.slow
@@ -351,9 +345,7 @@ def _attacks(paths: dict) -> dict[str, tuple[list[str], float]]:
 def batch(tmp_path_factory):
     require_repro()
     root = tmp_path_factory.mktemp("tierb")
-    folder, out = root / "subs", root / "out"
-    folder.mkdir()
-    out.mkdir()
+    folder, out = new_batch(root)
     listener = socket.create_server(("127.0.0.1", 0))  # a service on this machine the sandbox must not reach
     paths = {
         "library": str(ROOT / "mha_course" / "attention.py"),
@@ -364,62 +356,30 @@ def batch(tmp_path_factory):
         "port": listener.getsockname()[1],
     }
     attacks = _attacks(paths)
-    for name, (cells, _) in attacks.items():
-        write_submission(folder / f"{name}.ipynb", *cells)
-    (folder / "z_a02_solution.ipynb").write_bytes((ROOT / "solutions" / "a02_softmax.ipynb").read_bytes())
-    (folder / "z_a02_exercise.ipynb").write_bytes((ROOT / "exercises" / "a02_softmax.ipynb").read_bytes())
+    copies = {"z_a02_solution": ROOT / "solutions" / "a02_softmax.ipynb"}
+    copies["z_a02_exercise"] = ROOT / "exercises" / "a02_softmax.ipynb"
+    write_batch(folder, attacks, copies)
     library = Path(paths["library"]).read_bytes()
-    argv = [sys.executable, "-c", GRADER, str(folder), "--results-dir", str(out / "each"), "--json", paths["results"]]
-    argv += ["--quiet", "--workers", "2", "--cell-timeout", "10", "--case-timeout", "10", "--memory-mb", "1024"]
-    start = time.monotonic()
-    proc = subprocess.run(
-        container_repro.command(argv),
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        env=dict(os.environ, MHA_COURSE_RUN_TAG=MARKER, MHA_TIERB_SECRET=SECRET),
-    )
-    wall = time.monotonic() - start
-    written = Path(paths["results"]).read_text() if Path(paths["results"]).exists() else ""
-    time.sleep(1.5)  # a forger that outlived its sandbox would have rewritten the results by now
-    # tier B's uids only: tier A sandboxes of tests running beside this one (own uids above) are not ours to kill
-    left = tagged_processes(MARKER) + [
-        pid
-        for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
-        if tier_b.UID_BASE <= _uid(pid) < tier_b.UID_BASE + tier_b.UID_SPAN
-    ]
-    left = [_describe(pid) for pid in left]
-    for pid, _ in left:
-        try:
-            os.kill(pid, 9)
-        except OSError:
-            pass
-    listener.close()
-    each = {
-        Path(d["extra_data"]["submission"]).stem: d
-        for d in (json.loads(p.read_text()) for p in (out / "each").glob("*.json"))
-    }
-    return {
-        "proc": proc,
-        "wall": wall,
-        "attacks": attacks,
-        "each": each,
-        "left": left,
-        "written": written,
-        "final": Path(paths["results"]).read_text() if Path(paths["results"]).exists() else "",
-        "library": library == Path(paths["library"]).read_bytes(),
-    }
-
-
-def _describe(pid: int) -> tuple[int, str]:
-    """(pid, its state, uid, parent and command line) of a process left behind, for the failure message."""
+    args = ["--quiet", "--workers", "2", "--cell-timeout", "10", "--case-timeout", "10", "--memory-mb", "1024"]
     try:
-        status = Path(f"/proc/{pid}/status").read_text().splitlines()
-        keep = [line for line in status if line.startswith(("State:", "Uid:", "PPid:"))]
-        return pid, " ".join(keep) + " " + Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    except OSError as exc:
-        return pid, str(exc)
+        graded = grade_batch(
+            root,
+            attacks,
+            args,
+            MARKER,
+            wrap=container_repro.command,
+            env=dict(os.environ, MHA_TIERB_SECRET=SECRET),
+            # tier B's uids only: tier A sandboxes of tests running beside this one (own uids above) are not ours
+            more_leftovers=lambda: [
+                pid
+                for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+                if tier_b.UID_BASE <= _uid(pid) < tier_b.UID_BASE + tier_b.UID_SPAN
+            ],
+            timeout=900,
+        )
+    finally:
+        listener.close()
+    return {**graded, "library": library == Path(paths["library"]).read_bytes()}
 
 
 def _uid(pid: int) -> int:
@@ -428,10 +388,6 @@ def _uid(pid: int) -> int:
             return next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
     except (OSError, StopIteration, ValueError):
         return -1
-
-
-def _outputs(data: dict) -> str:
-    return " ".join(t["output"] for t in data["tests"])
 
 
 @pytest.mark.slow
@@ -446,7 +402,7 @@ def test_the_batch_runs_in_tier_b_to_the_end(batch):
 @pytest.mark.slow
 def test_the_a02_solution_gets_full_marks_and_the_blank_exercise_none(batch):
     solution, blank = batch["each"]["z_a02_solution"], batch["each"]["z_a02_exercise"]
-    assert solution["score"] == solution["extra_data"]["max_score"] > 0, _outputs(solution)[:2000]
+    assert solution["score"] == solution["extra_data"]["max_score"] > 0, outputs(solution)[:2000]
     assert blank["score"] == 0
 
 
@@ -467,7 +423,7 @@ def test_no_attack_gains_a_point(batch, name):
 @pytest.mark.slow
 def test_every_escape_theft_tamper_leak_and_connection_is_refused_by_the_kernel(batch):
     report = dict(
-        item.split("=") for item in _outputs(batch["each"]["probe"]).split("ValueError: ")[1].split(" (cell")[0].split()
+        item.split("=") for item in outputs(batch["each"]["probe"]).split("ValueError: ")[1].split(" (cell")[0].split()
     )
     for name in (
         "shadow",
@@ -489,7 +445,7 @@ def test_every_escape_theft_tamper_leak_and_connection_is_refused_by_the_kernel(
 
 @pytest.mark.slow
 def test_resource_attacks_are_stopped_and_explained(batch):
-    assert "timed out" in batch["each"]["hang"]["output"] + _outputs(batch["each"]["hang"])
+    assert "timed out" in batch["each"]["hang"]["output"] + outputs(batch["each"]["hang"])
     hog = " ".join(batch["each"]["memory_hog"]["output"].splitlines())
     assert "MemoryError" in hog or "memory" in hog
 
@@ -500,6 +456,7 @@ def test_results_are_the_graders_and_no_process_is_left(batch):
     assert batch["left"] == []
 
 
+@pytest.mark.slow
 def test_uid_pids_sees_a_process_of_that_uid():
     """The leftover check above can fail: it finds a process of a sandbox uid."""
     if os.geteuid() != 0:
@@ -520,6 +477,7 @@ def test_uid_pids_sees_a_process_of_that_uid():
         tier_b.kill_uid(0)
 
 
+@pytest.mark.slow
 def test_kill_uid_stops_a_fork_bomb_at_once():
     """A uid that keeps forking up to its NPROC is gone, all of it, within a kill_uid call."""
     if os.geteuid() != 0:

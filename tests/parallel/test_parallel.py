@@ -157,6 +157,7 @@ def ranks(request):
 # --- equality with one process ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mask_name", ["none", "causal", "padding", "per-head float"])
 def test_tensor_parallel_mha_equals_the_whole_module(ranks, mask_name):
     world_size, results = ranks
@@ -170,6 +171,7 @@ def test_tensor_parallel_mha_equals_the_whole_module(ranks, mask_name):
         assert_close(w, weights[:, heads], what=f"rank {rank} weights")
 
 
+@pytest.mark.slow
 def test_tensor_parallel_gradients_equal_the_whole_module(ranks):
     world_size, results = ranks
     module, x, kv, _, grad = _tp_problem()
@@ -189,6 +191,7 @@ def test_tensor_parallel_gradients_equal_the_whole_module(ranks):
         assert_close(g["params"]["out_proj.bias"], module.out_proj.bias.grad, what="out_proj.bias")
 
 
+@pytest.mark.slow
 def test_tensor_parallel_shards_an_nn_multihead_attention(ranks):
     _, results = ranks
     module, x, _, _, _ = _tp_problem()
@@ -198,6 +201,7 @@ def test_tensor_parallel_shards_an_nn_multihead_attention(ranks):
         assert_close(r["tp"]["from torch"], expected)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "causal", "layout", "T_", "S_"), RING_CASES, ids=[c[0] for c in RING_CASES])
 def test_ring_attention_equals_one_process(ranks, name, causal, layout, T_, S_):
     world_size, results = ranks
@@ -214,6 +218,7 @@ def test_ring_attention_equals_one_process(ranks, name, causal, layout, T_, S_):
             assert model <= stats.wire_bytes <= model * 1.05 + 2048 * world_size
 
 
+@pytest.mark.slow
 def test_ulysses_equals_one_process_and_sends_the_models_bytes(ranks):
     world_size, results = ranks
     for name, causal, T_, G in _ulysses_cases(world_size):
@@ -231,6 +236,7 @@ def test_ulysses_equals_one_process_and_sends_the_models_bytes(ranks):
                 assert stats.bytes_sent <= stats.wire_bytes <= stats.bytes_sent * 1.1 + 4096 * world_size
 
 
+@pytest.mark.slow
 def test_ulysses_refuses_fewer_kv_heads_than_ranks_on_every_rank(ranks):
     world_size, results = ranks
     if world_size > 1:
@@ -239,6 +245,7 @@ def test_ulysses_refuses_fewer_kv_heads_than_ranks_on_every_rank(ranks):
             assert f"G = 1 must be divisible by {world_size}" in r["errors"]["ulysses, one kv head"]
 
 
+@pytest.mark.slow
 def test_causal_ring_skips_future_blocks(ranks):
     world_size, results = ranks
     for rank, r in enumerate(results):
@@ -248,6 +255,7 @@ def test_causal_ring_skips_future_blocks(ranks):
         assert [s.scores for s in steps] == causal_work(T, world_size, "contiguous")[rank]
 
 
+@pytest.mark.slow
 def test_a_subgroup_runs_its_own_ring_and_heads(ranks):
     world_size, results = ranks
     if world_size != 3:
@@ -263,6 +271,7 @@ def test_a_subgroup_runs_its_own_ring_and_heads(ranks):
     assert "subgroup" not in results[0]
 
 
+@pytest.mark.slow
 def test_bad_shards_and_mismatched_groups_raise_clear_errors_on_every_rank(ranks):
     world_size, results = ranks
     for r in results:
@@ -276,6 +285,7 @@ def test_bad_shards_and_mismatched_groups_raise_clear_errors_on_every_rank(ranks
 # --- the launcher ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_failing_rank_stops_the_launch_with_its_error():
     start = time.monotonic()
     with pytest.raises(Exception, match="rank one says no"):
@@ -297,6 +307,7 @@ def test_run_ranks_refuses_what_it_cannot_launch():
             run_ranks(battery, 64, backend="nccl")
 
 
+@pytest.mark.slow
 def test_demo_prints_equality_and_bytes_that_match_the_model(capsys, tmp_path):
     args = ["--world-size", "2", "--seq-len", "24", "--head-dim", "8", "--repeats", "1"]
     assert demo.main([*args, "--json", str(tmp_path / "report.json")]) == 0
@@ -369,6 +380,7 @@ def test_bad_world_size_rank_or_head_count_raise_clear_errors():
         TensorParallelMultiHeadAttention.from_module(module, 0, 1)(torch.randn(1, 3, E + 1))
 
 
+@pytest.mark.slow
 def test_ring_rank_reports_the_same_repeat_on_every_rank_for_its_timeline():
     from mha_course.parallel.workloads import Problem, ring_rank
 

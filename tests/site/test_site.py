@@ -79,6 +79,7 @@ def _site_settings() -> tuple[str, str, str]:
 # --- the mini-site ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_mini_site_builds_every_page_without_warnings(mini_site):
     html, warnings = mini_site
     pages = {p.relative_to(html).as_posix() for p in html.rglob("*.html") if p.relative_to(html).parts[0] != "_static"}
@@ -100,6 +101,7 @@ def test_mini_site_builds_every_page_without_warnings(mini_site):
     assert (html / "_static" / "mathjax" / "tex-chtml.js").is_file(), "MathJax is not served by the site itself"
 
 
+@pytest.mark.slow
 def test_no_answer_or_hidden_test_reaches_the_mini_site(mini_site):
     html, _ = mini_site
     secrets = answers.secret_strings()
@@ -130,6 +132,7 @@ def _missing_figures(html: Path) -> list[str]:
     return missing
 
 
+@pytest.mark.slow
 def test_every_figure_of_the_mini_site_is_an_image(mini_site):
     html, _ = mini_site
     assert not _missing_figures(html), _missing_figures(html)
@@ -143,6 +146,7 @@ def test_every_figure_of_the_full_site_is_an_image():
     assert not _missing_figures(html), _missing_figures(html)
 
 
+@pytest.mark.slow
 def test_the_reference_has_every_public_name_and_chapters_link_to_it(mini_site):
     html, _ = mini_site
     reference = (html / "reference.html").read_text(encoding="utf-8")
@@ -158,6 +162,7 @@ def test_the_reference_has_every_public_name_and_chapters_link_to_it(mini_site):
         assert f'href="../reference.html#mha_course.{name}"' in chapter, f"chapter 00 does not link {name}"
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_mini_site_in_chromium(mini_site, tmp_path):
     html, _ = mini_site
@@ -193,6 +198,7 @@ def test_mini_site_in_chromium(mini_site, tmp_path):
         assert urlparse(launch["launch-source"]).path == f"/{owner}/{repo}/blob/{branch}/{notebook}"
 
 
+@pytest.mark.slow
 @needs_chromium
 def test_browser_check_reports_what_is_broken(tmp_path):
     """The browser check on a hand-made broken site: each fault it exists to find is reported."""
