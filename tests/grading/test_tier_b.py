@@ -338,6 +338,8 @@ def _attacks(paths: dict) -> dict[str, tuple[list[str], float]]:
         "fork_bomb": ([SHELL + "sh('b() { b | b & }; b', wait=False)\nimport time\ntime.sleep(3)", WRONG_ADD, GOOD_DOUBLE], 2),
         "hang": (["while True:\n    pass", GOOD_ADD, GOOD_DOUBLE], 6),
         "memory_hog": (["import numpy as np\nHOG = []\nfor _ in range(64):\n    HOG.append(np.ones(2**27))", GOOD_ADD, GOOD_DOUBLE], 6),
+        # no size-limited tmpfs in tier B: ten 50 MiB files (each under RLIMIT_FSIZE) until the grader's watch kills it
+        "disk_filler": ([SHELL + "sh('for i in 0 1 2 3 4 5 6 7 8 9; do dd if=/dev/zero of=$HOME/fill$i bs=1M count=50 status=none; done')", GOOD_ADD, GOOD_DOUBLE], 6),
     }  # fmt: skip
 
 
@@ -407,7 +409,9 @@ def test_the_a02_solution_gets_full_marks_and_the_blank_exercise_none(batch):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["a_honest", "b_classmate", "shell_works", "detached_sleeper", "hang", "memory_hog"])
+@pytest.mark.parametrize(
+    "name", ["a_honest", "b_classmate", "shell_works", "detached_sleeper", "hang", "memory_hog", "disk_filler"]
+)
 def test_honest_answers_score_in_full_whatever_else_the_notebook_does(batch, name):
     data = batch["each"][name]
     assert data["score"] == batch["attacks"][name][1], json.dumps(data, indent=1)[:3000]
@@ -448,6 +452,8 @@ def test_resource_attacks_are_stopped_and_explained(batch):
     assert "timed out" in batch["each"]["hang"]["output"] + outputs(batch["each"]["hang"])
     hog = " ".join(batch["each"]["memory_hog"]["output"].splitlines())
     assert "MemoryError" in hog or "memory" in hog
+    filler = " ".join((batch["each"]["disk_filler"]["output"] + outputs(batch["each"]["disk_filler"])).splitlines())
+    assert "MiB of files to its scratch folder" in filler, filler[:2000]
 
 
 @pytest.mark.slow
