@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from mha_course import MultiHeadAttention, attention_loop_reference, causal_mask
-from mha_course.alibi import AlibiMultiHeadAttention, alibi_bias, alibi_slopes, use_alibi
-from mha_course.model import TinyTransformer
+from mha_course.inference.alibi import AlibiMultiHeadAttention, alibi_bias, alibi_slopes, use_alibi
+from mha_course.models.model import TinyTransformer
 from mha_course.testing import assert_close
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from mha_course import experiments as ex
+from mha_course.models import experiments as ex
 
 DIMS = [4, 16, 64, 256]
 
@@ -40,8 +40,8 @@ def test_unscaled_softmax_saturates_and_scaled_does_not():
 
 
 def test_gradient_norm_uses_the_one_softmax_jacobian():
-    """One contract: the Jacobian is computed from probabilities (mha_course.backward.softmax_jacobian)."""
-    from mha_course.backward import softmax_jacobian
+    """One contract: the Jacobian is computed from probabilities (mha_course.efficient.gradients.softmax_jacobian)."""
+    from mha_course.efficient.gradients import softmax_jacobian
 
     assert ex.softmax_jacobian is softmax_jacobian  # not a second function of the same name
     scores = torch.randn(3, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(0))

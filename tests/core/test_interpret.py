@@ -8,7 +8,8 @@ import pytest
 import torch
 from torch import nn
 
-from mha_course.interpret import (
+from mha_course.core.mha import MultiHeadAttention
+from mha_course.models.interpret import (
     ablate,
     ablation_table,
     attention_grid,
@@ -19,9 +20,8 @@ from mha_course.interpret import (
     previous_token_attention,
     relation_attention,
 )
-from mha_course.mha import MultiHeadAttention
-from mha_course.model import build_model
-from mha_course.tasks import get_task
+from mha_course.models.model import build_model
+from mha_course.models.tasks import get_task
 
 
 class KnownAttention(nn.Module):
@@ -126,7 +126,7 @@ def test_head_picker_falls_back_to_a_static_grid(monkeypatch):
 
 
 def test_ablation_table_keep_only_leaves_exactly_one_head_on(monkeypatch):
-    import mha_course.interpret as interpret
+    import mha_course.models.interpret as interpret
 
     torch.manual_seed(0)
     task = get_task("grammar")

@@ -1,4 +1,4 @@
-"""KV cache: cached decoding equals full causal recomputation (mha_course.kv_cache)."""
+"""KV cache: cached decoding equals full causal recomputation (mha_course.inference.kv_cache)."""
 
 import pytest
 import torch
@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from mha_course import MultiHeadAttention, assert_close, attention_loop_reference, causal_mask
 from mha_course import scaled_dot_product_attention as sdpa
-from mha_course.kv_cache import KVCache, decode_self_attention, decode_step
-from mha_course.variants import GroupedQueryAttention, repeat_kv
+from mha_course.inference.kv_cache import KVCache, decode_self_attention, decode_step
+from mha_course.inference.variants import GroupedQueryAttention, repeat_kv
 
 
 def decode_all(q, k, v, cache, chunks):

@@ -7,8 +7,13 @@ import pytest
 import torch
 
 from mha_course import attention_loop_reference, causal_mask
-from mha_course.mla import LatentCache, MultiHeadLatentAttention, cache_numbers_per_token, decode_cost_per_token
-from mha_course.positions import apply_rotary
+from mha_course.core.positions import apply_rotary
+from mha_course.inference.mla import (
+    LatentCache,
+    MultiHeadLatentAttention,
+    cache_numbers_per_token,
+    decode_cost_per_token,
+)
 from mha_course.testing import assert_close
 
 

@@ -3,9 +3,11 @@
 import pytest
 import torch
 
-from mha_course.attention import scaled_dot_product_attention
-from mha_course.mha import MultiHeadAttention
-from mha_course.model import (
+from mha_course.core.attention import scaled_dot_product_attention
+from mha_course.core.mha import MultiHeadAttention
+from mha_course.core.positions import apply_rotary
+from mha_course.inference.variants import GroupedQueryAttention, repeat_kv
+from mha_course.models.model import (
     EncoderDecoder,
     GroupedSelfAttention,
     RotaryMultiHeadAttention,
@@ -13,10 +15,8 @@ from mha_course.model import (
     build_model,
     run_model,
 )
-from mha_course.positions import apply_rotary
-from mha_course.tasks import get_task
+from mha_course.models.tasks import get_task
 from mha_course.testing import assert_close
-from mha_course.variants import GroupedQueryAttention, repeat_kv
 
 
 @pytest.mark.parametrize("positions", ["none", "sinusoidal", "learned", "rotary"])

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from mha_course import attention_loop_reference, causal_mask
-from mha_course.paged_kv import PagedKVCache, gather_pages, memory_report, paged_attention, physical_slot
+from mha_course.inference.paged_kv import PagedKVCache, gather_pages, memory_report, paged_attention, physical_slot
 from mha_course.testing import assert_close
 
 

@@ -5,11 +5,11 @@ import math
 import pytest
 import torch
 
-from mha_course.model import TinyTransformer
-from mha_course.recurrence import GRUTagger, input_sensitivity, matched_gru, path_table
-from mha_course.tasks import get_task
+from mha_course.models.model import TinyTransformer
+from mha_course.models.recurrence import GRUTagger, input_sensitivity, matched_gru, path_table
+from mha_course.models.tasks import get_task
+from mha_course.models.train import train
 from mha_course.testing import assert_close
-from mha_course.train import train
 
 
 def test_path_table_is_the_papers_table():
@@ -91,7 +91,7 @@ def test_a_plain_convolution_stack_reaches_k_minus_1_positions_per_layer():
 
 
 def test_linear_attention_recurrence_equals_its_parallel_form_with_a_constant_state():
-    from mha_course.recurrence import LinearAttentionState, linear_attention
+    from mha_course.models.recurrence import LinearAttentionState, linear_attention
 
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 3, 9, d, dtype=torch.float64) for d in (4, 4, 5))
@@ -115,7 +115,7 @@ def test_linear_attention_recurrence_equals_its_parallel_form_with_a_constant_st
 
 
 def test_training_step_seconds_times_a_real_step_of_either_model():
-    from mha_course.recurrence import training_step_seconds
+    from mha_course.models.recurrence import training_step_seconds
 
     torch.manual_seed(0)
     gru = GRUTagger(7, 8)
@@ -129,7 +129,7 @@ def test_training_step_seconds_times_a_real_step_of_either_model():
 
 
 def test_forward_flops_counts_the_grus_gates_and_the_transformers_products():
-    from mha_course.recurrence import forward_flops
+    from mha_course.models.recurrence import forward_flops
 
     gru, tokens = GRUTagger(12, 32), torch.randint(12, (4, 10))
     # per token: 3 gates, each (E + h) x h multiply-adds, 2 FLOPs each; then the (h, V) head

@@ -6,15 +6,15 @@ import math
 import pytest
 import torch
 
-from mha_course.model import RotaryMultiHeadAttention, TinyTransformer
-from mha_course.positions import apply_rotary
-from mha_course.rope_layouts import (
+from mha_course.core.positions import apply_rotary
+from mha_course.inference.rope_layouts import (
     RotateHalfMultiHeadAttention,
     apply_rotary_half,
     convert_rope_rows,
     interleaved_to_half_permutation,
     with_rope_layout,
 )
+from mha_course.models.model import RotaryMultiHeadAttention, TinyTransformer
 from mha_course.testing import assert_close
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from mha_course import attention_loop_reference, scaled_dot_product_attention
-from mha_course.sinks import (
+from mha_course.inference.sinks import (
     StreamingKVCache,
     attention_with_sink_logits,
     sink_mass,
@@ -25,8 +25,8 @@ def test_streaming_mask_against_a_loop(T, S, window, sinks):
 
 
 def test_a_window_means_what_it_means_in_sliding_window_mask_and_flex():
-    from mha_course.flex import mask_from_mod, sliding_window_mod
-    from mha_course.variants import sliding_window_mask
+    from mha_course.inference.flex import mask_from_mod, sliding_window_mod
+    from mha_course.inference.variants import sliding_window_mask
 
     for window in (0, 3, 8):
         mask = streaming_mask(20, window)
@@ -89,7 +89,7 @@ def test_bad_inputs_name_what_was_expected():
 
 
 def test_a_model_runs_under_a_streaming_mask_and_a_full_window_changes_nothing():
-    from mha_course.model import TinyTransformer
+    from mha_course.models.model import TinyTransformer
 
     torch.manual_seed(3)
     model = TinyTransformer(12, 10, embed_dim=16, num_heads=2, num_layers=2, positions="rotary", causal=True).eval()
@@ -103,7 +103,7 @@ def test_a_model_runs_under_a_streaming_mask_and_a_full_window_changes_nothing()
 
 
 def _rotary_model():
-    from mha_course.model import TinyTransformer
+    from mha_course.models.model import TinyTransformer
 
     torch.manual_seed(4)
     return TinyTransformer(12, 16, embed_dim=16, num_heads=2, num_layers=2, positions="rotary", causal=True).eval()
@@ -132,7 +132,7 @@ def test_reindexing_changes_only_the_offsets_to_the_sinks():
 
 
 def test_streaming_decode_refuses_models_without_rotary_attention():
-    from mha_course.model import TinyTransformer
+    from mha_course.models.model import TinyTransformer
 
     learned = TinyTransformer(12, 16, embed_dim=16, num_heads=2, num_layers=1, positions="learned", causal=True)
     with pytest.raises(TypeError, match="rotary"):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from mha_course.tasks import IGNORE, TASKS, get_task
+from mha_course.models.tasks import IGNORE, TASKS, get_task
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))

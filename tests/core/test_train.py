@@ -6,9 +6,9 @@ import warnings
 import pytest
 import torch
 
-from mha_course.model import build_model
-from mha_course.tasks import get_task
-from mha_course.train import HELD_OUT_SEED_OFFSET, evaluate, main, train, train_task
+from mha_course.models.model import build_model
+from mha_course.models.tasks import get_task
+from mha_course.models.train import HELD_OUT_SEED_OFFSET, evaluate, main, train, train_task
 
 
 def test_small_model_learns_grammar_past_threshold():

@@ -1,4 +1,4 @@
-"""Grouped-query, sliding-window and low-rank attention (mha_course.variants)."""
+"""Grouped-query, sliding-window and low-rank attention (mha_course.inference.variants)."""
 
 import pytest
 import torch
@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from mha_course import MultiHeadAttention, assert_close, attention_loop_reference, causal_mask
 from mha_course import scaled_dot_product_attention as sdpa
-from mha_course.variants import (
+from mha_course.inference.variants import (
     GroupedQueryAttention,
     grouped_query_attention,
     kv_cache_bytes,
@@ -151,7 +151,7 @@ def test_pooled_linformer_error_falls_with_rank_on_smooth_keys():
 
 
 def test_interleaved_local_and_global_layers_cache_the_window_in_local_layers():
-    from mha_course.variants import interleaved_kv_cache_numbers
+    from mha_course.inference.variants import interleaved_kv_cache_numbers
 
     per_position = 2 * 8 * 128
     assert interleaved_kv_cache_numbers(10_000, 6, 0, 1023, 8, 128) == 6 * 10_000 * per_position  # all global
@@ -164,7 +164,7 @@ def test_interleaved_local_and_global_layers_cache_the_window_in_local_layers():
 
 
 def test_qk_norm_bounds_the_scores_whatever_the_size_of_q_and_k():
-    from mha_course.qk_norm import qk_norm
+    from mha_course.inference.qk_norm import qk_norm
 
     torch.manual_seed(0)
     q, k = torch.randn(3, 16, 8, dtype=torch.float64), torch.randn(3, 16, 8, dtype=torch.float64)

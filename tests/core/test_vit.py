@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from mha_course.vit import SHAPES, TinyViT, cls_attention, fit_vit, patchify, shapes
+from mha_course.models.vit import SHAPES, TinyViT, cls_attention, fit_vit, patchify, shapes
 
 
 def test_shapes_draw_the_labelled_shape():

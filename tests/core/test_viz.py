@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from mha_course import causal_mask, softmax, viz
+from mha_course import causal_mask, softmax
+from mha_course.plots import figures as viz
 
 TOKENS = ["The", "bank", "approved", "the", "loan"]
 
@@ -33,7 +34,7 @@ def _tick_texts(ax, axis):
 
 @pytest.mark.slow
 def test_import_mha_course_does_not_import_matplotlib():
-    code = "import sys, mha_course; mha_course.softmax; print('matplotlib' in sys.modules)"
+    code = "import sys, mha_course; mha_course.core.softmax; print('matplotlib' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 

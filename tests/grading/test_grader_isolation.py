@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, tagged_processes, write_submission
 
-from mha_course.grading import isolation
+from mha_course.grading.walls import tier_a as isolation
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parent
@@ -51,9 +51,9 @@ def sh(command, wait=True):
 WRONG_ADD = "def add_arrays(a, b):\n    return a * 0\n"
 GRADER = (
     f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom mha_course.grading import grader, registry\n"
-    "from mha_course.grading.scan import ScanReport\n"
+    "from mha_course.grading.static.scan import ScanReport\n"
     "grader.scan = lambda cells, assignment: ScanReport()\n"
-    "registry.register('grading_fake')\nfrom mha_course.grade import main\nsys.exit(main(sys.argv[1:]))"
+    "registry.register('grading_fake')\nfrom mha_course.grading.grade import main\nsys.exit(main(sys.argv[1:]))"
 )
 
 
@@ -75,7 +75,7 @@ def _attacks(paths: dict[str, str]) -> dict[str, tuple[list[str], float]]:
         # escape: change the library, a classmate's notebook, the results; the grader's process
         "rewrite_library": (
             [
-                SHELL + f"sh('echo \"def add_arrays(a, b): return a + b\" >> {repo}/mha_course/attention.py')",
+                SHELL + f"sh('echo \"def add_arrays(a, b): return a + b\" >> {repo}/mha_course/core/attention.py')",
                 WRONG_ADD,
                 GOOD_DOUBLE,
             ],
@@ -343,11 +343,11 @@ def test_isolation_is_reported(batch):
 @pytest.mark.slow
 def test_refuses_without_isolation_unless_told(tmp_path, monkeypatch):
     """Where bubblewrap is missing the grader refuses (exit 3) and says why; --unsafe-no-isolation grades."""
-    from mha_course import grade
+    from mha_course.grading import grade
 
     sub = write_submission(tmp_path / "s.ipynb", GOOD_ADD, GOOD_DOUBLE)
     monkeypatch.setattr(isolation, "bwrap_path", lambda: None)
-    from mha_course.grading import registry
+    from mha_course.grading.engine import registry
 
     with registry.registered("grading_fake"):
         assert grade.main([str(sub), "--json", str(tmp_path / "r.json"), "--quiet", "--min-isolation", "A"]) == 3
@@ -370,8 +370,8 @@ def test_refuses_without_isolation_unless_told(tmp_path, monkeypatch):
 def test_a_huge_notebook_costs_only_its_own_grade(tmp_path):
     """A 5 MiB cell (the scan would take seconds and gigabytes) is refused before anything parses it; 17 MiB
     more that is not code (saved plots, padding) changes nothing: the limit is on code."""
-    from mha_course.grading import registry
-    from mha_course.grading.grader import grade_many
+    from mha_course.grading.engine import registry
+    from mha_course.grading.engine.pipeline import grade_many
 
     huge = write_submission(tmp_path / "huge.ipynb", "x = [" + "1," * (5 * 2**19) + "]", GOOD_ADD, GOOD_DOUBLE)
     heavy = tmp_path / "heavy.ipynb"
@@ -387,8 +387,8 @@ def test_a_huge_notebook_costs_only_its_own_grade(tmp_path):
 
 
 def test_the_batch_time_limit_reports_what_it_did_not_grade(tmp_path):
-    from mha_course.grading import registry
-    from mha_course.grading.grader import Limits, grade_many
+    from mha_course.grading.engine import registry
+    from mha_course.grading.engine.pipeline import Limits, grade_many
 
     subs = [write_submission(tmp_path / f"s{i}.ipynb", GOOD_ADD, GOOD_DOUBLE) for i in range(3)]
     with registry.registered("grading_fake"):

@@ -22,10 +22,11 @@ from pathlib import Path
 import pytest
 from grading_fake import require_sandbox, write_submission
 
-from mha_course.grading import grader, registry
-from mha_course.grading.grader import Limits
-from mha_course.grading.process import Isolator
-from mha_course.grading.scan import ScanReport
+from mha_course.grading.engine import pipeline as grader
+from mha_course.grading.engine import registry
+from mha_course.grading.engine.pipeline import Limits
+from mha_course.grading.engine.process import Isolator
+from mha_course.grading.static.scan import ScanReport
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = Limits(case_timeout=20, cell_timeout=30, notebook_timeout=90, memory_mb=1024)
@@ -209,7 +210,7 @@ def softmax(x, dim=-1):
 
 
 def _first_values(case, seed):
-    from mha_course.grading import hints
+    from mha_course.grading.learner import hints
 
     with hints.salted(seed):
         fresh = case.make_inputs()["x"]
@@ -240,10 +241,10 @@ def test_a_second_installed_copy_is_hidden(tmp_path, isolator, monkeypatch):
     site = tmp_path / "venv" / "lib" / "python3.99" / "site-packages"
     copy = site / "mha_course"
     copy.mkdir(parents=True)
-    shutil.copyfile(ROOT / "mha_course" / "softmax.py", copy / "softmax.py")
+    shutil.copyfile(ROOT / "mha_course" / "core" / "softmax.py", copy / "softmax.py")
     (copy / "__init__.py").write_text("")
     (site / "mha_course-9.9.dist-info").mkdir()
-    (site / "mha_course-9.9.dist-info" / "RECORD").write_text("mha_course/softmax.py,,\n")
+    (site / "mha_course-9.9.dist-info" / "RECORD").write_text("mha_course/core/softmax.py,,\n")
     (site / "__editable__.mha_course-9.9.pth").write_text(str(ROOT) + "\n")
     (site / "other.pth").write_text("import mha_course_finder\n")
     monkeypatch.setattr(sys, "path", [*sys.path, str(site)])
@@ -252,7 +253,7 @@ def test_a_second_installed_copy_is_hidden(tmp_path, isolator, monkeypatch):
         f"SITE = {str(site)!r}\n"
         "def _seen():\n"
         "    found = []\n"
-        "    for name in ('mha_course/softmax.py', 'mha_course-9.9.dist-info/RECORD', '__editable__.mha_course-9.9.pth', 'other.pth'):\n"
+        "    for name in ('mha_course/core/softmax.py', 'mha_course-9.9.dist-info/RECORD', '__editable__.mha_course-9.9.pth', 'other.pth'):\n"
         "        try:\n"
         "            if open(os.path.join(SITE, name)).read():\n"
         "                found.append(name)\n"
@@ -353,7 +354,7 @@ def test_as_root_without_a_cgroup_tasks_are_still_limited(tmp_path, monkeypatch)
     """No writable cgroup (a container): the sandbox's own uid makes RLIMIT_NPROC hold."""
     _root_only()
     require_sandbox()
-    from mha_course.grading import isolation
+    from mha_course.grading.walls import tier_a as isolation
 
     monkeypatch.setattr(isolation, "cgroup_available", lambda: None)
     isolator = Isolator()
@@ -413,7 +414,7 @@ def test_without_isolation_a_lingering_thread_is_refused_too(tmp_path, monkeypat
     """``--unsafe-no-isolation``: the broker is a plain parent process, and still checks before each case."""
     if EXPECTED_TIER not in ("", "A"):
         pytest.skip("about the path without any tier; this run checks tier " + EXPECTED_TIER)
-    from mha_course.grading import isolation
+    from mha_course.grading.walls import tier_a as isolation
 
     monkeypatch.setattr(isolation, "probe", lambda: "bwrap is switched off for this test")
     isolator = Isolator(unsafe_no_isolation=True)

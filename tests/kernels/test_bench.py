@@ -1,4 +1,4 @@
-"""The benchmark CLI: runs, names what it ran, writes JSON records with every field (mha_course.bench)."""
+"""The benchmark CLI: runs, names what it ran, writes JSON records with every field (mha_course.timing.bench)."""
 
 import json
 import subprocess
@@ -9,10 +9,10 @@ import torch
 
 from mha_course import assert_close, causal_mask
 from mha_course import scaled_dot_product_attention as sdpa
-from mha_course.bench import _interleaved_ms, main, run_benchmark
-from mha_course.bench_impls import naive_attention, with_backward
-from mha_course.bench_report import add_ratios, format_load_summary, format_table
-from mha_course.machine_load import background_load
+from mha_course.timing.bench import _interleaved_ms, main, run_benchmark
+from mha_course.timing.bench_impls import naive_attention, with_backward
+from mha_course.timing.bench_report import add_ratios, format_load_summary, format_table
+from mha_course.timing.machine_load import background_load
 
 FIELDS = {
     "impl": str,
@@ -34,7 +34,7 @@ def test_cli_quick_writes_valid_records_and_plot(tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "mha_course.bench",
+        "mha_course.timing.bench",
         "--quick",
         "--device",
         "cpu",
@@ -203,7 +203,7 @@ def test_helpers_end_by_themselves_when_the_benchmark_is_killed():
     import time
 
     code = (
-        "import time\nfrom mha_course.machine_load import background_load\n"
+        "import time\nfrom mha_course.timing.machine_load import background_load\n"
         "with background_load(1) as pids:\n    print(pids[0], flush=True)\n    time.sleep(120)\n"
     )
     bench = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -240,7 +240,7 @@ def test_cli_measures_quiet_and_loaded_in_one_run(tmp_path):
     cmd = [
         sys.executable,
         "-m",
-        "mha_course.bench",
+        "mha_course.timing.bench",
         "--device",
         "cpu",
         "--T",

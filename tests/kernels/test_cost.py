@@ -1,4 +1,4 @@
-"""FLOP and memory accounting, the timing helper and the peak-memory measurement (mha_course.cost)."""
+"""FLOP and memory accounting, the timing helper and the peak-memory measurement (mha_course.efficient.cost)."""
 
 import math
 import time
@@ -8,7 +8,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from mha_course import causal_mask, scaled_dot_product_attention
-from mha_course.cost import (
+from mha_course.efficient.cost import (
     attention_flops,
     attention_memory_bytes,
     cpu_peak_memory_supported,

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from mha_course import causal_mask, padding_mask, scaled_dot_product_attention
-from mha_course.alibi import alibi_bias, alibi_slopes
-from mha_course.flex import (
+from mha_course.inference.alibi import alibi_bias, alibi_slopes
+from mha_course.inference.flex import (
     alibi_score_mod,
     and_mods,
     bias_from_score_mod,
@@ -22,8 +22,8 @@ from mha_course.flex import (
     padding_mod,
     sliding_window_mod,
 )
+from mha_course.inference.variants import sliding_window_mask
 from mha_course.testing import assert_close
-from mha_course.variants import sliding_window_mask
 
 pytestmark = pytest.mark.skipif(not flex_available()[0], reason=flex_available()[1])
 B, H, T, S, D = 2, 4, 10, 10, 8

@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
-from mha_course import gpu_report
-from mha_course import ptx_reading as pr
+from mha_course.kernels import gpu_report
+from mha_course.kernels import ptx as pr
 
 triton = pytest.importorskip("triton")
 
@@ -98,7 +98,7 @@ def test_parameter_multiplies_tell_32_from_64_bit_products():
 _COMPILE_SCRIPT = """
 import json
 from mha_course import gpu_report as g
-from mha_course.ptx_reading import cubin_resources, parameter_multiplies
+from mha_course.kernels.ptx import cubin_resources, parameter_multiplies
 out = {}
 for name in ("forward", "dq"):
     spec = g.registry()[name]
@@ -156,7 +156,7 @@ def sweep(tmp_path_factory):
     command = [
         sys.executable,
         "-m",
-        "mha_course.gpu_report",
+        "mha_course.kernels.gpu_report",
         "--arch",
         "sm_80",
         "sm_90",

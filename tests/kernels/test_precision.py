@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mha_course import precision
+from mha_course.efficient import precision
 
 
 def test_format_table_reads_torch_finfo():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mha_course import roofline
+from mha_course.efficient import roofline
 
 
 def test_ridge_points_follow_the_datasheets():

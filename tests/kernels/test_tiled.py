@@ -11,19 +11,17 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha_course import cost, tiling, worker_pool
-from mha_course import tiled as tiled_module
-from mha_course.attention import scaled_dot_product_attention as sdpa
-from mha_course.masks import causal_mask
-from mha_course.online_softmax import (
-    online_softmax,
-    online_softmax_attention,
-    online_softmax_update,
-)
-from mha_course.reference import attention_loop_reference
-from mha_course.softmax import softmax
+from mha_course.core.attention import scaled_dot_product_attention as sdpa
+from mha_course.core.masks import causal_mask
+from mha_course.core.reference import attention_loop_reference
+from mha_course.core.softmax import softmax
+from mha_course.efficient import cost
+from mha_course.efficient.online_softmax import online_softmax, online_softmax_attention, online_softmax_update
+from mha_course.efficient.tiled import forward as tiled_module
+from mha_course.efficient.tiled import plan as tiling
+from mha_course.efficient.tiled import workers as worker_pool
+from mha_course.efficient.tiled.forward import tiled_attention
 from mha_course.testing import assert_close
-from mha_course.tiled import tiled_attention
 
 FAST = settings(max_examples=40, deadline=None, derandomize=True)
 

@@ -96,9 +96,9 @@ import sys
 import matplotlib.pyplot as plt
 import torch
 from mha_course import viz
-from mha_course.interpret import head_picker
-from mha_course.model import build_model
-from mha_course.tasks import get_task
+from mha_course.models.interpret import head_picker
+from mha_course.models.model import build_model
+from mha_course.models.tasks import get_task
 
 torch.manual_seed(0)
 task = get_task("sort", length=3)

@@ -3,7 +3,7 @@
 nbval executes each notebook once, top to bottom, which calls each interactive callback with its
 initial values only. A learner runs everything and *then* moves the sliders: a callback that reads a
 global which a later cell redefined, or one that breaks at the end of its own range, fails only then.
-This test does the same: it executes the notebook, then replays every ``mha_course.viz.interactive``
+This test does the same: it executes the notebook, then replays every ``mha_course.plots.figures.interactive``
 callback at its current values and with each control at its ends (``viz.replay_interactive``).
 
 On the way it checks that each cell that makes a widget shows it (a cell ending in
@@ -67,7 +67,7 @@ def test_the_replay_finds_a_stale_global_and_an_out_of_range_end():
     import matplotlib
 
     matplotlib.use("Agg")
-    from mha_course import viz
+    from mha_course.plots import figures as viz
 
     viz._MADE.clear()
     data = [1.0, 2.0, 3.0]
@@ -122,7 +122,7 @@ def test_every_slider_works_after_the_notebook_has_run(path):
                     f"code cell {index} shows nothing without ipywidgets:\n{source}"
                 )
         printed, _ = run(
-            "from mha_course.viz import replay_interactive\nprint('replayed', replay_interactive(), 'calls')",
+            "from mha_course.plots.figures import replay_interactive\nprint('replayed', replay_interactive(), 'calls')",
             "the replay",
         )
         assert "replayed" in printed, printed

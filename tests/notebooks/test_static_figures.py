@@ -50,7 +50,7 @@ def _direct_widget_calls(source: str) -> list[str]:
 def test_interactive_cells_go_through_the_library(path):
     cells = nbformat.read(path, as_version=4).cells
     problems = [
-        f"cell {i}: {call} (use mha_course.viz.interactive, which leaves a picture for static views)"
+        f"cell {i}: {call} (use mha_course.plots.figures.interactive, which leaves a picture for static views)"
         for i, cell in enumerate(cells)
         if cell.cell_type == "code"
         for call in _direct_widget_calls(cell.source)
@@ -90,9 +90,9 @@ SETUP = """%matplotlib inline
 import matplotlib.pyplot as plt
 import torch
 from mha_course import viz
-from mha_course.interpret import head_picker
-from mha_course.model import build_model
-from mha_course.tasks import get_task
+from mha_course.models.interpret import head_picker
+from mha_course.models.model import build_model
+from mha_course.models.tasks import get_task
 
 torch.manual_seed(0)
 task = get_task("sort", length=3)

@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from mha_course.grading import hints, registry, selfcheck, wire
-from mha_course.grading.scoring import judge
+from mha_course.grading.engine import registry
+from mha_course.grading.engine.scoring import judge
+from mha_course.grading.inside import wire
+from mha_course.grading.learner import hints, selfcheck
 from mha_course.parallel.merge import merge_partial_attention
 from mha_course.parallel.ring import ring_step
 
@@ -47,7 +49,7 @@ def test_library_gets_full_marks_and_a_stub_nothing():
 
 
 def _hints(key, target):
-    from mha_course.grading.registry import find_exercise
+    from mha_course.grading.engine.registry import find_exercise
 
     # the bugs wrap the library's own code: judged by the cases alone (check() would first say the grader refuses it)
     result, _ = selfcheck.run_exercise(find_exercise(key), target, include_hidden=True)

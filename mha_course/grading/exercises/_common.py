@@ -19,7 +19,7 @@ def np_attention(q, k, v, scale, mask=None, softmax_axis=-1, mask_mode="add", va
     "after" (softmax first, then zero the blocked weights, no renormalisation),
     "multiply" (float mask multiplied into the scores).
     """
-    from mha_course.softmax import softmax_np
+    from mha_course.core.softmax import softmax_np
 
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
     scores = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., T, S)

@@ -11,9 +11,9 @@ import math
 
 import numpy as np
 
-from .. import hints
 from ..calls import a01_dot_products as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 
 # --- dot_product_np -------------------------------------------------------------------------------
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import hints
 from ..calls import a02_softmax as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 
 # --- inputs ---------------------------------------------------------------------------------------
 
@@ -69,7 +69,7 @@ def _with_neg_inf(shape, seed, fully_masked_row: int | None, dtype=np.float64):
 
 
 def _reference(inputs):
-    from mha_course.softmax import softmax_np
+    from mha_course.core.softmax import softmax_np
 
     return softmax_np(inputs["x"], axis=inputs["axis"])
 
@@ -81,7 +81,7 @@ def _naive(x, axis):
 
 
 def _alternatives(inputs):
-    from mha_course.softmax import softmax_np
+    from mha_course.core.softmax import softmax_np
 
     x, axis = inputs["x"], inputs["axis"]
     alts = []
@@ -286,7 +286,7 @@ SOFTMAX_NP = Exercise(
         "scipy.special.log_softmax",
         "scipy.special.logsumexp",
         "mha_course.softmax_np",
-        "mha_course.softmax.softmax_np",
+        "mha_course.core.softmax.softmax_np",
         *_TORCH_SHORTCUTS,
     ),
 )
@@ -296,7 +296,7 @@ SOFTMAX = Exercise(
     target="softmax",
     title="Stable softmax in torch",
     cases=_cases(calls.softmax, calls.softmax_unchanged, torch_version=True),
-    forbidden=(*_TORCH_SHORTCUTS, "mha_course.softmax.softmax"),
+    forbidden=(*_TORCH_SHORTCUTS, "mha_course.core.softmax.softmax"),
 )
 
 ASSIGNMENT = Assignment(

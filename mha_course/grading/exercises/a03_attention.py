@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import hints
 from ..calls import a03_attention as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 from ._common import attention_alternatives
 
 _OUT, _W = "[..., T, Dv]", "[..., T, S]"
@@ -54,7 +54,7 @@ def _large_scores(T, S, D, Dv, seed, offset=3000.0):
 
 
 def _ref_np(inputs):
-    from mha_course.attention import scaled_dot_product_attention_np
+    from mha_course.core.attention import scaled_dot_product_attention_np
 
     return scaled_dot_product_attention_np(inputs["q"], inputs["k"], inputs["v"], scale=inputs["scale"])
 
@@ -62,7 +62,7 @@ def _ref_np(inputs):
 def _ref_torch(inputs):
     import torch
 
-    from mha_course.attention import scaled_dot_product_attention
+    from mha_course.core.attention import scaled_dot_product_attention
 
     q, k, v = (torch.from_numpy(inputs[n]) for n in "qkv")
     out, weights = scaled_dot_product_attention(q, k, v, scale=inputs["scale"])
@@ -185,9 +185,9 @@ ATTENTION_NP = Exercise(
     cases=_cases(calls.attention_np, calls.attention_np_unchanged, _ref_np, torch_version=False),
     forbidden=(
         "mha_course.scaled_dot_product_attention_np",
-        "mha_course.attention.scaled_dot_product_attention_np",
+        "mha_course.core.attention.scaled_dot_product_attention_np",
         "mha_course.scaled_dot_product_attention",
-        "mha_course.attention.scaled_dot_product_attention",
+        "mha_course.core.attention.scaled_dot_product_attention",
     ),
 )
 
@@ -200,7 +200,7 @@ SDPA = Exercise(
         "torch.nn.functional.scaled_dot_product_attention",
         "torch.nn.functional.multi_head_attention_forward",
         "mha_course.scaled_dot_product_attention",
-        "mha_course.attention.scaled_dot_product_attention",
+        "mha_course.core.attention.scaled_dot_product_attention",
     ),
 )
 
@@ -210,5 +210,5 @@ ASSIGNMENT = Assignment(
     title="Assignment 03: scaled dot-product attention",
     notebook="a03_attention.ipynb",
     exercises=(ATTENTION_NP, SDPA),
-    provided=("mha_course.softmax",),  # the stable softmax from assignment 02
+    provided=("mha_course.core.softmax",),  # the stable softmax from assignment 02
 )

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import hints
 from ..calls import a04_masks as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 from ._common import attention_alternatives
 
 # --- causal_mask ----------------------------------------------------------------------------------
@@ -28,7 +28,7 @@ def _sizes(T, S=None):
 
 
 def _ref_causal(inputs):
-    from mha_course.masks import causal_mask
+    from mha_course.core.masks import causal_mask
 
     return causal_mask(inputs["T"], inputs["S"]).numpy()
 
@@ -104,7 +104,7 @@ def _lengths(lengths, S, as_list=False):
 
 
 def _ref_padding(inputs):
-    from mha_course.masks import padding_mask
+    from mha_course.core.masks import padding_mask
 
     return padding_mask(inputs["lengths"].tolist(), inputs["S"]).numpy()
 
@@ -217,7 +217,7 @@ def _masked(lead, T, S, D, Dv, seed, mask_kind, dtype=np.float64, magnitude=1.0,
 def _ref_masked(inputs):
     import torch
 
-    from mha_course.attention import scaled_dot_product_attention
+    from mha_course.core.attention import scaled_dot_product_attention
 
     q, k, v = (torch.from_numpy(inputs[n]) for n in "qkv")
     mask = None if inputs["mask"] is None else torch.from_numpy(inputs["mask"])
@@ -390,7 +390,7 @@ MASKED_SDPA = Exercise(
         "torch.nn.functional.scaled_dot_product_attention",
         "torch.nn.functional.multi_head_attention_forward",
         "mha_course.scaled_dot_product_attention",
-        "mha_course.attention.scaled_dot_product_attention",
+        "mha_course.core.attention.scaled_dot_product_attention",
     ),
 )
 
@@ -400,5 +400,5 @@ ASSIGNMENT = Assignment(
     title="Assignment 04: causal and padding masks",
     notebook="a04_masks.ipynb",
     exercises=(CAUSAL, PADDING, MASKED_SDPA),
-    provided=("mha_course.softmax",),  # the stable softmax from assignment 02
+    provided=("mha_course.core.softmax",),  # the stable softmax from assignment 02
 )

@@ -22,9 +22,9 @@ import math
 
 import numpy as np
 
-from .. import hints
 from ..calls import a05_debug_mha as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 from ._common import np_attention
 
 _LAYERS = calls.LAYERS  # one home: the call module
@@ -109,8 +109,8 @@ def expected_output(
 def _reference(inputs):
     import torch
 
-    from mha_course.attention import scaled_dot_product_attention
-    from mha_course.heads import merge_heads, split_heads
+    from mha_course.core.attention import scaled_dot_product_attention
+    from mha_course.core.heads import merge_heads, split_heads
 
     E, H = inputs["E"], inputs["H"]
     t = {k: torch.from_numpy(v) for k, v in inputs.items() if isinstance(v, np.ndarray)}
@@ -244,7 +244,7 @@ FIXED_MHA = Exercise(
         "torch.nn.MultiheadAttention",
         "torch.nn.functional.multi_head_attention_forward",
         "mha_course.MultiHeadAttention",
-        "mha_course.mha.MultiHeadAttention",
+        "mha_course.core.mha.MultiHeadAttention",
     ),
 )
 

@@ -16,9 +16,9 @@ import math
 
 import numpy as np
 
-from .. import hints
 from ..calls import a05_multi_head as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 from ._common import np_mha, projection_weights
 
 # --- split_heads / merge_heads --------------------------------------------------------------------
@@ -42,7 +42,7 @@ def _heads(B, H, T, D, seed):
 def _ref_split(inputs):
     import torch
 
-    from mha_course.heads import split_heads
+    from mha_course.core.heads import split_heads
 
     return split_heads(torch.from_numpy(inputs["x"]), inputs["num_heads"]).numpy()
 
@@ -50,7 +50,7 @@ def _ref_split(inputs):
 def _ref_merge(inputs):
     import torch
 
-    from mha_course.heads import merge_heads
+    from mha_course.core.heads import merge_heads
 
     return merge_heads(torch.from_numpy(inputs["x"])).numpy()
 
@@ -151,7 +151,7 @@ SPLIT = Exercise(
             hidden=True,
         ),
     ),
-    forbidden=("mha_course.split_heads", "mha_course.heads.split_heads"),
+    forbidden=("mha_course.split_heads", "mha_course.core.heads.split_heads"),
 )
 
 MERGE = Exercise(
@@ -185,7 +185,7 @@ MERGE = Exercise(
             hidden=True,
         ),
     ),
-    forbidden=("mha_course.merge_heads", "mha_course.heads.merge_heads"),
+    forbidden=("mha_course.merge_heads", "mha_course.core.heads.merge_heads"),
 )
 
 # --- MultiHeadAttention ---------------------------------------------------------------------------
@@ -245,7 +245,7 @@ def _diagnose_layout(got, expected, inputs):
 def _ref_mha(inputs):
     import torch
 
-    from mha_course.mha import MultiHeadAttention
+    from mha_course.core.mha import MultiHeadAttention
 
     module = hints.build_module(MultiHeadAttention, inputs, _PROJ, sample="query")
     with torch.no_grad():
@@ -403,7 +403,7 @@ MHA = Exercise(
         "torch.nn.MultiheadAttention",
         "torch.nn.functional.multi_head_attention_forward",
         "mha_course.MultiHeadAttention",
-        "mha_course.mha.MultiHeadAttention",
+        "mha_course.core.mha.MultiHeadAttention",
     ),
 )
 
@@ -413,5 +413,5 @@ ASSIGNMENT = Assignment(
     title="Assignment 05: multi-head attention",
     notebook="a05_multi_head.ipynb",
     exercises=(SPLIT, MERGE, MHA),
-    provided=("mha_course.attention",),  # scaled_dot_product_attention from assignment 03
+    provided=("mha_course.core.attention",),  # scaled_dot_product_attention from assignment 03
 )

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import hints
 from ..calls import a08_cross_attention as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 from ._common import np_mha, projection_weights
 from ._cross_mask import diagnose_mask, mask_alternatives, mask_picture
 from ._head_ablation import (
@@ -54,7 +54,7 @@ def _mask_inputs(lengths, T, S, as_list=False):
 
 
 def _ref_mask(inputs):
-    from mha_course.masks import padding_mask
+    from mha_course.core.masks import padding_mask
 
     B, T, S = len(inputs["lengths"]), int(inputs["T"]), int(inputs["S"])
     return np.array(padding_mask(inputs["lengths"].tolist(), S).expand(B, 1, T, S).numpy())  # (B, 1, T, S)
@@ -123,7 +123,7 @@ MASK = Exercise(
             hidden=True,
         ),
     ),
-    forbidden=("mha_course.masks.padding_mask", "mha_course.padding_mask"),
+    forbidden=("mha_course.core.masks.padding_mask", "mha_course.padding_mask"),
 )
 
 # --- shared: a MultiHeadAttention with the grader's weights ----------------------------------------
@@ -162,7 +162,7 @@ def _module_inputs(B, T, S, E, H, seed, head=0, self_attention=False, memory=Fal
 def _ref_cross(inputs):
     import torch
 
-    from mha_course.masks import padding_mask
+    from mha_course.core.masks import padding_mask
 
     module = calls.library_module(inputs)
     mask = padding_mask(inputs["lengths"].tolist(), inputs["key"].shape[1])  # (B, 1, 1, S)
@@ -260,7 +260,7 @@ CROSS = Exercise(
             hidden=True,
         ),
     ),
-    forbidden=("mha_course.masks.padding_mask", "mha_course.padding_mask"),
+    forbidden=("mha_course.core.masks.padding_mask", "mha_course.padding_mask"),
 )
 
 # --- without_head ---------------------------------------------------------------------------------
@@ -347,7 +347,7 @@ WITHOUT = Exercise(
         ),
     ),
     # calling the module's own forward (also through a reference saved before the case) is the shortcut
-    forbidden=("mha_course.mha.MultiHeadAttention.forward",),
+    forbidden=("mha_course.core.mha.MultiHeadAttention.forward",),
 )
 
 ASSIGNMENT = Assignment(
@@ -357,5 +357,5 @@ ASSIGNMENT = Assignment(
     notebook="a08_cross_attention.ipynb",
     exercises=(MASK, CROSS, WITHOUT),
     # building blocks from assignments 03 and 05: attention, split/merge heads, and the module itself
-    provided=("mha_course.attention", "mha_course.heads", "mha_course.mha"),
+    provided=("mha_course.core.attention", "mha_course.core.heads", "mha_course.core.mha"),
 )

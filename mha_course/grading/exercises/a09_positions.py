@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import hints
 from ..calls import a09_positions as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 
 # --- inputs ---------------------------------------------------------------------------------------
 
@@ -53,7 +53,7 @@ def _table(T, E, base=10000.0, exponent=2.0, swap=False, halves=False, start=0):
 
 
 def _reference_sinusoidal(inputs):
-    from mha_course.positions import sinusoidal_positions
+    from mha_course.core.positions import sinusoidal_positions
 
     return sinusoidal_positions(int(inputs["T"]), int(inputs["E"]), dtype=__import__("torch").float64).numpy()
 
@@ -97,7 +97,7 @@ def _rotate(x, sign=1.0, start=0, half=False):
 def _reference_rotary(inputs):
     import torch
 
-    from mha_course.positions import apply_rotary
+    from mha_course.core.positions import apply_rotary
 
     return apply_rotary(torch.from_numpy(inputs["x"])).numpy()
 
@@ -105,7 +105,7 @@ def _reference_rotary(inputs):
 def _reference_offsets(inputs):
     import torch
 
-    from mha_course.positions import apply_rotary
+    from mha_course.core.positions import apply_rotary
 
     x = torch.from_numpy(inputs["x"])
     return (apply_rotary(x) @ apply_rotary(torch.from_numpy(inputs["x"][::-1].copy())).transpose(-2, -1)).numpy()
@@ -218,7 +218,7 @@ SINUSOIDAL = Exercise(
             hidden=True,
         ),
     ),
-    forbidden=("mha_course.positions.sinusoidal_positions",),
+    forbidden=("mha_course.core.positions.sinusoidal_positions",),
 )
 
 ROTARY = Exercise(
@@ -278,7 +278,7 @@ ROTARY = Exercise(
             hidden=True,
         ),
     ),
-    forbidden=("mha_course.positions.apply_rotary",),
+    forbidden=("mha_course.core.positions.apply_rotary",),
 )
 
 ASSIGNMENT = Assignment(

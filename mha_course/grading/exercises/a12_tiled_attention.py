@@ -16,9 +16,9 @@ import math
 
 import numpy as np
 
-from .. import hints
 from ..calls import a12_tiled_attention as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 
 # --- inputs ---------------------------------------------------------------------------------------
 
@@ -61,7 +61,7 @@ def _ref_update(inputs):
 def _ref_tiled(inputs):
     import torch
 
-    from mha_course.tiled import tiled_attention
+    from mha_course.efficient.tiled.forward import tiled_attention
 
     q, k, v = (torch.from_numpy(inputs[n]) for n in "qkv")
     return tiled_attention(q, k, v, inputs["block"], causal=inputs["causal"]).numpy()
@@ -232,7 +232,7 @@ ONLINE_UPDATE = Exercise(
     title="One step of the online softmax",
     cases=_update_cases(),
     forbidden=(
-        "mha_course.online_softmax.online_softmax_update",
+        "mha_course.efficient.online_softmax.online_softmax_update",
         "torch.logsumexp",
         "torch.softmax",
         "torch.nn.functional.softmax",
@@ -253,10 +253,10 @@ TILED = Exercise(
     forbidden=(
         "torch.nn.functional.scaled_dot_product_attention",
         "mha_course.tiled_attention",
-        "mha_course.tiled.tiled_attention",
+        "mha_course.efficient.tiled.forward.tiled_attention",
         "mha_course.scaled_dot_product_attention",
-        "mha_course.attention.scaled_dot_product_attention",
-        "mha_course.online_softmax.online_softmax_attention",
+        "mha_course.core.attention.scaled_dot_product_attention",
+        "mha_course.efficient.online_softmax.online_softmax_attention",
         "mha_course.triton_attention",
         "mha_course.kernels.triton_attention",
         "mha_course.kernels.function.triton_attention",

@@ -18,9 +18,9 @@ import math
 
 import numpy as np
 
-from .. import hints
 from ..calls import a14_attention_backward as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 
 _NAMES = calls.NAMES  # one home: the call module
 _LEGENDS = ("[..., T, D]", "[..., S, D]", "[..., S, Dv]")
@@ -57,7 +57,7 @@ def _qkv(lead, T, S, D, Dv, seed, dtype=np.float64):
 def _ref_jacobian(inputs):
     import torch
 
-    from mha_course.softmax import softmax
+    from mha_course.core.softmax import softmax
 
     p = torch.from_numpy(inputs["p"])
     x = torch.log(p)  # softmax(log p) = p: differentiate softmax at that point with autograd
@@ -69,7 +69,7 @@ def _ref_jacobian(inputs):
 def _ref_backward(inputs):
     import torch
 
-    from mha_course.attention import scaled_dot_product_attention
+    from mha_course.core.attention import scaled_dot_product_attention
 
     q, k, v = (torch.from_numpy(inputs[n]).clone().requires_grad_() for n in "qkv")
     out, _ = scaled_dot_product_attention(q, k, v)
@@ -195,7 +195,11 @@ SOFTMAX_JACOBIAN = Exercise(
     target="softmax_jacobian",
     title="The softmax Jacobian",
     cases=_jacobian_cases(),
-    forbidden=("torch.autograd", "torch.func", "mha_course.backward.softmax_jacobian"),  # autograd in any form
+    forbidden=(
+        "torch.autograd",
+        "torch.func",
+        "mha_course.efficient.gradients.softmax_jacobian",
+    ),  # autograd in any form
 )
 
 ATTENTION_BACKWARD = Exercise(
@@ -208,7 +212,7 @@ ATTENTION_BACKWARD = Exercise(
         "torch.func",
         "torch.Tensor.backward",  # autograd in any form
         "mha_course.attention_backward",
-        "mha_course.backward.attention_backward",
+        "mha_course.efficient.gradients.attention_backward",
     ),
 )
 

@@ -20,9 +20,9 @@ import math
 
 import numpy as np
 
-from .. import hints
 from ..calls import a15_ring_attention as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 from ._ring_twins import np_attend, np_merge, np_ring, np_step
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -314,7 +314,7 @@ RING_STEP = Exercise(
         "mha_course.parallel.attention_with_lse",
         "mha_course.parallel.merge.attention_with_lse",
         "mha_course.tiled_attention",
-        "mha_course.tiled.tiled_attention",
+        "mha_course.efficient.tiled.forward.tiled_attention",
     ),
 )
 

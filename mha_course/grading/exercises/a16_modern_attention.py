@@ -19,9 +19,9 @@ import math
 
 import numpy as np
 
-from .. import hints
 from ..calls import a16_modern_attention as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 
 # --- 1. ALiBi slopes -------------------------------------------------------------------------------
 
@@ -44,7 +44,7 @@ def _geometric(n):
 
 
 def _reference_slopes(inputs):
-    from mha_course.alibi import alibi_slopes
+    from mha_course.inference.alibi import alibi_slopes
 
     return alibi_slopes(int(inputs["H"])).numpy()
 
@@ -100,7 +100,7 @@ SLOPES = Exercise(
         Case("6 heads (not a power of two)", 1, _heads(6), calls.alibi_slopes, _reference_slopes, _diagnose_slopes),
         Case("12 heads, hidden", 1, _heads(12), calls.alibi_slopes, _reference_slopes, _diagnose_slopes, hidden=True),
     ),
-    forbidden=("mha_course.alibi.alibi_slopes", "mha_course.alibi.alibi_bias"),
+    forbidden=("mha_course.inference.alibi.alibi_slopes", "mha_course.inference.alibi.alibi_bias"),
 )
 
 # --- 2. RoPE layout conversion ---------------------------------------------------------------------
@@ -141,7 +141,7 @@ def _per_head(weight, H, perm):
 def _reference_rows(inputs):
     import torch
 
-    from mha_course.rope_layouts import convert_rope_rows
+    from mha_course.inference.rope_layouts import convert_rope_rows
 
     return convert_rope_rows(torch.from_numpy(inputs["weight"]), int(inputs["H"]), to="half").numpy()
 
@@ -174,7 +174,7 @@ def _diagnose_rows(got, expected, inputs):
 def _reference_scores(inputs):
     import torch
 
-    from mha_course.positions import apply_rotary
+    from mha_course.core.positions import apply_rotary
 
     H = int(inputs["H"])
     x = torch.from_numpy(inputs["x"])
@@ -250,9 +250,9 @@ ROTATE_HALF = Exercise(
         ),
     ),
     forbidden=(
-        "mha_course.rope_layouts.convert_rope_rows",
-        "mha_course.rope_layouts.interleaved_to_half_permutation",
-        "mha_course.rope_layouts.with_rope_layout",
+        "mha_course.inference.rope_layouts.convert_rope_rows",
+        "mha_course.inference.rope_layouts.interleaved_to_half_permutation",
+        "mha_course.inference.rope_layouts.with_rope_layout",
     ),
 )
 
@@ -277,7 +277,7 @@ def _pool(N, G, P, D, table, length, seed):
 def _reference_lookup(inputs):
     import torch
 
-    from mha_course.paged_kv import gather_pages
+    from mha_course.inference.paged_kv import gather_pages
 
     return gather_pages(
         torch.from_numpy(inputs["pool"]), torch.from_numpy(inputs["table"]), int(inputs["length"])
@@ -357,10 +357,10 @@ PAGED = Exercise(
         ),
     ),
     forbidden=(
-        "mha_course.paged_kv.gather_pages",
-        "mha_course.paged_kv.physical_slot",
-        "mha_course.paged_kv.PagedKVCache.keys",
-        "mha_course.paged_kv.PagedKVCache.values",
+        "mha_course.inference.paged_kv.gather_pages",
+        "mha_course.inference.paged_kv.physical_slot",
+        "mha_course.inference.paged_kv.PagedKVCache.keys",
+        "mha_course.inference.paged_kv.PagedKVCache.values",
     ),
 )
 
