@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..validation import broadcast_leading, check_mask, check_qkv, resolve_scale  # noqa: F401 (checks: also attention's API)
+from ..validation import broadcast_leading, check_mask, check_qkv, resolve_scale
 from .masks import mask_to_bias
 from .softmax import softmax, softmax_np
 

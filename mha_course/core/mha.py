@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..validation import require_floating, require_int, require_rank, require_tensor
-from .attention import check_mask, scaled_dot_product_attention
+from ..validation import check_mask, require_floating, require_int, require_rank, require_tensor
+from .attention import scaled_dot_product_attention
 from .heads import gate_heads, merge_heads, split_heads
 
 

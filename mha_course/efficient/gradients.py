@@ -26,10 +26,10 @@ import math
 
 import torch
 
-from ..core.attention import check_mask, check_qkv, resolve_scale, scaled_dot_product_attention
+from ..core.attention import scaled_dot_product_attention
 from ..core.masks import causal_mask, mask_to_bias
 from ..core.softmax import softmax
-from ..validation import require_floating, require_tensor
+from ..validation import check_mask, check_qkv, require_floating, require_tensor, resolve_scale
 
 
 def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:

@@ -21,8 +21,7 @@ import math
 
 import torch
 
-from ..core.attention import check_qkv, resolve_scale
-from ..validation import require_floating, require_positive_int, require_tensor
+from ..validation import check_qkv, require_floating, require_positive_int, require_tensor, resolve_scale
 
 
 def online_softmax_update(

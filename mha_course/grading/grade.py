@@ -62,8 +62,10 @@ from .classroom.roster import Roster, read_roster, write_grade_columns
 from .classroom.safe_text import clean
 from .classroom.seeds import SEED_FILE, choose_seed, class_key, record_seed
 from .engine import notebook, registry
-from .engine.pipeline import MAX_CODE_BYTES, Isolator, Limits, SubmissionResult, grade_many, new_seed
-from .walls.tier_a import IsolationError
+from .engine.pipeline import MAX_CODE_BYTES, grade_many, new_seed
+from .engine.process import Isolator
+from .engine.verdicts import Limits, SubmissionResult
+from .walls.view import IsolationError
 
 
 def find_notebooks(paths: list[str]) -> list[Path]:

@@ -34,7 +34,7 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # mha_course/
 #: What the grader imports at run time (the report's matplotlib included; triton for a13's kernels).
 GRADER_PACKAGES = ("torch", "numpy", "matplotlib", "tqdm", "nbformat", "psutil", "triton")
 VISIBILITIES = {"hidden", "after_due_date", "after_published", "visible"}
@@ -98,7 +98,7 @@ fi
 "$PY" -m venv "$ROOT/venv"
 "$ROOT/venv/bin/python" -m pip install --disable-pip-version-check -q -r "$COURSE/requirements-grader.txt"
 "$ROOT/venv/bin/python" -m pip install --disable-pip-version-check -q --no-deps "$COURSE"
-"$ROOT/venv/bin/python" -c "from mha_course.grading import registry; print('autograder for', registry.get_assignment('@ASSIGNMENT@').title)"
+"$ROOT/venv/bin/python" -c "from mha_course.grading.engine import registry; print('autograder for', registry.get_assignment('@ASSIGNMENT@').title)"
 # matplotlib's font list, built once into the image: each submission's sandbox copies it instead of scanning fonts
 "$ROOT/venv/bin/python" -c "import matplotlib.font_manager" >/dev/null 2>&1 || true
 """

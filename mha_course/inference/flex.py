@@ -49,7 +49,7 @@ ScoreMod = Callable[..., torch.Tensor]
 def flex_available() -> tuple[bool, str]:
     """(True, "") when ``torch.nn.attention.flex_attention`` can be imported, else (False, why)."""
     try:
-        import torch.nn.attention.flex_attention  # noqa: F401
+        import torch.nn.attention.flex_attention
     except ImportError as exc:  # torch < 2.5
         return False, f"torch {torch.__version__} has no FlexAttention ({exc}); it needs torch >= 2.5"
     return True, ""

@@ -19,7 +19,6 @@ from collections import deque
 
 import torch
 
-from ..core.attention import resolve_scale
 from ..validation import (
     require_int,
     require_non_negative_int,
@@ -27,6 +26,7 @@ from ..validation import (
     require_positive_ints,
     require_rank,
     require_tensor,
+    resolve_scale,
 )
 from .variants import grouped_query_attention
 

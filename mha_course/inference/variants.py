@@ -28,9 +28,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..core.attention import check_qkv, resolve_scale, scaled_dot_product_attention
+from ..core.attention import scaled_dot_product_attention
 from ..core.heads import merge_heads, split_heads
-from ..validation import require_int, require_min_rank, require_non_negative_int, require_rank, require_tensor
+from ..validation import (
+    check_qkv,
+    require_int,
+    require_min_rank,
+    require_non_negative_int,
+    require_rank,
+    require_tensor,
+    resolve_scale,
+)
 
 # ----------------------------------------------------------------------------- grouped-query
 

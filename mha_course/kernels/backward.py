@@ -34,10 +34,11 @@ from __future__ import annotations
 
 import torch
 
+from ..core.softmax import LOG2E
 from .dq import _dq_configs, _dq_jitted
 from .registry import KernelSpec, autotuned, constexprs, register
-from .rows import _load_rows, _store_rows  # noqa: F401 (the kernels call them by these global names)
-from .runtime import INTERPRETED, LOG2E, ON_GPU, tl, triton
+from .rows import _load_rows, _store_rows
+from .runtime import INTERPRETED, ON_GPU, tl, triton
 
 
 def _dkdv_range(

@@ -6,7 +6,7 @@ formulas and the ranges it walks are described in :mod:`.backward`, which launch
 
 from __future__ import annotations
 
-from .rows import _load_rows, _store_rows  # noqa: F401 (the kernels call them by these global names)
+from .rows import _load_rows, _store_rows
 from .runtime import tl, triton
 
 

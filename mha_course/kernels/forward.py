@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import torch
 
+from ..core.softmax import LOG2E
 from .registry import KernelSpec, autotuned, constexprs, register
-from .runtime import INTERPRETED, LOG2E, LOG2E_K, ON_GPU, tl, triton
+from .runtime import INTERPRETED, LOG2E_K, ON_GPU, tl, triton
 
 
 def _attend_key_range(

@@ -42,9 +42,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .ptx import (  # noqa: F401 (re-exported: gpu_report.TARGETS, .occupancy, ... as before)
+from .ptx import (
     TARGETS,
-    Target,
     cubin_resources,
     disassemble,
     occupancy,

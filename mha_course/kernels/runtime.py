@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from ..core.softmax import LOG2E  # noqa: F401 (the kernels' exp2 scale; one constant for the course)
+from ..core.softmax import LOG2E
 from ..device import choose_triton_backend
 
 ON_GPU = torch.cuda.is_available()

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from contextlib import contextmanager
 
 import numpy as np
@@ -275,9 +276,9 @@ def head_picker(model, task: Task, data: TaskData):
         plt.show()
         return ax
 
-    try:
-        import ipywidgets  # noqa: F401
-    except ImportError:  # no sliders: a static grid of every layer x head says the same thing
+    if (
+        importlib.util.find_spec("ipywidgets") is None
+    ):  # no sliders: a static grid of every layer x head says the same thing
         fig = attention_grid(model, task, data, 0)
         plt.close(fig)  # shown by the cell's result; left open, Jupyter would draw it a second time
         return fig

@@ -23,9 +23,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mha_course.grading.engine import registry
+from mha_course.grading.engine import case_inputs, registry
 from mha_course.grading.engine.notebook import code_cells
-from mha_course.grading.learner import hints, selfcheck
+from mha_course.grading.learner import selfcheck
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # buggy softmaxes overflow on purpose
@@ -1300,7 +1300,7 @@ def _draw_verdicts(assignment, namespace, salts, expected_cache):
                         expected_cache[key] = compute(inputs)
                     return expected_cache[key]
 
-                with hints.salted(salt):
+                with case_inputs.salted(salt):
                     row, _, _ = selfcheck.run_case(dataclasses.replace(case, reference=reference), target)
                 if row.passed:
                     passed.setdefault((exercise.key, case.name), []).append(salt)

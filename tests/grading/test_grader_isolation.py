@@ -388,7 +388,8 @@ def test_a_huge_notebook_costs_only_its_own_grade(tmp_path):
 
 def test_the_batch_time_limit_reports_what_it_did_not_grade(tmp_path):
     from mha_course.grading.engine import registry
-    from mha_course.grading.engine.pipeline import Limits, grade_many
+    from mha_course.grading.engine.pipeline import grade_many
+    from mha_course.grading.engine.verdicts import Limits
 
     subs = [write_submission(tmp_path / f"s{i}.ipynb", GOOD_ADD, GOOD_DOUBLE) for i in range(3)]
     with registry.registered("grading_fake"):

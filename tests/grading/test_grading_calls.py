@@ -19,9 +19,8 @@ import numpy as np
 import pytest
 
 from mha_course.grading import calls as calls_package
-from mha_course.grading.engine import registry
+from mha_course.grading.engine import case_inputs, registry
 from mha_course.grading.inside import convert
-from mha_course.grading.learner import hints
 
 GRADING = Path(convert.__file__).resolve().parent
 CALLS_PREFIX = "mha_course.grading.calls."
@@ -70,7 +69,7 @@ def _imports(path: Path, package: str) -> list[tuple[int, str]]:
     """(line, dotted name) of everything ``path`` imports, at module top or inside functions.
 
     Relative imports are resolved against ``package``; ``from X import y`` yields ``X.y`` when ``X``
-    itself is not importable as allowed (``from mha_course.grading import convert``), else ``X``.
+    itself is not importable as allowed (``from mha_course.grading.inside import convert``), else ``X``.
     """
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -127,7 +126,7 @@ def test_the_import_check_catches_a_forbidden_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text(
         "import numpy as np\nfrom .. import hints\n\n\ndef f():\n    from mha_course.core.softmax import softmax_np\n"
-        "    from mha_course.grading import convert, spec\n    return __import__('mha_course.core.attention')\n"
+        "    from mha_course.grading.inside import convert; from mha_course.grading.engine import spec\n    return __import__('mha_course.core.attention')\n"
     )
     found = "\n".join(_violations(bad, "mha_course.grading.calls.bad", "mha_course.grading.calls"))
     for name in (
@@ -179,7 +178,7 @@ def _case(names):
     def diagnose(got, expected, inputs):
         return None if np.allclose(got, expected, equal_nan=True) else "wrong"
 
-    return hints.unchanged_case(reference, diagnose, "changed", names)
+    return case_inputs.unchanged_case(reference, diagnose, "changed", names)
 
 
 def test_with_inputs_after_reads_the_inputs_back():

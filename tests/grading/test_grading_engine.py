@@ -16,7 +16,8 @@ from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, write_submissio
 from mha_course.grading.classroom.results import class_summary, gradebook_rows, gradescope
 from mha_course.grading.engine import notebook, registry
 from mha_course.grading.engine import pipeline as grader
-from mha_course.grading.engine.pipeline import Limits, grade_many
+from mha_course.grading.engine.pipeline import grade_many
+from mha_course.grading.engine.verdicts import Limits
 from mha_course.grading.inside import wire
 from mha_course.grading.learner import selfcheck
 
@@ -336,7 +337,7 @@ def test_cli_writes_json_csv_summary_and_exits_zero(fake, tmp_path):
 
 
 def test_class_summary_never_averages_across_assignments():
-    from mha_course.grading.engine.pipeline import SubmissionResult, TestResult
+    from mha_course.grading.engine.verdicts import SubmissionResult, TestResult
 
     def result(assignment, score, points):
         test = TestResult(
@@ -362,8 +363,8 @@ def test_class_summary_never_averages_across_assignments():
 def test_common_exceptions_become_hints():
     import torch
 
-    from mha_course.grading.engine.scoring import exception_line
-    from mha_course.grading.learner.hints import exception_hint, with_exception_hint
+    from mha_course.grading.inside.convert import exception_line
+    from mha_course.grading.learner.error_hints import exception_hint, with_exception_hint
 
     def line(fn):
         try:

@@ -443,7 +443,7 @@ def test_each_students_fresh_inputs_come_from_the_class_seed_and_their_identity(
     assert [r.seed for r in results] == [7, 7] and [r.input_seed for r in results] == list(salts.values())
     shown = gradescope(results[0])
     assert (
-        f"hints.salted({salts['a.ipynb']})" in shown["output"] and shown["extra_data"]["input_seed"] == salts["a.ipynb"]
+        f"with salted({salts['a.ipynb']})" in shown["output"] and shown["extra_data"]["input_seed"] == salts["a.ipynb"]
     )
 
 

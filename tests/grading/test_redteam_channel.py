@@ -23,9 +23,9 @@ import pytest
 from grading_fake import require_sandbox, write_submission
 
 from mha_course.grading.engine import pipeline as grader
-from mha_course.grading.engine import registry
-from mha_course.grading.engine.pipeline import Limits
+from mha_course.grading.engine import registry, verdicts
 from mha_course.grading.engine.process import Isolator
+from mha_course.grading.engine.verdicts import Limits
 from mha_course.grading.static.scan import ScanReport
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ def _notebook(folder: str, name: str, last: str | None = None, first: str | None
     return nb
 
 
-def _grade(tmp_path: Path, nb: dict, isolator: Isolator, seed: int | None = 11) -> grader.SubmissionResult:
+def _grade(tmp_path: Path, nb: dict, isolator: Isolator, seed: int | None = 11) -> verdicts.SubmissionResult:
     path = tmp_path / "submission.ipynb"
     path.write_text(json.dumps(nb))
     result = grader.grade_notebook(path, limits=LIMITS, isolator=isolator, seed=seed)
@@ -85,7 +85,7 @@ def _score(result, exercise: str | None = None) -> float:
 TAKEOVER = r"""
 import os, sys, json, struct, threading, stat
 import numpy as np, torch
-from mha_course.grading import wire
+from mha_course.grading.inside import wire
 
 def frame(message, blob=b""):
     data = json.dumps(message).encode()
@@ -210,9 +210,9 @@ def softmax(x, dim=-1):
 
 
 def _first_values(case, seed):
-    from mha_course.grading.learner import hints
+    from mha_course.grading.engine import case_inputs
 
-    with hints.salted(seed):
+    with case_inputs.salted(seed):
         fresh = case.make_inputs()["x"]
     published = case.make_inputs()["x"]
     return {f"{float(v.ravel()[0]):.6f}" for v in (published, fresh) if v.size}

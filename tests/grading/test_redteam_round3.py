@@ -19,8 +19,8 @@ from grading_fake import require_sandbox
 
 from mha_course.grading.engine import pipeline as grader
 from mha_course.grading.engine import registry
-from mha_course.grading.engine.pipeline import Limits
 from mha_course.grading.engine.process import Isolator
+from mha_course.grading.engine.verdicts import Limits
 from mha_course.grading.static import scan
 from mha_course.grading.static.scan import ScanReport
 

@@ -22,9 +22,9 @@ from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, write_submissio
 from mha_course.grading.classroom.collect import collect
 from mha_course.grading.classroom.feedback import cause_of, feedback_markdown, root_causes
 from mha_course.grading.classroom.roster import read_roster
-from mha_course.grading.engine import pipeline as grader
-from mha_course.grading.engine import registry
-from mha_course.grading.engine.pipeline import Limits, SubmissionResult, grade_notebook
+from mha_course.grading.engine import registry, verdicts
+from mha_course.grading.engine.pipeline import grade_notebook
+from mha_course.grading.engine.verdicts import Limits, SubmissionResult
 from mha_course.grading.static.similarity import find_copies
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -309,7 +309,7 @@ def test_copied_reference_is_flagged_and_own_work_is_not():
 
 def test_specific_hint_comes_before_the_generic_one():
     def test(case, output, exercise="softmax_np"):
-        return grader.TestResult(exercise, "Softmax", case, 1, 0, "failed", output, False)
+        return verdicts.TestResult(exercise, "Softmax", case, 1, 0, "failed", output, False)
 
     result = SubmissionResult(
         path="s.ipynb",

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from mha_course.grading.engine import notebook, registry
-from mha_course.grading.engine.pipeline import Limits, grade_many
+from mha_course.grading.engine.pipeline import grade_many
+from mha_course.grading.engine.verdicts import Limits
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))

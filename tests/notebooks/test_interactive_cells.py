@@ -95,7 +95,7 @@ SETUP = """
 import sys
 import matplotlib.pyplot as plt
 import torch
-from mha_course import viz
+from mha_course.plots import figures as viz
 from mha_course.models.interpret import head_picker
 from mha_course.models.model import build_model
 from mha_course.models.tasks import get_task

@@ -32,7 +32,7 @@ NO_WIDGETS_NOTE = "ipywidgets is not installed"
 # module back in place, and viz's record of widgets restored so that the replay moves the sliders).
 WITHOUT_WIDGETS = """
 import sys as _sys
-from mha_course import viz as _viz
+from mha_course.plots import figures as _viz
 _made, _widgets = dict(_viz._MADE), _sys.modules.get("ipywidgets")
 _sys.modules["ipywidgets"] = None  # import ipywidgets now fails
 try:

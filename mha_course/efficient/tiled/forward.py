@@ -89,8 +89,8 @@ import math
 
 import torch
 
-from ...core.attention import check_qkv, resolve_scale
 from ...core.softmax import LOG2E
+from ...validation import check_qkv, resolve_scale
 from .backward import tiled_backward
 from .plan import blocks_from, causal_diagonal, drop_future, key_tiles, plan, tile_scores, work_items
 from .workers import run_items

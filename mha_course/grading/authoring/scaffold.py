@@ -33,7 +33,7 @@ CALLS = '''"""Calls of assignment {number} ({name}), run in the submission's san
 
 from __future__ import annotations
 
-from ..convert import to_numpy
+from ..inside.convert import to_numpy
 
 
 def {name}(target, inputs):
@@ -53,14 +53,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import hints
 from ..calls import {key} as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine import case_inputs
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 
 
 def _scores(shape, seed, scale=1.0):
     def make():
-        return {{"scores": scale * hints.rng(seed).standard_normal(shape)}}
+        return {{"scores": scale * case_inputs.rng(seed).standard_normal(shape)}}
 
     return make
 

@@ -21,5 +21,5 @@ What these modules may import (``tests/grading/test_grading_calls.py`` checks it
 
 never ``mha_course``'s reference modules, never ``hints``, ``spec`` or ``exercises``. A call that
 watches its inputs returns :func:`~mha_course.grading.inside.convert.with_inputs_after`'s pair; whether
-they changed is judged in the grader (:func:`mha_course.grading.learner.hints.unchanged_case`).
+they changed is judged in the grader (:func:`mha_course.grading.engine.case_inputs.unchanged_case`).
 """

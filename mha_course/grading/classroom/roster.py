@@ -39,7 +39,6 @@ import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .policy import Override, apply_overrides, read_overrides  # noqa: F401  (their earlier home)
 from .safe_text import csv_cell
 
 _ID_COLUMNS = ("id", "student_id", "studentid", "identifier", "sis user id", "username", "email")

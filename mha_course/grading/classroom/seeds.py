@@ -86,5 +86,5 @@ def reproduce_line(input_seed: int | None) -> str:
         return ""
     return (
         f"Your tests were also run on fresh inputs drawn with salt {input_seed}. To rerun a self-check on "
-        f"them: `from mha_course.grading import hints` then `with hints.salted({input_seed}): check(...)`."
+        f"them: `from mha_course.grading.engine.case_inputs import salted` then `with salted({input_seed}): check(...)`."
     )

@@ -2,7 +2,7 @@
 answers are useless), and the "inputs unchanged" cases, compared bit for bit in the grader.
 
 Runs in the grader and in the learner's own kernel (the self-check), never in the submission
-process; exercise modules reach it as ``hints.rng``, ``hints.salted``, ``hints.unchanged_case``.
+process; exercise modules import it (``case_inputs.rng``, ``case_inputs.salted``, ``case_inputs.unchanged_case``).
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ from typing import Any
 
 from ..inside import wire
 from ..inside.guard import explain
-from ..learner import hints
+from ..learner import error_hints
 from ..static.scan import AST_LOCK
-from . import notebook
+from . import case_inputs, notebook
 from .process import Died, Isolator, SubmissionProcess, call_modules, call_name
 from .scoring import judge
 from .verdicts import Limits, TestResult
@@ -173,7 +173,7 @@ class NotebookRun:
         if self.seed is None or row.status in ("timeout", "crashed", "memory"):
             return row
         try:
-            with hints.salted(self.seed):
+            with case_inputs.salted(self.seed):
                 fresh = case.make_inputs()
             fresh_packed = wire.pack(fresh)
         except Exception as exc:
@@ -233,7 +233,7 @@ class NotebookRun:
                 case,
                 0,
                 "failed",
-                hints.with_exception_hint(str(reply.get("error", "failed"))[:500], inputs)[:900],
+                error_hints.with_exception_hint(str(reply.get("error", "failed"))[:500], inputs)[:900],
             )
         try:
             with AST_LOCK:  # np.load reads each .npy header with ast.literal_eval

@@ -11,7 +11,7 @@ For one submission (:func:`grade_notebook`)::
         the child runs case.call(target, inputs)      <- plain arrays back (no pickle)
         a forbidden call seen by the tripwire         -> 0 with the explanation
         hint = scoring.judge(case, got, inputs)       # the reference runs here, never in the child
-        passed? run it again on fresh inputs of the same kind (hints.salted(seed)): answers
+        passed? run it again on fresh inputs of the same kind (case_inputs.salted(seed)): answers
         memorised for the published inputs, or the installed package's hidden ones, fail there
         a hang (wall-clock limit), a crash or too much memory costs that case only: the whole sandbox
         is killed and the next case gets a fresh one (after ``max_crashes`` in one exercise, its

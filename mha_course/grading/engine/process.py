@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..inside import wire
+from ..walls import resources, tier_b, tiers
 from ..walls import tier_a as isolation
-from ..walls import tier_b, tiers
 from .verdicts import Limits
 
 
@@ -51,7 +51,7 @@ class Isolator:
                 if no_uid is None
                 else f"root on the host, since {no_uid}: make the Python installation readable by all"
             )
-        cgroup = isolation.cgroup_available() if self.tier else None
+        cgroup = resources.cgroup_available() if self.tier else None
         self.use_cgroup = cgroup is not None
         bwrap = isolation.bwrap_version() if self.tier == "A" else ""
         self.walls = tiers.walls(self.tier, self.abi, bwrap, cgroup, refused, own_uid=self.own_uid, uid_note=uid_note)
@@ -66,7 +66,7 @@ class Isolator:
             if view is None:
                 root = Path(tempfile.mkdtemp(prefix=f"{assignment.key}-", dir=self._root))
                 try:
-                    view = isolation.build_view(root, sorted(call_modules(assignment)), tuple(assignment.provided))
+                    view = view.build_view(root, sorted(call_modules(assignment)), tuple(assignment.provided))
                 except BaseException:
                     shutil.rmtree(root, ignore_errors=True)
                     raise
@@ -74,7 +74,7 @@ class Isolator:
             return view
 
     def start(self, assignment: Any, fd: int, limits: Limits) -> isolation.Sandbox | tier_b.ConfinedSandbox:
-        res = isolation.Resources(memory_mb=limits.memory_mb)
+        res = resources.Resources(memory_mb=limits.memory_mb)
         if self.tier in ("B", "C"):
             return tier_b.ConfinedSandbox(
                 self.view(assignment), fd, res, self._root / "scratch", self.abi, self.use_cgroup

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..inside.convert import exception_line  # noqa: F401  (one definition, shared with the submission runtime)
+from ..inside.convert import exception_line
 from .spec import Case
 
 

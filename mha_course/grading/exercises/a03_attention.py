@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..calls import a03_attention as calls
+from ..engine import case_inputs
 from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
 from ._common import attention_alternatives
@@ -24,7 +25,7 @@ _OUT, _W = "[..., T, Dv]", "[..., T, S]"
 
 def _qkv(lead, T, S, D, Dv, seed, dtype=np.float64, scale=None):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         q = rng.standard_normal((*lead, T, D)).astype(dtype)
         k = rng.standard_normal((*lead, S, D)).astype(dtype)
         v = rng.standard_normal((*lead, S, Dv)).astype(dtype)
@@ -40,7 +41,7 @@ def _large_scores(T, S, D, Dv, seed, offset=3000.0):
     weights with or without the scale, and such bugs passed on most draws)."""
 
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         lead = np.sqrt(offset)
         q = np.concatenate([np.full((T, 1), lead), rng.standard_normal((T, D - 1))], axis=-1)
         k = np.concatenate([np.full((S, 1), lead), rng.standard_normal((S, D - 1))], axis=-1)
@@ -115,7 +116,7 @@ def _cases(call, call_unchanged, reference, torch_version):
             1,
             _qkv((2,), 3, 5, 4, 6, 4),
             call_unchanged,
-            *hints.unchanged_case(reference, _diagnose, _CHANGED, ("q", "k", "v")),
+            *case_inputs.unchanged_case(reference, _diagnose, _CHANGED, ("q", "k", "v")),
         ),
     ]
     if torch_version:

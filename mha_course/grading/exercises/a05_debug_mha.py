@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from ..calls import a05_debug_mha as calls
+from ..engine import case_inputs
 from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
 from ._common import np_attention
@@ -32,7 +33,7 @@ _LAYERS = calls.LAYERS  # one home: the call module
 
 def _inputs(B, T, S, E, H, seed, mask_kind=None, dtype=np.float32, same_kv=False):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         inputs = {"E": E, "H": H}
         for name in _LAYERS:
             fan_in = E * H if name == "combine" else E

@@ -17,7 +17,9 @@ import math
 import numpy as np
 
 from ..calls import a05_multi_head as calls
+from ..engine import case_inputs
 from ..engine.spec import Assignment, Case, Exercise
+from ..inside import convert
 from ..learner import hints
 from ._common import np_mha, projection_weights
 
@@ -26,7 +28,7 @@ from ._common import np_mha, projection_weights
 
 def _tokens(B, T, E, H, seed):
     def make():
-        x = hints.rng(seed).standard_normal((B, T, E)).astype(np.float32)
+        x = case_inputs.rng(seed).standard_normal((B, T, E)).astype(np.float32)
         return {"x": x, "num_heads": H}
 
     return make
@@ -34,7 +36,7 @@ def _tokens(B, T, E, H, seed):
 
 def _heads(B, H, T, D, seed):
     def make():
-        return {"x": hints.rng(seed).standard_normal((B, H, T, D)).astype(np.float32)}
+        return {"x": case_inputs.rng(seed).standard_normal((B, H, T, D)).astype(np.float32)}
 
     return make
 
@@ -195,7 +197,7 @@ _PROJ = calls.PROJ  # one home: the call module
 
 def _mha_inputs(B, T, S, E, H, seed, mask_kind=None, self_attention=False, dtype=np.float32, value_is_key=False):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         inputs = projection_weights(rng, E, H, self_attention, _PROJ, dtype)
         inputs["query"] = rng.standard_normal((B, T, E)).astype(dtype)
         inputs["key"] = inputs["query"] if self_attention else rng.standard_normal((B, S, E)).astype(dtype)
@@ -247,7 +249,7 @@ def _ref_mha(inputs):
 
     from mha_course.core.mha import MultiHeadAttention
 
-    module = hints.build_module(MultiHeadAttention, inputs, _PROJ, sample="query")
+    module = convert.build_module(MultiHeadAttention, inputs, _PROJ, sample="query")
     with torch.no_grad():
         mask = None if inputs["mask"] is None else torch.from_numpy(inputs["mask"])
         out, weights = module(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..calls import a08_cross_attention as calls
+from ..engine import case_inputs
 from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
 from ._common import np_mha, projection_weights
@@ -41,8 +42,8 @@ _PROJ = calls.PROJ  # one home: the call module
 def _mask_inputs(lengths, T, S, as_list=False):
     def make():
         lengths_, T_, S_ = np.asarray(lengths, dtype=np.int64), T, S
-        if hints.salting():  # fresh sizes and lengths of the same kind (lengths stay in 1 .. S, T = 1 stays 1)
-            rng = hints.rng(31 * T + S)
+        if case_inputs.salting():  # fresh sizes and lengths of the same kind (lengths stay in 1 .. S, T = 1 stays 1)
+            rng = case_inputs.rng(31 * T + S)
             T_, S_ = (1 if T == 1 else T + int(rng.integers(1, 4))), S + int(rng.integers(1, 4))
             if (lengths_ == S).all():
                 lengths_ = np.full_like(lengths_, S_)
@@ -136,7 +137,7 @@ def _module_inputs(B, T, S, E, H, seed, head=0, self_attention=False, memory=Fal
     """
 
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         inputs = projection_weights(rng, E, H, self_attention, _PROJ, dtype)
         S_ = T if self_attention else S
         inputs["query"] = rng.standard_normal((B, T, E)).astype(dtype)
@@ -150,7 +151,7 @@ def _module_inputs(B, T, S, E, H, seed, head=0, self_attention=False, memory=Fal
         if B > 1:  # and one without: with every length 1 a wrong mask on keys 1.. would change nothing
             lengths[-1] = S_
         inputs["lengths"] = lengths.astype(np.int64)
-        inputs["head"] = int(rng.integers(H)) if hints.salting() else head
+        inputs["head"] = int(rng.integers(H)) if case_inputs.salting() else head
         return inputs
 
     return make
@@ -268,7 +269,7 @@ CROSS = Exercise(
 
 # the reference, the float64 twin with its mistake knobs and the hints: ._head_ablation
 
-_UNCHANGED = hints.unchanged_case(
+_UNCHANGED = case_inputs.unchanged_case(
     ref_without,
     diagnose_without,
     "your function changed mha (its weights or "

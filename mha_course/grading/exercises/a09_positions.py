@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..calls import a09_positions as calls
+from ..engine import case_inputs
 from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
 
@@ -21,8 +22,8 @@ from ..learner import hints
 
 def _sizes(T, E):
     def make():
-        if hints.salting():  # fresh sizes: more positions, a wider (still even) table
-            rng = hints.rng(T * E)
+        if case_inputs.salting():  # fresh sizes: more positions, a wider (still even) table
+            rng = case_inputs.rng(T * E)
             return {"T": T + int(rng.integers(1, 9)), "E": E + 2 * int(rng.integers(1, 4))}
         return {"T": T, "E": E}
 
@@ -31,7 +32,7 @@ def _sizes(T, E):
 
 def _vectors(shape, seed, dtype=np.float64):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         return {"x": rng.standard_normal(shape).astype(dtype)}
 
     return make
@@ -142,7 +143,7 @@ def _diagnose_rotary_dtype(got, expected, inputs):
     return _diagnose_rotary(got, expected, inputs) or hints.dtype_hint(np.asarray(got), np.asarray(expected), "rotated")
 
 
-_ROTARY_UNCHANGED = hints.unchanged_case(
+_ROTARY_UNCHANGED = case_inputs.unchanged_case(
     _reference_rotary,
     _diagnose_rotary,
     "your function changed its input x in place (x[..., 0::2] = ...): build the rotated tensor as a new one",

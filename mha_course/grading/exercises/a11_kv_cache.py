@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from ..calls import a11_kv_cache as calls
+from ..engine import case_inputs
 from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
 
@@ -35,7 +36,7 @@ def _step_inputs(B, H, S, D, seed, G=None, dtype=np.float64):
     G = H if G is None else G
 
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         return {
             "q": rng.standard_normal((B, H, 1, D)).astype(dtype),
             "k_new": rng.standard_normal((B, G, 1, D)).astype(dtype),
@@ -52,7 +53,7 @@ def _sequence_inputs(B, H, N, D, seed, G=None, dtype=np.float64):
     G = H if G is None else G
 
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         return {
             "q": rng.standard_normal((B, H, N, D)).astype(dtype),
             "k": rng.standard_normal((B, G, N, D)).astype(dtype),

@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from ..calls import a12_tiled_attention as calls
+from ..engine import case_inputs
 from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
 
@@ -25,7 +26,7 @@ from ..learner import hints
 
 def _rows(R, S, block, seed, magnitude=1.0, masked=False):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         x = rng.standard_normal((R, S)) * magnitude
         if masked:
             x[0, : S // 2] = -np.inf  # the first row starts with masked scores
@@ -36,7 +37,7 @@ def _rows(R, S, block, seed, magnitude=1.0, masked=False):
 
 def _qkv(lead, T, S, D, Dv, block, causal, seed, dtype=np.float64, magnitude=1.0):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         return {
             "q": (rng.standard_normal((*lead, T, D)) * magnitude).astype(dtype),
             "k": rng.standard_normal((*lead, S, D)).astype(dtype),

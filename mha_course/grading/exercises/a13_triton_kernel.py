@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from ..calls import a13_triton_kernel as calls
+from ..engine import case_inputs
 from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
 
@@ -28,7 +29,7 @@ from ..learner import hints
 
 def _rows(N, C, seed, magnitude=1.0, neg_inf_fraction=0.0):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         x = (rng.standard_normal((N, C)) * magnitude).astype(np.float32)
         if neg_inf_fraction:
             blocked = rng.random((N, C)) < neg_inf_fraction
@@ -41,7 +42,7 @@ def _rows(N, C, seed, magnitude=1.0, neg_inf_fraction=0.0):
 
 def _qkv(T, S, D, seed, magnitude=1.0):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         q = (rng.standard_normal((T, D)) * magnitude).astype(np.float32)
         k = (rng.standard_normal((S, D)) * magnitude).astype(np.float32)
         v = rng.standard_normal((S, D)).astype(np.float32)

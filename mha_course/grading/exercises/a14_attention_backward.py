@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from ..calls import a14_attention_backward as calls
+from ..engine import case_inputs
 from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
 
@@ -30,7 +31,7 @@ _LEGENDS = ("[..., T, D]", "[..., S, D]", "[..., S, Dv]")
 
 def _probs(lead, S, seed):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         x = rng.standard_normal((*lead, S)) * 2
         p = np.exp(x - x.max(axis=-1, keepdims=True))
         return {"p": p / p.sum(axis=-1, keepdims=True)}
@@ -40,7 +41,7 @@ def _probs(lead, S, seed):
 
 def _qkv(lead, T, S, D, Dv, seed, dtype=np.float64):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         return {
             "q": rng.standard_normal((*lead, T, D)).astype(dtype),
             "k": rng.standard_normal((*lead, S, D)).astype(dtype),

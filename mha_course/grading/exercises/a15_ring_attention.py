@@ -21,6 +21,7 @@ import math
 import numpy as np
 
 from ..calls import a15_ring_attention as calls
+from ..engine import case_inputs
 from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
 from ._ring_twins import np_attend, np_merge, np_ring, np_step
@@ -38,7 +39,7 @@ def _partials(n, lead, T, Dv, seed, empty_block=False, empty_rows=False, offset=
     """
 
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         outs = rng.standard_normal((n, *lead, T, Dv))
         lses = rng.standard_normal((n, *lead, T)) * 2.0 + offset
         if empty_block:
@@ -55,7 +56,7 @@ def _step(lead, T, S, D, Dv, q_offset, k_offset, causal, seed, fresh=False, dtyp
     """q (..., T, D) at q_offset.., one K/V block at k_offset.., and a running (out, lse) from an earlier block."""
 
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         q, k, v = (rng.standard_normal((*lead, n, d)) for n, d in ((T, D), (S, D), (S, Dv)))
         if fresh:
             out, lse = np.zeros((*lead, T, Dv)), np.full((*lead, T), -np.inf)
@@ -77,7 +78,7 @@ def _step(lead, T, S, D, Dv, q_offset, k_offset, causal, seed, fresh=False, dtyp
 
 def _ring(lead, T, D, Dv, world_size, causal, seed, dtype=np.float64):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         q, k, v = (rng.standard_normal((*lead, T, d)).astype(dtype) for d in (D, D, Dv))
         return {"q": q, "k": k, "v": v, "world_size": world_size, "causal": causal}
 

@@ -20,6 +20,7 @@ import math
 import numpy as np
 
 from ..calls import a16_modern_attention as calls
+from ..engine import case_inputs
 from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
 
@@ -31,9 +32,9 @@ _OTHERS = (3, 5, 6, 7, 10, 12, 20, 24)
 
 def _heads(H):
     def make():
-        if hints.salting():  # a fresh head count of the same kind (power of two or not)
+        if case_inputs.salting():  # a fresh head count of the same kind (power of two or not)
             choices = _POWERS if H in _POWERS else _OTHERS
-            return {"H": int(hints.rng(H).choice(choices))}
+            return {"H": int(case_inputs.rng(H).choice(choices))}
         return {"H": H}
 
     return make
@@ -108,7 +109,7 @@ SLOPES = Exercise(
 
 def _weight(H, D, E, seed, bias=False):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         shape = (H * D,) if bias else (H * D, E)
         return {"weight": rng.standard_normal(shape), "H": H}
 
@@ -117,7 +118,7 @@ def _weight(H, D, E, seed, bias=False):
 
 def _projections(H, D, E, T, seed):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         return {
             "w_q": rng.standard_normal((H * D, E)) / math.sqrt(E),
             "w_k": rng.standard_normal((H * D, E)) / math.sqrt(E),
@@ -193,7 +194,7 @@ def _diagnose_scores(got, expected, inputs):
     return None
 
 
-_ROWS_UNCHANGED = hints.unchanged_case(
+_ROWS_UNCHANGED = case_inputs.unchanged_case(
     _reference_rows,
     _diagnose_rows,
     "your function changed the weight it was given (a checkpoint's tensor): build the reordered weight as a new tensor",
@@ -261,9 +262,9 @@ ROTATE_HALF = Exercise(
 
 def _pool(N, G, P, D, table, length, seed):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         order, n = list(table), length
-        if hints.salting():  # another table of as many blocks, in another order, and another length
+        if case_inputs.salting():  # another table of as many blocks, in another order, and another length
             order = [int(b) for b in rng.permutation(N)[: len(table)]]
             if order == list(range(len(order))):  # the blocks in pool order would hide an ignored table
                 order = [(b + 1) % N for b in order]

@@ -94,7 +94,7 @@ def with_inputs_after(result: Any, after: Sequence[Any]) -> tuple[Any, tuple[np.
     """``call`` side of an "inputs unchanged" case: (the result, the inputs as they are after the call).
 
     ``after`` are the objects passed to the target (arrays or tensors), read back once it returned.
-    Whether they changed is judged in the grader (:func:`mha_course.grading.learner.hints.unchanged_case`
+    Whether they changed is judged in the grader (:func:`mha_course.grading.engine.case_inputs.unchanged_case`
     compares them with the inputs it sent), never decided here.
     """
     return result, tuple(to_numpy(a) for a in after)

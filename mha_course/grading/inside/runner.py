@@ -237,11 +237,12 @@ def _preload() -> None:
         for name in os.listdir(cache):
             if name.startswith("fontlist-"):
                 shutil.copyfile(os.path.join(cache, name), os.path.join(config_dir, name))
-    import numpy  # noqa: F401
+    # imported now, before any learner code (numpy and torch.nn.functional load their C parts here, not in a cell)
+    importlib.import_module("numpy")
     import torch
 
     torch.set_num_threads(1)
-    import torch.nn.functional  # noqa: F401
+    import torch.nn.functional
 
     try:
         import matplotlib

@@ -27,12 +27,6 @@ from typing import Any
 
 import numpy as np
 
-# Re-exported: exercise modules reach the case inputs and the error advice as ``hints.<name>``, and
-# older code the submission-side conversions (now in .convert).
-from ..engine.case_inputs import rng, salted, salting, same_bits, unchanged_case  # noqa: F401
-from ..inside.convert import build_module, load_linear, tensor_to_numpy, to_numpy, to_numpy_pair  # noqa: F401
-from .error_hints import exception_hint, with_exception_hint  # noqa: F401
-
 # --- helpers for ``diagnose`` (run in the grader) ------------------------------------------------
 
 

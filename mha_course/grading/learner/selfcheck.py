@@ -115,8 +115,9 @@ def _in_notebook() -> bool:
 
 def run_case(case: Any, obj: Any, forbidden: tuple[str, ...] = ()) -> tuple[Row, Any, dict]:
     """Run one case in this process: (row, got or None, inputs)."""
-    from ..engine.scoring import exception_line, judge
+    from ..engine.scoring import judge
     from ..inside import wire
+    from ..inside.convert import exception_line
     from ..inside.guard import Tripwire, guarded
 
     inputs = case.make_inputs()
@@ -142,7 +143,7 @@ def run_case(case: Any, obj: Any, forbidden: tuple[str, ...] = ()) -> tuple[Row,
     except Exception as exc:
         if tripwire.tripped:
             return Row(case.name, case.points, 0, "failed", tripwire.explanation(), case.hidden), None, inputs
-        from .hints import with_exception_hint
+        from .error_hints import with_exception_hint
 
         return (
             Row(case.name, case.points, 0, "failed", with_exception_hint(exception_line(exc), inputs), case.hidden),

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from ..engine.spec import Assignment
 from . import scan_values
-from .scan_rules import (  # noqa: F401 (TAMPERING_PREFIXES: importable from here, as before)
+from .scan_rules import (
     ALLOWED_GRADING,
     ATTRIBUTE_BUILTINS,
     CODE_STRING_CALLS,
@@ -38,7 +38,6 @@ from .scan_rules import (  # noqa: F401 (TAMPERING_PREFIXES: importable from her
     REACHING_ATTRIBUTES,
     TAMPERING_ATTRIBUTES,
     TAMPERING_BUILTINS,
-    TAMPERING_PREFIXES,
     TAMPERING_STRINGS,
     matches,
     tampering,

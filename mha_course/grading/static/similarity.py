@@ -28,7 +28,7 @@ from .scan import parse
 MIN_TOKENS = 40  # a definition shorter than this is too small to tell copying from writing it
 NEAR = 0.9  # SequenceMatcher ratio from which a definition is reported as nearly identical
 
-_LIBRARY = Path(__file__).resolve().parents[1]
+_LIBRARY = Path(__file__).resolve().parents[2]  # mha_course/
 
 
 _DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)

@@ -46,22 +46,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# The view and the limits are modules of their own; their names are part of this module's API too.
-from .resources import RUNTIME_MB, Resources, _Cgroup, _count_own_tasks, _rlimits, cgroup_available  # noqa: F401
-from .view import (  # noqa: F401
+# The view and the resources are modules of their own; callers import their names from them.
+from .resources import Resources, _Cgroup, _rlimits
+from .view import (
     PACKAGE_DIR,
-    RUNTIME_FILES,
     SCRATCH,
     VIEW_EXTRA,
-    IsolationError,
     bind_privately,
-    build_view,
     libc_handle,
     mount_args,
-    open_to_others,
-    other_copies,
     stand_ins,
-    view_modules,
 )
 
 NOBODY = 65534

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import landlock, tier_b
+from . import landlock, tier_b, view
 from . import tier_a as isolation
 from .resources import RUNTIME_MB, Resources
 
@@ -137,7 +137,7 @@ def choose(min_tier: str = "B", unsafe: bool = False) -> tuple[str, int, dict[st
                 refused["C"] = why_c
     if not found or TIERS.index(found) > TIERS.index(min_tier):
         if not unsafe:
-            raise isolation.IsolationError(refusal(found, min_tier, refused))
+            raise view.IsolationError(refusal(found, min_tier, refused))
         if found:
             refused[found] = f"weaker than --min-isolation {min_tier}"
         return "", 0, refused  # as the instructor asked: plain processes

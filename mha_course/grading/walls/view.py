@@ -28,7 +28,7 @@ from ..inside.runner import HELPERS
 from ..static.scan import parse
 from .resources import Resources
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]  # mha_course/
+PACKAGE_DIR = Path(__file__).resolve().parents[2]  # mha_course/
 # What every sandbox reads of the system, in every tier: the loader, libraries, time zone
 SYSTEM_PATHS = (
     "/usr",
@@ -45,8 +45,9 @@ SYSTEM_PATHS = (
 SCRATCH = "/scratch"  # the submission's writable tmpfs
 VIEW_EXTRA = "/run/grader"  # extra modules (an assignment registered from elsewhere)
 
-# Files of mha_course/grading/ that run inside the sandbox (everything else there is the grader's).
-RUNTIME_FILES = ("wire.py", "guard.py", "convert.py", "sandbox.py", "broker.py")
+# The folder of what runs inside the sandbox (everything else under grading/ is the grader's): copied whole.
+RUNTIME_DIR = PACKAGE_DIR / "grading" / "inside"
+RUNTIME_FILES = tuple(sorted(p.name for p in RUNTIME_DIR.glob("*.py") if p.name != "__init__.py"))
 
 
 class IsolationError(RuntimeError):
@@ -67,7 +68,7 @@ for _name, _module in EXPORTS.items():  # bound now, as the real package does (a
 
 def __getattr__(name):
     if name == "check":
-        from .grading.selfcheck import check
+        from .grading.learner.selfcheck import check
         return check
     raise AttributeError(
         f"mha_course.{{name}} is not available while grading: it holds the course's reference answers, and this "
@@ -124,7 +125,7 @@ def _local_imports(path: Path, package: str) -> set[str]:
 def view_modules(call_modules: list[str], provided: tuple[str, ...]) -> tuple[list[str], list[str]]:
     """(mha_course modules in the view, extra top-level modules): call modules, provided ones and their imports."""
     inside: set[str] = set()
-    done = {f"mha_course.grading.{f[:-3]}" for f in RUNTIME_FILES}  # copied by build_view itself
+    done = {f"mha_course.grading.inside.{f[:-3]}" for f in RUNTIME_FILES}  # copied by build_view itself
     extra = []
     todo = list(provided) + list(HELPERS)
     for name in call_modules:
@@ -146,21 +147,23 @@ def build_view(root: Path, call_modules: list[str], provided: tuple[str, ...]) -
     """Write the sandbox's copy of mha_course under ``root`` (``root/mha_course``, ``root/extra``); returns root."""
     inside, extra = view_modules(call_modules, provided)
     package = root / "mha_course"
-    (package / "grading").mkdir(parents=True, exist_ok=True)
+    for folder in ("inside", "learner", "calls"):
+        (package / "grading" / folder).mkdir(parents=True, exist_ok=True)
     (root / "extra").mkdir(exist_ok=True)
     import mha_course
 
     exports = {
         name: module
         for name, module in getattr(mha_course, "_EXPORTS", {}).items()
-        if f"mha_course.{module}" in inside and module != "grading.selfcheck"
+        if f"mha_course.{module}" in inside and module != "grading.learner.selfcheck"
     }
     (package / "__init__.py").write_text(_PACKAGE_INIT.format(provided=tuple(provided), exports=exports))
     (package / "grading" / "__init__.py").write_text('"""The grader\'s submission runtime."""\n')
-    (package / "grading" / "selfcheck.py").write_text(_SELFCHECK)
+    (package / "grading" / "learner" / "__init__.py").write_text("")
+    (package / "grading" / "learner" / "selfcheck.py").write_text(_SELFCHECK)
+    shutil.copyfile(RUNTIME_DIR / "__init__.py", package / "grading" / "inside" / "__init__.py")
     for runtime in RUNTIME_FILES:
-        shutil.copyfile(PACKAGE_DIR / "grading" / runtime, package / "grading" / runtime)
-    (package / "grading" / "calls").mkdir(exist_ok=True)
+        shutil.copyfile(RUNTIME_DIR / runtime, package / "grading" / "inside" / runtime)
     shutil.copyfile(PACKAGE_DIR / "grading" / "calls" / "__init__.py", package / "grading" / "calls" / "__init__.py")
     for name in inside:
         source = _module_file(name)
