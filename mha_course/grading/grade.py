@@ -1,4 +1,4 @@
-"""``python -m mha_course.grading.grade SUBMISSIONS ... [--assignment KEY] [--roster CSV]``: grade a class, each notebook in its own sandbox.
+"""``python -m mha_course.grading.grade SUBMISSIONS ... [--assignment KEY]``: grade a class, each in a sandbox.
 
 Each submission runs inside bubblewrap's sandbox (own namespaces, uid nobody, no network, a
 read-only view without the grader, the hidden tests or the answers; time, memory and process
@@ -6,29 +6,26 @@ limits); results come back as plain arrays and are compared here. Where bubblewr
 grading is refused unless ``--unsafe-no-isolation`` is given; the output says which isolation ran.
 
 A folder is a class as a learning platform downloads it: each first-level folder (or flat file)
-is one student (see :mod:`mha_course.grading.classroom.collect`), keyed by its path, so students whose files
-share a name never overwrite each other. ``--assignment KEY`` grades one assignment: a notebook of
-another assignment, a missing notebook or a broken link gets a row saying so, never a silent
-skip; without it, each notebook is graded as the assignment its metadata names. A student gets one
+is one student (see :mod:`.classroom.collect`), keyed by its path: same-named files never overwrite
+each other. ``--assignment KEY`` grades one assignment: a notebook of another assignment, a missing
+notebook or a broken link gets a row saying so, never a silent skip; without it, each notebook is graded as the assignment its metadata names. A student gets one
 grade per assignment: of several notebooks the one named like the assignment's, else the newest,
 is graded, and the row names the others (never a sum). Links are never followed.
 
 Every test that passes is run again on fresh random inputs of the same kind, drawn from the class's
-seed and the student's identity (:mod:`~.grading.seeds`), so memorised answers gain nothing. The
+seed and the student's identity (:mod:`.classroom.seeds`), so memorised answers gain nothing. The
 seed is kept in ``grading-seed.json`` beside the outputs: a regrade of the same folder draws the same
 inputs (``--seed N`` sets it, ``--new-seed`` draws another). ``--overrides``, ``--late-penalty``
-and ``--lms-max`` apply the instructor's policy (:mod:`~.grading.policy`); ``--pick`` chooses a
-student's notebook (:mod:`~.grading.picks`); ``--skip-folders`` names the instructor's own folders.
+and ``--lms-max`` apply the instructor's policy (:mod:`.classroom.policy`); ``--pick`` chooses a
+student's notebook (:mod:`.classroom.picks`); ``--skip-folders`` names the instructor's own folders.
 
-Outputs: a table (one submission) or a progress bar and a class summary (many); ``--csv`` a
-gradebook (student, file, a column per exercise, raw, adjustments, final, the grade on the
-platform's scale, seeds, isolation, notes); ``--report`` an
-HTML class report with its Markdown twin; ``--feedback-dir`` one Markdown file per submission for
+Outputs: a table (one submission) or a progress bar and a class summary (many); ``--csv`` a gradebook (student, file, a column
+per exercise, raw, adjustments, final, the platform's grade, seeds, isolation, notes); ``--report`` an HTML class report with its Markdown twin; ``--feedback-dir`` one Markdown file per submission for
 the student; ``--results-dir`` one Gradescope results.json per submission; ``--json`` one merged
 results.json; ``--grades-out`` the roster back with the grade filled in (Canvas/Moodle import);
 ``--overrides`` per-student decisions applied on every (re)grade. Whatever one submission holds,
 the run ends with every output for the others (its failure is its row); learner text is made safe
-for each output (:mod:`~.grading.safe_text`). Exit status 0 whenever grading ran, however the
+for each output (:mod:`.classroom.safe_text`). Exit status 0 whenever grading ran, however the
 submissions scored; 1 when an output could not be written (the others are); 2 for a usage error;
 3 when submissions cannot be isolated here and ``--unsafe-no-isolation`` was not given.
 """

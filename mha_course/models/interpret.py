@@ -282,7 +282,7 @@ def head_picker(model, task: Task, data: TaskData):
         fig = attention_grid(model, task, data, 0)
         plt.close(fig)  # shown by the cell's result; left open, Jupyter would draw it a second time
         return fig
-    from ..plots.figures import interactive
+    from ..plots.sliders import interactive
 
     return interactive(
         show,

@@ -359,9 +359,3 @@ def plot_mask(
     if title is not None:
         ax.set_title(title)
     return ax
-
-
-# The vector plot and the interactive cells live in their own modules; imported here so that
-# notebooks keep writing viz.plot_vectors_2d and viz.interactive.
-from .vectors import plot_vectors_2d  # noqa: E402, F401
-from .widgets import _MADE, interactive, replay_interactive  # noqa: E402, F401

@@ -248,8 +248,8 @@ def test_rewrite_notebook_drops_answers_and_adds_launch_box_and_notes():
     notebook = {
         "cells": [
             {"cell_type": "markdown", "metadata": {}, "source": "# 01 Title"},
-            {"cell_type": "code", "metadata": {}, "source": "viz.interactive(draw, tau=(0.1, 5.0))", "outputs": []},
-            {"cell_type": "code", "metadata": {}, "source": "viz.interactive(draw, tau=(0.1, 5.0))", "outputs": []},
+            {"cell_type": "code", "metadata": {}, "source": "sliders.interactive(draw, tau=(0.1, 5.0))", "outputs": []},
+            {"cell_type": "code", "metadata": {}, "source": "sliders.interactive(draw, tau=(0.1, 5.0))", "outputs": []},
             {"cell_type": "markdown", "metadata": {"tags": ["answers"]}, "source": "1. (b) because ..."},
         ],
         "metadata": {},

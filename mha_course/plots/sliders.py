@@ -1,6 +1,6 @@
 """The notebooks' interactive cells: :func:`interactive` makes sliders, or draws fixed settings where widgets cannot run.
 
-A lecture cell ``viz.interactive(draw, tau=(0.1, 5.0))`` shows ipywidgets sliders in JupyterLab;
+A lecture cell ``sliders.interactive(draw, tau=(0.1, 5.0))`` shows ipywidgets sliders in JupyterLab;
 under nbval, in a static HTML export or without ipywidgets it calls ``draw`` at the ``static``
 settings instead, so the cell still shows its point. Every widget made is remembered, so that a
 test can :func:`replay_interactive` each one at its current value and at the ends of its controls

@@ -12,6 +12,7 @@ import torch
 
 from mha_course import causal_mask, softmax
 from mha_course.plots import figures as viz
+from mha_course.plots import sliders, vectors
 
 TOKENS = ["The", "bank", "approved", "the", "loan"]
 
@@ -198,14 +199,14 @@ def test_plot_mask_rejects_float_masks_and_bad_shapes():
 
 def test_plot_vectors_2d_draws_one_arrow_per_vector():
     keys = np.array([[1.0, 0.0], [0.0, 1.0], [0.5, 0.5]])
-    ax = viz.plot_vectors_2d(keys, ["x", "y", "xy"], query=np.array([0.8, 0.3]), title="keys")
+    ax = vectors.plot_vectors_2d(keys, ["x", "y", "xy"], query=np.array([0.8, 0.3]), title="keys")
     arrows = [child for child in ax.texts if getattr(child, "arrow_patch", None) is not None]
     assert len(arrows) == 4
     assert {t.get_text() for t in ax.texts} >= {"x", "y", "xy", "query"}
     with pytest.raises(ValueError, match=r"\(S, 2\)"):
-        viz.plot_vectors_2d(np.ones((3, 3)))
+        vectors.plot_vectors_2d(np.ones((3, 3)))
     with pytest.raises(ValueError, match=r"\(2,\)"):
-        viz.plot_vectors_2d(keys, query=np.ones(3))
+        vectors.plot_vectors_2d(keys, query=np.ones(3))
 
 
 def test_colorbars_are_labelled():
@@ -244,7 +245,7 @@ def test_plot_vectors_2d_keeps_close_labels_apart():
     # tips closer together than a line of text: written at the tips, the names would collide
     keys = np.array([[0.95, 0.05], [0.93, 0.07], [0.9, 0.03], [0.0, 0.9], [0.03, 0.92]])
     names = ["money", "loan", "cash", "water", "river"]
-    ax = viz.plot_vectors_2d(keys, names, query=np.array([0.75, 0.55]))
+    ax = vectors.plot_vectors_2d(keys, names, query=np.array([0.75, 0.55]))
     ax.figure.canvas.draw()
     renderer = ax.figure.canvas.get_renderer()
     boxes = [t.get_window_extent(renderer) for t in ax.texts if t.get_text()]
@@ -260,7 +261,7 @@ def test_interactive_builds_a_widget_and_runs_the_function_once():
     def draw(tau=1.0, word="bank"):
         calls.append((tau, word))
 
-    widget = viz.interactive(draw, tau=ipywidgets.FloatSlider(value=0.5, min=0.1, max=2.0), word=["bank", "loan"])
+    widget = sliders.interactive(draw, tau=ipywidgets.FloatSlider(value=0.5, min=0.1, max=2.0), word=["bank", "loan"])
     assert isinstance(widget, ipywidgets.interactive)
     assert calls == [(0.5, "bank")]
     widget.children[0].value = 1.5  # moving the slider calls the function again
@@ -269,7 +270,7 @@ def test_interactive_builds_a_widget_and_runs_the_function_once():
 
 def test_interactive_builds_controls_that_need_ipywidgets():
     seen = []
-    widget = viz.interactive(
+    widget = sliders.interactive(
         lambda tau=1.0: seen.append(tau), tau=lambda w: w.FloatLogSlider(value=0.1, base=10, min=-2, max=1)
     )
     assert isinstance(widget.children[0], ipywidgets.FloatLogSlider)
@@ -281,23 +282,23 @@ def test_interactive_first_call_errors_propagate():
         raise RuntimeError("drawing failed")
 
     with pytest.raises(RuntimeError, match="drawing failed"):
-        viz.interactive(broken, n=(1, 5))
+        sliders.interactive(broken, n=(1, 5))
 
 
 def test_interactive_static_fallback_without_ipywidgets(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "ipywidgets", None)  # import ipywidgets -> ImportError
     calls = []
-    result = viz.interactive(lambda tau=1.0: calls.append(tau), static=[{"tau": 0.3}, {"tau": 3.0}], tau=(0.1, 5.0))
+    result = sliders.interactive(lambda tau=1.0: calls.append(tau), static=[{"tau": 0.3}, {"tau": 3.0}], tau=(0.1, 5.0))
     assert result is None and calls == [0.3, 3.0]
     assert "ipywidgets is not installed" in capsys.readouterr().out
-    assert viz.interactive(lambda tau=1.0: calls.append(tau)) is None and calls[-1] == 1.0
+    assert sliders.interactive(lambda tau=1.0: calls.append(tau)) is None and calls[-1] == 1.0
 
 
 def test_interactive_rejects_bad_arguments():
     with pytest.raises(TypeError, match="callable"):
-        viz.interactive("not a function")
+        sliders.interactive("not a function")
     with pytest.raises(TypeError, match="sequence of keyword-argument dicts"):
-        viz.interactive(lambda tau=1.0: None, static={"tau": 1.0})
+        sliders.interactive(lambda tau=1.0: None, static={"tau": 1.0})
 
 
 def test_side_by_side_names_what_is_not_attention_weights():
