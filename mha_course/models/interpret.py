@@ -250,7 +250,7 @@ def plot_relation_attention(
 def head_picker(model, task: Task, data: TaskData):
     """Pick an example, a layer and a head with sliders and see that head's attention heatmap.
 
-    Uses :func:`mha_course.plots.figures.interactive` when ipywidgets is installed; otherwise draws the
+    Uses :func:`mha_course.plots.sliders.interactive` when ipywidgets is installed; otherwise draws the
     static grid of every layer x head for example 0. Returns the widget, or the static Figure
     (closed, so that Jupyter shows it once, as the cell's result): make the call the last line of
     a cell. The heatmap is weights[layer, example, head], (T, S), from the model's

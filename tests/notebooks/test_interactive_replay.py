@@ -3,7 +3,7 @@
 nbval executes each notebook once, top to bottom, which calls each interactive callback with its
 initial values only. A learner runs everything and *then* moves the sliders: a callback that reads a
 global which a later cell redefined, or one that breaks at the end of its own range, fails only then.
-This test does the same: it executes the notebook, then replays every ``mha_course.plots.figures.interactive``
+This test does the same: it executes the notebook, then replays every ``mha_course.plots.sliders.interactive``
 callback at its current values and with each control at its ends (``sliders.replay_interactive``).
 
 On the way it checks that each cell that makes a widget shows it (a cell ending in

@@ -50,7 +50,7 @@ def _direct_widget_calls(source: str) -> list[str]:
 def test_interactive_cells_go_through_the_library(path):
     cells = nbformat.read(path, as_version=4).cells
     problems = [
-        f"cell {i}: {call} (use mha_course.plots.figures.interactive, which leaves a picture for static views)"
+        f"cell {i}: {call} (use mha_course.plots.sliders.interactive, which leaves a picture for static views)"
         for i, cell in enumerate(cells)
         if cell.cell_type == "code"
         for call in _direct_widget_calls(cell.source)

@@ -23,6 +23,7 @@ from typing import Any
 from ..inside import wire
 from ..walls import resources, tier_b, tiers
 from ..walls import tier_a as isolation
+from ..walls.view import build_view
 from .verdicts import Limits
 
 
@@ -31,7 +32,7 @@ class Isolator:
 
     The walls are the strongest tier that holds here (:mod:`.tiers`): A bubblewrap, B Landlock + seccomp +
     own uid (root in a default Docker container), C own uid only. Raises
-    :class:`~.isolation.IsolationError` when that tier is weaker than ``min_isolation`` ("A", "B" or "C"),
+    :class:`~mha_course.grading.walls.view.IsolationError` when that tier is weaker than ``min_isolation`` ("A", "B" or "C"),
     unless ``unsafe_no_isolation`` (then plain child processes; every result says so). Raises ValueError
     for another ``min_isolation``.
     """
@@ -66,7 +67,7 @@ class Isolator:
             if view is None:
                 root = Path(tempfile.mkdtemp(prefix=f"{assignment.key}-", dir=self._root))
                 try:
-                    view = view.build_view(root, sorted(call_modules(assignment)), tuple(assignment.provided))
+                    view = build_view(root, sorted(call_modules(assignment)), tuple(assignment.provided))
                 except BaseException:
                     shutil.rmtree(root, ignore_errors=True)
                     raise
