@@ -264,7 +264,7 @@ def compiled_view(
     not choose the interpreter.
     """
     code = (
-        "import json\nfrom mha_course import gpu_report as g\n"
+        "import json\nfrom mha_course.kernels import gpu_report as g\n"
         f"print(json.dumps(g._compiled_view_here({kernel!r}, {arch!r}, {dtype!r}, {head_dim!r}, {config!r})))"
     )
     proc = subprocess.run(

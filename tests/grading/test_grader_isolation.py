@@ -50,7 +50,7 @@ def sh(command, wait=True):
 
 WRONG_ADD = "def add_arrays(a, b):\n    return a * 0\n"
 GRADER = (
-    f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom mha_course.grading import grader, registry\n"
+    f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom mha_course.grading.engine import pipeline as grader, registry\n"
     "from mha_course.grading.static.scan import ScanReport\n"
     "grader.scan = lambda cells, assignment: ScanReport()\n"
     "registry.register('grading_fake')\nfrom mha_course.grading.grade import main\nsys.exit(main(sys.argv[1:]))"
@@ -129,8 +129,10 @@ def _attacks(paths: dict[str, str]) -> dict[str, tuple[list[str], float]]:
         # what of the grader is there to read: the runtime, never the hidden tests or the references
         "list_the_grader": (
             [
-                "import os, mha_course.grading as g\nLISTING = sorted(os.listdir(os.path.dirname(g.__file__)))"
-                " + sorted(os.listdir(os.path.dirname(os.path.dirname(g.__file__))))",
+                "import os, mha_course.grading as g\nHERE = os.path.dirname(g.__file__)\n"
+                "LISTING = [n for d in (HERE, os.path.join(HERE, 'inside'), os.path.join(HERE, 'learner'),"
+                " os.path.dirname(HERE), os.path.join(os.path.dirname(HERE), 'core')) if os.path.isdir(d)"
+                " for n in sorted(os.listdir(d))]",
                 "def add_arrays(a, b):\n    raise ValueError(' '.join(LISTING))\n",
                 GOOD_DOUBLE,
             ],
@@ -323,8 +325,9 @@ def test_the_attack_shell_runs_inside_the_sandbox(batch):
 @pytest.mark.slow
 def test_the_view_holds_the_runtime_only(batch):
     output = " ".join(t["output"] for t in batch["each"]["list_the_grader"]["tests"])
-    assert "sandbox.py" in output and "calls" in output  # the runtime is there ...
-    for hidden in ("exercises", "hints.py", "grader.py", "scan.py", "softmax.py", "attention.py", "solutions"):
+    assert "runner.py" in output and "broker.py" in output and "calls" in output  # the runtime is there ...
+    grader_files = ("exercises", "hints.py", "pipeline.py", "scan.py", "softmax.py", "attention.py", "solutions")
+    for hidden in (*grader_files, "engine", "walls", "static", "classroom", "authoring"):
         assert hidden not in output, (hidden, output)  # ... the grader, the tests and the answers are not
 
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MARKER = f"MHA_REDTEAM_{os.getpid()}"
 
 NO_SCAN = (
-    "import sys\nfrom mha_course.grading import grader\nfrom mha_course.grading.static.scan import ScanReport\n"
+    "import sys\nfrom mha_course.grading.engine import pipeline as grader\nfrom mha_course.grading.static.scan import ScanReport\n"
     "grader.scan = lambda cells, assignment: ScanReport()\nfrom mha_course.grading.grade import main\n"
     "sys.exit(main(sys.argv[1:]))"
 )

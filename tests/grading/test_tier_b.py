@@ -253,7 +253,7 @@ def test_the_reproduction_refuses_bubblewrap_as_docker_does():
 
 
 GRADER = (
-    f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom mha_course.grading import grader, registry\n"
+    f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom mha_course.grading.engine import pipeline as grader, registry\n"
     "from mha_course.grading.static.scan import ScanReport\n"
     "grader.scan = lambda cells, assignment: ScanReport()\n"
     "registry.register('grading_fake')\nfrom mha_course.grading.grade import main\nsys.exit(main(sys.argv[1:]))"
