@@ -22,7 +22,7 @@ from mha_course.grading import calls as calls_package
 from mha_course.grading.engine import case_inputs, registry
 from mha_course.grading.inside import convert
 
-GRADING = Path(convert.__file__).resolve().parent
+GRADING = Path(convert.__file__).resolve().parents[1]  # mha_course/grading/
 CALLS_PREFIX = "mha_course.grading.calls."
 
 # Imports any call module (and convert.py) may make: the module itself or any of its submodules.
@@ -108,7 +108,7 @@ SANDBOX_MODULES = [
 ]
 SANDBOX_MODULES += [
     ("mha_course.grading.calls", GRADING / "calls" / "__init__.py", "mha_course.grading.calls"),
-    ("mha_course.grading.inside.convert", GRADING / "convert.py", "mha_course.grading"),
+    ("mha_course.grading.inside.convert", GRADING / "inside" / "convert.py", "mha_course.grading.inside"),
 ]
 
 
@@ -125,8 +125,9 @@ def test_sandbox_modules_import_only_what_the_sandbox_holds(module, path, packag
 def test_the_import_check_catches_a_forbidden_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text(
-        "import numpy as np\nfrom .. import hints\n\n\ndef f():\n    from mha_course.core.softmax import softmax_np\n"
-        "    from mha_course.grading.inside import convert; from mha_course.grading.engine import spec\n    return __import__('mha_course.core.attention')\n"
+        "import numpy as np\nfrom ..learner import hints\n\n\ndef f():\n    from mha_course.core.softmax import softmax_np\n"
+        "    from mha_course.grading.inside import convert\n    from mha_course.grading.engine import spec\n"
+        "    return __import__('mha_course.core.attention')\n"
     )
     found = "\n".join(_violations(bad, "mha_course.grading.calls.bad", "mha_course.grading.calls"))
     for name in (
@@ -136,7 +137,7 @@ def test_the_import_check_catches_a_forbidden_import(tmp_path):
         "__import__",
     ):
         assert f"imports {name}" in found, found
-    assert "imports numpy" not in found and "grading.convert" not in found, found
+    assert "imports numpy" not in found and "grading.inside.convert" not in found, found
 
 
 def test_every_case_calls_a_function_of_a_calls_module():
