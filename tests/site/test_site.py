@@ -259,7 +259,7 @@ def test_rewrite_notebook_drops_answers_and_adds_launch_box_and_notes():
     sources = [cell["source"] for cell in cells]
     assert not any("because" in source for source in sources)
     assert 'href="https://colab.research.google.com/github/o/r/blob/main/notebooks/01_x.ipynb"' in sources[1]
-    assert "mha_course.core.softmax" in sources[1]
+    assert "mha_course.softmax" in sources[1]  # the public name, not a module path
     assert "course-interactive" in sources[3] and "course-interactive" in sources[5]
     ids = [cell["id"] for cell in cells if "id" in cell]
     assert len(ids) == 3 and len(set(ids)) == 3, ids  # the two identical notes get ids of their own
