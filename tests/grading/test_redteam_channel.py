@@ -354,9 +354,9 @@ def test_as_root_without_a_cgroup_tasks_are_still_limited(tmp_path, monkeypatch)
     """No writable cgroup (a container): the sandbox's own uid makes RLIMIT_NPROC hold."""
     _root_only()
     require_sandbox()
-    from mha_course.grading.walls import tier_a as isolation
+    from mha_course.grading.walls import resources
 
-    monkeypatch.setattr(isolation, "cgroup_available", lambda: None)
+    monkeypatch.setattr(resources, "cgroup_available", lambda: None)
     isolator = Isolator()
     try:
         assert not isolator.use_cgroup
