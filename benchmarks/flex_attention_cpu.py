@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from mha_course import scaled_dot_product_attention
-from mha_course.flex import compile_support, document_mod, flex_attention, make_block_mask, mask_from_mod
+from mha_course.inference.flex import compile_support, document_mod, flex_attention, make_block_mask, mask_from_mod
 
 
 def median_ms(fn, repeats: int) -> float:

@@ -7,8 +7,8 @@ On a machine with CUDA it runs, in order:
 1. the CUDA-only tests (``pytest -m gpu``): the compiled forward and backward kernels against
    torch's flash backend;
 2. the GPU benchmark, bf16, D = 128, T = 1024 .. 16384, non-causal and causal, forward and
-   forward+backward, against every SDPA backend torch offers (``python -m mha_course.bench``);
-3. ``python -m mha_course.gpu_report`` for this GPU's architecture;
+   forward+backward, against every SDPA backend torch offers (``python -m mha_course.timing.bench``);
+3. ``python -m mha_course.kernels.gpu_report`` for this GPU's architecture;
 
 and appends a dated section to benchmarks/RESULTS.md with the device, driver, CUDA/cuDNN/torch/
 Triton versions, each command and its output, and writes the JSON files beside it. Without a GPU
@@ -62,7 +62,7 @@ def main() -> int:
         [
             sys.executable,
             "-m",
-            "mha_course.bench",
+            "mha_course.timing.bench",
             "--device",
             "cuda",
             "--dtype",
@@ -83,7 +83,7 @@ def main() -> int:
         [
             sys.executable,
             "-m",
-            "mha_course.bench",
+            "mha_course.timing.bench",
             "--device",
             "cuda",
             "--dtype",
@@ -101,7 +101,7 @@ def main() -> int:
         [
             sys.executable,
             "-m",
-            "mha_course.gpu_report",
+            "mha_course.kernels.gpu_report",
             "--arch",
             arch if arch in ("sm_80", "sm_90", "sm_100") else "sm_90",
             "--json",

@@ -2,7 +2,7 @@
 
     python benchmarks/grading_speed.py [--notebook solutions/a03_attention.ipynb] [-n 100] [--workers 2]
 
-Prints the time for one submission from a cold start (a fresh `python -m mha_course.grade`
+Prints the time for one submission from a cold start (a fresh `python -m mha_course.grading.grade`
 process: the grader's torch import, a bubblewrap sandbox, the submission's torch import, its
 notebook and every case) and for a class of N copies graded
 in one batch with the given number of workers, with the mean time per submission. The copies get
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mha_course.grading.grader import grade_many
+from mha_course.grading.engine.pipeline import grade_many
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +44,7 @@ def main() -> None:
             [
                 sys.executable,
                 "-m",
-                "mha_course.grade",
+                "mha_course.grading.grade",
                 str(args.notebook),
                 "--quiet",
                 "--json",
@@ -53,7 +53,7 @@ def main() -> None:
             check=True,
         )
         single = time.perf_counter() - start
-    print(f"one submission, cold start (python -m mha_course.grade): {single:.1f} s")
+    print(f"one submission, cold start (python -m mha_course.grading.grade): {single:.1f} s")
 
     folder = Path(tempfile.mkdtemp(prefix="mhag-bench-"))
     try:

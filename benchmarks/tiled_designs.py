@@ -3,7 +3,7 @@
     python benchmarks/tiled_designs.py [--T 4096] [--repeats 5] [--loads 0 1] [--causal no|yes|both]
 
 Times, side by side in one process (in turns, median of --repeats), the designs that
-``mha_course/tiled.py`` weighed, quiet and beside N busy processes (``mha_course.machine_load``),
+``mha_course/efficient/tiled/forward.py`` weighed, quiet and beside N busy processes (``mha_course.timing.machine_load``),
 as a fraction of torch's fused CPU flash kernel (above 1: faster), float32, B = 1, H = 8, D = 64:
 
 - ``one loop, all threads``: one Python loop over all heads, every torch call split over all
@@ -12,7 +12,7 @@ as a fraction of torch's fused CPU flash kernel (above 1: faster), float32, B = 
 - ``one loop, 1 thread``: the same on one intra-op thread, what a design that drops to one thread
   when ``os.getloadavg()`` is high would run under load;
 - ``worker threads``: the design kept, one single-threaded worker per intra-op thread taking
-  (heads, query block) items one at a time (``mha_course.worker_pool``);
+  (heads, query block) items one at a time (``mha_course.efficient.tiled.workers``);
 - ``worker threads, 4x items``: the same with four times as many, smaller items per worker
   (``tiling.ITEMS_PER_WORKER``), so a worker slowed by another process leaves more to the others.
 
@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from mha_course import tiling
-from mha_course.machine_load import background_load, cpu_seconds, other_load
-from mha_course.tiled import tiled_attention
+from mha_course.efficient.tiled import plan as tiling
+from mha_course.efficient.tiled.forward import tiled_attention
+from mha_course.timing.machine_load import background_load, cpu_seconds, other_load
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ Shape legend, used in every docstring and on every reshape line (``# (B, H, T, D
 
 Mask convention: a boolean mask is True where a query MAY attend (as in
 ``torch.nn.functional.scaled_dot_product_attention`` and JAX); a float mask is added to the
-scores. ``torch.nn.MultiheadAttention`` uses the opposite boolean meaning; see ``mha_course.masks``.
+scores. ``torch.nn.MultiheadAttention`` uses the opposite boolean meaning; see ``mha_course.core.masks``.
 A query whose every key is masked gets all-zero weights and an all-zero output.
 
 Names are imported lazily (except the softmax pair, see below), so ``import mha_course`` does not
@@ -28,35 +28,35 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _EXPORTS = {
     # core (chapters 01-05)
-    "softmax": "softmax",
-    "softmax_np": "softmax",
-    "causal_mask": "masks",
-    "padding_mask": "masks",
-    "invert_bool_mask": "masks",
-    "to_torch_attn_mask": "masks",
-    "from_torch_attn_mask": "masks",
-    "to_key_padding_mask": "masks",
-    "from_key_padding_mask": "masks",
-    "scaled_dot_product_attention": "attention",
-    "scaled_dot_product_attention_np": "attention",
-    "attention_loop_reference": "reference",
-    "split_heads": "heads",
-    "merge_heads": "heads",
-    "MultiHeadAttention": "mha",
+    "softmax": "core.softmax",
+    "softmax_np": "core.softmax",
+    "causal_mask": "core.masks",
+    "padding_mask": "core.masks",
+    "invert_bool_mask": "core.masks",
+    "to_torch_attn_mask": "core.masks",
+    "from_torch_attn_mask": "core.masks",
+    "to_key_padding_mask": "core.masks",
+    "from_key_padding_mask": "core.masks",
+    "scaled_dot_product_attention": "core.attention",
+    "scaled_dot_product_attention_np": "core.attention",
+    "attention_loop_reference": "core.reference",
+    "split_heads": "core.heads",
+    "merge_heads": "core.heads",
+    "MultiHeadAttention": "core.mha",
     "get_device": "device",
     "environment_report": "device",
     "assert_close": "testing",
     "TOLERANCES": "testing",
     # efficient attention (chapters 10-14)
-    "tiled_attention": "tiled",
-    "attention_backward": "backward",
+    "tiled_attention": "efficient.tiled.forward",
+    "attention_backward": "efficient.gradients",
     "triton_attention": "kernels.function",
     # predict, then run (every chapter's predictions)
     "check_prediction": "predict",
     "check_choice": "predict",
     "answer_digest": "predict",
     # self-check inside notebooks (assignments)
-    "check": "grading.selfcheck",
+    "check": "grading.learner.selfcheck",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -68,8 +68,8 @@ __all__ = sorted(_EXPORTS)
 # Triton is first imported, by anyone (torch itself imports it for some dispatch modes and
 # torch.compile). Choosing it here, at `import mha_course`, keeps chapter 13 working however the
 # learner got there. An explicit TRITON_INTERPRET in the environment is left alone.
+from .core.softmax import softmax, softmax_np  # noqa: E402, F401  (re-exported)
 from .device import choose_triton_backend  # noqa: E402
-from .softmax import softmax, softmax_np  # noqa: E402, F401  (re-exported)
 
 choose_triton_backend()
 

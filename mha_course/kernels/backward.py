@@ -3,7 +3,7 @@
 The forward kernel saved, per query row, the log-sum-exp of its scores (``lse``). That is all it
 takes to rebuild any tile of the probabilities exactly, P = exp(S - lse), so the backward pass can
 stream tiles the way the forward did and never hold P. The formulas are chapter 14's
-(:mod:`mha_course.backward`), applied tile by tile:
+(:mod:`mha_course.efficient.gradients`), applied tile by tile:
 
     delta = rowsum(dO * O)                (T,)     one number per query row, computed first
     dV   += P^T dO                        a key block gathers from every query block
@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import torch
 
+from ..core.softmax import LOG2E
 from .dq import _dq_configs, _dq_jitted
 from .registry import KernelSpec, autotuned, constexprs, register
-from .rows import _load_rows, _program, _store_rows  # noqa: F401 (the kernels call them by these global names)
-from .runtime import INTERPRETED, LOG2E, ON_GPU, tl, triton
+from .rows import _load_rows, _program, _store_rows
+from .runtime import INTERPRETED, ON_GPU, tl, triton
 
 
 def _dkdv_range(
@@ -181,7 +182,7 @@ def _dkdv_kernel(
 
 def _dkdv_configs(capability: int, head_dim: int, causal: bool):
     """dK/dV: (BLOCK_M, BLOCK_N, warps, stages); BLOCK_N keys are the accumulators' rows, 64 per Hopper
-    warpgroup. None spills (``python -m mha_course.gpu_report``): at D = 128 the two (BLOCK_N, D) float32
+    warpgroup. None spills (``python -m mha_course.kernels.gpu_report``): at D = 128 the two (BLOCK_N, D) float32
     accumulators take 128 registers a thread, so the causal kernel (which adds the diagonal's masked loop)
     walks 32 queries at a time, and stages = 1 keeps the copies of q and dO out of the registers."""
     if capability >= 90:

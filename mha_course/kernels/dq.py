@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .rows import _load_rows, _program, _store_rows, _visible_keys  # noqa: F401 (the kernels call them by these global names)
+from .rows import _load_rows, _program, _store_rows, _visible_keys
 from .runtime import tl, triton
 
 

@@ -30,9 +30,10 @@ from __future__ import annotations
 
 import torch
 
+from ..core.softmax import LOG2E
 from .registry import KernelSpec, autotuned, constexprs, register
-from .rows import _load_cols, _load_rows, _program, _store_rows, _visible_keys  # noqa: F401 (the kernels call them by these global names)
-from .runtime import INTERPRETED, LOG2E, LOG2E_K, ON_GPU, tl, triton
+from .rows import _load_cols, _load_rows, _program, _store_rows, _visible_keys
+from .runtime import INTERPRETED, LOG2E_K, ON_GPU, tl, triton
 
 
 def _attend_key_range(
@@ -157,7 +158,7 @@ def _flash_forward_kernel(
 
 def _configs(capability: int, head_dim: int, causal: bool):
     """The (BLOCK_M, BLOCK_N, warps, stages) shipped for a GPU and head dim; none spills (``python -m
-    mha_course.gpu_report``). Hopper's wgmma gives each warpgroup (4 warps) 64 rows of the accumulator,
+    mha_course.kernels.gpu_report``). Hopper's wgmma gives each warpgroup (4 warps) 64 rows of the accumulator,
     so 8 warps need BLOCK_M = 128: with 64 rows both warpgroups would compute the same scores. Ampere's
     mma.sync keeps the (BLOCK_M, D) accumulator and q in registers: 64-wide key blocks at D = 128."""
     if capability >= 90:

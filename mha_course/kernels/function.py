@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from ..tiling import causal_diagonal
+from ..efficient.tiled.plan import causal_diagonal
 from ..validation import check_qkv, resolve_scale
 from .backward import flash_backward
 from .forward import _autotuned, _check_blocks, _forward

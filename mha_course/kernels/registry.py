@@ -1,6 +1,6 @@
 """The course's Triton kernels by name: the jitted function, its autotune configs per GPU, its launch arguments.
 
-The launchers (:mod:`.forward`, :mod:`.backward`) and :mod:`mha_course.gpu_report` read the same
+The launchers (:mod:`.forward`, :mod:`.backward`) and :mod:`mha_course.kernels.gpu_report` read the same
 entries, so the report compiles exactly the kernels, configs and arguments a launch uses::
 
     name      kernel                   tile of one loop iteration     matmuls per tile

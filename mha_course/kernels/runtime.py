@@ -16,8 +16,8 @@ import sys
 
 import torch
 
+from ..core.softmax import LOG2E
 from ..device import choose_triton_backend
-from ..softmax import LOG2E  # noqa: F401 (the kernels' exp2 scale; one constant for the course)
 
 ON_GPU = torch.cuda.is_available()
 IMPORTED_TOO_EARLY = not ON_GPU and "triton" in sys.modules and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")

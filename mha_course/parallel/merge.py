@@ -23,7 +23,7 @@ import math
 
 import torch
 
-from ..tiled import tiled_attention
+from ..efficient.tiled.forward import tiled_attention
 from ..validation import check_mask, check_qkv, require_floating, require_tensor, resolve_scale
 
 

@@ -27,9 +27,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from ..attention import scaled_dot_product_attention
-from ..heads import gate_heads, merge_heads, split_heads
-from ..mha import MultiHeadAttention
+from ..core.attention import scaled_dot_product_attention
+from ..core.heads import gate_heads, merge_heads, split_heads
+from ..core.mha import MultiHeadAttention
 from ..validation import require_positive_int
 from .comm import group_rank_and_size
 from .layout import check_rank

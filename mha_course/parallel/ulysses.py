@@ -28,8 +28,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from ..attention import scaled_dot_product_attention
-from ..masks import causal_mask
+from ..core.attention import scaled_dot_product_attention
+from ..core.masks import causal_mask
 from ..validation import check_qkv, require_rank, require_tensor, resolve_scale
 from .comm import bytes_written, gather_ints, group_rank_and_size
 

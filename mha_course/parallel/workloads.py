@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
-from ..attention import scaled_dot_product_attention
-from ..masks import causal_mask
-from ..mha import MultiHeadAttention
+from ..core.attention import scaled_dot_product_attention
+from ..core.masks import causal_mask
+from ..core.mha import MultiHeadAttention
 from ..validation import require_positive_int
 from .comm import bytes_written
 from .launch import rank_device

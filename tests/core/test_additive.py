@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from mha_course.additive import Scorer, additive_scores, fit, lookup_batch
+from mha_course.core.additive import Scorer, additive_scores, fit, lookup_batch
 from mha_course.testing import assert_close
 
 

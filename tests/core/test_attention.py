@@ -8,9 +8,9 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha_course.attention import scaled_dot_product_attention as sdpa
-from mha_course.masks import causal_mask, padding_mask
-from mha_course.reference import attention_loop_reference
+from mha_course.core.attention import scaled_dot_product_attention as sdpa
+from mha_course.core.masks import causal_mask, padding_mask
+from mha_course.core.reference import attention_loop_reference
 from mha_course.testing import assert_close
 
 FAST = settings(max_examples=40, deadline=None, derandomize=True)

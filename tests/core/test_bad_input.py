@@ -23,19 +23,19 @@ from mha_course import (
     split_heads,
     tiled_attention,
 )
-from mha_course.attention import scaled_dot_product_attention as sdpa
-from mha_course.attention import scaled_dot_product_attention_np as sdpa_np
-from mha_course.kv_cache import KVCache, decode_step
-from mha_course.masks import from_torch_attn_mask, to_torch_attn_mask
-from mha_course.positions import LearnedPositions, apply_rotary
-from mha_course.testing import assert_close
-from mha_course.variants import (
+from mha_course.core.attention import scaled_dot_product_attention as sdpa
+from mha_course.core.attention import scaled_dot_product_attention_np as sdpa_np
+from mha_course.core.masks import from_torch_attn_mask, to_torch_attn_mask
+from mha_course.core.positions import LearnedPositions, apply_rotary
+from mha_course.inference.kv_cache import KVCache, decode_step
+from mha_course.inference.variants import (
     GroupedQueryAttention,
     grouped_query_attention,
     linformer_projections,
     repeat_kv,
     sliding_window_mask,
 )
+from mha_course.testing import assert_close
 
 
 def shape(*dims):

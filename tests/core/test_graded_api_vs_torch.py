@@ -16,15 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mha_course import (
-    causal_mask,
-    merge_heads,
-    padding_mask,
-    scaled_dot_product_attention,
-    softmax,
-    split_heads,
-)
-from mha_course.masks import (
+from mha_course import causal_mask, merge_heads, padding_mask, scaled_dot_product_attention, softmax, split_heads
+from mha_course.core.masks import (
     from_key_padding_mask,
     from_torch_attn_mask,
     invert_bool_mask,

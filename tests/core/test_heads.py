@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha_course.heads import merge_heads, split_heads
+from mha_course.core.heads import merge_heads, split_heads
 
 FAST = settings(max_examples=30, deadline=None, derandomize=True)
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from mha_course import attention_loop_reference, scaled_dot_product_attention
-from mha_course.kernel_regression import as_attention, nadaraya_watson
+from mha_course.core.kernel_regression import as_attention, nadaraya_watson
 from mha_course.testing import assert_close
 
 

@@ -6,8 +6,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha_course.attention import scaled_dot_product_attention as sdpa
-from mha_course.masks import (
+from mha_course.core.attention import scaled_dot_product_attention as sdpa
+from mha_course.core.masks import (
     causal_mask,
     from_key_padding_mask,
     from_torch_attn_mask,

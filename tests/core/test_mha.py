@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from mha_course.attention import scaled_dot_product_attention as sdpa
-from mha_course.masks import causal_mask, padding_mask, to_key_padding_mask, to_torch_attn_mask
-from mha_course.mha import MultiHeadAttention
+from mha_course.core.attention import scaled_dot_product_attention as sdpa
+from mha_course.core.masks import causal_mask, padding_mask, to_key_padding_mask, to_torch_attn_mask
+from mha_course.core.mha import MultiHeadAttention
 from mha_course.testing import assert_close
 
 FAST = settings(max_examples=25, deadline=None, derandomize=True)

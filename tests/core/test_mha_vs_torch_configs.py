@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from mha_course import MultiHeadAttention, causal_mask, padding_mask
-from mha_course.masks import to_key_padding_mask, to_torch_attn_mask
+from mha_course.core.masks import to_key_padding_mask, to_torch_attn_mask
 from mha_course.testing import assert_close
 
 MASKS = ["none", "causal", "padding", "causal+padding", "float", "per_batch", "per_batch+padding"]

@@ -6,10 +6,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha_course.attention import scaled_dot_product_attention as sdpa
-from mha_course.attention import scaled_dot_product_attention_np as sdpa_np
-from mha_course.masks import causal_mask
-from mha_course.softmax import softmax, softmax_np
+from mha_course.core.attention import scaled_dot_product_attention as sdpa
+from mha_course.core.attention import scaled_dot_product_attention_np as sdpa_np
+from mha_course.core.masks import causal_mask
+from mha_course.core.softmax import softmax, softmax_np
 from mha_course.testing import assert_close
 
 FAST = settings(max_examples=30, deadline=None, derandomize=True)

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha_course.positions import (
+from mha_course.core.positions import (
     LearnedPositions,
     SinusoidalPositions,
     apply_rotary,

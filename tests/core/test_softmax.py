@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mha_course.softmax import softmax
+from mha_course.core.softmax import softmax
 from mha_course.testing import assert_close
 
 FAST = settings(max_examples=40, deadline=None, derandomize=True)

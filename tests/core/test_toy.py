@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from mha_course import toy
+from mha_course.core import toy
 
 
 def _cosine(a, b):

@@ -1,6 +1,6 @@
 """Set-up the grader's sandbox tests share.
 
-``isolator``: one :class:`~mha_course.grading.process.Isolator` per test module (its views are built per
+``isolator``: one :class:`~mha_course.grading.engine.process.Isolator` per test module (its views are built per
 assignment on first use, so a module that changes ``sys.path`` before grading keeps its own). Its walls are
 tier A (bubblewrap; the test is skipped where that cannot run) unless MHA_COURSE_EXPECT_TIER names another
 tier: tests/grading/test_tier_b.py runs tests/grading/test_redteam_channel.py again inside the Docker
@@ -16,7 +16,7 @@ import os
 import pytest
 from grading_fake import require_sandbox
 
-from mha_course.grading.process import Isolator
+from mha_course.grading.engine.process import Isolator
 
 EXPECTED_TIER = os.environ.get("MHA_COURSE_EXPECT_TIER", "")
 

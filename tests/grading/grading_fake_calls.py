@@ -1,11 +1,11 @@
 """The fake assignment's call functions (grading_fake.py): the part that runs inside the sandbox.
 
-Like ``mha_course.grading.calls``, it imports only numpy, torch and ``mha_course.grading.convert``.
+Like ``mha_course.grading.calls``, it imports only numpy, torch and ``mha_course.grading.inside.convert``.
 """
 
 from __future__ import annotations
 
-from mha_course.grading.convert import to_numpy
+from mha_course.grading.inside.convert import to_numpy
 
 
 def add(target, inputs):

@@ -42,10 +42,10 @@ WRONG_ADD = "def add_arrays(a, b):\n    return a * 0\n"
 
 # The grader's command line with the static scan off: the walls are under test, not the scan.
 GRADER = (
-    f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom mha_course.grading import grader, registry\n"
-    "from mha_course.grading.scan import ScanReport\n"
+    f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom mha_course.grading.engine import pipeline as grader, registry\n"
+    "from mha_course.grading.static.scan import ScanReport\n"
     "grader.scan = lambda cells, assignment: ScanReport()\n"
-    "registry.register('grading_fake')\nfrom mha_course.grade import main\nsys.exit(main(sys.argv[1:]))"
+    "registry.register('grading_fake')\nfrom mha_course.grading.grade import main\nsys.exit(main(sys.argv[1:]))"
 )
 
 # How long a forger that outlived its sandbox gets to rewrite the results before they are read again.

@@ -4,7 +4,7 @@ Each bug is a source edit of a solution notebook (old -> new, checked to apply).
 lose points:
 
 * all of them through the self-check logic in this process (fast: one exec per bug);
-* a representative subset (``GRADED``) through the real grader, ``python -m mha_course.grade``, in
+* a representative subset (``GRADED``) through the real grader, ``python -m mha_course.grading.grade``, in
   ONE invocation over a folder that also holds the untouched solutions (full marks in the same run:
   a lost point means the bug, not the run). That every unedited exercise gets zero is checked by
   tests/notebooks/test_assign_sync.py, which grades all of them once already.
@@ -24,8 +24,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mha_course.grading import hints, registry, selfcheck
-from mha_course.grading.notebook import code_cells
+from mha_course.grading.engine import case_inputs, registry
+from mha_course.grading.engine.notebook import code_cells
+from mha_course.grading.learner import selfcheck
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # buggy softmaxes overflow on purpose
@@ -1251,7 +1252,7 @@ def test_grader_catches_bugs_and_scores_solutions_in_full(tmp_path):
     grades_csv = tmp_path / "grades.csv"
     files = sorted(str(p) for p in submissions.glob("*.ipynb"))
     done = subprocess.run(
-        [sys.executable, "-m", "mha_course.grade", *files, "--csv", str(grades_csv)],
+        [sys.executable, "-m", "mha_course.grading.grade", *files, "--csv", str(grades_csv)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -1294,7 +1295,7 @@ def _draw_verdicts(assignment, namespace, salts, expected_cache):
                         expected_cache[key] = compute(inputs)
                     return expected_cache[key]
 
-                with hints.salted(salt):
+                with case_inputs.salted(salt):
                     row, _, _ = selfcheck.run_case(dataclasses.replace(case, reference=reference), target)
                 if row.passed:
                     passed.setdefault((exercise.key, case.name), []).append(salt)

@@ -1,6 +1,6 @@
 """Cheats gain nothing and never stop a batch (on the fake assignment in grading_fake.py).
 
-Every cheat below is graded in ONE command-line run over a folder (``python -m mha_course.grade
+Every cheat below is graded in ONE command-line run over a folder (``python -m mha_course.grading.grade
 FOLDER --json ... --results-dir ...``), as an instructor would, with short limits. Each cheating
 submission pairs its trick with a wrong or missing answer, so any point it gets is a point gained
 by cheating; the honest submission graded alongside shows the batch went on.
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, write_submission
 
-from mha_course.grading import registry
+from mha_course.grading.engine import registry
 
 WRONG_ADD = "import numpy as np\n\ndef add_arrays(a, b):\n    return a - b\n"
 FULL = 6  # zz_fake's max score: fake_add 4 (one hidden), fake_double 2 (one hidden)
@@ -108,11 +108,14 @@ CHEATS = {
         4,
     ),
     "tamper_sys_modules": (
-        ["import sys\nsys.modules['mha_course.grading.scoring'].judge = lambda *a: None\n" + WRONG_ADD, GOOD_DOUBLE],
+        [
+            "import sys\nsys.modules['mha_course.grading.engine.scoring'].judge = lambda *a: None\n" + WRONG_ADD,
+            GOOD_DOUBLE,
+        ],
         0,
     ),
     "tamper_grader_module": (
-        ["import mha_course.grading.selfcheck as sc\nsc.GRADING = False\n" + WRONG_ADD, GOOD_DOUBLE],
+        ["import mha_course.grading.learner.selfcheck as sc\nsc.GRADING = False\n" + WRONG_ADD, GOOD_DOUBLE],
         0,
     ),
     "escaped_grandchild": (
@@ -138,7 +141,7 @@ CHEATS = {
 
 @pytest.fixture(scope="module")
 def outcome(tmp_path_factory):
-    from mha_course.grade import main
+    from mha_course.grading.grade import main
 
     require_sandbox()
     root = tmp_path_factory.mktemp("cheats")

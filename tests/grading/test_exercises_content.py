@@ -17,8 +17,10 @@ import numpy as np
 import pytest
 import torch
 
-from mha_course.grading import registry, selfcheck, wire
-from mha_course.grading.scoring import judge
+from mha_course.grading.engine import registry
+from mha_course.grading.engine.scoring import judge
+from mha_course.grading.inside import wire
+from mha_course.grading.learner import selfcheck
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the buggy softmaxes overflow on purpose
@@ -39,7 +41,7 @@ def _all_cases():
 
 def _debug_solution_class():
     """The repaired seed class, taken from the solution notebook's definition cell."""
-    from mha_course.grading.notebook import code_cells, read
+    from mha_course.grading.engine.notebook import code_cells, read
 
     nb = read(ROOT / "solutions" / "a05_debug_mha.ipynb")
     namespace: dict = {}
@@ -50,11 +52,11 @@ def _debug_solution_class():
 
 
 def _library_objects():
-    from mha_course.attention import scaled_dot_product_attention, scaled_dot_product_attention_np
-    from mha_course.heads import merge_heads, split_heads
-    from mha_course.masks import causal_mask, padding_mask
-    from mha_course.mha import MultiHeadAttention
-    from mha_course.softmax import softmax, softmax_np
+    from mha_course.core.attention import scaled_dot_product_attention, scaled_dot_product_attention_np
+    from mha_course.core.heads import merge_heads, split_heads
+    from mha_course.core.masks import causal_mask, padding_mask
+    from mha_course.core.mha import MultiHeadAttention
+    from mha_course.core.softmax import softmax, softmax_np
 
     return {
         "softmax_np": softmax_np,
@@ -101,7 +103,10 @@ def test_exercise_modules_import_no_reference_code_at_top(name):
             # ._common holds grader-side helpers only (a test below checks it the same way)
             assert module in {
                 "..",
-                "..spec",
+                "..engine",
+                "..engine.spec",
+                "..learner",
+                "..inside",
                 "..calls",
                 "._common",
                 "__future__",
@@ -148,7 +153,7 @@ def test_unattempted_stub_scores_zero():
 )
 def test_unedited_exercise_class_is_not_attempted(notebook, key):
     # the student's class as handed out: a05_debug_mha gives the whole constructor, only forward is a stub
-    from mha_course.grading.notebook import code_cells, read
+    from mha_course.grading.engine.notebook import code_cells, read
 
     nb = read(ROOT / "exercises" / f"{notebook}.ipynb")
     namespace: dict = {}
@@ -166,7 +171,7 @@ def test_unedited_exercise_class_is_not_attempted(notebook, key):
 
 def _hints(key, obj):
     """The failed cases' hints for ``obj`` (which may wrap the library's own code, as these tests' bugs do)."""
-    from mha_course.grading.registry import find_exercise
+    from mha_course.grading.engine.registry import find_exercise
 
     result, _ = selfcheck.run_exercise(find_exercise(key), obj, include_hidden=True)
     assert result.score < result.max_score, key
@@ -202,7 +207,7 @@ def test_hint_attention_scale_one_over_d():
 
 
 def test_hint_mask_inverted_and_ignored():
-    from mha_course.attention import scaled_dot_product_attention as reference
+    from mha_course.core.attention import scaled_dot_product_attention as reference
 
     def inverted(q, k, v, mask=None, scale=None):
         return reference(q, k, v, None if mask is None else (~mask if mask.dtype == torch.bool else mask))

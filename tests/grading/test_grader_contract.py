@@ -10,10 +10,15 @@ import socket
 import numpy as np
 import pytest
 
-from mha_course.grading import hints, messages, results, sandbox, tiers, verdicts, wire
-from mha_course.grading.feedback import CauseKind, root_causes
-from mha_course.grading.isolation import WallKind
-from mha_course.grading.verdicts import STOPPED, Status, SubmissionResult
+from mha_course.grading.classroom import results
+from mha_course.grading.classroom.feedback import CauseKind, root_causes
+from mha_course.grading.engine import verdicts
+from mha_course.grading.engine.verdicts import STOPPED, Status, SubmissionResult
+from mha_course.grading.inside import messages, wire
+from mha_course.grading.inside import runner as sandbox
+from mha_course.grading.learner import hints
+from mha_course.grading.walls import tiers
+from mha_course.grading.walls.tier_a import WallKind
 from mha_course.testing import TOLERANCES
 
 
@@ -89,7 +94,7 @@ def test_messages_cross_the_socket_as_their_protocol_strings():
 def test_both_sides_use_the_same_paths():
     assert messages.SCRATCH == sandbox.SCRATCH == "/scratch"
     assert messages.MPL_CACHE == "/run/grader/mplcache"
-    assert "messages.py" in __import__("mha_course.grading.view", fromlist=["RUNTIME_FILES"]).RUNTIME_FILES
+    assert "messages.py" in __import__("mha_course.grading.walls.view", fromlist=["RUNTIME_FILES"]).RUNTIME_FILES
 
 
 def test_diagnoses_use_the_library_tolerances():

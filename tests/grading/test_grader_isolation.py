@@ -25,7 +25,7 @@ import pytest
 from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, tagged_processes, write_submission
 from sandbox_batch import SHELL, WRONG_ADD, grade_batch, new_batch, write_batch
 
-from mha_course.grading import isolation
+from mha_course.grading.walls import tier_a as isolation
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = f"mha-redteam-{os.getpid()}"
@@ -49,7 +49,7 @@ def _attacks(paths: dict[str, str]) -> dict[str, tuple[list[str], float]]:
         # escape: change the library, a classmate's notebook, the results; the grader's process
         "rewrite_library": (
             [
-                SHELL + f"sh('echo \"def add_arrays(a, b): return a + b\" >> {repo}/mha_course/attention.py')",
+                SHELL + f"sh('echo \"def add_arrays(a, b): return a + b\" >> {repo}/mha_course/core/attention.py')",
                 WRONG_ADD,
                 GOOD_DOUBLE,
             ],
@@ -103,8 +103,10 @@ def _attacks(paths: dict[str, str]) -> dict[str, tuple[list[str], float]]:
         # what of the grader is there to read: the runtime, never the hidden tests or the references
         "list_the_grader": (
             [
-                "import os, mha_course.grading as g\nLISTING = sorted(os.listdir(os.path.dirname(g.__file__)))"
-                " + sorted(os.listdir(os.path.dirname(os.path.dirname(g.__file__))))",
+                "import os, mha_course.grading as g\nHERE = os.path.dirname(g.__file__)\n"
+                "LISTING = [n for d in (HERE, os.path.join(HERE, 'inside'), os.path.join(HERE, 'learner'),"
+                " os.path.dirname(HERE), os.path.join(os.path.dirname(HERE), 'core')) if os.path.isdir(d)"
+                " for n in sorted(os.listdir(d))]",
                 "def add_arrays(a, b):\n    raise ValueError(' '.join(LISTING))\n",
                 GOOD_DOUBLE,
             ],
@@ -246,8 +248,9 @@ def test_the_attack_shell_runs_inside_the_sandbox(batch):
 @pytest.mark.slow
 def test_the_view_holds_the_runtime_only(batch):
     output = " ".join(t["output"] for t in batch["each"]["list_the_grader"]["tests"])
-    assert "sandbox.py" in output and "calls" in output  # the runtime is there ...
-    for hidden in ("exercises", "hints.py", "grader.py", "scan.py", "softmax.py", "attention.py", "solutions"):
+    assert "runner.py" in output and "broker.py" in output and "calls" in output  # the runtime is there ...
+    grader_files = ("exercises", "hints.py", "pipeline.py", "scan.py", "softmax.py", "attention.py", "solutions")
+    for hidden in (*grader_files, "engine", "walls", "static", "classroom", "authoring"):
         assert hidden not in output, (hidden, output)  # ... the grader, the tests and the answers are not
 
 
@@ -266,11 +269,11 @@ def test_isolation_is_reported(batch):
 @pytest.mark.slow
 def test_refuses_without_isolation_unless_told(tmp_path, monkeypatch):
     """Where bubblewrap is missing the grader refuses (exit 3) and says why; --unsafe-no-isolation grades."""
-    from mha_course import grade
+    from mha_course.grading import grade
 
     sub = write_submission(tmp_path / "s.ipynb", GOOD_ADD, GOOD_DOUBLE)
     monkeypatch.setattr(isolation, "bwrap_path", lambda: None)
-    from mha_course.grading import registry
+    from mha_course.grading.engine import registry
 
     with registry.registered("grading_fake"):
         assert grade.main([str(sub), "--json", str(tmp_path / "r.json"), "--quiet", "--min-isolation", "A"]) == 3
@@ -294,8 +297,8 @@ def test_refuses_without_isolation_unless_told(tmp_path, monkeypatch):
 def test_a_huge_notebook_costs_only_its_own_grade(tmp_path):
     """A 5 MiB cell (the scan would take seconds and gigabytes) is refused before anything parses it; 17 MiB
     more that is not code (saved plots, padding) changes nothing: the limit is on code."""
-    from mha_course.grading import registry
-    from mha_course.grading.grader import grade_many
+    from mha_course.grading.engine import registry
+    from mha_course.grading.engine.pipeline import grade_many
 
     huge = write_submission(tmp_path / "huge.ipynb", "x = [" + "1," * (5 * 2**19) + "]", GOOD_ADD, GOOD_DOUBLE)
     heavy = tmp_path / "heavy.ipynb"
@@ -312,8 +315,9 @@ def test_a_huge_notebook_costs_only_its_own_grade(tmp_path):
 
 @pytest.mark.slow
 def test_the_batch_time_limit_reports_what_it_did_not_grade(tmp_path):
-    from mha_course.grading import registry
-    from mha_course.grading.grader import Limits, grade_many
+    from mha_course.grading.engine import registry
+    from mha_course.grading.engine.pipeline import grade_many
+    from mha_course.grading.engine.verdicts import Limits
 
     subs = [write_submission(tmp_path / f"s{i}.ipynb", GOOD_ADD, GOOD_DOUBLE) for i in range(3)]
     with registry.registered("grading_fake"):

@@ -25,14 +25,14 @@ import numpy as np
 import pytest
 from grading_fake import require_sandbox, tagged_processes
 
-from mha_course.grading import registry
+from mha_course.grading.engine import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = f"MHA_REDTEAM_{os.getpid()}"
 
 NO_SCAN = (
-    "import sys\nfrom mha_course.grading import grader\nfrom mha_course.grading.scan import ScanReport\n"
-    "grader.scan = lambda cells, assignment: ScanReport()\nfrom mha_course.grade import main\n"
+    "import sys\nfrom mha_course.grading.engine import pipeline as grader\nfrom mha_course.grading.static.scan import ScanReport\n"
+    "grader.scan = lambda cells, assignment: ScanReport()\nfrom mha_course.grading.grade import main\n"
     "sys.exit(main(sys.argv[1:]))"
 )
 
@@ -167,7 +167,7 @@ SUBMISSIONS = {
                 "softmax_np": (
                     "import sys, pkgutil\nfor f in list(sys.meta_path):\n    if 'Block' in type(f).__name__:\n"
                     "        sys.meta_path.remove(f)\n\ndef softmax_np(x, axis=-1):\n"
-                    "    return pkgutil.resolve_name('mha_course.softmax:softmax_np')(x, axis)\n"
+                    "    return pkgutil.resolve_name('mha_course.core.softmax:softmax_np')(x, axis)\n"
                 )
             }
         ),
@@ -229,7 +229,7 @@ SUBMISSIONS = {
         "sdpa",
         0,
         dict(
-            before="import sys\nsys.modules['mha_course.grading.guard'].Tripwire.hit = lambda self, name: None",
+            before="import sys\nsys.modules['mha_course.grading.inside.guard'].Tripwire.hit = lambda self, name: None",
             define={
                 "scaled_dot_product_attention": (
                     "def scaled_dot_product_attention(q, k, v, scale=None):\n"
@@ -360,7 +360,7 @@ SUBMISSIONS = {
         dict(
             define={
                 "without_head": (
-                    "from mha_course.mha import MultiHeadAttention\nFORWARD = MultiHeadAttention.forward\n\n"
+                    "from mha_course.core.mha import MultiHeadAttention\nFORWARD = MultiHeadAttention.forward\n\n"
                     "def without_head(mha, query, key, value, head):\n    gate = torch.ones(mha.num_heads)\n"
                     "    gate[head] = 0.0\n    mha.head_gate = gate\n    return FORWARD(mha, query, key, value)[0]\n"
                 )
@@ -580,7 +580,7 @@ def test_gradebook_has_every_submission(batch):
 # torch.broadcast_shapes builds a function on its first call.
 HONEST_IDIOMS = (
     "import collections, enum, logging, typing\n"
-    "from mha_course.grading.selfcheck import check as check_again\n\n"
+    "from mha_course.grading.learner.selfcheck import check as check_again\n\n"
     "Shape = typing.TypeVar('Shape')\nKind = enum.Enum('Kind', 'SELF CROSS')\n"
     "Pair = collections.namedtuple('Pair', 'out weights')\nlog = logging.getLogger('student')\n\n"
     "def scaled_dot_product_attention(q, k, v, scale=None):\n"
@@ -600,7 +600,7 @@ def test_honest_idioms_get_full_marks_with_every_defence_on(tmp_path):
         A03,
         define={"scaled_dot_product_attention": HONEST_IDIOMS},
         replace=(  # the package-level names
-            "from mha_course.softmax import softmax, softmax_np",
+            "from mha_course.core.softmax import softmax, softmax_np",
             "from mha_course import softmax, softmax_np",
         ),
     )
@@ -608,7 +608,7 @@ def test_honest_idioms_get_full_marks_with_every_defence_on(tmp_path):
     path.write_text(json.dumps(nb))
     out = tmp_path / "r.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "mha_course.grade", str(path), "--json", str(out), "--quiet"],
+        [sys.executable, "-m", "mha_course.grading.grade", str(path), "--json", str(out), "--quiet"],
         capture_output=True,
         text=True,
         timeout=300,

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mha_course.grading import notebook, registry, scan
+from mha_course.grading.engine import notebook, registry
+from mha_course.grading.static import scan
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,7 +44,10 @@ TAMPERING = {
     "autograd engine": ("from torch.autograd import graph\ngraph._engine_run_backward", "_engine_run_backward"),
     "torch.ops": ("import torch\ntorch.ops.aten.softmax", "torch.ops"),
     # modules that run code from strings or bytes, or find modules by name
-    "pkgutil": ("import pkgutil\npkgutil.resolve_name('mha_course.attention:scaled_dot_product_attention')", "pkgutil"),
+    "pkgutil": (
+        "import pkgutil\npkgutil.resolve_name('mha_course.core.attention:scaled_dot_product_attention')",
+        "pkgutil",
+    ),
     "pickle": ("import pickle\npickle.loads(b'')", "pickle"),
     "timeit statement built at run time": ("import timeit\ntimeit.timeit('imp' + 'ort os')", "built at run time"),
     "timeit literal statement is scanned": ("import timeit\ntimeit.timeit('import pickle')", "pickle"),
@@ -106,7 +110,7 @@ def test_results_written_to_a_device_leave_the_device_alone(tmp_path):
     through a symlink, so a regression breaks the link, not the machine."""
     import os
 
-    from mha_course.grading.results import write_json
+    from mha_course.grading.classroom.results import write_json
 
     link = tmp_path / "null"
     link.symlink_to(os.devnull)

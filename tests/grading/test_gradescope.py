@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from grading_fake import require_sandbox
 
-from mha_course import gradescope
+from mha_course.grading import gradescope
 
 ROOT = Path(__file__).resolve().parents[2]
 INSTALLED: dict[str, Path] = {}
@@ -31,7 +31,7 @@ def test_bundle_holds_the_grader_and_nothing_a_student_must_not_see(bundle):
         "run_autograder",
         "course/pyproject.toml",
         "course/requirements-grader.txt",
-        "course/mha_course/grade.py",
+        "course/mha_course/grading/grade.py",
         "course/BUNDLE.json",
     } <= set(names)
     assert not [n for n in names if n.split("/")[1:2] in (["solutions"], ["exercises"], ["notebooks"], ["tests"])]
@@ -100,7 +100,7 @@ def test_simulated_gradescope_installs_and_grades_from_anywhere(bundle, tmp_path
     assert "notes.txt (not a notebook)" in data["output"]
     assert {t["visibility"] for t in data["tests"]} == {"visible", "after_published"}
     assert data["extra_data"]["isolation"]["tier"] == "B"  # Gradescope's Docker refuses namespaces: tier B
-    installed = list((root / "venv" / "lib").glob("python3*/site-packages/mha_course/grade.py"))
+    installed = list((root / "venv" / "lib").glob("python3*/site-packages/mha_course/grading/grade.py"))
     assert installed, "setup.sh did not install the course into the autograder's venv"
 
 

@@ -1,7 +1,7 @@
 """What the submission sandbox may see: call functions live in mha_course.grading.calls, importing little.
 
 Every case's ``call`` runs in the submission process, whose filesystem view holds only the call
-modules, :mod:`mha_course.grading.convert` and the assignment's provided building blocks. So each
+modules, :mod:`mha_course.grading.inside.convert` and the assignment's provided building blocks. So each
 call must come from a ``mha_course.grading.calls`` module, and those modules (and ``convert``)
 must import nothing that would drag an exercise module, ``hints``, ``spec`` or a reference
 implementation in. "Did the function change its input" is judged in the grader: see the
@@ -19,9 +19,10 @@ import numpy as np
 import pytest
 
 from mha_course.grading import calls as calls_package
-from mha_course.grading import convert, hints, registry
+from mha_course.grading.engine import case_inputs, registry
+from mha_course.grading.inside import convert
 
-GRADING = Path(convert.__file__).resolve().parent
+GRADING = Path(convert.__file__).resolve().parents[1]  # mha_course/grading/
 CALLS_PREFIX = "mha_course.grading.calls."
 
 # Imports any call module (and convert.py) may make: the module itself or any of its submodules.
@@ -32,7 +33,7 @@ ALLOWED = (
     "math",
     "numpy",
     "torch",
-    "mha_course.grading.convert",
+    "mha_course.grading.inside.convert",
     "mha_course.grading.calls",
     # small standard-library modules the calls need as they are: a08 patches
     # MultiHeadAttention.forward (contextlib, sys), a13 finds and places the learner's kernel
@@ -68,7 +69,7 @@ def _imports(path: Path, package: str) -> list[tuple[int, str]]:
     """(line, dotted name) of everything ``path`` imports, at module top or inside functions.
 
     Relative imports are resolved against ``package``; ``from X import y`` yields ``X.y`` when ``X``
-    itself is not importable as allowed (``from mha_course.grading import convert``), else ``X``.
+    itself is not importable as allowed (``from mha_course.grading.inside import convert``), else ``X``.
     """
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -107,7 +108,7 @@ SANDBOX_MODULES = [
 ]
 SANDBOX_MODULES += [
     ("mha_course.grading.calls", GRADING / "calls" / "__init__.py", "mha_course.grading.calls"),
-    ("mha_course.grading.convert", GRADING / "convert.py", "mha_course.grading"),
+    ("mha_course.grading.inside.convert", GRADING / "inside" / "convert.py", "mha_course.grading.inside"),
 ]
 
 
@@ -116,7 +117,7 @@ def test_sandbox_modules_import_only_what_the_sandbox_holds(module, path, packag
     bad = _violations(path, module, package)
     assert not bad, (
         "a module that runs in the submission sandbox imports something it must not "
-        "(allowed: numpy, torch, math, typing, mha_course.grading.convert, "
+        "(allowed: numpy, torch, math, typing, mha_course.grading.inside.convert, "
         "mha_course.grading.calls.*, ...; see tests/grading/test_grading_calls.py):\n  " + "\n  ".join(bad)
     )
 
@@ -124,13 +125,19 @@ def test_sandbox_modules_import_only_what_the_sandbox_holds(module, path, packag
 def test_the_import_check_catches_a_forbidden_import(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text(
-        "import numpy as np\nfrom .. import hints\n\n\ndef f():\n    from mha_course.softmax import softmax_np\n"
-        "    from mha_course.grading import convert, spec\n    return __import__('mha_course.attention')\n"
+        "import numpy as np\nfrom ..learner import hints\n\n\ndef f():\n    from mha_course.core.softmax import softmax_np\n"
+        "    from mha_course.grading.inside import convert\n    from mha_course.grading.engine import spec\n"
+        "    return __import__('mha_course.core.attention')\n"
     )
     found = "\n".join(_violations(bad, "mha_course.grading.calls.bad", "mha_course.grading.calls"))
-    for name in ("mha_course.grading.hints", "mha_course.softmax", "mha_course.grading.spec", "__import__"):
+    for name in (
+        "mha_course.grading.learner.hints",
+        "mha_course.core.softmax",
+        "mha_course.grading.engine.spec",
+        "__import__",
+    ):
         assert f"imports {name}" in found, found
-    assert "imports numpy" not in found and "grading.convert" not in found, found
+    assert "imports numpy" not in found and "grading.inside.convert" not in found, found
 
 
 def test_every_case_calls_a_function_of_a_calls_module():
@@ -172,7 +179,7 @@ def _case(names):
     def diagnose(got, expected, inputs):
         return None if np.allclose(got, expected, equal_nan=True) else "wrong"
 
-    return hints.unchanged_case(reference, diagnose, "changed", names)
+    return case_inputs.unchanged_case(reference, diagnose, "changed", names)
 
 
 def test_with_inputs_after_reads_the_inputs_back():

@@ -13,9 +13,13 @@ import numpy as np
 import pytest
 from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, write_submission
 
-from mha_course.grading import grader, notebook, registry, selfcheck, wire
-from mha_course.grading.grader import Limits, grade_many
-from mha_course.grading.results import class_summary, gradebook_rows, gradescope
+from mha_course.grading.classroom.results import class_summary, gradebook_rows, gradescope
+from mha_course.grading.engine import notebook, registry
+from mha_course.grading.engine import pipeline as grader
+from mha_course.grading.engine.pipeline import grade_many
+from mha_course.grading.engine.verdicts import Limits
+from mha_course.grading.inside import wire
+from mha_course.grading.learner import selfcheck
 
 LIMITS = Limits(case_timeout=5, cell_timeout=10, notebook_timeout=30, memory_mb=1024)
 
@@ -215,7 +219,7 @@ def graded(fake, tmp_path_factory):
             folder / "magic.ipynb", "%matplotlib inline\n!echo hi\n" + GOOD_ADD, "%%bash\necho hi", GOOD_DOUBLE
         ),
         "reference": write_submission(
-            folder / "reference.ipynb", "from mha_course.softmax import softmax\n", GOOD_ADD, GOOD_DOUBLE
+            folder / "reference.ipynb", "from mha_course.core.softmax import softmax\n", GOOD_ADD, GOOD_DOUBLE
         ),
     }
     shutil.copy(subs["good"], folder / "renamed copy (2).ipynb")
@@ -280,7 +284,7 @@ def test_unreadable_or_unidentified_notebooks_are_errors_not_crashes(graded):
 def test_reference_import_is_blocked_and_explained(graded):
     r = graded["reference"]
     assert r.score == 6  # the import fails, the rest still runs
-    assert any("mha_course.softmax" in n and "not available" in n for n in r.notes)
+    assert any("mha_course.core.softmax" in n and "not available" in n for n in r.notes)
 
 
 @pytest.mark.slow
@@ -301,7 +305,7 @@ def test_gradescope_json_gradebook_and_summary(graded):
 
 @pytest.mark.slow
 def test_cli_writes_json_csv_summary_and_exits_zero(fake, tmp_path):
-    from mha_course.grade import main
+    from mha_course.grading.grade import main
 
     require_sandbox()
     sub = (
@@ -333,7 +337,7 @@ def test_cli_writes_json_csv_summary_and_exits_zero(fake, tmp_path):
 
 
 def test_class_summary_never_averages_across_assignments():
-    from mha_course.grading.grader import SubmissionResult, TestResult
+    from mha_course.grading.engine.verdicts import SubmissionResult, TestResult
 
     def result(assignment, score, points):
         test = TestResult(
@@ -359,8 +363,8 @@ def test_class_summary_never_averages_across_assignments():
 def test_common_exceptions_become_hints():
     import torch
 
-    from mha_course.grading.hints import exception_hint, with_exception_hint
-    from mha_course.grading.scoring import exception_line
+    from mha_course.grading.inside.convert import exception_line
+    from mha_course.grading.learner.error_hints import exception_hint, with_exception_hint
 
     def line(fn):
         try:
@@ -416,8 +420,9 @@ def test_replies_are_unpacked_under_the_ast_lock(monkeypatch):
     scan.AST_LOCK, as ast.parse does, or CPython 3.11 can fail two concurrent parses."""
     from grading_fake import ADD
 
-    from mha_course.grading import notebook_run, scan
-    from mha_course.grading.verdicts import Limits
+    from mha_course.grading.engine import notebook_run
+    from mha_course.grading.engine.verdicts import Limits
+    from mha_course.grading.static import scan
 
     class Child:  # answers the case with one array, as a submission process would
         def set_deadline(self, *args):

@@ -19,15 +19,15 @@ from pathlib import Path
 import pytest
 from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, write_submission
 
-from mha_course.grading import registry
-from mha_course.grading.collect import collect
-from mha_course.grading.picks import read_picks
-from mha_course.grading.policy import LatePolicy, Override, apply_overrides, parse_points, read_overrides
-from mha_course.grading.results import results_file_name
-from mha_course.grading.roster import read_roster
-from mha_course.grading.seeds import choose_seed, class_key, record_seed, student_seed
-from mha_course.grading.verdicts import SubmissionResult
-from mha_course.grading.verdicts import TestResult as Verdict
+from mha_course.grading.classroom.collect import collect
+from mha_course.grading.classroom.picks import read_picks
+from mha_course.grading.classroom.policy import LatePolicy, Override, apply_overrides, parse_points, read_overrides
+from mha_course.grading.classroom.results import results_file_name
+from mha_course.grading.classroom.roster import read_roster
+from mha_course.grading.classroom.seeds import choose_seed, class_key, record_seed, student_seed
+from mha_course.grading.engine import registry
+from mha_course.grading.engine.verdicts import SubmissionResult
+from mha_course.grading.engine.verdicts import TestResult as Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 BAD_ADD = "def add_arrays(a, b):\n    return a - b\n"
@@ -238,7 +238,7 @@ def test_student_seeds_differ_between_students_and_repeat_for_one(tmp_path):
 
 
 def _run(args: list[str]) -> int:
-    from mha_course.grade import main
+    from mha_course.grading.grade import main
 
     return main([str(a) for a in args] + ["--quiet", "--case-timeout", "5"])
 
@@ -381,7 +381,7 @@ def _guide_examples() -> tuple[list[list[str]], dict[str, str]]:
         for line in block.replace("\\\n", " ").splitlines():
             if line.strip():
                 words = shlex.split(line, comments=True)
-                assert words[:3] == ["python", "-m", "mha_course.grade"], line
+                assert words[:3] == ["python", "-m", "mha_course.grading.grade"], line
                 commands.append(words[3:])
     files = dict(re.findall(r"<!-- file: (\S+) -->\n```\w*\n(.*?)```", text, re.S))
     return commands, files
@@ -423,9 +423,9 @@ def test_the_guides_regrade_examples_run_as_written(tmp_path, monkeypatch):
 
 
 def test_each_students_fresh_inputs_come_from_the_class_seed_and_their_identity(monkeypatch, tmp_path):
-    from mha_course.grading import grader
-    from mha_course.grading.collect import Submission
-    from mha_course.grading.results import gradescope
+    from mha_course.grading.classroom.collect import Submission
+    from mha_course.grading.classroom.results import gradescope
+    from mha_course.grading.engine import pipeline as grader
 
     salts = {}
 
@@ -443,12 +443,12 @@ def test_each_students_fresh_inputs_come_from_the_class_seed_and_their_identity(
     assert [r.seed for r in results] == [7, 7] and [r.input_seed for r in results] == list(salts.values())
     shown = gradescope(results[0])
     assert (
-        f"hints.salted({salts['a.ipynb']})" in shown["output"] and shown["extra_data"]["input_seed"] == salts["a.ipynb"]
+        f"with salted({salts['a.ipynb']})" in shown["output"] and shown["extra_data"]["input_seed"] == salts["a.ipynb"]
     )
 
 
 def test_a_pick_may_name_the_student_as_the_roster_does(tmp_path):
-    from mha_course.grading.bookkeeping import picker
+    from mha_course.grading.classroom.bookkeeping import picker
 
     roster = read_roster(_write("username,email,name\nalice,am@uni.edu,Alice Martin\n", tmp_path / "r.csv"))
     pick = picker(read_picks(["am@uni.edu=draft.ipynb", "bob=final.ipynb"]), roster)
@@ -467,7 +467,7 @@ def test_a_pick_may_name_the_student_as_the_roster_does(tmp_path):
     ],
 )
 def test_a_policy_that_does_not_parse_is_a_usage_error_before_grading(fake, tmp_path, capsys, extra, message):
-    from mha_course.grade import main
+    from mha_course.grading.grade import main
 
     (tmp_path / "alice").mkdir()
     write_submission(tmp_path / "alice" / "zz_fake.ipynb", GOOD_ADD)

@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 from grading_fake import require_sandbox
 
-from mha_course.grading import nbgrader_cells, notebook
-from mha_course.grading.grader import Limits, grade_notebook
+from mha_course.grading.authoring import nbgrader_cells
+from mha_course.grading.engine import notebook
+from mha_course.grading.engine.pipeline import grade_notebook
+from mha_course.grading.engine.verdicts import Limits
 
 ROOT = Path(__file__).resolve().parents[2]
 NBGRADER_BIN = ROOT / ".venv-nbgrader" / "bin"
@@ -23,7 +25,7 @@ NBGRADER_BIN = ROOT / ".venv-nbgrader" / "bin"
 def test_solution_cells_carry_nbgrader_metadata(path):
     nb = notebook.load(path)
     assert nbgrader_cells.problems(nb) == [], (
-        "run nbgrader_cells.apply on it (see mha_course/grading/nbgrader_cells.py)"
+        "run nbgrader_cells.apply on it (see mha_course/grading/authoring/nbgrader_cells.py)"
     )
     ids = [c["metadata"]["nbgrader"]["grade_id"] for c in nb["cells"] if "nbgrader" in c["metadata"]]
     assert len(ids) == len(set(ids)) and all(ids)

@@ -22,10 +22,11 @@ from pathlib import Path
 import pytest
 from grading_fake import require_sandbox, write_submission
 
-from mha_course.grading import grader, registry
-from mha_course.grading.grader import Limits
-from mha_course.grading.process import Isolator
-from mha_course.grading.scan import ScanReport
+from mha_course.grading.engine import pipeline as grader
+from mha_course.grading.engine import registry, verdicts
+from mha_course.grading.engine.process import Isolator
+from mha_course.grading.engine.verdicts import Limits
+from mha_course.grading.static.scan import ScanReport
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = Limits(case_timeout=20, cell_timeout=30, notebook_timeout=90, memory_mb=1024)
@@ -55,7 +56,7 @@ def _notebook(folder: str, name: str, last: str | None = None, first: str | None
     return nb
 
 
-def _grade(tmp_path: Path, nb: dict, isolator: Isolator, seed: int | None = 11) -> grader.SubmissionResult:
+def _grade(tmp_path: Path, nb: dict, isolator: Isolator, seed: int | None = 11) -> verdicts.SubmissionResult:
     path = tmp_path / "submission.ipynb"
     path.write_text(json.dumps(nb))
     result = grader.grade_notebook(path, limits=LIMITS, isolator=isolator, seed=seed)
@@ -72,7 +73,7 @@ def _score(result, exercise: str | None = None) -> float:
 TAKEOVER = r"""
 import os, sys, json, struct, threading, stat
 import numpy as np, torch
-from mha_course.grading import wire
+from mha_course.grading.inside import wire
 
 def frame(message, blob=b""):
     data = json.dumps(message).encode()
@@ -197,9 +198,9 @@ def softmax(x, dim=-1):
 
 
 def _first_values(case, seed):
-    from mha_course.grading import hints
+    from mha_course.grading.engine import case_inputs
 
-    with hints.salted(seed):
+    with case_inputs.salted(seed):
         fresh = case.make_inputs()["x"]
     published = case.make_inputs()["x"]
     return {f"{float(v.ravel()[0]):.6f}" for v in (published, fresh) if v.size}
@@ -228,10 +229,10 @@ def test_a_second_installed_copy_is_hidden(tmp_path, isolator, monkeypatch):
     site = tmp_path / "venv" / "lib" / "python3.99" / "site-packages"
     copy = site / "mha_course"
     copy.mkdir(parents=True)
-    shutil.copyfile(ROOT / "mha_course" / "softmax.py", copy / "softmax.py")
+    shutil.copyfile(ROOT / "mha_course" / "core" / "softmax.py", copy / "softmax.py")
     (copy / "__init__.py").write_text("")
     (site / "mha_course-9.9.dist-info").mkdir()
-    (site / "mha_course-9.9.dist-info" / "RECORD").write_text("mha_course/softmax.py,,\n")
+    (site / "mha_course-9.9.dist-info" / "RECORD").write_text("mha_course/core/softmax.py,,\n")
     (site / "__editable__.mha_course-9.9.pth").write_text(str(ROOT) + "\n")
     (site / "other.pth").write_text("import mha_course_finder\n")
     monkeypatch.setattr(sys, "path", [*sys.path, str(site)])
@@ -240,7 +241,7 @@ def test_a_second_installed_copy_is_hidden(tmp_path, isolator, monkeypatch):
         f"SITE = {str(site)!r}\n"
         "def _seen():\n"
         "    found = []\n"
-        "    for name in ('mha_course/softmax.py', 'mha_course-9.9.dist-info/RECORD', '__editable__.mha_course-9.9.pth', 'other.pth'):\n"
+        "    for name in ('mha_course/core/softmax.py', 'mha_course-9.9.dist-info/RECORD', '__editable__.mha_course-9.9.pth', 'other.pth'):\n"
         "        try:\n"
         "            if open(os.path.join(SITE, name)).read():\n"
         "                found.append(name)\n"
@@ -341,9 +342,9 @@ def test_as_root_without_a_cgroup_tasks_are_still_limited(tmp_path, monkeypatch)
     """No writable cgroup (a container): the sandbox's own uid makes RLIMIT_NPROC hold."""
     _root_only()
     require_sandbox()
-    from mha_course.grading import isolation
+    from mha_course.grading.walls import resources
 
-    monkeypatch.setattr(isolation, "cgroup_available", lambda: None)
+    monkeypatch.setattr(resources, "cgroup_available", lambda: None)
     isolator = Isolator()
     try:
         assert not isolator.use_cgroup
@@ -401,7 +402,7 @@ def test_without_isolation_a_lingering_thread_is_refused_too(tmp_path, monkeypat
     """``--unsafe-no-isolation``: the broker is a plain parent process, and still checks before each case."""
     if EXPECTED_TIER not in ("", "A"):
         pytest.skip("about the path without any tier; this run checks tier " + EXPECTED_TIER)
-    from mha_course.grading import isolation
+    from mha_course.grading.walls import tier_a as isolation
 
     monkeypatch.setattr(isolation, "probe", lambda: "bwrap is switched off for this test")
     isolator = Isolator(unsafe_no_isolation=True)

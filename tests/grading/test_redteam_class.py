@@ -2,7 +2,7 @@
 outputs, the class folder earns no undeserved points, the instructor's outputs are not a channel
 for injection, and the lectures' own idioms score full marks.
 
-The class runs go through ``python -m mha_course.grade`` in a subprocess over one folder holding
+The class runs go through ``python -m mha_course.grading.grade`` in a subprocess over one folder holding
 every case at once (as an instructor would run it); the rest are quick checks of the pieces
 (collection, the scan, similarity, the text filters).
 """
@@ -26,11 +26,13 @@ from pathlib import Path
 import pytest
 from grading_fake import require_sandbox
 
-from mha_course.grading import feedback, registry, scan, similarity
-from mha_course.grading.collect import collect, one_per_student, peek_assignment
-from mha_course.grading.safe_text import clean, clean_result, code_span, csv_cell, markdown
-from mha_course.grading.verdicts import SubmissionResult
-from mha_course.grading.verdicts import TestResult as Verdict
+from mha_course.grading.classroom import feedback
+from mha_course.grading.classroom.collect import collect, one_per_student, peek_assignment
+from mha_course.grading.classroom.safe_text import clean, clean_result, code_span, csv_cell, markdown
+from mha_course.grading.engine import registry
+from mha_course.grading.engine.verdicts import SubmissionResult
+from mha_course.grading.engine.verdicts import TestResult as Verdict
+from mha_course.grading.static import scan, similarity
 
 ROOT = Path(__file__).resolve().parents[2]
 A02 = json.loads((ROOT / "solutions" / "a02_softmax.ipynb").read_text())
@@ -71,7 +73,7 @@ def _write(path: Path | bytes, nb: dict | str) -> Path:
 
 def _grade(args: list, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "mha_course.grade", *map(str, args)],
+        [sys.executable, "-m", "mha_course.grading.grade", *map(str, args)],
         capture_output=True,
         timeout=900,
         cwd=cwd,
@@ -93,7 +95,9 @@ REACH_RUNTIME = (
 )
 WRAPPED_REFERENCE = (  # the library's softmax pasted as a helper, behind a one-line wrapper
     "import math\nimport torch\n\n"
-    + inspect.getsource(importlib.import_module("mha_course.softmax").softmax).replace("def softmax(", "def _ref(", 1)
+    + inspect.getsource(importlib.import_module("mha_course.core.softmax").softmax).replace(
+        "def softmax(", "def _ref(", 1
+    )
     + "\n\ndef softmax(x, dim=-1):\n    return _ref(x, dim)\n"
 )
 BIG_PLOT = base64.b64encode(os.urandom(13 * 2**20)).decode("ascii")  # 17.3 MiB as base64
@@ -222,7 +226,9 @@ def test_class_folder_earns_no_undeserved_points(hostile_class):
     assert "also submitted Paul Roe_1234_assignsubmission_file_v2.ipynb" in paul[0]["notes"]
     moodle = {r["Identifier"]: r for r in csv.DictReader((out / "moodle.csv").open(encoding="utf-8"))}
     assert moodle["Participant 1234"]["Grade"] == f"{FULL:g}" == moodle["Participant 1234"]["Maximum Grade"]
-    assert "_ref (used by softmax) is identical to mha_course.softmax.softmax" in rows["wrapper"]["copied_reference"]
+    assert (
+        "_ref (used by softmax) is identical to mha_course.core.softmax.softmax" in rows["wrapper"]["copied_reference"]
+    )
 
 
 @pytest.mark.slow
@@ -381,7 +387,7 @@ WRAPPER_ONLY = "def softmax(x, dim=-1):\n    return _ref(x, dim)\n"
 
 def test_a_reference_behind_a_wrapper_is_flagged():
     found = similarity.find_copies([(0, WRAPPED_REFERENCE)], ["softmax", "softmax_np"])
-    assert found == ["_ref (used by softmax) is identical to mha_course.softmax.softmax (names ignored)"]
+    assert found == ["_ref (used by softmax) is identical to mha_course.core.softmax.softmax (names ignored)"]
     assert similarity.find_copies([(0, WRAPPER_ONLY)], ["softmax"]) == []
 
 
@@ -432,7 +438,7 @@ def test_runtime_reach_is_tampering(name):
 def test_lecture_notebooks_use_no_flagged_idiom_but_dispatch_modes():
     """Every chapter's code scans clean, except chapter 13's TorchDispatchMode (it could hide a call from
     the tripwire, so a submission may not use it)."""
-    from mha_course.grading import notebook
+    from mha_course.grading.engine import notebook
 
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         report = scan.scan(notebook.code_cells(notebook.load(path)), registry.get_assignment("a02_softmax"))
@@ -441,7 +447,7 @@ def test_lecture_notebooks_use_no_flagged_idiom_but_dispatch_modes():
 
 
 def test_a_file_over_the_read_limit_is_refused_unread(tmp_path, monkeypatch):
-    from mha_course.grading import grader
+    from mha_course.grading.engine import pipeline as grader
 
     path = _write(tmp_path / "a02_softmax.ipynb", _notebook())
     monkeypatch.setattr(grader, "MAX_NOTEBOOK_BYTES", 1000)

@@ -1,6 +1,6 @@
 """Red-team regressions, third review: a cell that answers cases itself on the notebook's main thread.
 
-The broker (:mod:`mha_course.grading.broker`) refuses a case while a second thread or process of the
+The broker (:mod:`mha_course.grading.inside.broker`) refuses a case while a second thread or process of the
 notebook lives, but it cannot tell which code the one thread runs: a last cell that never returns,
 finds the channel socket by trying descriptors and speaks the runtime's framing answers every case
 itself (an unedited a02 exercise scored 27 / 29 that way). The operating system does not separate
@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 from grading_fake import require_sandbox
 
-from mha_course.grading import grader, registry, scan
-from mha_course.grading.grader import Limits
-from mha_course.grading.process import Isolator
-from mha_course.grading.scan import ScanReport
+from mha_course.grading.engine import pipeline as grader
+from mha_course.grading.engine import registry
+from mha_course.grading.engine.process import Isolator
+from mha_course.grading.engine.verdicts import Limits
+from mha_course.grading.static import scan
+from mha_course.grading.static.scan import ScanReport
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = Limits(case_timeout=20, cell_timeout=30, notebook_timeout=90, memory_mb=1024)
@@ -237,9 +239,9 @@ def test_a_folder_named_like_a_classmate_does_not_replace_their_notebook(tmp_pat
     """``alice/`` (the username) and a newer ``ALICE/`` both match alice's roster row: alice's own is graded."""
     import os
 
-    from mha_course.grading import bookkeeping
-    from mha_course.grading.collect import collect, one_per_student
-    from mha_course.grading.roster import read_roster
+    from mha_course.grading.classroom import bookkeeping
+    from mha_course.grading.classroom.collect import collect, one_per_student
+    from mha_course.grading.classroom.roster import read_roster
 
     for folder, source in (("alice", "solutions"), (other, "exercises")):
         (tmp_path / "class" / folder).mkdir(parents=True)

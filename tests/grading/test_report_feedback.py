@@ -15,18 +15,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mha_course.grading import hints, registry
-from mha_course.grading.feedback import cause_of, feedback_markdown, root_causes, summary
-from mha_course.grading.report import html_report, markdown_report, score_counts, sections
-from mha_course.grading.results import write_atomic
-from mha_course.grading.roster import read_roster, write_grade_columns
-from mha_course.grading.verdicts import SubmissionResult
-from mha_course.grading.verdicts import TestResult as Verdict
+from mha_course.grading.classroom.feedback import cause_of, feedback_markdown, root_causes, summary
+from mha_course.grading.classroom.report import html_report, markdown_report, score_counts, sections
+from mha_course.grading.classroom.results import write_atomic
+from mha_course.grading.classroom.roster import read_roster, write_grade_columns
+from mha_course.grading.engine import case_inputs, registry
+from mha_course.grading.engine.verdicts import SubmissionResult
+from mha_course.grading.engine.verdicts import TestResult as Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 HINT_FILES = sorted((ROOT / "mha_course" / "grading" / "exercises").glob("*.py")) + [
-    ROOT / "mha_course" / "grading" / "hints.py",
-    ROOT / "mha_course" / "grading" / "error_hints.py",
+    ROOT / "mha_course" / "grading" / "learner" / "hints.py",
+    ROOT / "mha_course" / "grading" / "learner" / "error_hints.py",
 ]
 
 # --- masking: only what varies -------------------------------------------------------------------
@@ -248,7 +248,7 @@ def _case_diagnoses(exercise_key: str, buggy, salts=(None, 1, 2, 3)):
     exercise = registry.find_exercise(exercise_key)
     out = []
     for salt in salts:
-        with hints.salted(salt) if salt is not None else contextlib.nullcontext():
+        with case_inputs.salted(salt) if salt is not None else contextlib.nullcontext():
             for case in exercise.cases:
                 inputs = case.make_inputs()
                 out.append((case.name, case.diagnose(buggy(inputs), case.reference(inputs), inputs)))
@@ -353,7 +353,8 @@ def test_a_failed_import_is_the_first_cause_of_a_real_submission(tmp_path):
     """A first cell that cannot import: every later NameError is listed under it, not as a misconception."""
     from grading_fake import GOOD_DOUBLE, require_sandbox, write_submission
 
-    from mha_course.grading.grader import Limits, grade_notebook
+    from mha_course.grading.engine.pipeline import grade_notebook
+    from mha_course.grading.engine.verdicts import Limits
 
     require_sandbox()
     with registry.registered("grading_fake"):
@@ -435,7 +436,7 @@ def test_command_line_anonymised_report_comments_and_modes(tmp_path):
     projected page, Moodle's comment column filled, every output with the umask's mode."""
     from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, write_submission
 
-    from mha_course.grade import main
+    from mha_course.grading.grade import main
 
     require_sandbox()
     root = tmp_path / "submissions"

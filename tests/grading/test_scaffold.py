@@ -1,4 +1,4 @@
-"""`python -m mha_course.assign new NAME` makes an assignment that grades end to end and keeps the checks green."""
+"""`python -m mha_course.grading.assign new NAME` makes an assignment that grades end to end and keeps the checks green."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from grading_fake import require_sandbox
 
-from mha_course.grading.scaffold import new_assignment, next_number
+from mha_course.grading.authoring.scaffold import new_assignment, next_number
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ def course(tmp_path_factory):
     shutil.copy(ROOT / "README.md", root / "README.md")
     env = dict(os.environ, PYTHONPATH=str(root))
     done = subprocess.run(
-        [sys.executable, "-m", "mha_course.assign", "new", "row_shift", "--root", str(root)],
+        [sys.executable, "-m", "mha_course.grading.assign", "new", "row_shift", "--root", str(root)],
         cwd=root,
         env=env,
         capture_output=True,
@@ -43,7 +43,7 @@ def _grade(course, notebook):
     root, env = course
     out = root / "out.json"
     done = subprocess.run(
-        [sys.executable, "-m", "mha_course.grade", str(notebook), "--json", str(out), "--quiet"],
+        [sys.executable, "-m", "mha_course.grading.grade", str(notebook), "--json", str(out), "--quiet"],
         cwd=root,
         env=env,
         capture_output=True,
@@ -87,7 +87,16 @@ def test_new_assignment_files_and_numbering(course):
     )
     assert lint.returncode == 0, lint.stdout + lint.stderr
     check = subprocess.run(
-        [sys.executable, "-m", "mha_course.assign", "--check", "--solutions", "solutions", "--exercises", "exercises"],
+        [
+            sys.executable,
+            "-m",
+            "mha_course.grading.assign",
+            "--check",
+            "--solutions",
+            "solutions",
+            "--exercises",
+            "exercises",
+        ],
         cwd=root,
         env=env,
         capture_output=True,

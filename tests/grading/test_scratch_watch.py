@@ -1,6 +1,6 @@
 """Tier B's scratch folder is measured from outside (no size-limited tmpfs without CAP_SYS_ADMIN).
 
-The grader's watch (:class:`mha_course.grading.process.SubmissionProcess`) asks the sandbox twice a second
+The grader's watch (:class:`mha_course.grading.engine.process.SubmissionProcess`) asks the sandbox twice a second
 how much its scratch holds; past the limit it kills the sandbox with a sentence. The walk must count
 what is really on disk, never follow a link out of the folder, and stay cheap however many files a
 submission makes.
@@ -13,8 +13,9 @@ import threading
 import time
 from pathlib import Path
 
-from mha_course.grading import process, tier_b
-from mha_course.grading.verdicts import Limits
+from mha_course.grading.engine import process
+from mha_course.grading.engine.verdicts import Limits
+from mha_course.grading.walls import tier_b
 
 MIB = 2**20
 

@@ -1,7 +1,7 @@
 """check() in the learner's kernel and the grader give the same verdict when a target reaches the course's own code.
 
 The sandbox's ``mha_course`` holds only the self-check helpers and the assignment's provided building blocks,
-so ``from mha_course.masks import causal_mask`` scores 0 in the grader. The self-check says so before the
+so ``from mha_course.core.masks import causal_mask`` scores 0 in the grader. The self-check says so before the
 learner submits, instead of showing full marks.
 """
 
@@ -18,12 +18,13 @@ import nbformat
 import pytest
 from grading_fake import require_sandbox
 
-from mha_course.grading import registry, selfcheck
+from mha_course.grading.engine import registry
+from mha_course.grading.learner import selfcheck
 
 ROOT = Path(__file__).resolve().parents[2]
 
 WRAPPED = (
-    "from mha_course.masks import causal_mask as _library_mask\n\n\n"
+    "from mha_course.core.masks import causal_mask as _library_mask\n\n\n"
     "def causal_mask(T, S=None):\n    return _library_mask(T, S)\n"
 )
 THROUGH_PACKAGE = "import mha_course\n\n\ndef causal_mask(T, S=None):\n    return mha_course.causal_mask(T, S)\n"
@@ -38,7 +39,7 @@ def _define(source: str, name: str):
 @pytest.mark.parametrize(
     "target",
     [
-        pytest.param(lambda: __import__("mha_course.masks", fromlist=["x"]).causal_mask, id="imported"),
+        pytest.param(lambda: __import__("mha_course.core.masks", fromlist=["x"]).causal_mask, id="imported"),
         pytest.param(lambda: _define(WRAPPED, "causal_mask"), id="wrapped"),
         pytest.param(lambda: _define(THROUGH_PACKAGE, "causal_mask"), id="through-the-package"),
     ],
@@ -46,7 +47,9 @@ def _define(source: str, name: str):
 def test_check_gives_zero_and_says_why_for_the_course_own_code(target):
     result = selfcheck.check("causal_mask", target(), show=False)
     assert result.score == 0 and result.rows, result
-    assert all("mha_course.masks.causal_mask" in row.hint and "grader cannot import" in row.hint for row in result.rows)
+    assert all(
+        "mha_course.core.masks.causal_mask" in row.hint and "grader cannot import" in row.hint for row in result.rows
+    )
 
 
 def test_own_code_and_provided_blocks_are_not_flagged():
@@ -83,7 +86,7 @@ def test_grader_agrees_with_check(tmp_path):
     path.write_text(json.dumps(nb))
     out = tmp_path / "r.json"
     done = subprocess.run(
-        [sys.executable, "-m", "mha_course.grade", str(path), "--json", str(out), "--quiet"],
+        [sys.executable, "-m", "mha_course.grading.grade", str(path), "--json", str(out), "--quiet"],
         capture_output=True,
         text=True,
         timeout=300,

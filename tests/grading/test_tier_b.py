@@ -2,7 +2,7 @@
 
 The first tests check the parts on this machine: the Landlock ruleset, the seccomp program, the
 rules that hide the real package, the refusal's wording. The rest run the grader as root under
-:mod:`mha_course.grading.container_repro` (moby's seccomp profile, Docker's 14 capabilities, masked
+:mod:`mha_course.grading.walls.container_repro` (moby's seccomp profile, Docker's 14 capabilities, masked
 /proc), where bubblewrap fails as it does on Gradescope, and grade one batch there: honest
 submissions, the a02 solution and blank exercise, and attacks (escape, theft, tamper, hang, fork
 bomb, memory hog, leak, network) that reach past every Python-level defence (the static scan is off,
@@ -25,8 +25,8 @@ import pytest
 from grading_fake import GOOD_ADD, GOOD_DOUBLE, write_submission
 from sandbox_batch import GRADER, SHELL, WRONG_ADD, grade_batch, new_batch, outputs, write_batch
 
-from mha_course import gradescope
-from mha_course.grading import container_repro, landlock, seccomp_filter, tier_b, tiers
+from mha_course.grading import gradescope
+from mha_course.grading.walls import container_repro, landlock, seccomp_filter, tier_b, tiers
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parent
@@ -199,8 +199,8 @@ def test_the_cause_names_dockers_seccomp_profile_and_never_advises_unconfined(mo
 
 @pytest.mark.slow
 def test_the_strongest_tier_that_holds_is_used_and_named():
-    from mha_course.grading import isolation
-    from mha_course.grading.process import Isolator
+    from mha_course.grading.engine.process import Isolator
+    from mha_course.grading.walls import tier_a as isolation
 
     with pytest.raises(ValueError, match="min_tier"):
         Isolator(min_isolation="D")
@@ -350,8 +350,8 @@ def batch(tmp_path_factory):
     folder, out = new_batch(root)
     listener = socket.create_server(("127.0.0.1", 0))  # a service on this machine the sandbox must not reach
     paths = {
-        "library": str(ROOT / "mha_course" / "attention.py"),
-        "reference": str(ROOT / "mha_course" / "softmax.py"),
+        "library": str(ROOT / "mha_course" / "core" / "attention.py"),
+        "reference": str(ROOT / "mha_course" / "core" / "softmax.py"),
         "solution": str(ROOT / "solutions" / "a02_softmax.ipynb"),
         "solutions": str(ROOT / "solutions"),
         "results": str(out / "results.json"),

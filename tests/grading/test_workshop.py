@@ -19,12 +19,13 @@ from pathlib import Path
 import pytest
 from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, write_submission
 
-from mha_course.grading import grader, registry
-from mha_course.grading.collect import collect
-from mha_course.grading.feedback import cause_of, feedback_markdown, root_causes
-from mha_course.grading.grader import Limits, SubmissionResult, grade_notebook
-from mha_course.grading.roster import read_roster
-from mha_course.grading.similarity import find_copies
+from mha_course.grading.classroom.collect import collect
+from mha_course.grading.classroom.feedback import cause_of, feedback_markdown, root_causes
+from mha_course.grading.classroom.roster import read_roster
+from mha_course.grading.engine import registry, verdicts
+from mha_course.grading.engine.pipeline import grade_notebook
+from mha_course.grading.engine.verdicts import Limits, SubmissionResult
+from mha_course.grading.static.similarity import find_copies
 
 ROOT = Path(__file__).resolve().parents[2]
 BAD_ADD = "def add_arrays(a, b):\n    return a - b\n"
@@ -97,7 +98,7 @@ def _rows(path: Path) -> dict[str, dict]:
 
 @pytest.fixture(scope="module")
 def graded_class(fake, lms_class):
-    from mha_course.grade import main
+    from mha_course.grading.grade import main
 
     require_sandbox()
     out = lms_class / "out"
@@ -224,7 +225,7 @@ def test_feedback_file_per_submission(graded_class):
 
 @pytest.mark.slow
 def test_regrade_with_the_recorded_seed_and_overrides(fake, lms_class, graded_class):
-    from mha_course.grade import main
+    from mha_course.grading.grade import main
 
     first = _rows(graded_class / "grades.csv")
     overrides = lms_class / "overrides.csv"
@@ -288,17 +289,17 @@ def test_copied_reference_is_flagged_and_own_work_is_not():
     import importlib
     import inspect
 
-    library = inspect.getsource(importlib.import_module("mha_course.softmax").softmax_np)
+    library = inspect.getsource(importlib.import_module("mha_course.core.softmax").softmax_np)
     renamed = re.sub(r"\bx\b", "scores", library)
     assert find_copies([(0, "import numpy as np\n" + renamed)], ["softmax_np"]) == [
-        "softmax_np is identical to mha_course.softmax.softmax_np (names ignored)"
+        "softmax_np is identical to mha_course.core.softmax.softmax_np (names ignored)"
     ]
     reworded = re.sub(r"\bx\b", "scores", library.replace("must be", "should be"))
     assert find_copies([(0, reworded)], ["softmax_np"])[0].startswith("softmax_np is identical")
     tree = ast.parse(textwrap.dedent(library))
     tree.body[0].body.insert(1, ast.parse("x = x + 0").body[0])  # one line added
     (line,) = find_copies([(0, ast.unparse(tree))], ["softmax_np"])
-    assert "nearly identical to mha_course.softmax.softmax_np (9" in line
+    assert "nearly identical to mha_course.core.softmax.softmax_np (9" in line
     own = (
         "def softmax_np(x, axis=-1):\n    shifted = x - x.max(axis=axis, keepdims=True)\n"
         "    e = np.exp(shifted)\n    return e / e.sum(axis=axis, keepdims=True)\n"
@@ -308,7 +309,7 @@ def test_copied_reference_is_flagged_and_own_work_is_not():
 
 def test_specific_hint_comes_before_the_generic_one():
     def test(case, output, exercise="softmax_np"):
-        return grader.TestResult(exercise, "Softmax", case, 1, 0, "failed", output, False)
+        return verdicts.TestResult(exercise, "Softmax", case, 1, 0, "failed", output, False)
 
     result = SubmissionResult(
         path="s.ipynb",

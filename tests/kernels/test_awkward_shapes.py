@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from mha_course import attention_backward, scaled_dot_product_attention, tiled_attention
-from mha_course.backward import manual_attention
-from mha_course.masks import causal_mask
+from mha_course.core.masks import causal_mask
+from mha_course.efficient.gradients import manual_attention
 from mha_course.testing import assert_close
 
 LOW = [torch.float16, torch.bfloat16]

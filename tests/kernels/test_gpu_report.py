@@ -14,29 +14,29 @@ import sys
 
 import pytest
 
-from mha_course import gpu_report
-from mha_course import ptx_reading as pr
+from mha_course.kernels import gpu_report
+from mha_course.kernels import ptx as pr
 
 triton = pytest.importorskip("triton")
 
 
 def test_occupancy_follows_the_register_shared_memory_and_warp_limits():
-    h100 = gpu_report.TARGETS["sm_90"]
+    h100 = pr.TARGETS["sm_90"]
     # 255 registers -> 8192 per warp: one 8-warp block fills the 64 K register file
-    assert gpu_report.occupancy(h100, 255, 48 * 1024, 8) == (8, 8 / 64)
+    assert pr.occupancy(h100, 255, 48 * 1024, 8) == (8, 8 / 64)
     # 128 registers, 4 warps: 4 blocks by registers, 6 by shared memory (33 KiB each), 16 by warps
-    assert gpu_report.occupancy(h100, 128, 32 * 1024, 4) == (16, 16 / 64)
+    assert pr.occupancy(h100, 128, 32 * 1024, 4) == (16, 16 / 64)
     # shared memory binds: 100 KiB blocks, two fit in 228 KiB
-    assert gpu_report.occupancy(h100, 32, 100 * 1024, 4) == (8, 8 / 64)
-    a100 = gpu_report.TARGETS["sm_80"]
-    assert gpu_report.occupancy(a100, 32, 100 * 1024, 4) == (4, 4 / 64)  # 164 KiB: one block
+    assert pr.occupancy(h100, 32, 100 * 1024, 4) == (8, 8 / 64)
+    a100 = pr.TARGETS["sm_80"]
+    assert pr.occupancy(a100, 32, 100 * 1024, 4) == (4, 4 / 64)  # 164 KiB: one block
 
 
 def test_tensor_core_instruction_is_read_from_the_ptx():
-    assert gpu_report.tensor_core_instruction("tcgen05.mma.cta_group::1.kind::f16 [%r1], %rd2, %rd3, %r4;") == "tcgen05"
-    assert gpu_report.tensor_core_instruction("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16") == "wgmma"
-    assert gpu_report.tensor_core_instruction("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == "mma.sync"
-    assert gpu_report.tensor_core_instruction("fma.rn.f32 %f1, %f2, %f3, %f4;") == "none"
+    assert pr.tensor_core_instruction("tcgen05.mma.cta_group::1.kind::f16 [%r1], %rd2, %rd3, %r4;") == "tcgen05"
+    assert pr.tensor_core_instruction("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16") == "wgmma"
+    assert pr.tensor_core_instruction("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") == "mma.sync"
+    assert pr.tensor_core_instruction("fma.rn.f32 %f1, %f2, %f3, %f4;") == "none"
 
 
 SASS = """
@@ -61,7 +61,7 @@ def test_the_bound_is_counted_from_the_loop_by_hand():
     assert loop is loops[0]
     # 4 warps, a 64 x 128 tile: a 128 x 128 block is 2 iterations.
     fmas = 64 * 128 * 16 + 64 * 64 * 16  # one warpgroup's two wgmmas
-    bound = pr.throughput_bound(loop, 4, 64 * 128, fmas, gpu_report.TARGETS["sm_90"])
+    bound = pr.throughput_bound(loop, 4, 64 * 128, fmas, pr.TARGETS["sm_90"])
     assert bound.tensor == fmas * 2 / 2048
     assert bound.issue == 7 * 4 * 2 / 4
     assert bound.mufu == 1 * 4 * 32 * 2 / 16
@@ -70,7 +70,7 @@ def test_the_bound_is_counted_from_the_loop_by_hand():
     assert bound.shared == per_warp * 4 * 2 / 128
     assert bound.instructions_per_score == 7 * 4 * 32 / (64 * 128)
     assert bound.mma_redundancy == 1.0 and bound.limit == "tensor" and bound.clocks == bound.tensor
-    assert pr.throughput_bound(loop, 4, 64 * 128, fmas // 2, gpu_report.TARGETS["sm_90"]).mma_redundancy == 2.0
+    assert pr.throughput_bound(loop, 4, 64 * 128, fmas // 2, pr.TARGETS["sm_90"]).mma_redundancy == 2.0
 
 
 def test_mma_sync_shapes_and_shared_memory_widths():
@@ -98,12 +98,12 @@ def test_parameter_multiplies_tell_32_from_64_bit_products():
 # One process compiles each distinct specialisation once (gpu_report caches them): every config shipped for the
 # H100 in float16, causal and not, D = 64 and 128 (what the bound and the Hopper checks need), and the A100's first
 # config per kernel in bfloat16, causal, D = 64, both through the command line; the launch checks then reuse
-# those compiles. The full sweep (both dtypes, every A100 config) is `python -m mha_course.gpu_report`, whose
+# those compiles. The full sweep (both dtypes, every A100 config) is `python -m mha_course.kernels.gpu_report`, whose
 # figures are in benchmarks/RESULTS.md.
 _REPORT_SCRIPT = """
 import json, sys
-from mha_course import gpu_report as g
-from mha_course.ptx_reading import cubin_resources, parameter_multiplies
+from mha_course.kernels import gpu_report as g
+from mha_course.kernels.ptx import cubin_resources, parameter_multiplies
 hopper, ampere = sys.argv[1], sys.argv[2]
 codes = [
     g.main(["--arch", "sm_90", "--dtype", "float16", "--json", hopper, "--quiet"]),

@@ -2,7 +2,7 @@
 
 Each exercise's section heading says what it is worth, e.g. ``## 2. Softmax in torch (15 points)``,
 and that number must equal the grader's maximum for the exercise (its cases' points, hidden ones
-included: ``mha_course.grading.registry``). The heading that owns an exercise is the last ``## ``
+included: ``mha_course.grading.engine.registry``). The heading that owns an exercise is the last ``## ``
 heading above the first ``check("key", ...)`` of that exercise. Checked in ``solutions/`` and in
 the generated ``exercises/`` (what learners read).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mha_course.grading import registry
+from mha_course.grading.engine import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 # From the files, not the registry: an exercise module that fails to import fails here, not vanishes.

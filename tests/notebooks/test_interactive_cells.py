@@ -1,7 +1,7 @@
 """Every interactive cell shows something: its widget where ipywidgets is installed, its static
 pictures where it is not.
 
-``viz.interactive`` and ``interpret.head_picker`` return the widget (or, for the picker without
+``sliders.interactive`` and ``interpret.head_picker`` return the widget (or, for the picker without
 ipywidgets, the static Figure); Jupyter shows it only when it is the cell's *result*. A cell that
 ends ``picker = head_picker(...)`` builds the widget and shows nothing: the widget's first picture
 goes into the widget's own output area, which is never displayed. So:
@@ -43,7 +43,7 @@ def _parse(source: str) -> ast.Module:
 
 
 def interactive_cells(path: Path) -> list[tuple[int, str]]:
-    """(index, source) of the code cells that build a widget with viz.interactive or head_picker."""
+    """(index, source) of the code cells that build a widget with sliders.interactive or head_picker."""
     cells = nbformat.read(path, as_version=4).cells
     return [(i, c.source) for i, c in enumerate(cells) if c.cell_type == "code" and _widget_calls(_parse(c.source))]
 
@@ -79,10 +79,10 @@ def test_each_interactive_cell_ends_with_its_widget(path):
 
 def test_the_source_rule_tells_a_shown_widget_from_a_lost_one():
     assert _problem("picker = head_picker(model, task, data)") is not None
-    assert _problem("w = viz.interactive(f, a=(0, 1))\nprint('done')") is not None
+    assert _problem("w = sliders.interactive(f, a=(0, 1))\nprint('done')") is not None
     assert _problem("interactive(f, a=(0, 1))\ninteractive(g, b=(0, 1))") is not None
     assert _problem("head_picker(model, task, data)  # a comment") is None
-    assert _problem("def f(a=1):\n    print(a)\n\nviz.interactive(f, static=[{'a': 2}],\n    a=(0, 3))") is None
+    assert _problem("def f(a=1):\n    print(a)\n\nsliders.interactive(f, static=[{'a': 2}],\n    a=(0, 3))") is None
     assert _problem("picker = head_picker(m, t, d)\ndisplay(picker)") is not None  # display of a name: say it
     assert _problem("display(head_picker(m, t, d))") is None
     assert _problem("%matplotlib inline\ninteractive(f, a=(0, 1))") is None
@@ -95,10 +95,10 @@ SETUP = """
 import sys
 import matplotlib.pyplot as plt
 import torch
-from mha_course import viz
-from mha_course.interpret import head_picker
-from mha_course.model import build_model
-from mha_course.tasks import get_task
+from mha_course.plots import sliders
+from mha_course.models.interpret import head_picker
+from mha_course.models.model import build_model
+from mha_course.models.tasks import get_task
 
 torch.manual_seed(0)
 task = get_task("sort", length=3)
@@ -109,7 +109,7 @@ def draw(a=1.0):
     plt.plot([0.0, a])
     plt.show()
 """
-INTERACTIVE = "viz.interactive(draw, static=[{'a': 1.0}, {'a': 2.0}], a=(0.0, 3.0))"
+INTERACTIVE = "sliders.interactive(draw, static=[{'a': 1.0}, {'a': 2.0}], a=(0.0, 3.0))"
 PICKER = "head_picker(model, task, data)"
 
 

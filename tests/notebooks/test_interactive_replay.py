@@ -3,8 +3,8 @@
 nbval executes each notebook once, top to bottom, which calls each interactive callback with its
 initial values only. A learner runs everything and *then* moves the sliders: a callback that reads a
 global which a later cell redefined, or one that breaks at the end of its own range, fails only then.
-This test does the same: it executes the notebook, then replays every ``mha_course.viz.interactive``
-callback at its current values and with each control at its ends (``viz.replay_interactive``).
+This test does the same: it executes the notebook, then replays every ``mha_course.plots.sliders.interactive``
+callback at its current values and with each control at its ends (``sliders.replay_interactive``).
 
 On the way it checks that each cell that makes a widget shows it (a cell ending in
 ``picker = head_picker(...)`` builds one and shows nothing), and, right after that cell, runs its
@@ -32,8 +32,8 @@ NO_WIDGETS_NOTE = "ipywidgets is not installed"
 # module back in place, and viz's record of widgets restored so that the replay moves the sliders).
 WITHOUT_WIDGETS = """
 import sys as _sys
-from mha_course import viz as _viz
-_made, _widgets = dict(_viz._MADE), _sys.modules.get("ipywidgets")
+from mha_course.plots import sliders as _sliders
+_made, _widgets = dict(_sliders._MADE), _sys.modules.get("ipywidgets")
 _sys.modules["ipywidgets"] = None  # import ipywidgets now fails
 try:
     _fallback = (
@@ -44,8 +44,8 @@ finally:
         _sys.modules.pop("ipywidgets", None)
     else:
         _sys.modules["ipywidgets"] = _widgets
-    _viz._MADE.clear()
-    _viz._MADE.update(_made)
+    _sliders._MADE.clear()
+    _sliders._MADE.update(_made)
 _fallback
 """
 
@@ -67,21 +67,21 @@ def test_the_replay_finds_a_stale_global_and_an_out_of_range_end():
     import matplotlib
 
     matplotlib.use("Agg")
-    from mha_course import viz
+    from mha_course.plots import sliders
 
-    viz._MADE.clear()
+    sliders._MADE.clear()
     data = [1.0, 2.0, 3.0]
 
     def show(i=1):
         return data[i]  # reads `data` when called, as a notebook callback reads a global
 
-    viz.interactive(show, i=(0, 2, 1))
-    viz.interactive(show, i=(0, 2, 1))  # the same cell run twice: one widget is replayed, not two
-    assert viz.replay_interactive() == 3  # current value, then min, then max
+    sliders.interactive(show, i=(0, 2, 1))
+    sliders.interactive(show, i=(0, 2, 1))  # the same cell run twice: one widget is replayed, not two
+    assert sliders.replay_interactive() == 3  # current value, then min, then max
     data = [1.0]  # a later "cell" rebinds it
     with pytest.raises(RuntimeError, match=r"show\(\{'i': 2\}\): IndexError"):
-        viz.replay_interactive()
-    viz._MADE.clear()
+        sliders.replay_interactive()
+    sliders._MADE.clear()
 
 
 @pytest.mark.slow
@@ -122,7 +122,7 @@ def test_every_slider_works_after_the_notebook_has_run(path):
                     f"code cell {index} shows nothing without ipywidgets:\n{source}"
                 )
         printed, _ = run(
-            "from mha_course.viz import replay_interactive\nprint('replayed', replay_interactive(), 'calls')",
+            "from mha_course.plots.sliders import replay_interactive\nprint('replayed', replay_interactive(), 'calls')",
             "the replay",
         )
         assert "replayed" in printed, printed

@@ -85,7 +85,7 @@ def test_no_leftover_words_in_a_text_or_library_file(path):
 
 
 def test_no_leftover_words_in_what_the_self_check_shows():
-    from mha_course.grading import registry
+    from mha_course.grading.engine import registry
 
     shown = [
         (a.key, text)

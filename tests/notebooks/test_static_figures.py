@@ -1,7 +1,7 @@
 """Every interactive cell leaves a picture that a static view can show.
 
 A widget is only a reference to live kernel state: nbconvert, GitHub and any viewer without a
-widget manager print ``interactive(children=...)`` in its place. ``viz.interactive`` (and
+widget manager print ``interactive(children=...)`` in its place. ``sliders.interactive`` (and
 ``interpret.head_picker``, built on it) puts a PNG of the default settings' figures into the same
 output, and hands the first picture to the widget's Output area as state, so that a notebook
 runner never has to answer the kernel while it waits for the cell (the cause of
@@ -50,7 +50,7 @@ def _direct_widget_calls(source: str) -> list[str]:
 def test_interactive_cells_go_through_the_library(path):
     cells = nbformat.read(path, as_version=4).cells
     problems = [
-        f"cell {i}: {call} (use mha_course.viz.interactive, which leaves a picture for static views)"
+        f"cell {i}: {call} (use mha_course.plots.sliders.interactive, which leaves a picture for static views)"
         for i, cell in enumerate(cells)
         if cell.cell_type == "code"
         for call in _direct_widget_calls(cell.source)
@@ -61,7 +61,7 @@ def test_interactive_cells_go_through_the_library(path):
 def test_the_direct_call_rule_catches_ipywidgets_interact():
     assert _direct_widget_calls("import ipywidgets\nipywidgets.interact(f, a=(0, 1))")
     assert _direct_widget_calls("from ipywidgets import interact")
-    assert _direct_widget_calls("viz.interactive(f, a=(0, 1))") == []
+    assert _direct_widget_calls("sliders.interactive(f, a=(0, 1))") == []
 
 
 def _execute(nb, monkeypatch) -> tuple[nbformat.NotebookNode, list[dict]]:
@@ -89,10 +89,10 @@ def _picture(cell) -> Image.Image | None:
 SETUP = """%matplotlib inline
 import matplotlib.pyplot as plt
 import torch
-from mha_course import viz
-from mha_course.interpret import head_picker
-from mha_course.model import build_model
-from mha_course.tasks import get_task
+from mha_course.plots import sliders
+from mha_course.models.interpret import head_picker
+from mha_course.models.model import build_model
+from mha_course.models.tasks import get_task
 
 torch.manual_seed(0)
 task = get_task("sort", length=3)
@@ -121,10 +121,10 @@ def words(a=1.0):
 def test_each_interactive_cell_shows_its_default_picture_without_a_live_kernel(monkeypatch):
     cells = [
         new_code_cell(SETUP),
-        new_code_cell("viz.interactive(one, a=(0.0, 3.0))"),
-        new_code_cell("viz.interactive(two, a=(0.0, 3.0))"),
+        new_code_cell("sliders.interactive(one, a=(0.0, 3.0))"),
+        new_code_cell("sliders.interactive(two, a=(0.0, 3.0))"),
         new_code_cell("head_picker(model, task, data)"),
-        new_code_cell("viz.interactive(words, a=(0.0, 3.0))"),
+        new_code_cell("sliders.interactive(words, a=(0.0, 3.0))"),
     ]
     nb, sent = _execute(
         new_notebook(

@@ -370,7 +370,7 @@ def test_bad_world_size_rank_or_head_count_raise_clear_errors():
         TensorParallelMultiHeadAttention(E, H, 2, 2)
     with pytest.raises(TypeError, match="MultiHeadAttention"):
         TensorParallelMultiHeadAttention.from_module(nn.Linear(E, E), 0, 1)
-    from mha_course.model import RotaryMultiHeadAttention
+    from mha_course.models.model import RotaryMultiHeadAttention
 
     with pytest.raises(TypeError, match="RotaryMultiHeadAttention"):
         TensorParallelMultiHeadAttention.from_module(RotaryMultiHeadAttention(E, H), 0, 1)

@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from mha_course.grading import hints, registry, selfcheck, wire
-from mha_course.grading.scoring import judge
+from mha_course.grading.engine import case_inputs, registry
+from mha_course.grading.engine.scoring import judge
+from mha_course.grading.inside import wire
+from mha_course.grading.learner import selfcheck
 from mha_course.parallel.merge import merge_partial_attention
 from mha_course.parallel.ring import ring_step
 
@@ -26,7 +28,7 @@ CASES = [pytest.param(e, c, id=f"{e.key}:{c.name}") for e in ASSIGNMENT.exercise
 @pytest.mark.parametrize(("exercise", "case"), CASES)
 def test_reference_passes_its_own_diagnosis_on_fresh_inputs_too(exercise, case):
     for salt in (None, 1, 2, 3):
-        with hints.salted(salt):
+        with case_inputs.salted(salt):
             inputs = case.make_inputs()
         assert all(v is None or isinstance(v, (np.ndarray, int, float, str, bool)) for v in inputs.values())
         assert judge(case, wire.roundtrip(case.reference(inputs)), inputs) is None, (case.name, salt)
@@ -47,7 +49,7 @@ def test_library_gets_full_marks_and_a_stub_nothing():
 
 
 def _hints(key, target):
-    from mha_course.grading.registry import find_exercise
+    from mha_course.grading.engine.registry import find_exercise
 
     # the bugs wrap the library's own code: judged by the cases alone (check() would first say the grader refuses it)
     result, _ = selfcheck.run_exercise(find_exercise(key), target, include_hidden=True)

@@ -14,7 +14,7 @@ import mha_course
 
 
 def test_every_export_resolves_to_a_function_or_class_even_after_all_submodules_are_imported():
-    # Importing a submodule rebinds a package attribute of the same name (mha_course.softmax).
+    # Importing a submodule rebinds a package attribute of the same name (mha_course.core.softmax).
     for info in pkgutil.walk_packages(mha_course.__path__, "mha_course."):
         if not info.name.endswith(("__main__", ".grade", ".assign", ".train", ".bench")):
             importlib.import_module(info.name)

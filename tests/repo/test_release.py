@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 PROJECT = PYPROJECT["project"]
 # Modules with a main() that are not commands for people: the runtime the grader starts inside a sandbox.
-NOT_COMMANDS = {"mha_course.grading.sandbox"}
+NOT_COMMANDS = {"mha_course.grading.inside.runner"}
 
 
 def test_the_licence_is_mit_and_pyproject_says_so():
@@ -92,8 +92,10 @@ def test_every_python_m_command_has_a_console_command():
 
 
 def test_the_module_scan_finds_the_commands():
-    assert {"mha_course.grade", "mha_course.assign", "mha_course.parallel.demo"} <= _command_modules()
-    assert "mha_course.grading.sandbox" in _command_modules() and "mha_course.softmax" not in _command_modules()
+    assert {"mha_course.grading.grade", "mha_course.grading.assign", "mha_course.parallel.demo"} <= _command_modules()
+    assert (
+        "mha_course.grading.inside.runner" in _command_modules() and "mha_course.core.softmax" not in _command_modules()
+    )
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
-"""The package's shape: no import cycle, small modules, exercise modules that share helpers only through
-_common, and maps (docs/ARCHITECTURE.md, the README's module table) that match the tree."""
+"""The package's shape: layers that import only downward, no import cycle, few top-level modules, no re-export
+shims, small modules, exercise modules that share helpers only through _common, and maps (docs/ARCHITECTURE.md,
+the README's module table) that match the tree."""
 
 from __future__ import annotations
 
@@ -73,6 +74,72 @@ def test_no_import_cycle():
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
 
 
+# The library's layers, lowest first (docs/ARCHITECTURE.md draws them): a module imports only from its own
+# layer or a lower one. Top-level modules are named by file, the rest by their folder under mha_course/.
+LAYERS = (
+    ("validation", "testing", "device", "predict"),
+    ("plots",),
+    ("core",),
+    ("inference",),
+    ("efficient",),
+    ("kernels",),
+    ("parallel",),
+    ("models",),
+    ("timing",),
+    ("grading",),
+)
+MAX_TOP_LEVEL_MODULES = 12  # the rest lives in folders, one layer or role each
+
+
+def _layer(name: str) -> int | None:
+    parts = name.split(".")
+    if len(parts) < 2:
+        return None  # the package's own __init__: the lazy export map names every layer
+    for rank, layer in enumerate(LAYERS):
+        if parts[1] in layer:
+            return rank
+    raise AssertionError(f"{name} is in no layer of LAYERS: add its folder there and to docs/ARCHITECTURE.md")
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a higher layer by a lower one, as 'importer -> imported'."""
+    return sorted(
+        f"{a} -> {b}"
+        for a, targets in graph.items()
+        for b in targets
+        if _layer(a) is not None and _layer(b) is not None and _layer(b) > _layer(a)
+    )
+
+
+def test_no_upward_import():
+    graph = {name: _imports(name, path) for name, path in MODULES.items()}
+    assert _upward(graph) == []
+
+
+def test_the_layer_check_finds_an_upward_import():
+    assert _upward({"mha_course.core.attention": {"mha_course.kernels.function"}}) == [
+        "mha_course.core.attention -> mha_course.kernels.function"
+    ]
+    assert _upward({"mha_course.kernels.function": {"mha_course.core.attention"}}) == []
+
+
+def test_few_top_level_modules():
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, f"mha_course/ holds {len(top)} modules; put them in a folder: {top}"
+
+
+def test_no_reexport_shims_outside_init():
+    """A name is imported from the module that defines it: no ``noqa: F401`` re-export outside __init__.py."""
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "__init__.py"
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if re.search(r"noqa:[^#]*F401", line)
+    ]
+    assert found == []
+
+
 def test_the_cycle_finder_finds_one():
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
@@ -142,25 +209,43 @@ def test_a_module_is_named_only_by_its_whole_name():
     assert _named_on_map("layout", "layout (who holds which positions)")
 
 
-def _readme_module_table() -> set[str]:
-    """The names in the first column of the README's module table (``| module | what it holds |``)."""
+def _readme_module_table() -> dict[str, str]:
+    """First-column name -> the row's other text, for the README's module table (``| module | what it holds |``)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     rows = text[text.index("| module | what it holds") :].splitlines()[2:]
-    names = set()
+    names = {}
     for row in rows:
         if not row.startswith("|"):
             break
-        names |= set(re.findall(r"`([^`]+)`", row.split("|")[1]))
+        cells = row.split("|")
+        for name in re.findall(r"`([^`]+)`", cells[1]):
+            names[name] = "|".join(cells[2:])
     return names
 
 
+def _children(folder: Path) -> set[str]:
+    """A folder's modules (``name``) and sub-packages (``name/``), as a README row names them."""
+    found = {p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", "__main__")}
+    return found | {f"{p.name}/" for p in folder.iterdir() if (p / "__init__.py").is_file()}
+
+
 def test_readme_module_table_matches_the_tree():
-    """Every top-level module and sub-package of the library has a row, and every name in the table exists."""
-    tree = {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
-    tree |= {f"{p.name}/" for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
-    named = _readme_module_table()
+    """Every top-level module and folder of the library has a row, and every name in the table's first column exists."""
+    tree = _children(PACKAGE)
+    named = set(_readme_module_table())
     assert sorted(tree - named) == [], "README's module table misses these modules"
     assert sorted(named - tree) == [], "README's module table names modules that do not exist"
+
+
+def test_readme_folder_rows_name_their_modules():
+    """A folder's row names every module and sub-folder directly inside it (exercises/ and calls/ as a whole)."""
+    rows = _readme_module_table()
+    missing = []
+    for folder, text in rows.items():
+        if folder.endswith("/"):
+            named = set(re.findall(r"`([^`]+)`", text))
+            missing += [f"{folder}{child}" for child in sorted(_children(PACKAGE / folder.rstrip("/")) - named)]
+    assert missing == [], "README's folder rows miss these modules"
 
 
 def test_architecture_map_names_only_files_that_exist():

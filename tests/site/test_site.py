@@ -254,8 +254,8 @@ def test_rewrite_notebook_drops_answers_and_adds_launch_box_and_notes():
     notebook = {
         "cells": [
             {"cell_type": "markdown", "metadata": {}, "source": "# 01 Title"},
-            {"cell_type": "code", "metadata": {}, "source": "viz.interactive(draw, tau=(0.1, 5.0))", "outputs": []},
-            {"cell_type": "code", "metadata": {}, "source": "viz.interactive(draw, tau=(0.1, 5.0))", "outputs": []},
+            {"cell_type": "code", "metadata": {}, "source": "sliders.interactive(draw, tau=(0.1, 5.0))", "outputs": []},
+            {"cell_type": "code", "metadata": {}, "source": "sliders.interactive(draw, tau=(0.1, 5.0))", "outputs": []},
             {"cell_type": "markdown", "metadata": {"tags": ["answers"]}, "source": "1. (b) because ..."},
         ],
         "metadata": {},
@@ -265,7 +265,7 @@ def test_rewrite_notebook_drops_answers_and_adds_launch_box_and_notes():
     sources = [cell["source"] for cell in cells]
     assert not any("because" in source for source in sources)
     assert 'href="https://colab.research.google.com/github/o/r/blob/main/notebooks/01_x.ipynb"' in sources[1]
-    assert "mha_course.softmax" in sources[1]
+    assert "mha_course.softmax" in sources[1]  # the public name, not a module path
     assert "course-interactive" in sources[3] and "course-interactive" in sources[5]
     ids = [cell["id"] for cell in cells if "id" in cell]
     assert len(ids) == 3 and len(set(ids)) == 3, ids  # the two identical notes get ids of their own
@@ -289,7 +289,7 @@ def test_syllabus_needs_the_readme_table():
 def test_first_uses_reads_every_import_form(tmp_path):
     notebook = {
         "cells": [
-            {"cell_type": "code", "source": "from mha_course.masks import (causal_mask,\n    padding_mask)  # x"},
+            {"cell_type": "code", "source": "from mha_course.core.masks import (causal_mask,\n    padding_mask)  # x"},
             {"cell_type": "code", "source": "import mha_course as mc\nmc.softmax(x)\nmha_course.check"},
             {"cell_type": "code", "source": "from mha_course import split_heads as sh"},
         ]

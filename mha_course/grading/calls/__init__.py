@@ -13,13 +13,13 @@ module-level, and named after what it calls (``softmax_np``, ``softmax_np_unchan
 What these modules may import (``tests/grading/test_grading_calls.py`` checks it):
 
 - ``numpy``; ``torch`` (inside functions, so importing the module stays cheap);
-- :mod:`mha_course.grading.convert` and other ``mha_course.grading.calls`` modules;
+- :mod:`mha_course.grading.inside.convert` and other ``mha_course.grading.calls`` modules;
 - small standard-library modules (``math``, ``typing``, ``collections.abc``, ``contextlib``,
   ``inspect``, ``os``, ``sys``), and ``triton`` inside a13's kernel launchers;
 - inside a function, a building block its own assignment lists in ``provided`` (a08 builds the
   library ``MultiHeadAttention`` the learner is given);
 
 never ``mha_course``'s reference modules, never ``hints``, ``spec`` or ``exercises``. A call that
-watches its inputs returns :func:`~mha_course.grading.convert.with_inputs_after`'s pair; whether
-they changed is judged in the grader (:func:`mha_course.grading.hints.unchanged_case`).
+watches its inputs returns :func:`~mha_course.grading.inside.convert.with_inputs_after`'s pair; whether
+they changed is judged in the grader (:func:`mha_course.grading.engine.case_inputs.unchanged_case`).
 """

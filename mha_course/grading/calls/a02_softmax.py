@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..convert import to_numpy, with_inputs_after
+from ..inside.convert import to_numpy, with_inputs_after
 
 
 def softmax_np(target, inputs):

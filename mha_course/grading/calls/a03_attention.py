@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..convert import to_numpy_pair, with_inputs_after
+from ..inside.convert import to_numpy_pair, with_inputs_after
 
 
 def attention_np(target, inputs):

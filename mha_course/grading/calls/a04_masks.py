@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..convert import tensor_to_numpy, to_numpy_pair, with_inputs_after
+from ..inside.convert import tensor_to_numpy, to_numpy_pair, with_inputs_after
 
 
 def causal_mask(target, inputs):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..convert import build_module, linear_layer, to_numpy
+from ..inside.convert import build_module, linear_layer, to_numpy
 
 # The published module's four linear layers, in the order the grader's inputs and the layout case use them.
 LAYERS = ("query", "key", "value", "combine")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..convert import build_module, linear_layer, to_numpy, to_numpy_pair
+from ..inside.convert import build_module, linear_layer, to_numpy, to_numpy_pair
 
 # The module's four projections, in the order the grader's inputs and the layout case use them.
 PROJ = ("q_proj", "k_proj", "v_proj", "out_proj")

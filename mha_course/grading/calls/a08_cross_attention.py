@@ -1,6 +1,6 @@
 """Calls of assignment 08 (cross-attention, switching a head off), run in the submission sandbox; see the package docstring.
 
-The learner is given the library's ``MultiHeadAttention`` (``mha_course.mha``, a building block this
+The learner is given the library's ``MultiHeadAttention`` (``mha_course.core.mha``, a building block this
 assignment provides, so it is in the sandbox too), holding the grader's weights.
 """
 
@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from ..convert import build_module, tensor_to_numpy, to_numpy, to_numpy_pair, with_inputs_after
+from ..inside.convert import build_module, tensor_to_numpy, to_numpy, to_numpy_pair, with_inputs_after
 
 # The module's four projections, in the order the grader's inputs use them.
 PROJ = ("q_proj", "k_proj", "v_proj", "out_proj")
@@ -31,7 +31,7 @@ def cross_attention_mask(target, inputs):
 
 def library_module(inputs):
     """mha_course's MultiHeadAttention holding the case's weights, in eval mode (either process)."""
-    from mha_course.mha import MultiHeadAttention
+    from mha_course.core.mha import MultiHeadAttention
 
     return build_module(MultiHeadAttention, inputs, PROJ, sample="query")
 
@@ -39,7 +39,7 @@ def library_module(inputs):
 def _given_module(inputs):
     """Submission side: the provided MultiHeadAttention with the case's weights, and query, key, value.
 
-    mha_course.mha is provided by this assignment, so it is importable in the submission process too.
+    mha_course.core.mha is provided by this assignment, so it is importable in the submission process too.
     """
     import torch
 
@@ -67,7 +67,7 @@ REFUSED = (
 @contextlib.contextmanager
 def _forward_refused():
     """While a without_head case runs, calling any mha_course MultiHeadAttention raises (see the exercise)."""
-    library = sys.modules.get("mha_course.mha")
+    library = sys.modules.get("mha_course.core.mha")
     cls = getattr(library, "MultiHeadAttention", None)
     original = None if cls is None else cls.__dict__.get("forward")
     if cls is None or original is None:

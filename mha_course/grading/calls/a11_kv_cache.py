@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..convert import to_numpy
+from ..inside.convert import to_numpy
 
 # The names of kv_decode_step's three results, in order (also the diagnoses' names for them).
 NAMES = ("out", "k_cache", "v_cache")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..convert import to_numpy
+from ..inside.convert import to_numpy
 
 
 def online_softmax_update(target, inputs):

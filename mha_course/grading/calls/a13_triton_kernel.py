@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 
-from ..convert import to_numpy
+from ..inside.convert import to_numpy
 
 
 def _kernel(target, name):

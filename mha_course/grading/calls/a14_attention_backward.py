@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..convert import to_numpy
+from ..inside.convert import to_numpy
 
 # The names of attention_backward's three results, in order (also the diagnoses' names for them).
 NAMES = ("dq", "dk", "dv")

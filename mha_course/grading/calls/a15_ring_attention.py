@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..convert import to_numpy, to_numpy_pair
+from ..inside.convert import to_numpy, to_numpy_pair
 
 
 def merge_partial_attention(target, inputs):

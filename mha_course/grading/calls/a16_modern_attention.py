@@ -3,7 +3,7 @@ submission's sandbox: NumPy in, NumPy out."""
 
 from __future__ import annotations
 
-from ..convert import tensor_to_numpy, to_numpy, with_inputs_after
+from ..inside.convert import tensor_to_numpy, to_numpy, with_inputs_after
 
 
 def alibi_slopes(target, inputs):

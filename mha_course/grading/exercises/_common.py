@@ -16,7 +16,7 @@ SDPA_SHORTCUTS = (
     "torch.nn.functional.scaled_dot_product_attention",
     "torch.nn.functional.multi_head_attention_forward",
     "mha_course.scaled_dot_product_attention",
-    "mha_course.attention.scaled_dot_product_attention",
+    "mha_course.core.attention.scaled_dot_product_attention",
 )
 
 # A multi-head attention module the learner writes must not hand the work to one of these
@@ -24,7 +24,7 @@ MHA_SHORTCUTS = (
     "torch.nn.MultiheadAttention",
     "torch.nn.functional.multi_head_attention_forward",
     "mha_course.MultiHeadAttention",
-    "mha_course.mha.MultiHeadAttention",
+    "mha_course.core.mha.MultiHeadAttention",
 )
 
 
@@ -35,7 +35,7 @@ def np_attention(q, k, v, scale, mask=None, softmax_axis=-1, mask_mode="add", va
     "after" (softmax first, then zero the blocked weights, no renormalisation),
     "multiply" (float mask multiplied into the scores).
     """
-    from mha_course.softmax import softmax_np
+    from mha_course.core.softmax import softmax_np
 
     q, k, v = (np.asarray(a, dtype=np.float64) for a in (q, k, v))
     scores = (q @ np.swapaxes(k, -1, -2)) * scale  # (..., T, S)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import hints
+from ..learner import hints
 
 
 def mask_alternatives(lengths, T, S):

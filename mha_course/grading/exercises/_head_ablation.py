@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import hints
 from ..calls import a08_cross_attention as calls
+from ..learner import hints
 
 
 def ablated(inputs, heads):
@@ -48,7 +48,7 @@ def np_without(inputs, head, zero="head", scale=None, out_bias=True, out_proj=Tr
     the final output, after out_proj), "uniform" (zeroed queries or keys: head h attends uniformly),
     "v_bias" (zeroed v_proj weights: head h outputs its value bias), "keep_only" (every head but h off).
     """
-    from mha_course.softmax import softmax_np
+    from mha_course.core.softmax import softmax_np
 
     E, H = inputs["E"], inputs["H"]
     D = E // H

@@ -11,16 +11,17 @@ import math
 
 import numpy as np
 
-from .. import hints
 from ..calls import a01_dot_products as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine import case_inputs
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 
 # --- dot_product_np -------------------------------------------------------------------------------
 
 
 def _vectors(D: int, seed: int, orthogonal: bool = False):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         a = rng.standard_normal(D)
         b = rng.standard_normal(D)
         if orthogonal:
@@ -78,7 +79,7 @@ DOT_PRODUCT = Exercise(
 
 def _qk(lead: tuple[int, ...], T: int, S: int, D: int, seed: int, dtype=np.float64):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         q = rng.standard_normal((*lead, T, D)).astype(dtype)
         k = rng.standard_normal((*lead, S, D)).astype(dtype)
         return {"q": q, "k": k}

@@ -13,16 +13,17 @@ from typing import Any
 
 import numpy as np
 
-from .. import hints
 from ..calls import a02_softmax as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine import case_inputs
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 
 # --- inputs ---------------------------------------------------------------------------------------
 
 
 def _random(shape, seed, scale=1.0, shift=0.0, dtype=np.float64, axis=-1):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         x = (rng.standard_normal(shape) * scale + shift).astype(dtype)
         return {"x": x, "axis": axis}
 
@@ -35,7 +36,7 @@ def _rows_apart(shape, seed, dtype=np.float64):
     (rows drawn around one mean were sometimes too close together to tell)."""
 
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         centres = np.linspace(100.0, -80.0, shape[0])[:, None]
         return {"x": (rng.standard_normal(shape) * 3.0 + centres).astype(dtype), "axis": -1}
 
@@ -45,8 +46,8 @@ def _rows_apart(shape, seed, dtype=np.float64):
 def _fixed(rows, dtype=np.float64, axis=-1):
     def make():
         x = np.array(rows, dtype=np.float64)
-        if hints.salting():  # fresh inputs of the same kind: shift each row, shuffle the columns
-            rng = hints.rng(x.size)
+        if case_inputs.salting():  # fresh inputs of the same kind: shift each row, shuffle the columns
+            rng = case_inputs.rng(x.size)
             x = (x + rng.uniform(-20.0, 20.0, size=(x.shape[0], 1)))[:, rng.permutation(x.shape[1])]
         return {"x": x.astype(dtype), "axis": axis}
 
@@ -55,7 +56,7 @@ def _fixed(rows, dtype=np.float64, axis=-1):
 
 def _with_neg_inf(shape, seed, fully_masked_row: int | None, dtype=np.float64):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         x = rng.standard_normal(shape).astype(dtype)
         blocked = rng.random(shape) < 0.4
         blocked[..., 0] = False  # every row keeps one finite entry ...
@@ -71,7 +72,7 @@ def _with_neg_inf(shape, seed, fully_masked_row: int | None, dtype=np.float64):
 
 
 def _reference(inputs):
-    from mha_course.softmax import softmax_np
+    from mha_course.core.softmax import softmax_np
 
     return softmax_np(inputs["x"], axis=inputs["axis"])
 
@@ -83,7 +84,7 @@ def _naive(x, axis):
 
 
 def _alternatives(inputs):
-    from mha_course.softmax import softmax_np
+    from mha_course.core.softmax import softmax_np
 
     x, axis = inputs["x"], inputs["axis"]
     alts: list[tuple[Any, str]] = []  # (zero-argument callable giving a wrong output, its hint)
@@ -157,7 +158,7 @@ def _diagnose_dtype(got, expected, inputs):
     return _diagnose(got, expected, inputs) or hints.dtype_hint(np.asarray(got), np.asarray(expected), "softmax")
 
 
-_UNCHANGED = hints.unchanged_case(
+_UNCHANGED = case_inputs.unchanged_case(
     _reference,
     _diagnose,
     "your function changed its input x (an in-place operation such as x -= ... or x.sub_()): work on a new array",
@@ -238,7 +239,7 @@ SOFTMAX_NP = Exercise(
         "scipy.special.log_softmax",
         "scipy.special.logsumexp",
         "mha_course.softmax_np",
-        "mha_course.softmax.softmax_np",
+        "mha_course.core.softmax.softmax_np",
         *_TORCH_SHORTCUTS,
     ),
 )
@@ -248,7 +249,7 @@ SOFTMAX = Exercise(
     target="softmax",
     title="Stable softmax in torch",
     cases=_cases(calls.softmax, calls.softmax_unchanged, torch_version=True),
-    forbidden=(*_TORCH_SHORTCUTS, "mha_course.softmax.softmax"),
+    forbidden=(*_TORCH_SHORTCUTS, "mha_course.core.softmax.softmax"),
 )
 
 ASSIGNMENT = Assignment(

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import hints
 from ..calls import a03_attention as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine import case_inputs
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 from ._common import SDPA_SHORTCUTS, attention_alternatives
 
 _OUT, _W = "[..., T, Dv]", "[..., T, S]"
@@ -24,7 +25,7 @@ _OUT, _W = "[..., T, Dv]", "[..., T, S]"
 
 def _qkv(lead=(), *, T, S, D, Dv, seed, dtype=np.float64, scale=None):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         q = rng.standard_normal((*lead, T, D)).astype(dtype)
         k = rng.standard_normal((*lead, S, D)).astype(dtype)
         v = rng.standard_normal((*lead, S, Dv)).astype(dtype)
@@ -40,7 +41,7 @@ def _large_scores(T, S, D, Dv, seed, offset=3000.0):
     weights with or without the scale, and such bugs passed on most draws)."""
 
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         lead = np.sqrt(offset)
         q = np.concatenate([np.full((T, 1), lead), rng.standard_normal((T, D - 1))], axis=-1)
         k = np.concatenate([np.full((S, 1), lead), rng.standard_normal((S, D - 1))], axis=-1)
@@ -54,7 +55,7 @@ def _large_scores(T, S, D, Dv, seed, offset=3000.0):
 
 
 def _ref_np(inputs):
-    from mha_course.attention import scaled_dot_product_attention_np
+    from mha_course.core.attention import scaled_dot_product_attention_np
 
     return scaled_dot_product_attention_np(inputs["q"], inputs["k"], inputs["v"], scale=inputs["scale"])
 
@@ -62,7 +63,7 @@ def _ref_np(inputs):
 def _ref_torch(inputs):
     import torch
 
-    from mha_course.attention import scaled_dot_product_attention
+    from mha_course.core.attention import scaled_dot_product_attention
 
     q, k, v = (torch.from_numpy(inputs[n]) for n in "qkv")
     out, weights = scaled_dot_product_attention(q, k, v, scale=inputs["scale"])
@@ -104,7 +105,7 @@ def _cases(call, call_unchanged, reference, torch_version):
             1,
             _qkv((2,), T=3, S=5, D=4, Dv=6, seed=4),
             call_unchanged,
-            *hints.unchanged_case(reference, _diagnose, _CHANGED, ("q", "k", "v")),
+            *case_inputs.unchanged_case(reference, _diagnose, _CHANGED, ("q", "k", "v")),
         ),
     ]
     if torch_version:
@@ -157,9 +158,9 @@ ATTENTION_NP = Exercise(
     cases=_cases(calls.attention_np, calls.attention_np_unchanged, _ref_np, torch_version=False),
     forbidden=(
         "mha_course.scaled_dot_product_attention_np",
-        "mha_course.attention.scaled_dot_product_attention_np",
+        "mha_course.core.attention.scaled_dot_product_attention_np",
         "mha_course.scaled_dot_product_attention",
-        "mha_course.attention.scaled_dot_product_attention",
+        "mha_course.core.attention.scaled_dot_product_attention",
     ),
 )
 
@@ -177,5 +178,5 @@ ASSIGNMENT = Assignment(
     title="Assignment 03: scaled dot-product attention",
     notebook="a03_attention.ipynb",
     exercises=(ATTENTION_NP, SDPA),
-    provided=("mha_course.softmax",),  # the stable softmax from assignment 02
+    provided=("mha_course.core.softmax",),  # the stable softmax from assignment 02
 )

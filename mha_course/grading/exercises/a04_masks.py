@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import hints
 from ..calls import a04_masks as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine import case_inputs
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 from ._common import SDPA_SHORTCUTS, attention_alternatives
 
 # --- causal_mask ----------------------------------------------------------------------------------
@@ -19,8 +20,8 @@ from ._common import SDPA_SHORTCUTS, attention_alternatives
 
 def _sizes(T, S=None):
     def make():
-        if hints.salting() and T > 1:  # fresh sizes of the same kind (S - T kept; T = 1 stays the one-query edge)
-            d = int(hints.rng(T).integers(1, 5))
+        if case_inputs.salting() and T > 1:  # fresh sizes of the same kind (S - T kept; T = 1 stays the one-query edge)
+            d = int(case_inputs.rng(T).integers(1, 5))
             return {"T": T + d, "S": None if S is None else S + d}
         return {"T": T, "S": S}
 
@@ -28,7 +29,7 @@ def _sizes(T, S=None):
 
 
 def _ref_causal(inputs):
-    from mha_course.masks import causal_mask
+    from mha_course.core.masks import causal_mask
 
     return causal_mask(inputs["T"], inputs["S"]).numpy()
 
@@ -85,8 +86,8 @@ CAUSAL = Exercise(
 def _lengths(lengths, S, as_list=False):
     def make():
         lengths_, S_ = np.asarray(lengths, dtype=np.int64), S
-        if hints.salting():  # fresh lengths: a longer S, lengths shuffled and grown
-            rng = hints.rng(S)
+        if case_inputs.salting():  # fresh lengths: a longer S, lengths shuffled and grown
+            rng = case_inputs.rng(S)
             S_ = S + int(rng.integers(1, 5))
             lengths_ = rng.permutation(lengths_) + rng.integers(0, S_ - S + 1, size=lengths_.shape)
         return {"lengths": lengths_, "S": S_, "as_list": as_list}
@@ -95,7 +96,7 @@ def _lengths(lengths, S, as_list=False):
 
 
 def _ref_padding(inputs):
-    from mha_course.masks import padding_mask
+    from mha_course.core.masks import padding_mask
 
     return padding_mask(inputs["lengths"].tolist(), inputs["S"]).numpy()
 
@@ -157,7 +158,7 @@ def _masked(lead, T, S, D, Dv, seed, mask_kind, dtype=np.float64, magnitude=1.0,
     "float" (additive biases with some -inf), "random" (B, 1, T, S) bool, "all_true"."""
 
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         q = (rng.standard_normal((*lead, T, D)) * magnitude).astype(dtype)
         k = (rng.standard_normal((*lead, S, D)) * magnitude).astype(dtype)
         v = rng.standard_normal((*lead, S, Dv)).astype(dtype)
@@ -194,7 +195,7 @@ def _masked(lead, T, S, D, Dv, seed, mask_kind, dtype=np.float64, magnitude=1.0,
 def _ref_masked(inputs):
     import torch
 
-    from mha_course.attention import scaled_dot_product_attention
+    from mha_course.core.attention import scaled_dot_product_attention
 
     q, k, v = (torch.from_numpy(inputs[n]) for n in "qkv")
     mask = None if inputs["mask"] is None else torch.from_numpy(inputs["mask"])
@@ -242,7 +243,7 @@ def _diagnose_masked_dtype(got, expected, inputs):
     return _diagnose_masked(got, expected, inputs, check_dtype=True)
 
 
-_UNCHANGED = hints.unchanged_case(
+_UNCHANGED = case_inputs.unchanged_case(
     _ref_masked,
     _diagnose_masked,
     "your function changed q, k, v or the mask in place (masked_fill_, ~=, *=, ...): work on new tensors",
@@ -347,5 +348,5 @@ ASSIGNMENT = Assignment(
     title="Assignment 04: causal and padding masks",
     notebook="a04_masks.ipynb",
     exercises=(CAUSAL, PADDING, MASKED_SDPA),
-    provided=("mha_course.softmax",),  # the stable softmax from assignment 02
+    provided=("mha_course.core.softmax",),  # the stable softmax from assignment 02
 )

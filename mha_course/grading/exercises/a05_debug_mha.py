@@ -22,9 +22,10 @@ import math
 
 import numpy as np
 
-from .. import hints
 from ..calls import a05_debug_mha as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine import case_inputs
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 from ._common import MHA_SHORTCUTS, np_attention
 
 _LAYERS = calls.LAYERS  # one home: the call module
@@ -32,7 +33,7 @@ _LAYERS = calls.LAYERS  # one home: the call module
 
 def _inputs(*, B, T, S, E, H, seed, mask_kind=None, dtype=np.float32, same_kv=False):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         inputs = {"E": E, "H": H}
         for name in _LAYERS:
             fan_in = E * H if name == "combine" else E
@@ -109,8 +110,8 @@ def expected_output(
 def _reference(inputs):
     import torch
 
-    from mha_course.attention import scaled_dot_product_attention
-    from mha_course.heads import merge_heads, split_heads
+    from mha_course.core.attention import scaled_dot_product_attention
+    from mha_course.core.heads import merge_heads, split_heads
 
     E, H = inputs["E"], inputs["H"]
     t = {k: torch.from_numpy(v) for k, v in inputs.items() if isinstance(v, np.ndarray)}

@@ -16,9 +16,11 @@ import math
 
 import numpy as np
 
-from .. import hints
 from ..calls import a05_multi_head as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine import case_inputs
+from ..engine.spec import Assignment, Case, Exercise
+from ..inside import convert
+from ..learner import hints
 from ._common import MHA_SHORTCUTS, np_mha, projection_weights
 
 # --- split_heads / merge_heads --------------------------------------------------------------------
@@ -26,7 +28,7 @@ from ._common import MHA_SHORTCUTS, np_mha, projection_weights
 
 def _tokens(B, T, E, H, seed):
     def make():
-        x = hints.rng(seed).standard_normal((B, T, E)).astype(np.float32)
+        x = case_inputs.rng(seed).standard_normal((B, T, E)).astype(np.float32)
         return {"x": x, "num_heads": H}
 
     return make
@@ -34,7 +36,7 @@ def _tokens(B, T, E, H, seed):
 
 def _heads(B, H, T, D, seed):
     def make():
-        return {"x": hints.rng(seed).standard_normal((B, H, T, D)).astype(np.float32)}
+        return {"x": case_inputs.rng(seed).standard_normal((B, H, T, D)).astype(np.float32)}
 
     return make
 
@@ -42,7 +44,7 @@ def _heads(B, H, T, D, seed):
 def _ref_split(inputs):
     import torch
 
-    from mha_course.heads import split_heads
+    from mha_course.core.heads import split_heads
 
     return split_heads(torch.from_numpy(inputs["x"]), inputs["num_heads"]).numpy()
 
@@ -50,7 +52,7 @@ def _ref_split(inputs):
 def _ref_merge(inputs):
     import torch
 
-    from mha_course.heads import merge_heads
+    from mha_course.core.heads import merge_heads
 
     return merge_heads(torch.from_numpy(inputs["x"])).numpy()
 
@@ -131,7 +133,7 @@ SPLIT = Exercise(
         _split_case("H = 1 (one head, D = E)", 1, B=2, T=3, E=6, H=1, seed=2, hidden=True),
         _split_case("other sizes (B=3, T=7, E=10, H=5)", 1, B=3, T=7, E=10, H=5, seed=3, hidden=True),
     ),
-    forbidden=("mha_course.split_heads", "mha_course.heads.split_heads"),
+    forbidden=("mha_course.split_heads", "mha_course.core.heads.split_heads"),
 )
 
 MERGE = Exercise(
@@ -143,7 +145,7 @@ MERGE = Exercise(
         _merge_case("the inverse of split_heads (T = D = 4)", 2, B=2, H=2, T=4, D=4, seed=11),
         _merge_case("other sizes (B=1, H=4, T=6, D=2)", 1, B=1, H=4, T=6, D=2, seed=12, hidden=True),
     ),
-    forbidden=("mha_course.merge_heads", "mha_course.heads.merge_heads"),
+    forbidden=("mha_course.merge_heads", "mha_course.core.heads.merge_heads"),
 )
 
 # --- MultiHeadAttention ---------------------------------------------------------------------------
@@ -153,7 +155,7 @@ _PROJ = calls.PROJ  # one home: the call module
 
 def _mha_inputs(*, B, T, S, E, H, seed, mask_kind=None, self_attention=False, dtype=np.float32, value_is_key=False):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         inputs = projection_weights(rng, E, H, self_attention, _PROJ, dtype)
         inputs["query"] = rng.standard_normal((B, T, E)).astype(dtype)
         inputs["key"] = inputs["query"] if self_attention else rng.standard_normal((B, S, E)).astype(dtype)
@@ -203,9 +205,9 @@ def _diagnose_layout(got, expected, inputs):
 def _ref_mha(inputs):
     import torch
 
-    from mha_course.mha import MultiHeadAttention
+    from mha_course.core.mha import MultiHeadAttention
 
-    module = hints.build_module(MultiHeadAttention, inputs, _PROJ, sample="query")
+    module = convert.build_module(MultiHeadAttention, inputs, _PROJ, sample="query")
     with torch.no_grad():
         mask = None if inputs["mask"] is None else torch.from_numpy(inputs["mask"])
         out, weights = module(
@@ -326,5 +328,5 @@ ASSIGNMENT = Assignment(
     title="Assignment 05: multi-head attention",
     notebook="a05_multi_head.ipynb",
     exercises=(SPLIT, MERGE, MHA),
-    provided=("mha_course.attention",),  # scaled_dot_product_attention from assignment 03
+    provided=("mha_course.core.attention",),  # scaled_dot_product_attention from assignment 03
 )

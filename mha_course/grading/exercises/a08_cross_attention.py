@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import hints
 from ..calls import a08_cross_attention as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine import case_inputs
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 from ._common import np_mha, projection_weights
 from ._cross_mask import diagnose_mask, mask_alternatives, mask_picture
 from ._head_ablation import (
@@ -41,8 +42,8 @@ _PROJ = calls.PROJ  # one home: the call module
 def _mask_inputs(lengths, T, S, as_list=False):
     def make():
         lengths_, T_, S_ = np.asarray(lengths, dtype=np.int64), T, S
-        if hints.salting():  # fresh sizes and lengths of the same kind (lengths stay in 1 .. S, T = 1 stays 1)
-            rng = hints.rng(31 * T + S)
+        if case_inputs.salting():  # fresh sizes and lengths of the same kind (lengths stay in 1 .. S, T = 1 stays 1)
+            rng = case_inputs.rng(31 * T + S)
             T_, S_ = (1 if T == 1 else T + int(rng.integers(1, 4))), S + int(rng.integers(1, 4))
             if (lengths_ == S).all():
                 lengths_ = np.full_like(lengths_, S_)
@@ -54,7 +55,7 @@ def _mask_inputs(lengths, T, S, as_list=False):
 
 
 def _ref_mask(inputs):
-    from mha_course.masks import padding_mask
+    from mha_course.core.masks import padding_mask
 
     B, T, S = len(inputs["lengths"]), int(inputs["T"]), int(inputs["S"])
     return np.array(padding_mask(inputs["lengths"].tolist(), S).expand(B, 1, T, S).numpy())  # (B, 1, T, S)
@@ -89,7 +90,7 @@ MASK = Exercise(
         _mask_case("every source at full length", 1, lengths=[5, 5], T=2, S=5, hidden=True),
         _mask_case("B = 4, T = 3, S = 8", 1, lengths=[8, 1, 5, 3], T=3, S=8, hidden=True),
     ),
-    forbidden=("mha_course.masks.padding_mask", "mha_course.padding_mask"),
+    forbidden=("mha_course.core.masks.padding_mask", "mha_course.padding_mask"),
 )
 
 # --- shared: a MultiHeadAttention with the grader's weights ----------------------------------------
@@ -102,7 +103,7 @@ def _module_inputs(*, B, T, S, E, H, seed, head=0, self_attention=False, memory=
     """
 
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         inputs = projection_weights(rng, E, H, self_attention, _PROJ, dtype)
         S_ = T if self_attention else S
         inputs["query"] = rng.standard_normal((B, T, E)).astype(dtype)
@@ -116,7 +117,7 @@ def _module_inputs(*, B, T, S, E, H, seed, head=0, self_attention=False, memory=
         if B > 1:  # and one without: with every length 1 a wrong mask on keys 1.. would change nothing
             lengths[-1] = S_
         inputs["lengths"] = lengths.astype(np.int64)
-        inputs["head"] = int(rng.integers(H)) if hints.salting() else head
+        inputs["head"] = int(rng.integers(H)) if case_inputs.salting() else head
         return inputs
 
     return make
@@ -128,7 +129,7 @@ def _module_inputs(*, B, T, S, E, H, seed, head=0, self_attention=False, memory=
 def _ref_cross(inputs):
     import torch
 
-    from mha_course.masks import padding_mask
+    from mha_course.core.masks import padding_mask
 
     module = calls.library_module(inputs)
     mask = padding_mask(inputs["lengths"].tolist(), inputs["key"].shape[1])  # (B, 1, 1, S)
@@ -213,7 +214,7 @@ CROSS = Exercise(
             "E = 16, H = 4, B = 3 in float64", 1, B=3, T=5, S=8, E=16, H=4, seed=3, dtype=np.float64, hidden=True
         ),
     ),
-    forbidden=("mha_course.masks.padding_mask", "mha_course.padding_mask"),
+    forbidden=("mha_course.core.masks.padding_mask", "mha_course.padding_mask"),
 )
 
 # --- without_head ---------------------------------------------------------------------------------
@@ -221,7 +222,7 @@ CROSS = Exercise(
 
 # the reference, the float64 twin with its mistake knobs and the hints: ._head_ablation
 
-_UNCHANGED = hints.unchanged_case(
+_UNCHANGED = case_inputs.unchanged_case(
     ref_without,
     diagnose_without,
     "your function changed mha (its weights or "
@@ -289,7 +290,7 @@ WITHOUT = Exercise(
         _without_case("B = 1, T = 1, E = 16, H = 8, head 5", 1, B=1, T=1, S=4, E=16, H=8, seed=16, head=5, hidden=True),
     ),
     # calling the module's own forward (also through a reference saved before the case) is the shortcut
-    forbidden=("mha_course.mha.MultiHeadAttention.forward",),
+    forbidden=("mha_course.core.mha.MultiHeadAttention.forward",),
 )
 
 ASSIGNMENT = Assignment(
@@ -299,5 +300,5 @@ ASSIGNMENT = Assignment(
     notebook="a08_cross_attention.ipynb",
     exercises=(MASK, CROSS, WITHOUT),
     # building blocks from assignments 03 and 05: attention, split/merge heads, and the module itself
-    provided=("mha_course.attention", "mha_course.heads", "mha_course.mha"),
+    provided=("mha_course.core.attention", "mha_course.core.heads", "mha_course.core.mha"),
 )

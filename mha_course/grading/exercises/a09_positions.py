@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import hints
 from ..calls import a09_positions as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine import case_inputs
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 
 # --- inputs ---------------------------------------------------------------------------------------
 
 
 def _sizes(T, E):
     def make():
-        if hints.salting():  # fresh sizes: more positions, a wider (still even) table
-            rng = hints.rng(T * E)
+        if case_inputs.salting():  # fresh sizes: more positions, a wider (still even) table
+            rng = case_inputs.rng(T * E)
             return {"T": T + int(rng.integers(1, 9)), "E": E + 2 * int(rng.integers(1, 4))}
         return {"T": T, "E": E}
 
@@ -31,7 +32,7 @@ def _sizes(T, E):
 
 def _vectors(shape, seed, dtype=np.float64):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         return {"x": rng.standard_normal(shape).astype(dtype)}
 
     return make
@@ -53,7 +54,7 @@ def _table(T, E, base=10000.0, exponent=2.0, swap=False, halves=False, start=0):
 
 
 def _reference_sinusoidal(inputs):
-    from mha_course.positions import sinusoidal_positions
+    from mha_course.core.positions import sinusoidal_positions
 
     return sinusoidal_positions(int(inputs["T"]), int(inputs["E"]), dtype=__import__("torch").float64).numpy()
 
@@ -97,7 +98,7 @@ def _rotate(x, sign=1.0, start=0, half=False):
 def _reference_rotary(inputs):
     import torch
 
-    from mha_course.positions import apply_rotary
+    from mha_course.core.positions import apply_rotary
 
     return apply_rotary(torch.from_numpy(inputs["x"])).numpy()
 
@@ -105,7 +106,7 @@ def _reference_rotary(inputs):
 def _reference_offsets(inputs):
     import torch
 
-    from mha_course.positions import apply_rotary
+    from mha_course.core.positions import apply_rotary
 
     x = torch.from_numpy(inputs["x"])
     return (apply_rotary(x) @ apply_rotary(torch.from_numpy(inputs["x"][::-1].copy())).transpose(-2, -1)).numpy()
@@ -142,7 +143,7 @@ def _diagnose_rotary_dtype(got, expected, inputs):
     return _diagnose_rotary(got, expected, inputs) or hints.dtype_hint(np.asarray(got), np.asarray(expected), "rotated")
 
 
-_ROTARY_UNCHANGED = hints.unchanged_case(
+_ROTARY_UNCHANGED = case_inputs.unchanged_case(
     _reference_rotary,
     _diagnose_rotary,
     "your function changed its input x in place (x[..., 0::2] = ...): build the rotated tensor as a new one",
@@ -187,7 +188,7 @@ SINUSOIDAL = Exercise(
         _table_case("(7, 12), hidden", 1, T=7, E=12, hidden=True),
         _table_case("(100, 2), hidden", 1, T=100, E=2, hidden=True),
     ),
-    forbidden=("mha_course.positions.sinusoidal_positions",),
+    forbidden=("mha_course.core.positions.sinusoidal_positions",),
 )
 
 ROTARY = Exercise(
@@ -212,7 +213,7 @@ ROTARY = Exercise(
         _rotary_case("long sequence (40, 16), hidden", 1, shape=(40, 16), seed=3, hidden=True),
         _rotary_case("(1, 2, 3, 2), hidden", 1, shape=(1, 2, 3, 2), seed=4, hidden=True),
     ),
-    forbidden=("mha_course.positions.apply_rotary",),
+    forbidden=("mha_course.core.positions.apply_rotary",),
 )
 
 ASSIGNMENT = Assignment(

@@ -20,9 +20,10 @@ import math
 
 import numpy as np
 
-from .. import hints
 from ..calls import a11_kv_cache as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine import case_inputs
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 
 _NAMES = calls.NAMES  # one home: the call module
 _LEGENDS = ("[B, H, 1, D]", "[B, G, S + 1, D]", "[B, G, S + 1, D]")
@@ -35,7 +36,7 @@ def _step_inputs(B, H, S, D, seed, G=None, dtype=np.float64):
     G = H if G is None else G
 
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         return {
             "q": rng.standard_normal((B, H, 1, D)).astype(dtype),
             "k_new": rng.standard_normal((B, G, 1, D)).astype(dtype),
@@ -52,7 +53,7 @@ def _sequence_inputs(B, H, N, D, seed, G=None, dtype=np.float64):
     G = H if G is None else G
 
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         return {
             "q": rng.standard_normal((B, H, N, D)).astype(dtype),
             "k": rng.standard_normal((B, G, N, D)).astype(dtype),
@@ -82,7 +83,7 @@ def _attend(q, k, v, mask=None, scale=None):
 def _ref_step(inputs):
     import torch
 
-    from mha_course.kv_cache import KVCache, decode_step
+    from mha_course.inference.kv_cache import KVCache, decode_step
 
     q, k_new, v_new, k_cache, v_cache = (
         torch.from_numpy(inputs[n]) for n in ("q", "k_new", "v_new", "k_cache", "v_cache")
@@ -99,8 +100,8 @@ def _ref_step(inputs):
 def _ref_sequence(inputs):
     import torch
 
-    from mha_course.masks import causal_mask
-    from mha_course.variants import grouped_query_attention
+    from mha_course.core.masks import causal_mask
+    from mha_course.inference.variants import grouped_query_attention
 
     q, k, v = (torch.from_numpy(inputs[n]) for n in "qkv")
     out, _ = grouped_query_attention(q, k, v, mask=causal_mask(q.shape[2]))
@@ -329,7 +330,7 @@ KV_DECODE_STEP = Exercise(
     target="kv_decode_step",
     title="A decoding step with a KV cache",
     cases=_cases(),
-    forbidden=("mha_course.kv_cache.decode_step", "mha_course.kv_cache.KVCache.append"),
+    forbidden=("mha_course.inference.kv_cache.decode_step", "mha_course.inference.kv_cache.KVCache.append"),
 )
 
 ASSIGNMENT = Assignment(

@@ -16,16 +16,17 @@ import math
 
 import numpy as np
 
-from .. import hints
 from ..calls import a12_tiled_attention as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine import case_inputs
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 
 # --- inputs ---------------------------------------------------------------------------------------
 
 
 def _rows(*, R, S, block, seed, magnitude=1.0, masked=False):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         x = rng.standard_normal((R, S)) * magnitude
         if masked:
             x[0, : S // 2] = -np.inf  # the first row starts with masked scores
@@ -36,7 +37,7 @@ def _rows(*, R, S, block, seed, magnitude=1.0, masked=False):
 
 def _qkv(lead=(), *, T, S, D, Dv, block, causal=False, seed, dtype=np.float64, magnitude=1.0):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         return {
             "q": (rng.standard_normal((*lead, T, D)) * magnitude).astype(dtype),
             "k": rng.standard_normal((*lead, S, D)).astype(dtype),
@@ -61,7 +62,7 @@ def _ref_update(inputs):
 def _ref_tiled(inputs):
     import torch
 
-    from mha_course.tiled import tiled_attention
+    from mha_course.efficient.tiled.forward import tiled_attention
 
     q, k, v = (torch.from_numpy(inputs[n]) for n in "qkv")
     return tiled_attention(q, k, v, inputs["block"], causal=inputs["causal"]).numpy()
@@ -215,7 +216,7 @@ ONLINE_UPDATE = Exercise(
     title="One step of the online softmax",
     cases=_update_cases(),
     forbidden=(
-        "mha_course.online_softmax.online_softmax_update",
+        "mha_course.efficient.online_softmax.online_softmax_update",
         "torch.logsumexp",
         "torch.softmax",
         "torch.nn.functional.softmax",
@@ -236,10 +237,10 @@ TILED = Exercise(
     forbidden=(
         "torch.nn.functional.scaled_dot_product_attention",
         "mha_course.tiled_attention",
-        "mha_course.tiled.tiled_attention",
+        "mha_course.efficient.tiled.forward.tiled_attention",
         "mha_course.scaled_dot_product_attention",
-        "mha_course.attention.scaled_dot_product_attention",
-        "mha_course.online_softmax.online_softmax_attention",
+        "mha_course.core.attention.scaled_dot_product_attention",
+        "mha_course.efficient.online_softmax.online_softmax_attention",
         "mha_course.triton_attention",
         "mha_course.kernels.triton_attention",
         "mha_course.kernels.function.triton_attention",

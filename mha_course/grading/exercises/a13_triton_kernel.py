@@ -19,16 +19,17 @@ import math
 
 import numpy as np
 
-from .. import hints
 from ..calls import a13_triton_kernel as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine import case_inputs
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 
 # --- inputs ---------------------------------------------------------------------------------------
 
 
 def _rows(*, N, C, seed, magnitude=1.0, neg_inf_fraction=0.0):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         x = (rng.standard_normal((N, C)) * magnitude).astype(np.float32)
         if neg_inf_fraction:
             blocked = rng.random((N, C)) < neg_inf_fraction
@@ -41,7 +42,7 @@ def _rows(*, N, C, seed, magnitude=1.0, neg_inf_fraction=0.0):
 
 def _qkv(*, T, S, D, seed, magnitude=1.0):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         q = (rng.standard_normal((T, D)) * magnitude).astype(np.float32)
         k = (rng.standard_normal((S, D)) * magnitude).astype(np.float32)
         v = rng.standard_normal((S, D)).astype(np.float32)
@@ -54,13 +55,13 @@ def _qkv(*, T, S, D, seed, magnitude=1.0):
 
 
 def _softmax_reference(inputs):
-    from mha_course.softmax import softmax_np
+    from mha_course.core.softmax import softmax_np
 
     return softmax_np(inputs["x"].astype(np.float64)).astype(np.float32)
 
 
 def _attention_reference(inputs, scale=None):
-    from mha_course.attention import scaled_dot_product_attention_np
+    from mha_course.core.attention import scaled_dot_product_attention_np
 
     q, k, v = (inputs[n].astype(np.float64) for n in "qkv")
     out, _ = scaled_dot_product_attention_np(q, k, v, scale=scale)
@@ -84,7 +85,7 @@ def _diagnose_softmax(got, expected, inputs):
 
 
 def _diagnose_attention(got, expected, inputs):
-    from mha_course.softmax import LOG2E
+    from mha_course.core.softmax import LOG2E
 
     q, k, v = (inputs[n].astype(np.float64) for n in "qkv")
     D = q.shape[-1]
@@ -145,7 +146,7 @@ _SHORTCUTS = (
     "torch.Tensor.matmul",
     "torch.exp",
     "torch.Tensor.exp",
-    "mha_course.softmax",
+    "mha_course.core.softmax",
     "mha_course.triton_attention",
     "mha_course.kernels.triton_attention",
     "mha_course.kernels.function.triton_attention",

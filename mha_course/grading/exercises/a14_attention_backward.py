@@ -18,9 +18,10 @@ import math
 
 import numpy as np
 
-from .. import hints
 from ..calls import a14_attention_backward as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine import case_inputs
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 
 _NAMES = calls.NAMES  # one home: the call module
 _LEGENDS = ("[..., T, D]", "[..., S, D]", "[..., S, Dv]")
@@ -30,7 +31,7 @@ _LEGENDS = ("[..., T, D]", "[..., S, D]", "[..., S, Dv]")
 
 def _probs(lead=(), *, S, seed):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         x = rng.standard_normal((*lead, S)) * 2
         p = np.exp(x - x.max(axis=-1, keepdims=True))
         return {"p": p / p.sum(axis=-1, keepdims=True)}
@@ -40,7 +41,7 @@ def _probs(lead=(), *, S, seed):
 
 def _qkv(lead=(), *, T, S, D, Dv, seed, dtype=np.float64):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         return {
             "q": rng.standard_normal((*lead, T, D)).astype(dtype),
             "k": rng.standard_normal((*lead, S, D)).astype(dtype),
@@ -57,7 +58,7 @@ def _qkv(lead=(), *, T, S, D, Dv, seed, dtype=np.float64):
 def _ref_jacobian(inputs):
     import torch
 
-    from mha_course.softmax import softmax
+    from mha_course.core.softmax import softmax
 
     p = torch.from_numpy(inputs["p"])
     x = torch.log(p)  # softmax(log p) = p: differentiate softmax at that point with autograd
@@ -69,7 +70,7 @@ def _ref_jacobian(inputs):
 def _ref_backward(inputs):
     import torch
 
-    from mha_course.attention import scaled_dot_product_attention
+    from mha_course.core.attention import scaled_dot_product_attention
 
     q, k, v = (torch.from_numpy(inputs[n]).clone().requires_grad_() for n in "qkv")
     out, _ = scaled_dot_product_attention(q, k, v)
@@ -184,7 +185,11 @@ SOFTMAX_JACOBIAN = Exercise(
     target="softmax_jacobian",
     title="The softmax Jacobian",
     cases=_jacobian_cases(),
-    forbidden=("torch.autograd", "torch.func", "mha_course.backward.softmax_jacobian"),  # autograd in any form
+    forbidden=(
+        "torch.autograd",
+        "torch.func",
+        "mha_course.efficient.gradients.softmax_jacobian",
+    ),  # autograd in any form
 )
 
 ATTENTION_BACKWARD = Exercise(
@@ -197,7 +202,7 @@ ATTENTION_BACKWARD = Exercise(
         "torch.func",
         "torch.Tensor.backward",  # autograd in any form
         "mha_course.attention_backward",
-        "mha_course.backward.attention_backward",
+        "mha_course.efficient.gradients.attention_backward",
     ),
 )
 

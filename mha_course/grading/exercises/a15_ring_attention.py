@@ -21,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import hints
 from ..calls import a15_ring_attention as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine import case_inputs
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 from ._ring_twins import np_attend, np_merge, np_ring, np_step
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -39,7 +40,7 @@ def _partials(lead=(), *, n, T, Dv, seed, empty_block=False, empty_rows=False, o
     """
 
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         outs = rng.standard_normal((n, *lead, T, Dv))
         lses = rng.standard_normal((n, *lead, T)) * 2.0 + offset
         if empty_block:
@@ -56,7 +57,7 @@ def _step(lead=(), *, T, S, D, Dv, q_offset, k_offset, causal=False, seed, fresh
     """q (..., T, D) at q_offset.., one K/V block at k_offset.., and a running (out, lse) from an earlier block."""
 
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         q, k, v = (rng.standard_normal((*lead, n, d)) for n, d in ((T, D), (S, D), (S, Dv)))
         if fresh:
             out, lse = np.zeros((*lead, T, Dv)), np.full((*lead, T), -np.inf)
@@ -78,7 +79,7 @@ def _step(lead=(), *, T, S, D, Dv, q_offset, k_offset, causal=False, seed, fresh
 
 def _ring(lead=(), *, T, D, Dv, world_size, causal=False, seed, dtype=np.float64):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         q, k, v = (rng.standard_normal((*lead, T, d)).astype(dtype) for d in (D, D, Dv))
         return {"q": q, "k": k, "v": v, "world_size": world_size, "causal": causal}
 
@@ -361,7 +362,7 @@ RING_STEP = Exercise(
         "mha_course.parallel.attention_with_lse",
         "mha_course.parallel.merge.attention_with_lse",
         "mha_course.tiled_attention",
-        "mha_course.tiled.tiled_attention",
+        "mha_course.efficient.tiled.forward.tiled_attention",
     ),
 )
 

@@ -19,9 +19,10 @@ import math
 
 import numpy as np
 
-from .. import hints
 from ..calls import a16_modern_attention as calls
-from ..spec import Assignment, Case, Exercise
+from ..engine import case_inputs
+from ..engine.spec import Assignment, Case, Exercise
+from ..learner import hints
 
 # --- 1. ALiBi slopes -------------------------------------------------------------------------------
 
@@ -31,9 +32,9 @@ _OTHERS = (3, 5, 6, 7, 10, 12, 20, 24)
 
 def _heads(H):
     def make():
-        if hints.salting():  # a fresh head count of the same kind (power of two or not)
+        if case_inputs.salting():  # a fresh head count of the same kind (power of two or not)
             choices = _POWERS if H in _POWERS else _OTHERS
-            return {"H": int(hints.rng(H).choice(choices))}
+            return {"H": int(case_inputs.rng(H).choice(choices))}
         return {"H": H}
 
     return make
@@ -44,7 +45,7 @@ def _geometric(n):
 
 
 def _reference_slopes(inputs):
-    from mha_course.alibi import alibi_slopes
+    from mha_course.inference.alibi import alibi_slopes
 
     return alibi_slopes(int(inputs["H"])).numpy()
 
@@ -105,7 +106,7 @@ SLOPES = Exercise(
         _slopes_case("6 heads (not a power of two)", 1, H=6),
         _slopes_case("12 heads, hidden", 1, H=12, hidden=True),
     ),
-    forbidden=("mha_course.alibi.alibi_slopes", "mha_course.alibi.alibi_bias"),
+    forbidden=("mha_course.inference.alibi.alibi_slopes", "mha_course.inference.alibi.alibi_bias"),
 )
 
 # --- 2. RoPE layout conversion ---------------------------------------------------------------------
@@ -113,7 +114,7 @@ SLOPES = Exercise(
 
 def _weight(*, H, D, E, seed, bias=False):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         shape = (H * D,) if bias else (H * D, E)
         return {"weight": rng.standard_normal(shape), "H": H}
 
@@ -122,7 +123,7 @@ def _weight(*, H, D, E, seed, bias=False):
 
 def _projections(*, H, D, E, T, seed):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         return {
             "w_q": rng.standard_normal((H * D, E)) / math.sqrt(E),
             "w_k": rng.standard_normal((H * D, E)) / math.sqrt(E),
@@ -146,7 +147,7 @@ def _per_head(weight, H, perm):
 def _reference_rows(inputs):
     import torch
 
-    from mha_course.rope_layouts import convert_rope_rows
+    from mha_course.inference.rope_layouts import convert_rope_rows
 
     return convert_rope_rows(torch.from_numpy(inputs["weight"]), int(inputs["H"]), to="half").numpy()
 
@@ -179,7 +180,7 @@ def _diagnose_rows(got, expected, inputs):
 def _reference_scores(inputs):
     import torch
 
-    from mha_course.positions import apply_rotary
+    from mha_course.core.positions import apply_rotary
 
     H = int(inputs["H"])
     x = torch.from_numpy(inputs["x"])
@@ -198,7 +199,7 @@ def _diagnose_scores(got, expected, inputs):
     return None
 
 
-_ROWS_UNCHANGED = hints.unchanged_case(
+_ROWS_UNCHANGED = case_inputs.unchanged_case(
     _reference_rows,
     _diagnose_rows,
     "your function changed the weight it was given (a checkpoint's tensor): build the reordered weight as a new tensor",
@@ -240,9 +241,9 @@ ROTATE_HALF = Exercise(
         _rows_case("one head, D = 16, hidden", 1, H=1, D=16, E=4, seed=3, hidden=True),
     ),
     forbidden=(
-        "mha_course.rope_layouts.convert_rope_rows",
-        "mha_course.rope_layouts.interleaved_to_half_permutation",
-        "mha_course.rope_layouts.with_rope_layout",
+        "mha_course.inference.rope_layouts.convert_rope_rows",
+        "mha_course.inference.rope_layouts.interleaved_to_half_permutation",
+        "mha_course.inference.rope_layouts.with_rope_layout",
     ),
 )
 
@@ -251,9 +252,9 @@ ROTATE_HALF = Exercise(
 
 def _pool(*, N, G, P, D, table, length, seed):
     def make():
-        rng = hints.rng(seed)
+        rng = case_inputs.rng(seed)
         order, n = list(table), length
-        if hints.salting():  # another table of as many blocks, in another order, and another length
+        if case_inputs.salting():  # another table of as many blocks, in another order, and another length
             order = [int(b) for b in rng.permutation(N)[: len(table)]]
             if order == list(range(len(order))):  # the blocks in pool order would hide an ignored table
                 order = [(b + 1) % N for b in order]
@@ -267,7 +268,7 @@ def _pool(*, N, G, P, D, table, length, seed):
 def _reference_lookup(inputs):
     import torch
 
-    from mha_course.paged_kv import gather_pages
+    from mha_course.inference.paged_kv import gather_pages
 
     return gather_pages(
         torch.from_numpy(inputs["pool"]), torch.from_numpy(inputs["table"]), int(inputs["length"])
@@ -336,10 +337,10 @@ PAGED = Exercise(
         ),
     ),
     forbidden=(
-        "mha_course.paged_kv.gather_pages",
-        "mha_course.paged_kv.physical_slot",
-        "mha_course.paged_kv.PagedKVCache.keys",
-        "mha_course.paged_kv.PagedKVCache.values",
+        "mha_course.inference.paged_kv.gather_pages",
+        "mha_course.inference.paged_kv.physical_slot",
+        "mha_course.inference.paged_kv.PagedKVCache.keys",
+        "mha_course.inference.paged_kv.PagedKVCache.values",
     ),
 )
 

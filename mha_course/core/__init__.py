@@ -1,0 +1,1 @@
+"""Attention itself: softmax, masks, scaled dot-product attention, heads, MultiHeadAttention, positions."""

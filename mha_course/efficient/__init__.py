@@ -1,0 +1,1 @@
+"""Memory-efficient attention: online softmax, tiled attention, gradients by hand, cost models."""

@@ -1,0 +1,1 @@
+"""Writing an assignment: scaffolding, nbgrader metadata."""

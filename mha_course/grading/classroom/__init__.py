@@ -1,0 +1,1 @@
+"""A class of submissions: collect, roster, seeds, policy, results, reports, feedback."""

@@ -1,0 +1,91 @@
+"""One seed per assignment and class, kept beside the results so that a regrade draws the same inputs.
+
+The grader runs every passing case again on fresh inputs (:func:`.case_inputs.salted`). Their salt
+comes from the class's seed and the student's identity (:func:`student_seed`), so classmates get
+different inputs while a regrade of the same folder gets the same ones: the class's seed is stored
+in ``grading-seed.json`` in the output folder, one entry per assignment and class folder::
+
+    {"seeds": {"a04_masks @ /home/me/moodle-a04": {"seed": 1234567, "first_drawn": "2026-11-26T08:40:00+00:00"}}}
+
+``--seed N`` sets it (and records it), ``--new-seed`` draws a new one (and records that).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import unicodedata
+from datetime import UTC, datetime
+from pathlib import Path
+
+SEED_FILE = "grading-seed.json"
+
+
+def student_seed(class_seed: int, identity: str) -> int:
+    """The salt of one student's fresh inputs: a hash of the class's seed and the student's identity.
+
+    ``identity`` is the roster id when the roster matched one, else the student's folder (or file
+    prefix); Unicode is normalised (NFC) so that a name unzipped as NFD gets the same inputs.
+    """
+    if not isinstance(class_seed, int):
+        raise TypeError(f"class_seed must be an int; got {type(class_seed).__name__}")
+    text = f"{class_seed}\x00{unicodedata.normalize('NFC', identity)}"
+    digest = hashlib.sha256(text.encode("utf-8", "surrogateescape")).digest()
+    return int.from_bytes(digest[:4], "big") >> 1  # 31 bits, like grader.new_seed
+
+
+def class_key(submissions: list[str], assignment: str | None) -> str:
+    """The key of one assignment and class: the assignment (``*`` for all) and the folders graded, resolved."""
+    folders = ", ".join(sorted(str(Path(p).resolve()) for p in submissions))
+    return f"{assignment or '*'} @ {folders}"
+
+
+def read_seeds(path: Path) -> dict:
+    """The seeds recorded in ``path`` (empty when it does not exist); raises ValueError if it does not parse."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        seeds = data["seeds"]
+        if not isinstance(seeds, dict):
+            raise TypeError("'seeds' is not an object")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: not a grading-seed file ({exc}); remove it or pass --new-seed") from None
+    return seeds
+
+
+def choose_seed(path: Path | None, key: str, explicit: int | None, new: bool, draw) -> tuple[int, str]:
+    """(seed, how it was chosen): ``explicit``, else the recorded one (unless ``new``), else ``draw()``."""
+    recorded = read_seeds(path).get(key) if path is not None and not new else None
+    if explicit is not None:
+        return explicit, "given with --seed"
+    if isinstance(recorded, dict) and isinstance(recorded.get("seed"), int):
+        return recorded["seed"], f"recorded in {path}"
+    return draw(), "new"
+
+
+def record_seed(path: Path, key: str, seed: int, write) -> None:
+    """Record ``seed`` for ``key`` in ``path`` (other entries kept); ``write`` is the atomic writer.
+
+    A file that does not parse is replaced: the run got here only with ``--seed`` or ``--new-seed``.
+    """
+    try:
+        seeds = read_seeds(path)
+    except ValueError:
+        seeds = {}
+    found = seeds.get(key)
+    entry = found if isinstance(found, dict) else {}
+    if entry.get("seed") != seed:
+        entry = {"seed": seed, "first_drawn": datetime.now(UTC).isoformat(timespec="seconds")}
+    seeds[key] = entry
+    write(path, json.dumps({"seeds": seeds}, indent=2, ensure_ascii=False) + "\n")
+
+
+def reproduce_line(input_seed: int | None) -> str:
+    """The line a student's feedback shows: their fresh inputs' salt, and how to rerun the self-check on them."""
+    if input_seed is None:
+        return ""
+    return (
+        f"Your tests were also run on fresh inputs drawn with salt {input_seed}. To rerun a self-check on "
+        f"them: `from mha_course.grading.engine.case_inputs import salted` then `with salted({input_seed}): check(...)`."
+    )

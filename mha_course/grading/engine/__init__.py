@@ -1,0 +1,1 @@
+"""One submission from notebook to verdicts: spec, registry, process, cases, scoring."""

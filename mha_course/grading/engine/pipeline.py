@@ -1,0 +1,282 @@
+"""The grader: grade submission notebooks, each in its own operating-system sandbox.
+
+For one submission (:func:`grade_notebook`)::
+
+    read the notebook, identify the assignment from its metadata (never from its file name)
+    static scan (:mod:`.scan`): tampering -> 0 with the findings; forbidden name in a target -> that exercise 0
+    start a submission process in a fresh bubblewrap sandbox (:mod:`.isolation`) and send it the cells
+        a cell that kills or hangs the process is skipped on the next start (and reported)
+    for each case, in the grader's process:
+        inputs = case.make_inputs()                   -> sent as JSON + .npy
+        the child runs case.call(target, inputs)      <- plain arrays back (no pickle)
+        a forbidden call seen by the tripwire         -> 0 with the explanation
+        hint = scoring.judge(case, got, inputs)       # the reference runs here, never in the child
+        passed? run it again on fresh inputs of the same kind (case_inputs.salted(seed)): answers
+        memorised for the published inputs, or the installed package's hidden ones, fail there
+        a hang (wall-clock limit), a crash or too much memory costs that case only: the whole sandbox
+        is killed and the next case gets a fresh one (after ``max_crashes`` in one exercise, its
+        remaining cases are not run); ``submission_timeout`` bounds all of one submission
+
+:func:`grade_many` grades a list of notebooks with a pool of worker threads (each drives one
+submission process at a time) and a progress bar. Grading never raises for a bad submission:
+every failure becomes a failed test with a message, and :class:`SubmissionResult` is always
+returned (``error`` set when the notebook could not be graded at all).
+
+This module is the orchestration; one notebook's run of its cases is :mod:`.notebook_run`'s, the
+sandboxes, the socket and the watchdog :mod:`.process`'s, the result types :mod:`.verdicts`'
+(re-exported here).
+
+More in ``docs/design/grader.md`` (mha_course.grading.engine.pipeline).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ..classroom.collect import Submission
+from ..classroom.safe_text import clean_result
+from ..classroom.seeds import student_seed
+from ..static import similarity
+from ..static.scan import ScanReport, scan
+from . import notebook, registry
+from .notebook_run import Job, NotebookRun, result_row
+from .process import Isolator
+from .verdicts import Limits, Status, SubmissionResult, TestResult
+
+__all__ = ["Isolator", "Limits", "SubmissionResult", "TestResult", "grade_many", "grade_notebook", "new_seed"]
+
+
+def _static_verdicts(report: ScanReport, assignment: Any) -> tuple[str | None, dict[str, str], list[str]]:
+    notes = list(report.syntax_errors)
+    for f in report.imports:
+        notes.append(
+            f"{f.where()}: imports {f.name}, which is not available in the grader (it holds the course's "
+            "reference answers); write that part yourself"
+        )
+    tamper = None
+    if report.tampering:
+        listed = "; ".join(f"{f.name} ({f.where()})" for f in report.tampering[:5])
+        tamper = (
+            f"0 points: this notebook reaches into the grader or the interpreter ({listed}). None of this is "
+            "needed for the exercises; remove it and resubmit, or ask your instructor to review"
+        )
+    blocked = {}
+    for key, findings in report.forbidden.items():
+        exercise = next(e for e in assignment.exercises if e.key == key)
+        listed = ", ".join(sorted({f.name for f in findings}))
+        where = findings[0].where()
+        blocked[key] = (
+            f"this exercise asks you to write {exercise.target} yourself; it uses {listed} ({where}), "
+            "which is not allowed here"
+        )
+    return tamper, blocked, notes
+
+
+def new_seed() -> int:
+    """A fresh salt for the second run of every case (unpredictable by a submission)."""
+    import secrets
+
+    return secrets.randbits(31)
+
+
+#: CPython 3.11 keeps one AST recursion counter per interpreter: when two threads build AST objects
+#: at once, one of them can fail with this SystemError. The grader's own parses hold scan.AST_LOCK,
+#: but a library may parse unseen (traceback formatting does in 3.11), so such a failure, which says
+#: nothing about the submission, is graded again once.
+AST_RACE = "AST constructor recursion depth mismatch"
+
+
+def grade_notebook(
+    path: str | Path,
+    limits: Limits | None = None,
+    isolator: Isolator | None = None,
+    seed: int | None = -1,
+    unsafe_no_isolation: bool = False,
+    grade_as: str | None = None,
+) -> SubmissionResult:
+    """Grade one submission notebook; never raises for a bad submission.
+
+    Args:
+        path: the .ipynb file (any name: the assignment comes from its metadata).
+        limits: time and memory limits (defaults: :class:`Limits`).
+        isolator: a shared :class:`Isolator` (one is made and closed here if omitted).
+        seed: the salt of the fresh inputs every case is run on again; -1 (default) draws
+            one (:func:`new_seed`), None skips the second run.
+        unsafe_no_isolation: with no ``isolator``, run submissions without bubblewrap's sandbox.
+        grade_as: the assignment key to grade a notebook *without* assignment metadata as (a
+            notebook whose metadata names an assignment is always graded as that one).
+
+    Raises:
+        isolation.IsolationError: bubblewrap cannot run here and ``unsafe_no_isolation`` is False.
+    """
+    limits = limits or Limits()
+    own = isolator is None
+    isolator = isolator or Isolator(unsafe_no_isolation)
+    start = time.monotonic()
+    seed = new_seed() if seed == -1 else seed
+    try:
+        for attempt in range(2):
+            result = SubmissionResult(path=str(path), seed=seed, input_seed=seed, isolation=isolator.walls.as_dict())
+            try:
+                _grade_into(result, Path(path), limits, isolator, grade_as)
+            except Exception as exc:  # the grader's own failure: report it, never crash the batch
+                if attempt == 0 and isinstance(exc, SystemError) and AST_RACE in str(exc):
+                    continue  # CPython's race, not the submission: grade it once more from the start
+                result.error = f"the grader failed on this notebook ({type(exc).__name__}: {exc})"
+            break
+    finally:
+        if own:
+            isolator.close()
+    result.execution_time = time.monotonic() - start
+    clean_result(result)
+    return result
+
+
+MAX_NOTEBOOK_BYTES = notebook.MAX_FILE_BYTES  # a file larger than this is not read at all; outputs are dropped
+MAX_CODE_BYTES = 512 * 2**10  # all code cells together (course notebooks hold about 20 KiB): bounds the scan
+
+
+def _grade_into(
+    result: SubmissionResult, path: Path, limits: Limits, isolator: Isolator, grade_as: str | None = None
+) -> None:
+    try:
+        size = path.stat().st_size
+        if size > MAX_NOTEBOOK_BYTES:
+            raise ValueError(
+                f"{path.name} is {size / 2**20:.1f} MiB; the grader reads notebooks of at most "
+                f"{MAX_NOTEBOOK_BYTES // 2**20} MiB (clear the outputs and resubmit)"
+            )
+        nb = notebook.load(path)  # a regular file only; saved outputs dropped (only the code is graded)
+        meta = notebook.metadata(nb)
+        if meta is None and grade_as:
+            assignment = registry.get_assignment(grade_as)
+            meta = notebook.AssignmentMeta(assignment.key, assignment.version)
+        else:
+            assignment = registry.identify(nb)
+    except (ValueError, LookupError, KeyError, OSError) as exc:
+        result.error = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
+        return
+    assert meta is not None  # registry.identify raised LookupError (caught above) on a notebook without it
+    result.assignment, result.title, result.version = assignment.key, assignment.title, meta.version
+    result.max_points = float(assignment.max_points)
+    if meta.version != assignment.version:
+        result.notes.append(
+            f"this notebook is version {meta.version} of {assignment.key}; the grader has version "
+            f"{assignment.version} (graded with the grader's tests)"
+        )
+    grading = NotebookRun(path, nb, assignment, limits, isolator, result.input_seed)
+    jobs = [Job(e, i, c) for e in assignment.exercises for i, c in enumerate(e.cases)]
+    code_bytes = sum(len(source.encode("utf-8", "replace")) for _, source in grading.cells)
+    if code_bytes > MAX_CODE_BYTES:
+        too_big = (
+            f"0 points: the notebook's code is {code_bytes / 2**10:.0f} KiB; the grader accepts at most "
+            f"{MAX_CODE_BYTES // 2**10} KiB of code (the exercises need a few KiB)"
+        )
+        result.tests = [result_row(e, c, 0, Status.NOT_RUN, too_big) for e, _, c in jobs]
+        result.notes.append(too_big)
+        return
+    result.copied = similarity.find_copies(grading.cells, [e.target for e in assignment.exercises])
+    tamper, blocked, notes = _static_verdicts(scan(grading.cells, assignment), assignment)
+    result.notes.extend(notes)
+    if tamper:
+        result.tests = [result_row(e, c, 0, Status.FORBIDDEN, tamper) for e, _, c in jobs]
+        result.notes.append(tamper)
+        return
+    result.tests = grading.run(jobs, blocked)
+    result.notes.extend(grading.notes)
+    for index, error in sorted(grading.cell_errors.items())[:10]:
+        result.notes.append(f"cell {index + 1} raised {error}")
+
+
+def grade_many(
+    paths: Iterable[str | Path | Submission],
+    limits: Limits | None = None,
+    workers: int = 2,
+    progress: bool = True,
+    seed: int | None = -1,
+    unsafe_no_isolation: bool = False,
+    isolator: Isolator | None = None,
+) -> list[SubmissionResult]:
+    """Grade many notebooks with ``workers`` threads (each drives one sandbox at a time) and a progress bar.
+
+    ``paths`` holds notebook paths or :class:`~.collect.Submission` rows (whose student, key and
+    notes are copied into the result; a row with a ``problem`` is reported, not graded).
+
+    ``seed`` as in :func:`grade_notebook`; one seed is drawn for the whole batch, and each
+    :class:`~.collect.Submission` row's fresh inputs are salted with :func:`.seeds.student_seed` of it
+    and the student (roster id, else folder), recorded as the result's ``input_seed``. Raises
+    :class:`~.isolation.IsolationError` before grading anything when bubblewrap cannot run here and
+    ``unsafe_no_isolation`` is False.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tqdm import tqdm
+
+    paths = list(paths)
+    limits = limits or Limits()
+    seed = new_seed() if seed == -1 else seed
+    deadline = time.monotonic() + limits.batch_timeout if limits.batch_timeout else float("inf")
+    own = isolator is None
+    isolator = isolator or Isolator(unsafe_no_isolation)
+    try:
+        with (
+            ThreadPoolExecutor(max_workers=max(1, workers)) as pool,
+            tqdm(total=len(paths), desc="grading", unit="nb", disable=not progress) as bar,
+        ):
+
+            def one(item):
+                sub = item if isinstance(item, Submission) else None
+                path = (sub.path or sub.key) if sub else item
+                try:
+                    r = grade_one(sub, path)
+                except Exception as exc:  # whatever one submission holds, the others are graded
+                    r = SubmissionResult(
+                        path=str(path),
+                        seed=seed,
+                        isolation=isolator.walls.as_dict(),
+                        error=f"the grader failed on this submission ({type(exc).__name__}: {exc})",
+                    )
+                if sub is not None:
+                    r.key, r.student = sub.key, sub.student
+                    r.student_id, r.student_name = sub.student_id, sub.student_name
+                    r.notes[:0] = sub.notes
+                    if r.assignment is None:
+                        r.assignment = sub.assignment
+                clean_result(r)
+                bar.update(1)
+                return r
+
+            def grade_one(sub, path):
+                if sub is not None and sub.problem:
+                    r = SubmissionResult(
+                        path=str(path),
+                        seed=seed,
+                        isolation=isolator.walls.as_dict(),
+                        assignment=sub.assignment,
+                        error=sub.problem,
+                    )
+                    with contextlib.suppress(KeyError):  # the row still shows what it was out of
+                        r.max_points = float(registry.get_assignment(sub.assignment or "").max_points)
+                elif time.monotonic() > deadline:
+                    r = SubmissionResult(
+                        path=str(path),
+                        seed=seed,
+                        isolation=isolator.walls.as_dict(),
+                        error=(f"not graded: the batch's time limit ({limits.batch_timeout:g} s) ran out first"),
+                    )
+                else:
+                    own_seed = (
+                        seed if sub is None or seed is None else student_seed(seed, sub.student_id or sub.student)
+                    )
+                    r = grade_notebook(path, limits, isolator, own_seed, grade_as=sub.grade_as if sub else None)
+                    r.seed = seed
+                return r
+
+            return list(pool.map(one, paths))
+    finally:
+        if own:
+            isolator.close()

@@ -1,0 +1,205 @@
+"""The process layer of the grader: sandboxes, the socket to a submission's process, and its watchdog.
+
+:class:`Isolator` chooses the walls once per grading run (the strongest tier of :mod:`.tiers`
+that holds: bubblewrap, Landlock, uid; or none when told ``--unsafe-no-isolation``) and builds one read-only view of the package per assignment;
+:class:`SubmissionProcess` is one submission process in one sandbox, with a watchdog thread that kills the
+whole sandbox at a deadline and a socket that carries JSON headers and ``.npy`` blobs (:mod:`.wire`).
+The orchestration (which cells, which cases, what to do after a crash) is :mod:`.grader`'s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from ..inside import wire
+from ..walls import resources, tier_b, tiers
+from ..walls import tier_a as isolation
+from ..walls.tiers import Tier
+from ..walls.view import build_view
+from .verdicts import Limits, Status
+
+
+class Isolator:
+    """Starts the sandboxes of one grading run (thread-safe): the walls are chosen once, a view built per assignment.
+
+    The walls are the strongest tier that holds here (:mod:`.tiers`): A bubblewrap, B Landlock + seccomp +
+    own uid (root in a default Docker container), C own uid only. Raises
+    :class:`~mha_course.grading.walls.view.IsolationError` when that tier is weaker than ``min_isolation`` ("A", "B" or "C"),
+    unless ``unsafe_no_isolation`` (then plain child processes; every result says so). Raises ValueError
+    for another ``min_isolation``.
+    """
+
+    def __init__(self, unsafe_no_isolation: bool = False, min_isolation: str = "B") -> None:
+        self.tier, self.abi, refused = tiers.choose(min_isolation, unsafe_no_isolation)
+        self._lock = threading.Lock()
+        self._views: dict[str, Path] = {}
+        self._root = Path(tempfile.mkdtemp(prefix="mhag-views-"))
+        self._root.chmod(0o711)  # each sandbox's own uid enters it to reach its view (and its scratch in B, C)
+        self.own_uid, uid_note = False, ""
+        if self.tier == Tier.A and os.getuid() == 0:  # as root, bubblewrap runs each sandbox as a host uid of its own
+            no_uid = isolation.own_uid_possible(self._root)
+            self.own_uid = no_uid is None
+            uid_note = (
+                "a host uid of its own per sandbox"
+                if no_uid is None
+                else f"root on the host, since {no_uid}: make the Python installation readable by all"
+            )
+        cgroup = resources.cgroup_available() if self.tier else None
+        self.use_cgroup = cgroup is not None
+        bwrap = isolation.bwrap_version() if self.tier == Tier.A else ""
+        self.walls = tiers.walls(self.tier, self.abi, bwrap, cgroup, refused, own_uid=self.own_uid, uid_note=uid_note)
+        if self.tier in (Tier.B, Tier.C):
+            (self._root / "scratch").mkdir(mode=0o711)
+
+    def view(self, assignment: Any) -> Path | None:
+        if not self.walls.isolated:
+            return None
+        with self._lock:
+            view = self._views.get(assignment.key)
+            if view is None:
+                root = Path(tempfile.mkdtemp(prefix=f"{assignment.key}-", dir=self._root))
+                try:
+                    view = build_view(root, sorted(call_modules(assignment)), tuple(assignment.provided))
+                except BaseException:
+                    shutil.rmtree(root, ignore_errors=True)
+                    raise
+                self._views[assignment.key] = view
+            return view
+
+    def start(self, assignment: Any, fd: int, limits: Limits) -> isolation.Sandbox | tier_b.ConfinedSandbox:
+        res = isolation.Resources(memory_mb=limits.memory_mb)
+        view = self.view(assignment)
+        if self.tier in (Tier.B, Tier.C):
+            if view is None:  # tiers B and C always have walls, so view() built one
+                raise RuntimeError(f"tier {self.tier} has no view of the package to confine the submission to")
+            return tier_b.ConfinedSandbox(view, fd, res, self._root / "scratch", self.abi, self.use_cgroup)
+        return isolation.Sandbox(view, fd, res, cgroup=self.use_cgroup, own_uid=self.own_uid)
+
+    def close(self) -> None:
+        shutil.rmtree(self._root, ignore_errors=True)
+
+
+def call_name(case: Any) -> str:
+    """``"module:function"`` of a case's call function, checked to resolve back to the same object."""
+    call = case.call
+    name = f"{call.__module__}:{call.__name__}"
+    module = sys.modules.get(call.__module__)
+    if getattr(module, call.__name__, None) is not call:
+        raise RuntimeError(f"the call function of case {case.name!r} ({name}) is not a module-level function")
+    return name
+
+
+def call_modules(assignment: Any) -> set[str]:
+    return {c.call.__module__ for e in assignment.exercises for c in e.cases}
+
+
+class Died(Exception):
+    """The submission process ended (or was ended); ``reason`` says why in the learner's terms."""
+
+    def __init__(self, reason: str, kind: Status) -> None:
+        super().__init__(reason)
+        self.reason, self.kind = reason, kind
+
+
+RUNTIME_ALLOWANCE_MB = 1024  # torch, numpy and the interpreter itself, before the learner allocates anything
+
+
+class SubmissionProcess:
+    """One submission process in its own sandbox: start, talk, watch (time and memory), kill it whole."""
+
+    def __init__(self, isolator: Isolator, assignment: Any, limits: Limits) -> None:
+        self.limits = limits
+        self.sandbox: isolation.Sandbox | tier_b.ConfinedSandbox | None = None
+        self.deadline = float("inf")
+        self.limit_text = ""
+        self.killed_for: tuple[str, Status] | None = None
+        self._stop = threading.Event()
+        self.sock, child = socket.socketpair()
+        try:
+            self.sandbox = isolator.start(assignment, child.fileno(), limits)
+        except BaseException:
+            self.sock.close()
+            raise
+        finally:
+            child.close()
+        self._watch = threading.Thread(target=self._watchdog, daemon=True)
+        self._watch.start()
+
+    def _watchdog(self) -> None:
+        import psutil
+
+        limit = (self.limits.memory_mb + RUNTIME_ALLOWANCE_MB) * 2**20
+        # a scratch that is no size-limited tmpfs (tier B) is measured from outside, every fifth tick;
+        # files in the scratch are memory in tier A (a tmpfs), so the verdict is the same
+        scratch_overuse = getattr(self.sandbox, "scratch_overuse", None)
+        ticks = 0
+        while not self._stop.wait(0.1):
+            ticks += 1
+            if time.monotonic() > self.deadline:
+                self.killed_for = (f"timed out after {self.limit_text}", Status.TIMEOUT)
+                self.kill()
+                return
+            why = scratch_overuse() if scratch_overuse is not None and ticks % 5 == 0 else None
+            if why:
+                self.killed_for = (str(why), Status.MEMORY)
+                self.kill()
+                return
+            rss = 0
+            for pid in self.sandbox.tasks() if self.sandbox is not None else ():
+                with contextlib.suppress(psutil.Error):
+                    rss += psutil.Process(pid).memory_info().rss
+            if self.limits.memory_mb > 0 and rss > limit:
+                self.killed_for = (f"used more than {self.limits.memory_mb} MiB of memory", Status.MEMORY)
+                self.kill()
+                return
+
+    def set_deadline(self, seconds: float, text: str) -> None:
+        self.deadline, self.limit_text = time.monotonic() + seconds, text
+
+    def send(self, message: Mapping[str, Any], blob: bytes = b"") -> None:
+        try:
+            wire.send(self.sock, message, blob)
+        except OSError:
+            raise self._died() from None
+
+    def recv(self) -> tuple[dict, bytes]:
+        try:
+            return wire.recv(self.sock)
+        except (EOFError, OSError, ValueError, UnicodeDecodeError) as exc:
+            raise self._died(exc) from None
+
+    def _died(self, exc: BaseException | None = None) -> Died:
+        self.kill()
+        if self.killed_for:
+            return Died(*self.killed_for)
+        if isinstance(exc, ValueError):
+            return Died(f"sent back something that is not plain data ({exc})", Status.CRASHED)
+        return Died("crashed: the process ended (os._exit, a fatal error, or it was killed)", Status.CRASHED)
+
+    def startup_error(self) -> str:
+        return self.sandbox.startup_error() if self.sandbox is not None else ""
+
+    def kill(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.kill()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes a recv blocked in another thread
+
+    def close(self) -> None:
+        """Kill the whole sandbox and wait until nothing of it is left."""
+        self._stop.set()
+        self.kill()
+        if self.sandbox is not None:
+            self.sandbox.close()
+        with contextlib.suppress(OSError):
+            self.sock.close()

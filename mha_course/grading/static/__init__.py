@@ -1,0 +1,1 @@
+"""Reading a submission without running it: the static scan and the similarity check."""

@@ -1,0 +1,310 @@
+"""The static scan's rules: which names, builtins, attributes and strings count as tampering, and
+how a dotted name is matched against them (``pathlib.os.kill`` reads as ``os.kill``).
+
+:mod:`.scan` walks a submission's code and asks these rules about every name it resolves; the
+tables are data, kept apart so that a new rule is one line here.
+
+What the rules are for. A submission runs behind the operating system's wall (:mod:`.isolation`):
+it cannot read the grader's files, start processes that outlive it, or reach a network. What the
+wall cannot stop is the submission changing the grader's own runtime *inside its process* (the
+case runner, the reply framing of :mod:`.wire`, the tripwire of :mod:`.guard`) or writing on the
+runtime's reply channel (the socket whose number is in ``sys.argv``). So the rules flag:
+
+* reaching the runtime's objects: imports machinery, ``sys.modules``, frames and their globals,
+  ``gc.get_objects``/``get_referrers``, introspection attributes, ``inspect`` functions that hand
+  out frames, members or closures, attribute access by computed names, ``mha_course.grading``;
+* code hidden from the scan: ``exec``, ``eval``, ``compile``, pickle, ``timeit`` with a statement
+  built at run time (a literal statement is scanned as code);
+* the reply channel: ``sys.argv``, file descriptors (``os.fdopen``, ``open(3)``, ``open`` of anything
+  not written as a path, ``/proc/self/fd``, ``/dev/fd``), sockets, ``select``;
+* hooks into the interpreter or torch that could hide a call from the tripwire (``sys.settrace``,
+  dispatch modes, private torch names), and signals and processes (they interfere with the
+  runtime's own watchdog).
+
+And not what only looks dangerous: ``import timeit`` with a lambda, ``inspect.getsource``,
+``inspect.signature``, ``gc.collect`` are the lectures' own idioms and score like any other code.
+"""
+
+from __future__ import annotations
+
+TAMPERING_PREFIXES = (
+    # the interpreter, imports and code from strings or bytes
+    "ctypes",
+    "importlib",
+    "pkgutil",
+    "sys.modules",
+    "sys.meta_path",
+    "sys.path_hooks",
+    "sys._getframe",
+    "sys._current_frames",
+    "sys.settrace",
+    "sys.setprofile",
+    "sys.addaudithook",
+    "sys.argv",  # holds the number of the runtime's reply socket
+    "sys.orig_argv",
+    "builtins",
+    # gc and inspect: only what hands out the runtime's objects (gc.collect, inspect.getsource are fine)
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
+    "gc.callbacks",
+    "inspect.currentframe",
+    "inspect.stack",
+    "inspect.trace",
+    "inspect.getouterframes",
+    "inspect.getinnerframes",
+    "inspect.getframeinfo",
+    "inspect.getmembers",
+    "inspect.getmembers_static",
+    "inspect.getattr_static",
+    "inspect.getclosurevars",
+    "inspect.getmodule",
+    "inspect.unwrap",
+    "inspect.getgeneratorlocals",
+    "inspect.getcoroutinelocals",
+    "inspect.getasyncgenlocals",
+    "types.FunctionType",
+    "types.CodeType",
+    "types.LambdaType",
+    "types.ModuleType",
+    "operator.attrgetter",
+    "operator.methodcaller",
+    "pickle",
+    "_pickle",
+    "marshal",
+    "shelve",
+    "copyreg",
+    "dill",
+    "cloudpickle",
+    "code",
+    "codeop",
+    "pdb",
+    "bdb",
+    "cProfile",
+    "profile",
+    "trace",
+    "runpy",
+    "zipimport",
+    "logging.currentframe",
+    "traceback.walk_stack",
+    "traceback.walk_tb",
+    "threading.settrace",
+    "threading.setprofile",
+    # torch internals: dispatch, raw operators, pickle-based loading, code strings
+    # timeit compiles its template and main()'s arguments as code
+    "timeit.template",
+    "timeit.main",
+    "timeit.reindent",
+    "torch._C",
+    "torch.ops",
+    "torch.overrides",
+    "torch.utils._python_dispatch",
+    "torch._dispatch",
+    "torch.load",
+    "torch.package",
+    "torch.hub",
+    "torch.utils.benchmark",
+    "torch.multiprocessing",
+    # processes, signals, file descriptors
+    "os.kill",
+    "os.killpg",
+    "os.fork",
+    "os.forkpty",
+    "os.system",
+    "os.popen",
+    "os.exec",
+    "os.spawn",
+    "os.posix_spawn",
+    "os.setpgrp",
+    "os.setsid",
+    "os.dup",
+    "os.dup2",
+    "os.close",
+    "os.closerange",
+    "os.open",
+    "os.fdopen",
+    "os.read",
+    "os.readv",
+    "os.pread",
+    "os.preadv",
+    "os.write",
+    "os.writev",
+    "os.pwrite",
+    "os.pwritev",
+    "os.sendfile",
+    "os.readlink",
+    "os.fstat",
+    "os.set_inheritable",
+    "os.get_inheritable",
+    "os.set_blocking",
+    "os.pidfd_open",
+    "os.register_at_fork",
+    "os.setuid",
+    "os.setgid",
+    "os.setresuid",
+    "os.setresgid",
+    "os.chroot",
+    "os.plock",
+    "posix",
+    "nt",
+    "subprocess",
+    "_posixsubprocess",
+    "multiprocessing",
+    "concurrent.futures.ProcessPoolExecutor",
+    "concurrent.futures.process",
+    "asyncio.subprocess",
+    "asyncio.create_subprocess_exec",
+    "asyncio.create_subprocess_shell",
+    "signal",
+    "psutil",
+    "socket",
+    "_socket",  # socket.socket without the module: _socket.socket(1, 1, 0, fd) wraps a descriptor
+    "select",
+    "selectors",
+    "fcntl",
+    "os.splice",
+    "os.copy_file_range",
+    "os.pipe",
+    "pty",
+    "resource",
+    "mmap",
+    "io.FileIO",
+    "_io",  # io's C module: _io.FileIO, _io.open
+    "_pyio",  # io in Python: _pyio.open(fd, "r+b") reads and writes a descriptor
+    "fileinput",  # fileinput.input(files=[fd]) and tokenize.open(fd) read one
+    "tokenize.open",
+    # the grader itself
+    "mha_course.grading",
+)
+#: Calls that compile a statement given as a string (stmt and setup): a literal is scanned as code,
+#: a lambda or a function is fine, anything built at run time is tampering.
+CODE_STRING_CALLS = ("timeit.timeit", "timeit.repeat", "timeit.Timer")
+#: Functions that open a file: with a number (an int literal, or arithmetic on one) they open an
+#: inherited file descriptor, such as the runtime's reply socket.
+OPEN_CALLS = ("open", "io.open", "codecs.open")
+#: Attribute names that reach the runtime whatever object they are read from (``self`` may be
+#: any object, e.g. the package passed in as an argument): flagged also through a literal or
+#: constant-folded ``getattr(obj, "grad" + "ing")``.
+REACHING_ATTRIBUTES = (
+    "grading",
+    "_getframe",
+    "_current_frames",
+    "modules",
+    "meta_path",
+    "path_hooks",
+    "settrace",
+    "setprofile",
+    "addaudithook",
+    "argv",
+)
+TAMPERING_BUILTINS = (
+    "__import__",
+    "exec",
+    "eval",
+    "compile",
+    "__builtins__",
+    "breakpoint",
+    "__loader__",
+    "vars",
+    "globals",
+    "locals",
+)
+# attributes that reach into functions, frames, classes and modules instead of computing with them
+TAMPERING_ATTRIBUTES = (
+    "__globals__",
+    "__closure__",
+    "__code__",
+    "__wrapped__",
+    "__self__",
+    "__func__",
+    "__subclasses__",
+    "__bases__",
+    "__base__",
+    "__mro__",
+    "__builtins__",
+    "__loader__",
+    "__spec__",
+    "__getattribute__",
+    "__reduce__",
+    "__reduce_ex__",
+    "__traceback__",
+    "__defaults__",
+    "__kwdefaults__",
+    "__import__",
+    "cell_contents",
+    "tb_frame",
+    "tb_next",
+    "f_back",
+    "f_globals",
+    "f_locals",
+    "f_builtins",
+    "f_code",
+    "gi_frame",
+    "gi_code",
+    "cr_frame",
+    "ag_frame",
+)
+# builtins that take an attribute name: with a literal name they read as obj.name
+ATTRIBUTE_BUILTINS = ("getattr", "setattr", "delattr", "hasattr")
+# strings that name the grader's files or other processes
+TAMPERING_STRINGS = ("results.json", "/proc/", "/autograder", "/dev/fd")
+ALLOWED_GRADING = ("mha_course.check", "mha_course.grading.check", "mha_course.grading.learner.selfcheck.check")
+
+
+def matches(name: str, prefixes: tuple[str, ...] | list[str]) -> str | None:
+    for prefix in prefixes:
+        if name == prefix or name.startswith(prefix + "."):
+            return prefix
+    return None
+
+
+# modules other modules re-export (pathlib.os, shutil.os, numpy.sys...): a name reached through one
+# of them is checked from that module on, so pathlib.os.kill reads as os.kill
+REEXPORTED = (
+    "os",
+    "sys",
+    "gc",
+    "inspect",
+    "ctypes",
+    "importlib",
+    "pkgutil",
+    "builtins",
+    "pickle",
+    "marshal",
+    "subprocess",
+    "multiprocessing",
+    "signal",
+    "socket",
+    "resource",
+    "posix",
+    "psutil",
+    "runpy",
+    "pty",
+    "mmap",
+    "operator",
+    "types",
+    "threading",
+    "traceback",
+    "logging",
+    "asyncio",
+    "mha_course",
+)
+
+
+def tampering(name: str) -> str | None:
+    if matches(name, ALLOWED_GRADING):
+        return None
+    parts = name.split(".")
+    for i in range(1, len(parts) - 1):
+        if parts[i] in REEXPORTED:
+            hit = tampering(".".join(parts[i:]))
+            if hit:
+                return hit
+    hit = matches(name, TAMPERING_PREFIXES)
+    if hit is None and name.startswith(("os.exec", "os.spawn")):
+        hit = name
+    if hit is None and parts[0] == "torch" and any(p.startswith("_") and not p.endswith("__") for p in parts[1:]):
+        hit = name  # a private torch name: torch._softmax, torch.autograd.graph._engine_run_backward, ...
+    if hit is None and any(p in TAMPERING_ATTRIBUTES or p == "__dict__" for p in parts[1:]):
+        hit = name
+    return hit

@@ -1,0 +1,1 @@
+"""The operating system's walls around a submission: tiers A, B, C, the view, resources."""

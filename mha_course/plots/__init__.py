@@ -1,0 +1,1 @@
+"""The course's pictures: heatmaps, vector plots, interactive widgets."""

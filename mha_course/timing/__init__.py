@@ -1,0 +1,1 @@
+"""Timing every implementation side by side (python -m mha_course.timing.bench)."""
