@@ -64,7 +64,7 @@ def _feedback(results: list[SubmissionResult], folder: Path) -> None:
     """One Markdown feedback file per submission, named like its results.json."""
     for r in results:
         cells, targets = [], {}
-        if not r.error:
+        if not r.error and r.assignment:
             try:
                 cells = notebook.code_cells(notebook.load(r.path))
                 targets = {e.key: e.target for e in registry.get_assignment(r.assignment).exercises}
@@ -264,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.lms_max is not None and not 0 < args.lms_max < float("inf"):
             raise ValueError(f"--lms-max must be a positive number; got {args.lms_max:g}")
         names = {a.key: a.notebook for a in registry.assignments()}
-        skip, skipped = tuple(f for f in args.skip_folders.split(",") if f), []
+        skip = tuple(f for f in args.skip_folders.split(",") if f)
+        skipped: list[str] = []
         pick = picker(read_picks(args.pick), roster)
         rows = collect(args.submissions, args.assignment, args.one_submission, names, pick, skip, skipped)
         seed_file, key = bookkeeping.seed_file(args), class_key(args.submissions, args.assignment)
@@ -326,14 +327,15 @@ def _write_grades(args, results: list[SubmissionResult], roster: Roster) -> None
     """``--grades-out``: the roster with a grade column per assignment (and feedback comments)."""
     grades = bookkeeping.grades(results)
     if len(grades) > 1:  # several assignments: a column each, never one summed grade
-        columns = {key: grades[key] for key in sorted(grades)}
+        columns: dict[str, dict[str, float | None]] = {key: dict(grades[key]) for key in sorted(grades)}
         note = (
             f"one column per assignment: {', '.join(columns)}; a platform's worksheet takes one "
             "assignment: grade it with --assignment KEY"
         )
     else:
         column = grade_column(args, roster)
-        columns, note = {column: next(iter(grades.values()), {})}, f"column {column!r}"
+        columns = {column: dict(next(iter(grades.values()), {}))}
+        note = f"column {column!r}"
         if results and results[0].lms_max is not None:
             note += f", out of {results[0].lms_max:g}"
     comments = {r.student_id: feedback_summary(r) for r in reversed(results) if r.student_id and not r.error}

@@ -144,8 +144,9 @@ def _compile(name: str, spec: Any, arch: str, dtype: str, head_dim: int, config:
 
     variant = " ".join(f"{k}={v}" for k, v in config.kwargs.items() if k not in ("BLOCK_M", "BLOCK_N"))
     launch = dict(num_warps=config.num_warps, num_stages=config.num_stages, causal=causal, variant=variant)
+    block_m, block_n = spec.tile(config)
     record = Record(
-        name, arch, dtype, head_dim, *spec.tile(config), **launch, ok=False, triton_version=triton.__version__
+        name, arch, dtype, head_dim, block_m, block_n, **launch, ok=False, triton_version=triton.__version__
     )
     start = time.perf_counter()
     try:

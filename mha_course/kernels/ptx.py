@@ -184,13 +184,22 @@ _HMMA = re.compile(r"HMMA\.(16)(8)(16|8)\b")
 TENSOR_OPCODES = ("HGMMA", "HMMA", "UTCHMMA", "UTCQMMA", "UTCOMMA", "UTCMMA")
 
 
+def _shape(pattern: re.Pattern[str], opcode: str) -> tuple[int, int, int]:
+    """(m, n, k) of a tensor-core opcode that its family's pattern matched (the caller checked ``ins.base``)."""
+    found = pattern.match(opcode)
+    if found is None:
+        raise ValueError(f"expected a {pattern.pattern!r} opcode; got {opcode!r}")
+    m, n, k = map(int, found.groups())
+    return m, n, k
+
+
 def tensor_fmas(ins: Instruction) -> tuple[int, int]:
     """(multiply-adds, warps that issue it together) of one tensor-core instruction; (0, 1) for any other."""
     if ins.base == "HGMMA":
-        m, n, k = map(int, _HGMMA.match(ins.opcode).groups())
+        m, n, k = _shape(_HGMMA, ins.opcode)
         return m * n * k, 4
     if ins.base == "HMMA":
-        m, n, k = map(int, _HMMA.match(ins.opcode).groups())  # HMMA.16816 = m16 n8 k16, HMMA.1688 = m16 n8 k8
+        m, n, k = _shape(_HMMA, ins.opcode)  # HMMA.16816 = m16 n8 k16, HMMA.1688 = m16 n8 k8
         return m * n * k, 1
     return 0, 1
 
@@ -207,7 +216,7 @@ def shared_bytes(ins: Instruction, element_bytes: int) -> float:
         count = re.search(r"\.(\d)$", ins.opcode)
         return 128.0 * (int(count[1]) if count else 1)  # 8x8 matrices of 16-bit values
     if ins.base == "HGMMA":
-        m, n, k = map(int, _HGMMA.match(ins.opcode).groups())
+        m, n, k = _shape(_HGMMA, ins.opcode)
         operands = [x.strip() for x in ins.operands.split(",")]
         a_from_shared = len(operands) > 1 and operands[1].startswith("gdesc")
         return (n * k + (m * k if a_from_shared else 0)) * element_bytes / 4
