@@ -46,7 +46,7 @@ SCRATCH = "/scratch"  # the submission's writable tmpfs
 VIEW_EXTRA = "/run/grader"  # extra modules (an assignment registered from elsewhere)
 
 # Files of mha_course/grading/ that run inside the sandbox (everything else there is the grader's).
-RUNTIME_FILES = ("wire.py", "guard.py", "convert.py", "sandbox.py", "broker.py")
+RUNTIME_FILES = ("wire.py", "guard.py", "convert.py", "sandbox.py", "broker.py", "definitions.py")
 
 
 class IsolationError(RuntimeError):
