@@ -28,113 +28,28 @@ from dataclasses import dataclass, field
 
 # decorators that only wrap or register their argument (none calls it at definition time)
 DECORATORS = frozenset(
-    {
-        "builtins.staticmethod",
-        "builtins.classmethod",
-        "builtins.property",
-        "functools.lru_cache",
-        "functools.cache",
-        "functools.wraps",
-        "dataclasses.dataclass",
-        "torch.no_grad",
-        "torch.inference_mode",
-        "torch.enable_grad",
-        "torch.compile",
-        "typing.overload",
-        "abc.abstractmethod",
-        "triton.jit",  # wraps the kernel; it runs only when a case launches it
-    }
+    "builtins.staticmethod builtins.classmethod builtins.property functools.lru_cache "
+    "functools.cache functools.wraps dataclasses.dataclass torch.no_grad torch.inference_mode "
+    "torch.enable_grad torch.compile typing.overload abc.abstractmethod triton.jit".split()
 )
 ACCESSORS = frozenset({"setter", "getter", "deleter"})
 # a notebook base class defining one of these runs its code when a subclass is created or subscripted
 CLASS_HOOKS = frozenset({"__init_subclass__", "__mro_entries__", "__class_getitem__"})
 # builtins that run code given as text, reach a frame's globals, or read files (a cell may have written them)
 DENIED_NAMES = frozenset(
-    {
-        "exec",
-        "eval",
-        "compile",
-        "__import__",
-        "breakpoint",
-        "getattr",
-        "setattr",
-        "delattr",
-        "globals",
-        "locals",
-        "vars",
-        "open",
-        "input",
-        "type",
-        "super",
-        "__builtins__",
-        "__loader__",
-        "__spec__",
-    }
+    "exec eval compile __import__ breakpoint getattr setattr delattr globals locals vars open "
+    "input type super __builtins__ __loader__ __spec__".split()
 )
 # attributes that load code or pickles, or run code given as text (a name reached another way is refused too)
 DENIED_ATTRIBUTES = frozenset(
-    {
-        "load",
-        "loads",
-        "load_library",
-        "load_inline",
-        "load_module",
-        "exec_module",
-        "import_module",
-        "run_path",
-        "run_module",
-        "exec",
-        "eval",
-        "compile",
-        "timeit",
-        "repeat",
-        "Timer",
-        "system",
-        "popen",
-        "addsitedir",
-    }
+    "load loads load_library load_inline load_module exec_module import_module run_path "
+    "run_module exec eval compile timeit repeat Timer system popen addsitedir".split()
 )
 # modules whose every name is refused in an inert expression: they import, run or reach code
 DENIED_MODULES = frozenset(
-    {
-        "builtins",
-        "sys",
-        "os",
-        "importlib",
-        "runpy",
-        "code",
-        "codeop",
-        "site",
-        "pdb",
-        "bdb",
-        "timeit",
-        "subprocess",
-        "pickle",
-        "marshal",
-        "ctypes",
-        "types",
-        "inspect",
-        "gc",
-        "_thread",
-        "multiprocessing",
-        "signal",
-        "socket",
-        "operator",
-        "pkgutil",
-        "zipimport",
-        "shelve",
-        "atexit",
-        "asyncio",
-        "trace",
-        "cProfile",
-        "profile",
-        "doctest",
-        "unittest",
-        "io",
-        "_io",
-        "pathlib",
-        "shutil",
-    }
+    "builtins sys os importlib runpy code codeop site pdb bdb timeit subprocess pickle marshal "
+    "ctypes types inspect gc _thread multiprocessing signal socket operator pkgutil zipimport "
+    "shelve atexit asyncio trace cProfile profile doctest unittest io _io pathlib shutil".split()
 )
 _BUILTINS = frozenset(dir(builtins))
 CLASS_BODY = "<class body>"  # marks ``local`` as a class body's names (never a real name)
