@@ -207,7 +207,10 @@ def test_bad_cells_raise_type_error():
 
 def test_loading_runs_the_kept_statements_with_their_cell_and_line():
     """The case process's loader: kept statements only, each compiled as its own cell (tracebacks name it)."""
-    cells = [(1, "from __future__ import annotations\nimport math\nLOG = []\nLOG.append(1)\n"), (4, "\n\ndef f():\n    return 1 / 0\n")]
+    cells = [
+        (1, "from __future__ import annotations\nimport math\nLOG = []\nLOG.append(1)\n"),
+        (4, "\n\ndef f():\n    return 1 / 0\n"),
+    ]
     namespace: dict = {}
     found = sandbox.load_definitions(cells, set(), namespace)
     assert isinstance(found, Definitions)
@@ -232,6 +235,13 @@ def test_every_target_of_every_solution_is_kept(path):
     key = nb["metadata"]["mha_course"]["assignment"]
     found = definitions(notebook.code_cells(nb))
     kept = {getattr(s, "name", None) for _, m in found.kept for s in m.body}
-    kept |= {t.id for _, m in found.kept for s in m.body if isinstance(s, ast.Assign) for t in s.targets if isinstance(t, ast.Name)}
+    kept |= {
+        t.id
+        for _, m in found.kept
+        for s in m.body
+        if isinstance(s, ast.Assign)
+        for t in s.targets
+        if isinstance(t, ast.Name)
+    }
     targets = {e.target for e in registry.get_assignment(key).exercises}
     assert targets <= kept, targets - kept
