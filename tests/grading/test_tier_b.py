@@ -554,7 +554,8 @@ def test_kill_uid_stops_a_fork_bomb_at_once():
 @pytest.mark.slow
 def test_the_reply_channel_red_team_holds_in_tier_b_too():
     """tests/grading/test_redteam_channel.py (channel takeover, autograd in a pool thread, the re-run oracle, a
-    second installed copy, writable places, the honest idioms) run again inside the Docker reproduction, where
+    second installed copy, writable places, the honest idioms) and tests/grading/test_redteam_defs.py (learner
+    code while a case process loads the definitions) run again inside the Docker reproduction, where
     bubblewrap is refused and the grader falls back to tier B."""
     require_repro()
     argv = [
@@ -567,6 +568,7 @@ def test_the_reply_channel_red_team_holds_in_tier_b_too():
         "-p",
         "no:xdist",
         str(TESTS / "test_redteam_channel.py"),
+        str(TESTS / "test_redteam_defs.py"),
     ]
     env = dict(os.environ, MHA_COURSE_EXPECT_TIER="B")
     done = subprocess.run(container_repro.command(argv), capture_output=True, text=True, env=env, timeout=900, cwd=ROOT)
