@@ -42,7 +42,7 @@ DENIED_NAMES = frozenset(
 )
 # attributes that load code or pickles, or run code given as text (a name reached another way is refused too)
 DENIED_ATTRIBUTES = frozenset(
-    "load loads load_library load_inline load_module exec_module import_module run_path "
+    "load load_library load_inline load_module exec_module import_module run_path "
     "run_module exec eval compile timeit repeat Timer system popen addsitedir".split()
 )
 # modules whose every name is refused in an inert expression: they import, run or reach code
@@ -68,6 +68,7 @@ class Skipped:
     cell: int  # the cell's index in the notebook (shown 1-based, as ``<cell N>``)
     line: int
     names: tuple[str, ...]
+    rebinds: bool = False  # an assignment, def or class: it would always have bound ``names``
 
 
 @dataclass
@@ -76,6 +77,7 @@ class Definitions:
 
     kept: list[tuple[int, ast.Module]] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
+    cells: list[int] = field(default_factory=list)  # the cells that parsed, in order
 
     def skipped_binding(self, name: str) -> Skipped | None:
         """The first skipped statement that binds ``name`` (None if none does)."""
@@ -108,7 +110,7 @@ def definitions(cells: list[tuple[int, str]], skip: set[int] | frozenset[int] = 
         except (SyntaxError, ValueError):
             continue
     scope = _Scope.of([stmt for _, tree in trees for stmt in tree.body])
-    out = Definitions()
+    out = Definitions(cells=[i for i, _ in trees])
     for index, tree in trees:
         body = []
         for stmt in tree.body:
@@ -117,10 +119,14 @@ def definitions(cells: list[tuple[int, str]], skip: set[int] | frozenset[int] = 
                 if isinstance(stmt, ast.ClassDef):
                     scope.kept_classes[stmt.name] = stmt
             else:
-                out.skipped.append(Skipped(index, stmt.lineno, tuple(sorted(_bound(stmt)))))
+                rebinds = isinstance(stmt, _UNCONDITIONAL)
+                out.skipped.append(Skipped(index, stmt.lineno, tuple(sorted(_bound(stmt))), rebinds))
         if body:
             out.kept.append((index, ast.Module(body=body, type_ignores=[])))
     return out
+
+
+_UNCONDITIONAL = (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def _bound(stmt: ast.stmt) -> set[str]:
@@ -270,9 +276,21 @@ class _Scope:
             if node.attr in DENIED_ATTRIBUTES or (node.attr.startswith("__") and node.attr.endswith("__")):
                 return False
             return self.inert(node.value, False, code, hint)
+        if isinstance(node, ast.Call) and self._plain_getattr(node):
+            return self.inert(node.args[0], False, code, hint)
         if isinstance(node, ast.Call) and not self._callable(node.func, code):
             return False
         return all(self.inert(child, False, code, hint) for child in ast.iter_child_nodes(node))
+
+    def _plain_getattr(self, node: ast.Call) -> bool:
+        """``getattr(x, "name")``: the same as ``x.name``, when the name is a plain, allowed attribute."""
+        func, args = node.func, node.args
+        if not (isinstance(func, ast.Name) and func.id == "getattr" and "getattr" not in self.bound):
+            return False
+        if node.keywords or len(args) != 2 or not isinstance(args[1], ast.Constant):
+            return False
+        attr = args[1].value
+        return isinstance(attr, str) and attr not in DENIED_ATTRIBUTES and not attr.startswith("__")
 
     def _denied_import(self, name: str) -> bool:
         target = self.imports.get(name)

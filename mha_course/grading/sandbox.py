@@ -232,8 +232,8 @@ PRELOADED = frozenset({"torch", "numpy", "matplotlib", "math", "triton", "einops
 def preload(config: dict, cells: list[tuple[int, str]] = ()) -> None:
     """Import what the submission uses, in the broker before anything is forked (no learner code has run).
 
-    That is torch, numpy, matplotlib (pyplot included), the provided modules, and whatever a cell's
-    top-level import names under :data:`PRELOADED` (so each case process does not import them again).
+    That is torch, numpy, matplotlib, the provided modules, and whatever a cell's top-level import
+    names under :data:`PRELOADED` (pyplot, triton: so each case process does not import them again).
     """
     scratch = os.environ.get("MHA_COURSE_SCRATCH", SCRATCH)
     config_dir = os.path.join(scratch, ".matplotlib")
@@ -255,8 +255,7 @@ def preload(config: dict, cells: list[tuple[int, str]] = ()) -> None:
     try:
         import matplotlib
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot  # noqa: F401  (about 1 s: every lecture draws)
+        matplotlib.use("Agg")  # pyplot (about 1 s) only for a notebook that imports it: see _imported
     except Exception:
         pass
     try:  # tqdm's monitor is a thread, and a case process must run alone on one thread (.broker)
@@ -337,8 +336,12 @@ def run_cells(sock: Any, config: dict, scratch: str) -> None:
 
 
 def _own_path(scratch: str) -> None:
-    """Drop the working folder and the writable folders from ``sys.path``: a file a cell wrote is no module."""
-    writable = tuple(os.path.realpath(p) + os.sep for p in (scratch, "/tmp", os.getcwd()))
+    """Drop ``''`` and the writable folders (and the working folder, unless it is ``/``) from ``sys.path``.
+
+    A file a cell wrote there is then no module a case process could import.
+    """
+    folders = {os.path.realpath(p) for p in (scratch, "/tmp", os.getcwd())} - {os.sep}
+    writable = tuple(f.rstrip(os.sep) + os.sep for f in folders)
     sys.path[:] = [p for p in sys.path if p and not (os.path.realpath(p) + os.sep).startswith(writable)]
 
 
@@ -346,15 +349,25 @@ def load_definitions(cells: list[tuple[int, str]], skip: set[int], namespace: di
     """Run the notebook's definitions (:mod:`.definitions`) in ``namespace``, one statement at a time.
 
     A statement that fails (an import of a missing module) is passed over: the cell's own run reported it.
+    A skipped statement that rebinds a name unconditionally (``kernel = Lookalike()``) removes the
+    earlier binding, so the case never calls what the notebook itself had replaced.
     """
     import ast
 
     from .definitions import definitions
 
     found = definitions(cells, skip)
-    for index, module in found.kept:
+    kept = dict(found.kept)
+    for index in found.cells:
+        drops = [d for d in found.skipped if d.cell == index and d.rebinds]
         future = 0
-        for stmt in module.body:
+        for stmt in [*(kept[index].body if index in kept else ()), None]:
+            line = stmt.lineno if stmt is not None else float("inf")
+            while drops and drops[0].line < line:  # the notebook rebound these without running code here
+                for name in drops.pop(0).names:
+                    namespace.pop(name, None)
+            if stmt is None:
+                break
             if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
                 future |= _future_flags(stmt)
                 continue

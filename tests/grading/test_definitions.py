@@ -121,7 +121,7 @@ SKIPPED = {
     "torch.load (a pickle a cell wrote)": "W = torch.load('w.pt', weights_only=False)",
     "np.load": "W = np.load('w.npy', allow_pickle=True)",
     "open": "X = open('f').read()",
-    "getattr": "X = getattr(torch, 'randn')",
+    "getattr of a computed name": "X = getattr(torch, 'ran' + 'dn')",
     "a dunder attribute": "X = print.__self__",
     "timeit of a string": "import timeit\nX = timeit.timeit('forge()', number=1)",
     "operator.methodcaller": "import operator\nX = operator.methodcaller('run_path', 'x')",
@@ -245,3 +245,38 @@ def test_every_target_of_every_solution_is_kept(path):
     }
     targets = {e.target for e in registry.get_assignment(key).exercises}
     assert targets <= kept, targets - kept
+
+
+def test_a_case_process_drops_the_writable_folders_from_sys_path(monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setattr(sys, "path", ["", str(tmp_path), str(tmp_path / "sub"), "/tmp", "/usr/lib/python3"])
+    sandbox._own_path(str(tmp_path))
+    assert sys.path == ["/usr/lib/python3"]
+
+
+@pytest.mark.parametrize(
+    "source, kept",
+    [
+        ("X = getattr(torch, 'softmax')", True),
+        ("X = getattr(torch, '__builtins__')", False),
+        ("X = getattr(torch, 'load')", False),
+        ("name = 'softmax'\nX = getattr(torch, name)", False),
+        ("import json\nX = json.loads('[1, 2]')", True),
+    ],
+)
+def test_getattr_of_a_plain_name_and_json(source, kept):
+    assert _last_kept(PRELUDE + source) is kept
+
+
+def test_a_skipped_rebinding_removes_the_earlier_definition():
+    """``kernel = Lookalike()`` after ``def kernel`` is not run: the case must not call the replaced def."""
+    cells = [
+        (0, "def kernel():\n    return 'real'\nclass Lookalike:\n    pass\nkernel = Lookalike()\n"),
+        (1, "def helper():\n    return 1\nif False:\n    helper = None\n"),
+    ]
+    namespace: dict = {}
+    found = sandbox.load_definitions(cells, set(), namespace)
+    assert "kernel" not in namespace and "Lookalike" in namespace
+    assert namespace["helper"]() == 1  # a conditional rebinding may not have happened: the def stays
+    assert "'kernel' is set in cell 1, line 5" in found.name_error_hint("kernel")
