@@ -37,8 +37,8 @@ LIMITS = Limits(case_timeout=20, cell_timeout=30, notebook_timeout=90, memory_mb
 EXPECTED_TIER = os.environ.get("MHA_COURSE_EXPECT_TIER", "")
 
 
-@pytest.fixture(scope="module")
-def isolator():
+def tier_isolator():
+    """The isolator of the tier this run checks (A, or the one test_tier_b names); closed after the tests."""
     if EXPECTED_TIER not in ("", "A"):
         isolator = Isolator(min_isolation=EXPECTED_TIER)
         assert isolator.tier == EXPECTED_TIER, isolator.walls.summary()
@@ -47,6 +47,11 @@ def isolator():
         isolator = Isolator(min_isolation="A")
     yield isolator
     isolator.close()
+
+
+@pytest.fixture(scope="module")
+def isolator():
+    yield from tier_isolator()
 
 
 @pytest.fixture(autouse=True)
@@ -421,13 +426,17 @@ LINGERING = (  # a cell's thread dies with the notebook process; the thread the 
 )
 
 
-def test_a_thread_a_case_leaves_is_refused_and_one_a_cell_left_is_gone(tmp_path, isolator):
+def _check_lingering(tmp_path: Path, isolator: Isolator) -> None:
     with registry.registered("grading_fake"):
         path = write_submission(tmp_path / "lingering.ipynb", LINGERING)
         result = grader.grade_notebook(path, limits=LIMITS, isolator=isolator, seed=None)
     add = [t for t in result.tests if t.exercise == "fake_add"]
     assert add and all(t.score == 0 and "other thread" in t.output for t in add), [t.output for t in add]
     assert _score(result, "fake_double") == 2, [t.output for t in result.tests]
+
+
+def test_a_thread_a_case_leaves_is_refused_and_one_a_cell_left_is_gone(tmp_path, isolator):
+    _check_lingering(tmp_path, isolator)
 
 
 def test_without_isolation_a_lingering_thread_is_refused_too(tmp_path, monkeypatch):
@@ -440,11 +449,6 @@ def test_without_isolation_a_lingering_thread_is_refused_too(tmp_path, monkeypat
     isolator = Isolator(unsafe_no_isolation=True)
     try:
         assert not isolator.walls.isolated
-        with registry.registered("grading_fake"):
-            path = write_submission(tmp_path / "lingering.ipynb", LINGERING)
-            result = grader.grade_notebook(path, limits=LIMITS, isolator=isolator, seed=None)
+        _check_lingering(tmp_path, isolator)
     finally:
         isolator.close()
-    add = [t for t in result.tests if t.exercise == "fake_add"]
-    assert add and all(t.score == 0 and "other thread" in t.output for t in add), [t.output for t in add]
-    assert _score(result, "fake_double") == 2, [t.output for t in result.tests]

@@ -10,11 +10,11 @@ this file again in tier B.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
-from grading_fake import require_sandbox, write_submission
+from grading_fake import write_submission
+from test_redteam_channel import tier_isolator
 
 from mha_course.grading import grader, registry
 from mha_course.grading.grader import Limits
@@ -22,7 +22,6 @@ from mha_course.grading.process import Isolator
 from mha_course.grading.scan import ScanReport
 
 LIMITS = Limits(case_timeout=20, cell_timeout=30, notebook_timeout=90, memory_mb=1024)
-EXPECTED_TIER = os.environ.get("MHA_COURSE_EXPECT_TIER", "")
 
 UNFINISHED = "def add_arrays(a, b):\n    raise NotImplementedError\n"
 # puts a working add_arrays in every namespace up the stack (the definitions' namespace included)
@@ -65,14 +64,7 @@ MODULE = (
 
 @pytest.fixture(scope="module")
 def isolator():
-    if EXPECTED_TIER not in ("", "A"):
-        isolator = Isolator(min_isolation=EXPECTED_TIER)
-        assert isolator.tier == EXPECTED_TIER, isolator.walls.summary()
-    else:
-        require_sandbox()
-        isolator = Isolator(min_isolation="A")
-    yield isolator
-    isolator.close()
+    yield from tier_isolator()
 
 
 @pytest.fixture
