@@ -131,6 +131,9 @@ def end_others(me: int) -> list[int]:
         for pid in others:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
+        for pid in others:  # our children (the case process, the notebook process): wait for each to end
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, 0)
         _reap()
         others = other_processes(me)
         if not others or time.monotonic() > deadline:

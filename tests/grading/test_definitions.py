@@ -118,6 +118,7 @@ SKIPPED = {
     "runpy": "import runpy\nX = runpy.run_path('/scratch/x.py')",
     "sys.path changed through an assignment": "import sys\n_ = sys.path.insert(0, '/scratch')",
     "os": "import os\nX = os.getcwd()",
+    "a figure": "import matplotlib.pyplot as plt\nfig, ax = plt.subplots()",
     "torch.load (a pickle a cell wrote)": "W = torch.load('w.pt', weights_only=False)",
     "np.load": "W = np.load('w.npy', allow_pickle=True)",
     "open": "X = open('f').read()",
