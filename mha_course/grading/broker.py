@@ -170,10 +170,12 @@ def empty(folder: str, keep: tuple[str, ...] = ()) -> None:
                     os.unlink(entry.path)
 
 
-def run(grader: socket.socket, scratch: str) -> None:
-    """The broker's whole life (:mod:`.sandbox`'s ``main``): the cells in one process, each case in its own."""
-    from . import sandbox
+def run(grader: socket.socket, scratch: str, sandbox: Any) -> None:
+    """The broker's whole life: the cells in one process, each case in its own.
 
+    ``sandbox`` is the runtime module (:mod:`.sandbox`, which calls this from its ``main``): its
+    ``preload``, ``run_cells`` and ``answer`` are what the broker runs and what its children run.
+    """
     _prctl(_PR_SET_DUMPABLE, 0)
     with contextlib.suppress(OSError):
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
@@ -206,7 +208,7 @@ def run(grader: socket.socket, scratch: str) -> None:
             return
         if request.get("event") != "case":
             return
-        reply, out = _case(grader, me, request, blob, cells, skip, settings, scratch)
+        reply, out = _case(grader, me, request, blob, (cells, skip, settings, scratch), sandbox)
         wire.send(grader, reply, out)
 
 
@@ -219,18 +221,13 @@ def _clean(me: int, scratch: str) -> None:
 
 
 def _case(
-    grader: socket.socket,
-    me: int,
-    request: dict,
-    blob: bytes,
-    cells: list,
-    skip: set[int],
-    settings: dict,
-    scratch: str,
+    grader: socket.socket, me: int, request: dict, blob: bytes, notebook: tuple, sandbox: Any
 ) -> tuple[dict, bytes]:
-    """One case in a fresh case process, checked alone before (nothing else alive) and after (one thread)."""
-    from . import sandbox
+    """One case in a fresh case process, checked alone before (nothing else alive) and after (one thread).
 
+    ``notebook`` is (cells, skip, settings, scratch), as :func:`run` received them.
+    """
+    cells, skip, settings, scratch = notebook
     why = background(me)
     if why is None:
         pid, channel = _fork(grader, lambda sock: sandbox.answer(sock, settings, cells, skip, request, blob))

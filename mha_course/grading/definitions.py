@@ -80,16 +80,10 @@ class Definitions:
     skipped: list[Skipped] = field(default_factory=list)
     cells: list[int] = field(default_factory=list)  # the cells that parsed, in order
 
-    def skipped_binding(self, name: str) -> Skipped | None:
-        """The first skipped statement that binds ``name`` (None if none does)."""
-        return next((s for s in self.skipped if name in s.names), None)
-
     def name_error_hint(self, name: str) -> str | None:
-        """The sentence for a NameError on ``name`` when a skipped statement would have bound it."""
-        found = self.skipped_binding(name)
-        if found is None:
-            return None
-        return SKIPPED_MESSAGE.format(name=name, cell=found.cell + 1, line=found.line)
+        """The sentence for a NameError on ``name`` when a skipped statement would have bound it (the first)."""
+        found = next((s for s in self.skipped if name in s.names), None)
+        return None if found is None else SKIPPED_MESSAGE.format(name=name, cell=found.cell + 1, line=found.line)
 
 
 def definitions(cells: list[tuple[int, str]], skip: set[int] | frozenset[int] = frozenset()) -> Definitions:
@@ -98,9 +92,8 @@ def definitions(cells: list[tuple[int, str]], skip: set[int] | frozenset[int] = 
     A cell that does not parse is left out whole (its error is the cell run's to report).
     Raises TypeError when ``cells`` is not a list of (int, str).
     """
-    if not isinstance(cells, list) or not all(
-        isinstance(c, tuple) and len(c) == 2 and isinstance(c[0], int) and isinstance(c[1], str) for c in cells
-    ):
+    shapes = {(type(c), len(c), type(c[0]), type(c[1])) if isinstance(c, tuple) and len(c) == 2 else 0 for c in cells}
+    if not isinstance(cells, list) or not shapes <= {(tuple, 2, int, str)}:
         raise TypeError(f"cells must be a list of (int, str), got {type(cells).__name__}")
     trees = []
     for index, source in cells:
@@ -156,9 +149,8 @@ def _bound(stmt: ast.stmt) -> set[str]:
 
 
 def _mentions(node: ast.AST | None, names: set[str]) -> bool:
-    if node is None:
-        return False
-    return any(isinstance(n, ast.Lambda) or (isinstance(n, ast.Name) and n.id in names) for n in ast.walk(node))
+    walk = ast.walk(node) if node is not None else ()
+    return any(isinstance(n, ast.Lambda) or (isinstance(n, ast.Name) and n.id in names) for n in walk)
 
 
 class _Scope:
