@@ -309,11 +309,14 @@ def run_cells(sock: Any, config: dict, scratch: str) -> None:
 
 
 def _own_path(scratch: str) -> None:
-    """Drop ``''`` and the writable folders (and the working folder, unless it is ``/``) from ``sys.path``.
+    """Drop ``''``, the writable folders and the working folder (unless ``/``) from ``sys.path``.
 
     A file a cell wrote there is then no module a case process could import.
     """
-    folders = {os.path.realpath(p) for p in (scratch, "/tmp", os.getcwd())} - {os.sep}
+    # /tmp is the sandbox's own tmpfs only under bubblewrap (the broker is pid 1); in tier B it is the
+    # host's, read-only there, and holds the grader's view of the package
+    tmp = ("/tmp",) if os.getppid() == 1 else ()
+    folders = {os.path.realpath(p) for p in (scratch, *tmp, os.getcwd())} - {os.sep}
     writable = tuple(f.rstrip(os.sep) + os.sep for f in folders)
     sys.path[:] = [p for p in sys.path if p and not (os.path.realpath(p) + os.sep).startswith(writable)]
 
