@@ -276,10 +276,9 @@ def test_below_the_minimum_the_grader_refuses_with_the_real_cause(tmp_path):
 
 
 def _probe_cell(paths: dict) -> str:
-    """A cell that tries every escape, theft and tamper the kernel must refuse, and records what each got."""
-    return (
-        SHELL
-        + f"""
+    """A cell whose ``_report()`` tries every escape, theft and tamper the kernel must refuse, and says what
+    each got (called by the function under test: a case process runs only the notebook's definitions)."""
+    body = f"""
 import errno, os
 HOME = os.environ["HOME"]
 REPORT = []
@@ -307,6 +306,11 @@ REPORT.append("tcp=%d" % (sh("bash -c 'exec 3<>/dev/tcp/127.0.0.1/{paths["port"]
 REPORT.append("leak=%d" % sum({SECRET!r} in v for v in os.environ.values()))
 REPORT = " ".join(REPORT)
 """
+    return (
+        SHELL
+        + "\ndef _report():\n"
+        + "".join("    " + line + "\n" for line in body.strip().splitlines())
+        + "    return REPORT\n"
     )
 
 
@@ -330,8 +334,8 @@ def _attacks(paths: dict) -> dict[str, tuple[list[str], float]]:
             ],
             2,
         ),
-        "probe": ([_probe_cell(paths), "def add_arrays(a, b):\n    raise ValueError(REPORT)\n", GOOD_DOUBLE], 2),
-        "shell_works": ([SHELL + "sh('echo 1 > $HOME/canary')", "import os\ndef add_arrays(a, b):\n    return a + b * int(open(os.environ['HOME'] + '/canary').read())\n", GOOD_DOUBLE], 6),
+        "probe": ([_probe_cell(paths), "def add_arrays(a, b):\n    raise ValueError(_report())\n", GOOD_DOUBLE], 2),
+        "shell_works": ([SHELL, "import os\ndef add_arrays(a, b):\n    sh('echo 1 > $HOME/canary')\n    return a + b * int(open(os.environ['HOME'] + '/canary').read())\n", GOOD_DOUBLE], 6),
         "forge_results_after_exit": (
             [
                 SHELL + f"sh('setsid sh -c \"for i in $(seq 30); do echo {{}} > {results}; sleep 0.2; done\" &', wait=False)",
