@@ -65,8 +65,9 @@ def _attacks(paths: dict[str, str]) -> dict[str, tuple[list[str], float]]:
         # the attacks' shell works inside the sandbox (else every attack below would prove nothing)
         "shell_works": (
             [
-                SHELL + "sh('echo 1 > /scratch/canary; echo 1 > /tmp/canary2')",
-                "def add_arrays(a, b):\n    return a + b * int(open('/scratch/canary').read())"
+                SHELL,
+                "def add_arrays(a, b):\n    sh('echo 1 > /scratch/canary; echo 1 > /tmp/canary2')\n"
+                "    return a + b * int(open('/scratch/canary').read())"
                 " * int(open('/tmp/canary2').read())\n",
                 GOOD_DOUBLE,
             ],
@@ -111,17 +112,17 @@ def _attacks(paths: dict[str, str]) -> dict[str, tuple[list[str], float]]:
         # stolen answers: a file outside the view, the solutions, a classmate's notebook
         "read_a_secret_file": (
             [
-                f"import pathlib\nANSWER = pathlib.Path({secret!r}).read_text()",
-                "def add_arrays(a, b):\n    return eval(ANSWER)\n",
+                "import pathlib",
+                f"def add_arrays(a, b):\n    return eval(pathlib.Path({secret!r}).read_text())\n",
                 GOOD_DOUBLE,
             ],
             2,
         ),
         "find_solutions_on_disk": (
             [
-                SHELL + f"FOUND = sh('ls {repo}/solutions {folder} > /scratch/found 2>&1')\n"
-                "LISTING = open('/scratch/found').read()",
-                "def add_arrays(a, b):\n    raise ValueError(LISTING)\n",
+                SHELL,
+                f"def add_arrays(a, b):\n    sh('ls {repo}/solutions {folder} > /scratch/found 2>&1')\n"
+                "    raise ValueError(open('/scratch/found').read())\n",
                 GOOD_DOUBLE,
             ],
             2,
@@ -129,9 +130,10 @@ def _attacks(paths: dict[str, str]) -> dict[str, tuple[list[str], float]]:
         # what of the grader is there to read: the runtime, never the hidden tests or the references
         "list_the_grader": (
             [
-                "import os, mha_course.grading as g\nLISTING = sorted(os.listdir(os.path.dirname(g.__file__)))"
-                " + sorted(os.listdir(os.path.dirname(os.path.dirname(g.__file__))))",
-                "def add_arrays(a, b):\n    raise ValueError(' '.join(LISTING))\n",
+                "import os, mha_course.grading as g",
+                "def add_arrays(a, b):\n    listing = sorted(os.listdir(os.path.dirname(g.__file__)))"
+                " + sorted(os.listdir(os.path.dirname(os.path.dirname(g.__file__))))\n"
+                "    raise ValueError(' '.join(listing))\n",
                 GOOD_DOUBLE,
             ],
             2,
