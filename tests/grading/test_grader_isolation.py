@@ -39,8 +39,9 @@ def _attacks(paths: dict[str, str]) -> dict[str, tuple[list[str], float]]:
         # the attacks' shell works inside the sandbox (else every attack below would prove nothing)
         "shell_works": (
             [
-                SHELL + "sh('echo 1 > /scratch/canary; echo 1 > /tmp/canary2')",
-                "def add_arrays(a, b):\n    return a + b * int(open('/scratch/canary').read())"
+                SHELL,
+                "def add_arrays(a, b):\n    sh('echo 1 > /scratch/canary; echo 1 > /tmp/canary2')\n"
+                "    return a + b * int(open('/scratch/canary').read())"
                 " * int(open('/tmp/canary2').read())\n",
                 GOOD_DOUBLE,
             ],
@@ -85,17 +86,17 @@ def _attacks(paths: dict[str, str]) -> dict[str, tuple[list[str], float]]:
         # stolen answers: a file outside the view, the solutions, a classmate's notebook
         "read_a_secret_file": (
             [
-                f"import pathlib\nANSWER = pathlib.Path({secret!r}).read_text()",
-                "def add_arrays(a, b):\n    return eval(ANSWER)\n",
+                "import pathlib",
+                f"def add_arrays(a, b):\n    return eval(pathlib.Path({secret!r}).read_text())\n",
                 GOOD_DOUBLE,
             ],
             2,
         ),
         "find_solutions_on_disk": (
             [
-                SHELL + f"FOUND = sh('ls {repo}/solutions {folder} > /scratch/found 2>&1')\n"
-                "LISTING = open('/scratch/found').read()",
-                "def add_arrays(a, b):\n    raise ValueError(LISTING)\n",
+                SHELL,
+                f"def add_arrays(a, b):\n    sh('ls {repo}/solutions {folder} > /scratch/found 2>&1')\n"
+                "    raise ValueError(open('/scratch/found').read())\n",
                 GOOD_DOUBLE,
             ],
             2,
@@ -103,11 +104,12 @@ def _attacks(paths: dict[str, str]) -> dict[str, tuple[list[str], float]]:
         # what of the grader is there to read: the runtime, never the hidden tests or the references
         "list_the_grader": (
             [
-                "import os, mha_course.grading as g\nHERE = os.path.dirname(g.__file__)\n"
-                "LISTING = [n for d in (HERE, os.path.join(HERE, 'inside'), os.path.join(HERE, 'learner'),"
-                " os.path.dirname(HERE), os.path.join(os.path.dirname(HERE), 'core')) if os.path.isdir(d)"
-                " for n in sorted(os.listdir(d))]",
-                "def add_arrays(a, b):\n    raise ValueError(' '.join(LISTING))\n",
+                "import os, mha_course.grading as g",
+                "def add_arrays(a, b):\n    here = os.path.dirname(g.__file__)\n"
+                "    folders = (here, os.path.join(here, 'inside'), os.path.join(here, 'learner'),"
+                " os.path.dirname(here), os.path.join(os.path.dirname(here), 'core'))\n"
+                "    listing = [n for d in folders if os.path.isdir(d) for n in sorted(os.listdir(d))]\n"
+                "    raise ValueError(' '.join(listing))\n",
                 GOOD_DOUBLE,
             ],
             2,

@@ -1,12 +1,12 @@
 """Red-team regressions, third review: a cell that answers cases itself on the notebook's main thread.
 
-The broker (:mod:`mha_course.grading.inside.broker`) refuses a case while a second thread or process of the
-notebook lives, but it cannot tell which code the one thread runs: a last cell that never returns,
-finds the channel socket by trying descriptors and speaks the runtime's framing answers every case
-itself (an unedited a02 exercise scored 27 / 29 that way). The operating system does not separate
-that cell from the runtime, so the static scan is what stops it; these tests hold the scan's rules
-for each piece such a cell needs (a descriptor opened without a path, sockets and ``select`` without
-the ``socket`` module, code handed to ``timeit`` through a name) and, in the sandbox, the grade.
+A last cell that never returns, finds the channel socket by trying descriptors and speaks the
+runtime's framing once answered every case itself (an unedited a02 exercise scored 27 / 29 that way).
+Now the process that ran the cells is killed before any case, and each case runs in a fresh process
+that loads only the notebook's definitions (:mod:`mha_course.grading.inside.definitions`), so the forger
+scores nothing even without the static scan; these tests also hold the scan's rules for each piece
+such a cell needs (a descriptor opened without a path, sockets and ``select`` without the ``socket``
+module, code handed to ``timeit`` through a name).
 """
 
 from __future__ import annotations
@@ -217,14 +217,9 @@ def test_a_main_thread_forger_scores_nothing(tmp_path, isolator):
     assert "not written as a path" in " ".join(t.output for t in result.tests)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the OS does not separate a cell from the runtime in one process: a cell that never returns "
-    "and speaks the channel's framing on the main thread is what the broker expects to see, so without "
-    "the static scan it scores (27 / 29 on a02); closing this needs the cases run by a process that "
-    "never ran the cells' code",
-)
 def test_a_main_thread_forger_scores_nothing_without_the_scan(tmp_path, isolator, monkeypatch):
+    """The notebook process that ran the forging cell is killed before any case: a case process loads
+    only the definitions (the forging loop is skipped), so nothing answers for the unedited exercise."""
     monkeypatch.setattr(grader, "scan", lambda cells, assignment: ScanReport())
     result = grader.grade_notebook(_forged(tmp_path), limits=LIMITS, isolator=isolator, seed=11)
     assert result.error is None, result.error

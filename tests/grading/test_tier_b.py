@@ -270,10 +270,9 @@ def test_below_the_minimum_the_grader_refuses_with_the_real_cause(tmp_path):
 
 
 def _probe_cell(paths: dict) -> str:
-    """A cell that tries every escape, theft and tamper the kernel must refuse, and records what each got."""
-    return (
-        SHELL
-        + f"""
+    """A cell whose ``_report()`` tries every escape, theft and tamper the kernel must refuse, and says what
+    each got (called by the function under test: a case process runs only the notebook's definitions)."""
+    body = f"""
 import errno, os
 HOME = os.environ["HOME"]
 REPORT = []
@@ -301,6 +300,11 @@ REPORT.append("tcp=%d" % (sh("bash -c 'exec 3<>/dev/tcp/127.0.0.1/{paths["port"]
 REPORT.append("leak=%d" % sum({SECRET!r} in v for v in os.environ.values()))
 REPORT = " ".join(REPORT)
 """
+    return (
+        SHELL
+        + "\ndef _report():\n"
+        + "".join("    " + line + "\n" for line in body.strip().splitlines())
+        + "    return REPORT\n"
     )
 
 
@@ -324,8 +328,8 @@ def _attacks(paths: dict) -> dict[str, tuple[list[str], float]]:
             ],
             2,
         ),
-        "probe": ([_probe_cell(paths), "def add_arrays(a, b):\n    raise ValueError(REPORT)\n", GOOD_DOUBLE], 2),
-        "shell_works": ([SHELL + "sh('echo 1 > $HOME/canary')", "import os\ndef add_arrays(a, b):\n    return a + b * int(open(os.environ['HOME'] + '/canary').read())\n", GOOD_DOUBLE], 6),
+        "probe": ([_probe_cell(paths), "def add_arrays(a, b):\n    raise ValueError(_report())\n", GOOD_DOUBLE], 2),
+        "shell_works": ([SHELL, "import os\ndef add_arrays(a, b):\n    sh('echo 1 > $HOME/canary')\n    return a + b * int(open(os.environ['HOME'] + '/canary').read())\n", GOOD_DOUBLE], 6),
         "forge_results_after_exit": (
             [
                 SHELL + f"sh('setsid sh -c \"for i in $(seq 30); do echo {{}} > {results}; sleep 0.2; done\" &', wait=False)",
@@ -518,7 +522,8 @@ def test_kill_uid_stops_a_fork_bomb_at_once():
 @pytest.mark.slow
 def test_the_reply_channel_red_team_holds_in_tier_b_too():
     """tests/grading/test_redteam_channel.py (channel takeover, autograd in a pool thread, the re-run oracle, a
-    second installed copy, writable places, the honest idioms) run again inside the Docker reproduction, where
+    second installed copy, writable places, the honest idioms) and tests/grading/test_redteam_defs.py (learner
+    code while a case process loads the definitions) run again inside the Docker reproduction, where
     bubblewrap is refused and the grader falls back to tier B."""
     require_repro()
     argv = [
@@ -531,6 +536,7 @@ def test_the_reply_channel_red_team_holds_in_tier_b_too():
         "-p",
         "no:xdist",
         str(TESTS / "test_redteam_channel.py"),
+        str(TESTS / "test_redteam_defs.py"),
     ]
     env = dict(os.environ, MHA_COURSE_EXPECT_TIER="B")
     done = subprocess.run(container_repro.command(argv), capture_output=True, text=True, env=env, timeout=900, cwd=ROOT)

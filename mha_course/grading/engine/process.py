@@ -77,7 +77,7 @@ class Isolator:
             return view
 
     def start(self, assignment: Any, fd: int, limits: Limits) -> isolation.Sandbox | tier_b.ConfinedSandbox:
-        res = isolation.Resources(memory_mb=limits.memory_mb)
+        res = resources.Resources(memory_mb=limits.memory_mb)
         view = self.view(assignment)
         if self.tier in (Tier.B, Tier.C):
             if view is None:  # tiers B and C always have walls, so view() built one

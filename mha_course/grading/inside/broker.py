@@ -1,38 +1,33 @@
 """The sandbox's broker: the only process that talks to the grader, and it never runs learner code.
 
-Nothing inside the process that ran a notebook's cells can be trusted afterwards: a cell shares its
-address space with the runtime, so it can read any secret there, patch any function, open the
-grader's socket by its number, or leave a thread behind that answers the grader's requests while the
-runtime stays blocked in the cell. So the runtime splits before any learner code runs::
+Nothing that ran a notebook's cells can be trusted afterwards: a cell shares its process with the
+runtime, so it can patch any function, find the channel by its number and speak its framing, or never
+return and answer cases itself. So no process that ran a cell answers a case::
 
-    grader  <-- socket -->  broker (pid 1 of the sandbox)  <-- socketpair -->  notebook process
-                            never runs learner code,                           runs the cells, then
-                            not dumpable (no ptrace, no                        each case it is given
-                            /proc/1/mem or /proc/1/fd)
+    grader <-- socket --> broker (pid 1 of the sandbox) --fork--> notebook process: runs the cells,
+                          never runs learner code, not            then is killed with all it started
+                          dumpable (no ptrace, no /proc/1/mem)
+                                                    --fork--> one case process per case: loads the
+                                                              definitions only, runs that one case
 
-The broker alone holds the grader's socket (the notebook process closes it first thing), and it
-writes every frame the grader reads: the ``cell`` / ``cell_done`` / ``ready`` ordering is the
-broker's, since it hands the notebook one cell at a time. Around every case it checks, from outside
-through ``/proc``, that the notebook process runs exactly one thread and that no other process of the
-submission is alive (the sandbox has its own PID namespace, so ``/proc`` lists the submission's
-processes only); otherwise the case is not run and the grader says why (:data:`BACKGROUND`). A
-thread started in a cell can therefore neither answer a case nor do a case's forbidden work (autograd
-in a pool's thread): it must be gone before a case runs, and threads a case itself starts are watched
-by the tripwire (:mod:`.guard`).
-
-What the broker cannot see is which code the notebook's one thread runs: a cell that never returns
-and itself answers on the channel looks like the runtime. That is no more than a target that
-switches the tripwire off can do, so the tripwire stays what explains a forbidden call to an honest
-learner, beside the static scan (:mod:`.scan`), whose findings come from outside the sandbox.
-
-Outside bubblewrap (``--unsafe-no-isolation``) the broker is a plain parent process: it becomes the
-child subreaper, so whatever the notebook starts stays its descendant and is counted the same way.
+The broker imports torch and the provided modules (:func:`.sandbox.preload`), forks the notebook
+process and hands it one cell at a time (the ``cell`` / ``cell_done`` / ``ready`` frames are the
+broker's). Once the cells are done, or the notebook process says so, it SIGKILLs every other process
+of the submission and reaps it, and empties the writable folders. For each case request it forks a
+fresh case process with a socketpair of its own; that process closes the grader's socket first,
+loads only the notebook's definitions (:mod:`.definitions`) and answers once. Before a case nothing
+else of the submission may be alive, and after its reply the case process must run alone on one
+thread (:data:`BACKGROUND` otherwise); the broker then kills it. A case process can forge at most
+its own reply; the forbidden-call evidence has a second source outside the sandbox, the static scan
+(:mod:`.scan`). Outside a PID namespace (tier B, ``--unsafe-no-isolation``) the broker is the child
+subreaper, so what the submission starts stays its descendant and is counted and killed the same way.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import time
 from typing import Any
@@ -40,9 +35,9 @@ from typing import Any
 from . import wire
 
 BACKGROUND = (
-    "not graded: {what} still running when this test was to run (started by a cell: a thread pool, "
-    "a timer, a process...). The grader runs each test with nothing else of your notebook running; "
-    "stop them before the notebook ends (executor.shutdown(), thread.join(), process.join())"
+    "not graded: {what} still running when this test ended (started by your code while the test ran: a "
+    "thread pool, a timer, a process...). The grader runs each test alone; stop them before your function "
+    "returns (executor.shutdown(), thread.join(), process.join())"
 )
 
 _PR_SET_DUMPABLE = 4
@@ -67,8 +62,8 @@ def _parent_of(pid: int) -> int | None:
     return int(stat[stat.rindex(b")") + 2 :].split()[1])
 
 
-def other_processes(me: int, child: int) -> list[int]:
-    """Pids of processes of the submission other than the broker and the notebook process.
+def other_processes(me: int, child: int = -1) -> list[int]:
+    """Pids of processes of the submission other than the broker and ``child`` (-1: none).
 
     In the sandbox's own PID namespace (the broker is pid 1) that is every pid ``/proc`` lists; outside
     one, the broker's descendants (it is their subreaper, so an orphan comes back to it).
@@ -95,15 +90,15 @@ def thread_count(pid: int) -> int:
         return 0
 
 
-def background(me: int, child: int) -> str | None:
-    """None when the notebook process runs alone on one thread, else a sentence for the learner."""
+def background(me: int, child: int = -1) -> str | None:
+    """None when ``child`` (a case process; -1: none) runs alone on one thread, else a sentence for the learner."""
     with contextlib.suppress(ChildProcessError, OSError):
         while os.waitpid(-1, os.WNOHANG)[0] > 0:  # reap what ended (zombies are still listed)
             pass
     parts = []
     threads = thread_count(child)
     if threads > 1:
-        parts.append(f"{threads - 1} other thread{'s' if threads > 2 else ''} of your notebook")
+        parts.append(f"{threads - 1} other thread{'s' if threads > 2 else ''}")
     others = other_processes(me, child)
     if others:
         parts.append(f"{len(others)} other process{'es' if len(others) > 1 else ''}")
@@ -113,20 +108,74 @@ def background(me: int, child: int) -> str | None:
     return BACKGROUND.format(what=" and ".join(parts) + (" were" if plural else " was"))
 
 
-def split(grader: socket.socket) -> tuple[socket.socket | None, socket.socket]:
-    """Fork the notebook process; returns (None, channel) in it and (grader, channel) in the broker.
-
-    Called before any learner code (and before torch is imported, so the broker stays small). The
-    notebook process loses the grader's socket at once; the channel is a socketpair, which cannot be
-    reopened through ``/proc/PID/fd`` as a pipe could.
-    """
+def _fork(grader: socket.socket, child_side: Any) -> tuple[int, socket.socket]:
+    """Fork with a fresh socketpair: in the child, ``child_side(sock)`` runs (it never returns)."""
     mine, theirs = socket.socketpair()
     pid = os.fork()
     if pid == 0:
-        grader.close()
-        mine.close()
-        return None, theirs
+        try:
+            grader.close()  # first thing: the grader's socket is the broker's alone
+            mine.close()
+            child_side(theirs)
+        finally:
+            os._exit(1)
     theirs.close()
+    return pid, mine
+
+
+def end_others(me: int) -> list[int]:
+    """SIGKILL every other process of the submission and reap it; the pids still there after 5 s (normally none)."""
+    deadline = time.monotonic() + 5.0
+    while True:
+        others = other_processes(me)
+        for pid in others:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in others:  # our children (the case process, the notebook process): wait for each to end
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, 0)
+        _reap()
+        others = other_processes(me)
+        if not others or time.monotonic() > deadline:
+            return others
+        time.sleep(0.01)
+
+
+def _reap() -> None:
+    with contextlib.suppress(ChildProcessError, OSError):
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+
+
+def empty(folder: str, keep: tuple[str, ...] = ()) -> None:
+    """Remove what a cell left in a writable ``folder`` (its read-only or hidden corners too), but ``keep``."""
+    import shutil
+    import stat
+
+    def unlock(function: Any, path: str, _: Any) -> None:
+        with contextlib.suppress(OSError):
+            os.chmod(os.path.dirname(path), stat.S_IRWXU)
+            os.chmod(path, stat.S_IRWXU)
+            function(path)
+
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            if entry.name in keep:
+                continue
+            with contextlib.suppress(OSError):
+                if entry.is_dir(follow_symlinks=False):
+                    os.chmod(entry.path, stat.S_IRWXU)
+                    shutil.rmtree(entry.path, onerror=unlock)
+                else:
+                    os.unlink(entry.path)
+
+
+def run(grader: socket.socket, scratch: str, sandbox: Any) -> None:
+    """The broker's whole life: the cells in one process, each case in its own.
+
+    ``sandbox`` is the runtime module (:mod:`.sandbox`, which calls this from its ``main``): its
+    ``preload``, ``run_cells`` and ``answer`` are what the broker runs and what its children run.
+    """
     _prctl(_PR_SET_DUMPABLE, 0)
     with contextlib.suppress(OSError):
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
@@ -134,27 +183,24 @@ def split(grader: socket.socket) -> tuple[socket.socket | None, socket.socket]:
     for fd in (0, 1, 2):  # the grader's stderr pipe is bwrap's; the broker prints nothing
         os.dup2(devnull, fd)
     os.close(devnull)
-    serve(grader, mine, pid)
-    os._exit(0)
-
-
-def serve(grader: socket.socket, child: socket.socket, pid: int) -> None:
-    """Relay one submission: the cells one at a time, then each case, checked before and after."""
     me = os.getpid()
     config, _ = wire.recv(grader)
     cells = [(int(i), str(s)) for i, s in config.get("cells", [])]
     skip = {int(i) for i in config.get("skip", [])}
-    wire.send(child, {k: v for k, v in config.items() if k != "cells"})
+    settings = {k: v for k, v in config.items() if k != "cells"}
+    sandbox.preload(settings, cells)
+    _, notebook = _fork(grader, lambda sock: sandbox.run_cells(sock, settings, scratch))
     for index, source in cells:
         if index in skip:
             continue
         wire.send(grader, {"event": "cell", "index": index})
-        wire.send(child, {"event": "cell", "index": index, "source": source})
-        done, _ = wire.recv(child, max_blob=0)
+        wire.send(notebook, {"event": "cell", "index": index, "source": source})
+        done, _ = wire.recv(notebook, max_blob=0)
         error = done.get("error")
         wire.send(grader, {"event": "cell_done", "index": index, "error": None if error is None else str(error)[:400]})
+    notebook.close()
+    _clean(me, scratch)
     wire.send(grader, {"event": "ready"})
-    wait = 1.0
     while True:
         try:
             request, blob = wire.recv(grader)
@@ -162,9 +208,38 @@ def serve(grader: socket.socket, child: socket.socket, pid: int) -> None:
             return
         if request.get("event") != "case":
             return
-        reply, out = _case(child, pid, me, request, blob, wait)
+        reply, out = _case(grader, me, request, blob, (cells, skip, settings, scratch), sandbox)
         wire.send(grader, reply, out)
-        wait = 0.0 if reply.get("kind") == "background" else 1.0  # no second wait for what did not end
+
+
+def _clean(me: int, scratch: str) -> None:
+    """Nothing of the notebook left: no process (killed and reaped), no file in the writable folders."""
+    end_others(me)
+    empty(scratch, keep=(".matplotlib",))
+    if me == 1:  # bubblewrap's own /tmp; outside a PID namespace /tmp is the host's and TMPDIR is the scratch
+        empty("/tmp")
+
+
+def _case(
+    grader: socket.socket, me: int, request: dict, blob: bytes, notebook: tuple, sandbox: Any
+) -> tuple[dict, bytes]:
+    """One case in a fresh case process, checked alone before (nothing else alive) and after (one thread).
+
+    ``notebook`` is (cells, skip, settings, scratch), as :func:`run` received them.
+    """
+    cells, skip, settings, scratch = notebook
+    why = background(me)
+    if why is None:
+        pid, channel = _fork(grader, lambda sock: sandbox.answer(sock, settings, cells, skip, request, blob))
+        try:
+            reply, out = wire.recv(channel)  # EOFError when the case process died: the grader sees the broker end
+            why = _settled(me, pid)
+        finally:
+            channel.close()
+            _clean(me, scratch)
+        if why is None:
+            return _plain(reply), out
+    return {"ok": False, "kind": "background", "error": why, "forbidden": []}, b""
 
 
 def _settled(me: int, child: int, wait: float = 1.0) -> str | None:
@@ -177,18 +252,7 @@ def _settled(me: int, child: int, wait: float = 1.0) -> str | None:
     return why
 
 
-def _case(child: socket.socket, pid: int, me: int, request: dict, blob: bytes, wait: float) -> tuple[dict, bytes]:
-    why = _settled(me, pid, wait)
-    if why is None:
-        wire.send(child, request, blob)
-        reply, out = wire.recv(child)
-        why = _settled(me, pid, wait)
-        if why is None:
-            return _plain(reply), out
-    return {"ok": False, "kind": "background", "error": why, "forbidden": []}, b""
-
-
 def _plain(reply: Any) -> dict:
-    """The notebook's reply with only the fields the grader reads (it judges their values itself)."""
+    """The case process's reply with only the fields the grader reads (it judges their values itself)."""
     keys = ("ok", "kind", "error", "structure", "forbidden", "ops")
     return {k: reply[k] for k in keys if k in reply}

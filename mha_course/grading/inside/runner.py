@@ -1,35 +1,29 @@
-"""The submission runtime: runs one learner's notebook and its cases, untrusted, inside its sandbox.
+"""The submission runtime: the code that runs inside a learner's sandbox, for the cells and for each case.
 
-The grader starts it as ``python -m mha_course.grading.inside.runner FD`` inside a bubblewrap sandbox
-(:mod:`.isolation`): its own namespaces, uid nobody, no capabilities, no network, and a read-only
-view in which ``mha_course`` holds only this runtime, the assignment's call functions
-(:mod:`.calls`), its provided building blocks, the self-check helpers (``assert_close``) and a no-op
-``check``. Before anything else it splits in two (:mod:`.broker`): the broker, pid 1, keeps the
-socket ``FD`` to the grader and never runs learner code; the notebook process below it runs the code
-below, talking to the broker only. Frames are :mod:`.wire`'s (JSON + ``.npy``, never pickle). Its life:
+The grader starts ``python -m mha_course.grading.inside.runner FD`` inside the sandbox (:mod:`.isolation`
+or :mod:`.tier_b`): its own namespaces, an unprivileged uid, no network, a read-only view in which
+``mha_course`` holds only this runtime, the assignment's call functions (:mod:`.calls`), its provided
+building blocks, the self-check helpers and a no-op ``check``. That process is the broker
+(:mod:`.broker`): it alone talks to the grader, imports what every submission uses (:func:`preload`)
+and never runs learner code. It forks
 
-1. import torch and numpy (before any learner code), stdin/stdout/stderr to /dev/null (printing
-   "passed" reaches nobody), work in the private scratch folder, ``RLIMIT_AS`` = current size +
-   the memory limit (a hog gets ``MemoryError``), one torch thread, no tqdm monitor thread;
-2. install the forbidden-call wrappers (:class:`.guard.Tripwire`) and an audit hook that *explains*
-   what grading never needs (new processes, sockets, ctypes, ...). Neither is a wall: the kernel is;
-   they turn a refused or pointless operation into a sentence an honest learner can act on;
-3. run each code cell the broker hands over, in one namespace (which also holds a ``display`` that
-   does nothing and a ``get_ipython`` that returns None); an exception, ``sys.exit()`` or
-   ``KeyboardInterrupt`` in a cell is recorded and the next cell runs;
-4. answer case requests: import the named call function (only from :mod:`.calls` or a module the
-   grader put in the view), run ``call(target, inputs)`` with the target guarded (subclasses
-   rejected) and the tripwire armed; reply with the output as plain data, or the error's last line
-   with the learner's own cell and line. Every judgement happens in the grader.
+* the notebook process, which runs :func:`run_cells`: every code cell in one namespace (with a
+  ``display`` that does nothing and a ``get_ipython`` that returns None), reporting each cell's error;
+  it is killed once the cells are done, with everything it started;
+* for each case, a fresh case process running :func:`answer`: it loads only the notebook's
+  definitions (:mod:`.definitions`: no learner code runs at load time), calls the function under
+  test through the named call function with the target guarded and the tripwire armed, replies once
+  on a socketpair of its own and ends.
 
-Messages, broker -> notebook process: the configuration (no cells), then ``{"event": "cell",
-"index": i, "source": str}`` or ``{"event": "case", ...}`` + inputs blob. Notebook process -> broker:
-``{"event": "cell_done", "error": str|None}``, and per case ``{"ok": true, "structure": ...,
-"forbidden": [...], "ops": [...]}`` + blob, or ``{"ok": false, "kind": "not_implemented"|"missing"|
-"error", "error": str, "forbidden": [...]}``. The grader reads only the broker's frames: ``{"event":
-"cell", "index": i}``, ``{"event": "cell_done", "index": i, "error": ...}``, ``{"event": "ready"}``, then
-per case the notebook's reply (its known fields only) or ``{"ok": false, "kind": "background",
-"error": str}`` when something else of the notebook was running.
+Both first :func:`enter` the sandbox's inner rules: stdin/stdout/stderr to /dev/null, work in the
+scratch folder, ``RLIMIT_AS`` = current size + the memory limit, one torch thread, the blocker of
+reference modules, the forbidden-call wrappers (:class:`.guard.Tripwire`) and an audit hook that
+*explains* what grading never needs. Neither is a wall (the kernel is); they turn a refused or
+pointless operation into a sentence an honest learner can act on. Replies are :mod:`.wire` frames
+(JSON + ``.npy``, never pickle): per cell ``{"event": "cell_done", "error": str|None}``; per case
+``{"ok": true, "structure": ..., "forbidden": [...], "ops": [...]}`` + blob or ``{"ok": false, "kind":
+"not_implemented"|"missing"|"error", "error": str, "forbidden": [...]}``. Every judgement happens in
+the grader. The whole design and its reasons: docs/INSTRUCTORS.md, "How the sandbox runs a notebook".
 """
 
 from __future__ import annotations
@@ -40,6 +34,7 @@ import importlib.abc
 import os
 import sys
 import traceback
+from collections.abc import Sequence
 from typing import Any
 
 from . import wire
@@ -93,39 +88,12 @@ def error_text(exc: BaseException) -> str:
 
 
 _DENIED_EVENTS = frozenset(
-    {
-        "os.fork",
-        "os.forkpty",
-        "os.posix_spawn",
-        "os.spawn",
-        "os.exec",
-        "os.system",
-        "os.startfile",
-        "subprocess.Popen",
-        "pty.spawn",
-        "resource.setrlimit",
-        "resource.prlimit",
-        "sys.settrace",
-        "sys.setprofile",
-        "pickle.find_class",
-        "marshal.load",
-        "os.add_dll_directory",
-        "webbrowser.open",
-        "urllib.Request",
-    }
+    "os.fork os.forkpty os.posix_spawn os.spawn os.exec os.system os.startfile subprocess.Popen pty.spawn "
+    "resource.setrlimit resource.prlimit sys.settrace sys.setprofile pickle.find_class marshal.load "
+    "os.add_dll_directory webbrowser.open urllib.Request".split()
 )
-_DENIED_PREFIXES = (
-    "socket.",
-    "ctypes.",
-    "os.exec",
-    "os.spawn",
-    "ftplib.",
-    "http.",
-    "smtplib.",
-    "imaplib.",
-    "poplib.",
-    "nntplib.",
-    "telnetlib.",
+_DENIED_PREFIXES = tuple(
+    "socket. ctypes. os.exec os.spawn ftplib. http. smtplib. imaplib. poplib. nntplib. telnetlib.".split()
 )
 
 
@@ -200,16 +168,19 @@ def _call_function(name: str, extra: frozenset[str]) -> Any:
 
 
 def _run_case(
-    request: dict, namespace: dict, inputs: dict, tripwire: Tripwire, extra: frozenset[str]
+    request: dict, namespace: dict, inputs: dict, tripwire: Tripwire, extra: frozenset[str], found: Any = None
 ) -> tuple[dict, bytes]:
     target_name = str(request["target"])
     forbidden = tuple(str(n) for n in request.get("forbidden") or ())
     target = namespace.get(target_name)
     if target is None:
+        hint = found.name_error_hint(target_name) if found is not None else None
         return {
             "ok": False,
             "kind": "missing",
-            "error": f"your notebook does not define {target_name!r}",
+            "error": f"{target_name!r} is not defined: {hint}"
+            if hint
+            else f"your notebook does not define {target_name!r}",
             "forbidden": [],
         }, b""
     call = _call_function(request["call"], extra)
@@ -222,11 +193,22 @@ def _run_case(
         kind, error = "not_implemented", "not attempted yet"
     except BaseException as exc:
         kind, error = "error", error_text(exc)
+        hint = found.name_error_hint(exc.name) if isinstance(exc, NameError) and found is not None else None
+        if hint:
+            error = f"{error[:300]}: {hint}"[:600]
     return {"ok": False, "kind": kind, "error": error, "forbidden": tripwire.hits, "ops": tripwire.ops}, b""
 
 
-def _preload() -> None:
-    """Import what every submission uses before any learner code runs (and before the memory cap)."""
+# libraries the broker may import for a notebook that imports them (each case process then finds them loaded)
+PRELOADED = frozenset({"torch", "numpy", "matplotlib", "math", "triton", "einops", "scipy", "functools", "typing"})
+
+
+def preload(config: dict, cells: Sequence[tuple[int, str]] = ()) -> None:
+    """Import what the submission uses, in the broker before anything is forked (no learner code has run).
+
+    That is torch, numpy, matplotlib, the provided modules, and whatever a cell's top-level import
+    names under :data:`PRELOADED` (pyplot, triton: so each case process does not import them again).
+    """
     scratch = os.environ.get("MHA_COURSE_SCRATCH", SCRATCH)
     config_dir = os.path.join(scratch, ".matplotlib")
     os.makedirs(config_dir, exist_ok=True)
@@ -237,8 +219,8 @@ def _preload() -> None:
         for name in os.listdir(cache):
             if name.startswith("fontlist-"):
                 shutil.copyfile(os.path.join(cache, name), os.path.join(config_dir, name))
-    # imported now, before any learner code (numpy and torch.nn.functional load their C parts here, not in a cell)
-    importlib.import_module("numpy")
+    import numpy  # noqa: F401
+    import psutil  # noqa: F401  (_isolate reads the process size with it)
     import torch
 
     torch.set_num_threads(1)
@@ -247,15 +229,39 @@ def _preload() -> None:
     try:
         import matplotlib
 
-        matplotlib.use("Agg")
+        matplotlib.use("Agg")  # pyplot (about 1 s) only for a notebook that imports it: see _imported
     except Exception:
         pass
-    try:  # tqdm's monitor is a thread, and a case runs only while the notebook runs one thread (.broker)
+    try:  # tqdm's monitor is a thread, and a case process must run alone on one thread (.broker)
         import tqdm
 
         tqdm.tqdm.monitor_interval = 0
     except Exception:
         pass
+    for name in [*config.get("provided", ()), *HELPERS, "mha_course.grading.learner.selfcheck", *_imported(cells)]:
+        try:
+            importlib.import_module(str(name))
+        except Exception:
+            pass
+    from . import definitions  # noqa: F401  (the case process parses the cells with it)
+
+
+def _imported(cells: Any) -> list[str]:
+    """The modules under :data:`PRELOADED` that the cells import at the top level (parsed, never run)."""
+    import ast
+
+    names = []
+    for _, source in cells:
+        try:
+            body = ast.parse(source).body
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for stmt in body:
+            if isinstance(stmt, ast.Import):
+                names += [a.name for a in stmt.names]
+            elif isinstance(stmt, ast.ImportFrom) and stmt.module and not stmt.level:
+                names.append(stmt.module)
+    return [n for n in dict.fromkeys(names) if n.split(".")[0] in PRELOADED]
 
 
 def _display(*objects: Any, **kwargs: Any) -> None:
@@ -267,61 +273,118 @@ def _get_ipython() -> None:
     return None
 
 
-def serve(sock: Any, scratch: str) -> None:
-    """The notebook process's loop, after :func:`.broker.split`: cells one at a time, then cases.
+def _namespace() -> dict:
+    return {"__name__": "__main__", "__builtins__": builtins, "display": _display, "get_ipython": _get_ipython}
 
-    Only the broker is on the other end of ``sock``; it frames everything the grader reads.
-    """
-    config, _ = wire.recv(sock)
+
+def enter(config: dict, scratch: str) -> tuple[Tripwire, frozenset[str]]:
+    """The inner rules, before any learner code: isolation, blocker, tripwire, audit hook (in this order)."""
     _isolate(scratch, int(config.get("memory_mb", 0)))
     provided = tuple(str(p) for p in config.get("provided", ()))
     extra = frozenset(str(m) for m in config.get("extra_modules", ()))
-    for name in provided:
-        try:
-            importlib.import_module(name)
-        except Exception:
-            pass
     sys.meta_path.insert(0, _Blocker(provided))
     tripwire = Tripwire()
     tripwire.install({str(n) for n in config.get("forbidden", ())})
-    send, recv, unpack, run_case = wire.send, wire.recv, wire.unpack, _run_case  # bound before learner code
     _install_audit_hook()
-    namespace: dict = {
-        "__name__": "__main__",
-        "__builtins__": builtins,
-        "display": _display,
-        "get_ipython": _get_ipython,
-    }
-    exit_now = os._exit
+    return tripwire, extra
+
+
+def run_cells(sock: Any, config: dict, scratch: str) -> None:
+    """The notebook process: run each cell the broker hands over, report its error; ends when told nothing more."""
+    enter(config, scratch)
+    send, recv, exit_now = wire.send, wire.recv, os._exit  # bound before learner code
+    namespace = _namespace()
     while True:
         try:
-            message, blob = recv(sock)
+            message, _ = recv(sock)
         except (EOFError, OSError, ValueError):
             break
-        event = message.get("event")
-        if event == "cell":
-            reply: dict = {
-                "event": "cell_done",
-                "error": _run_cell(str(message["source"]), int(message["index"]), namespace),
-            }
-            out = b""
-        elif event == "case":
-            try:
-                inputs = unpack(message["inputs"], blob)
-                reply, out = run_case(message, namespace, inputs, tripwire, extra)
-            except BaseException as exc:
-                reply, out = {"ok": False, "kind": "error", "error": error_text(exc), "forbidden": []}, b""
-        else:
+        if message.get("event") != "cell":
             break
+        error = _run_cell(str(message["source"]), int(message["index"]), namespace)
         try:
-            send(sock, reply, out)
+            send(sock, {"event": "cell_done", "error": error})
         except BaseException:
             break
     exit_now(0)
 
 
+def _own_path(scratch: str) -> None:
+    """Drop ``''``, the writable folders and the working folder (unless ``/``) from ``sys.path``.
+
+    A file a cell wrote there is then no module a case process could import.
+    """
+    # /tmp is the sandbox's own tmpfs only under bubblewrap (the broker is pid 1); in tier B it is the
+    # host's, read-only there, and holds the grader's view of the package
+    tmp = ("/tmp",) if os.getppid() == 1 else ()
+    folders = {os.path.realpath(p) for p in (scratch, *tmp, os.getcwd())} - {os.sep}
+    writable = tuple(f.rstrip(os.sep) + os.sep for f in folders)
+    sys.path[:] = [p for p in sys.path if p and not (os.path.realpath(p) + os.sep).startswith(writable)]
+
+
+def load_definitions(cells: list[tuple[int, str]], skip: set[int], namespace: dict) -> Any:
+    """Run the notebook's definitions (:mod:`.definitions`) in ``namespace``, one statement at a time.
+
+    A statement that fails (an import of a missing module) is passed over: the cell's own run reported it.
+    A skipped statement that rebinds a name unconditionally (``kernel = Lookalike()``) removes the
+    earlier binding, so the case never calls what the notebook itself had replaced.
+    """
+    import ast
+
+    from .definitions import definitions
+
+    found = definitions(cells, skip)
+    kept = dict(found.kept)
+    for index in found.cells:
+        drops = [d for d in found.skipped if d.cell == index and d.rebinds]
+        future = 0
+        for stmt in [*(kept[index].body if index in kept else ()), None]:
+            line = stmt.lineno if stmt is not None else float("inf")
+            while drops and drops[0].line < line:  # the notebook rebound these without running code here
+                for name in drops.pop(0).names:
+                    namespace.pop(name, None)
+            if stmt is None:
+                break
+            if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
+                future |= _future_flags(stmt)
+                continue
+            try:
+                code = compile(ast.Module(body=[stmt], type_ignores=[]), f"<cell {index + 1}>", "exec", flags=future)
+                exec(code, namespace)
+            except BaseException:
+                pass
+    return found
+
+
+def _future_flags(stmt: Any) -> int:
+    import __future__
+
+    return sum(getattr(__future__, a.name).compiler_flag for a in stmt.names if hasattr(__future__, a.name))
+
+
+def answer(sock: Any, config: dict, cells: list[tuple[int, str]], skip: set[int], request: dict, blob: bytes) -> None:
+    """One case process: the definitions, then the one case of ``request``, one reply, then wait to be ended."""
+    scratch = os.environ.get("MHA_COURSE_SCRATCH", SCRATCH)
+    send, recv, exit_now = wire.send, wire.recv, os._exit
+    try:
+        _own_path(scratch)
+        tripwire, extra = enter(config, scratch)
+        namespace = _namespace()
+        found = load_definitions(cells, skip, namespace)
+        inputs = wire.unpack(request["inputs"], blob)
+        reply, out = _run_case(request, namespace, inputs, tripwire, extra, found)
+    except BaseException as exc:
+        reply, out = {"ok": False, "kind": "error", "error": error_text(exc), "forbidden": []}, b""
+    try:
+        send(sock, reply, out)
+        recv(sock)  # the broker looks at this process, then ends it
+    except BaseException:
+        pass
+    exit_now(0)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """``python -m mha_course.grading.inside.runner FD``: the broker on the inherited socket FD, the notebook below it."""
+    """``python -m mha_course.grading.inside.runner FD``: the broker on the inherited socket FD (:mod:`.broker`)."""
     import socket
 
     from . import broker
@@ -329,10 +392,8 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     code = 0
     try:
-        grader = socket.socket(fileno=int(argv[0]))
-        _, channel = broker.split(grader)  # only the notebook process returns
-        _preload()
-        serve(channel, os.environ.get("MHA_COURSE_SCRATCH", SCRATCH))
+        runtime = sys.modules[__name__]
+        broker.run(socket.socket(fileno=int(argv[0])), os.environ.get("MHA_COURSE_SCRATCH", SCRATCH), runtime)
     except BaseException:
         code = 1
     finally:
