@@ -3,9 +3,11 @@ the messages on the sandbox's channel, and the one tolerance policy of the diagn
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import socket
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -93,6 +95,24 @@ def test_messages_cross_the_socket_as_their_protocol_strings():
 
 def test_both_sides_use_the_same_paths():
     assert messages.SCRATCH == sandbox.SCRATCH == "/scratch"
+    # the sandbox's side spells no path or event of its own: it imports them from messages
+    inside = Path(sandbox.__file__).parent
+    spelled = {"/scratch", "mplcache", "cell", "cell_done", "ready", "case", "background", "MHA_COURSE_SCRATCH"}
+    for name in ("runner.py", "broker.py"):
+        tree = ast.parse((inside / name).read_text(encoding="utf-8"))
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        strings = {
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+        }
+        assert sorted(strings & spelled) == [] and not any(s.startswith("/run/grader") for s in strings), name
     assert messages.MPL_CACHE == "/run/grader/mplcache"
     assert "messages.py" in __import__("mha_course.grading.walls.view", fromlist=["RUNTIME_FILES"]).RUNTIME_FILES
 

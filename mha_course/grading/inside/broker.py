@@ -33,6 +33,7 @@ import time
 from typing import Any
 
 from . import wire
+from .messages import MPL_CONFIG, REPLY_FIELDS, Event, ReplyKind
 
 BACKGROUND = (
     "not graded: {what} still running when this test ended (started by your code while the test ran: a "
@@ -193,20 +194,22 @@ def run(grader: socket.socket, scratch: str, sandbox: Any) -> None:
     for index, source in cells:
         if index in skip:
             continue
-        wire.send(grader, {"event": "cell", "index": index})
-        wire.send(notebook, {"event": "cell", "index": index, "source": source})
+        wire.send(grader, {"event": Event.CELL, "index": index})
+        wire.send(notebook, {"event": Event.CELL, "index": index, "source": source})
         done, _ = wire.recv(notebook, max_blob=0)
         error = done.get("error")
-        wire.send(grader, {"event": "cell_done", "index": index, "error": None if error is None else str(error)[:400]})
+        wire.send(
+            grader, {"event": Event.CELL_DONE, "index": index, "error": None if error is None else str(error)[:400]}
+        )
     notebook.close()
     _clean(me, scratch)
-    wire.send(grader, {"event": "ready"})
+    wire.send(grader, {"event": Event.READY})
     while True:
         try:
             request, blob = wire.recv(grader)
         except (EOFError, OSError, ValueError):
             return
-        if request.get("event") != "case":
+        if request.get("event") != Event.CASE:
             return
         reply, out = _case(grader, me, request, blob, (cells, skip, settings, scratch), sandbox)
         wire.send(grader, reply, out)
@@ -215,7 +218,7 @@ def run(grader: socket.socket, scratch: str, sandbox: Any) -> None:
 def _clean(me: int, scratch: str) -> None:
     """Nothing of the notebook left: no process (killed and reaped), no file in the writable folders."""
     end_others(me)
-    empty(scratch, keep=(".matplotlib",))
+    empty(scratch, keep=(MPL_CONFIG,))
     if me == 1:  # bubblewrap's own /tmp; outside a PID namespace /tmp is the host's and TMPDIR is the scratch
         empty("/tmp")
 
@@ -239,7 +242,7 @@ def _case(
             _clean(me, scratch)
         if why is None:
             return _plain(reply), out
-    return {"ok": False, "kind": "background", "error": why, "forbidden": []}, b""
+    return {"ok": False, "kind": ReplyKind.BACKGROUND, "error": why, "forbidden": []}, b""
 
 
 def _settled(me: int, child: int, wait: float = 1.0) -> str | None:
@@ -254,5 +257,4 @@ def _settled(me: int, child: int, wait: float = 1.0) -> str | None:
 
 def _plain(reply: Any) -> dict:
     """The case process's reply with only the fields the grader reads (it judges their values itself)."""
-    keys = ("ok", "kind", "error", "structure", "forbidden", "ops")
-    return {k: reply[k] for k in keys if k in reply}
+    return {k: reply[k] for k in REPLY_FIELDS if k in reply}

@@ -40,8 +40,8 @@ from typing import Any
 from . import wire
 from .convert import exception_line
 from .guard import Tripwire, guarded
+from .messages import MPL_CACHE, MPL_CONFIG, SCRATCH, SCRATCH_ENV, Event
 
-SCRATCH = "/scratch"
 CALL_PACKAGE = "mha_course.grading.calls."
 # Library modules every sandbox may import: the self-check helpers the lectures import next to `check`
 # (tolerances and assert_close compare what they are given and hold no answers); :mod:`.view` copies them.
@@ -209,18 +209,18 @@ def preload(config: dict, cells: Sequence[tuple[int, str]] = ()) -> None:
     That is torch, numpy, matplotlib, the provided modules, and whatever a cell's top-level import
     names under :data:`PRELOADED` (pyplot, triton: so each case process does not import them again).
     """
-    scratch = os.environ.get("MHA_COURSE_SCRATCH", SCRATCH)
-    config_dir = os.path.join(scratch, ".matplotlib")
+    scratch = os.environ.get(SCRATCH_ENV, SCRATCH)
+    config_dir = os.path.join(scratch, MPL_CONFIG)
     os.makedirs(config_dir, exist_ok=True)
-    cache = "/run/grader/mplcache"
+    cache = MPL_CACHE
     if os.path.isdir(cache):  # the grader's font list: matplotlib need not scan the fonts again
         import shutil
 
         for name in os.listdir(cache):
             if name.startswith("fontlist-"):
                 shutil.copyfile(os.path.join(cache, name), os.path.join(config_dir, name))
-    import numpy  # noqa: F401
-    import psutil  # noqa: F401  (_isolate reads the process size with it)
+    importlib.import_module("numpy")
+    importlib.import_module("psutil")  # _isolate reads the process size with it
     import torch
 
     torch.set_num_threads(1)
@@ -243,7 +243,7 @@ def preload(config: dict, cells: Sequence[tuple[int, str]] = ()) -> None:
             importlib.import_module(str(name))
         except Exception:
             pass
-    from . import definitions  # noqa: F401  (the case process parses the cells with it)
+    importlib.import_module(f"{__package__}.definitions")  # the case process parses the cells with it
 
 
 def _imported(cells: Any) -> list[str]:
@@ -299,11 +299,11 @@ def run_cells(sock: Any, config: dict, scratch: str) -> None:
             message, _ = recv(sock)
         except (EOFError, OSError, ValueError):
             break
-        if message.get("event") != "cell":
+        if message.get("event") != Event.CELL:
             break
         error = _run_cell(str(message["source"]), int(message["index"]), namespace)
         try:
-            send(sock, {"event": "cell_done", "error": error})
+            send(sock, {"event": Event.CELL_DONE, "error": error})
         except BaseException:
             break
     exit_now(0)
@@ -364,7 +364,7 @@ def _future_flags(stmt: Any) -> int:
 
 def answer(sock: Any, config: dict, cells: list[tuple[int, str]], skip: set[int], request: dict, blob: bytes) -> None:
     """One case process: the definitions, then the one case of ``request``, one reply, then wait to be ended."""
-    scratch = os.environ.get("MHA_COURSE_SCRATCH", SCRATCH)
+    scratch = os.environ.get(SCRATCH_ENV, SCRATCH)
     send, recv, exit_now = wire.send, wire.recv, os._exit
     try:
         _own_path(scratch)
@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> None:
     code = 0
     try:
         runtime = sys.modules[__name__]
-        broker.run(socket.socket(fileno=int(argv[0])), os.environ.get("MHA_COURSE_SCRATCH", SCRATCH), runtime)
+        broker.run(socket.socket(fileno=int(argv[0])), os.environ.get(SCRATCH_ENV, SCRATCH), runtime)
     except BaseException:
         code = 1
     finally:
