@@ -50,7 +50,7 @@ class File:
 def peek_assignment(path: Path) -> tuple[str | None, str | None]:
     """(assignment key from the notebook's metadata or None, error text or None); never raises.
 
-    Reads only a regular file (:func:`.notebook.read_regular`: a FIFO never blocks it); JSON nested
+    Reads only a regular file (:func:`~mha_course.grading.engine.notebook.read_regular`: a FIFO never blocks it); JSON nested
     too deeply to parse is "not a readable notebook", like any other broken file.
     """
     try:

@@ -1,6 +1,6 @@
 """One seed per assignment and class, kept beside the results so that a regrade draws the same inputs.
 
-The grader runs every passing case again on fresh inputs (:func:`.case_inputs.salted`). Their salt
+The grader runs every passing case again on fresh inputs (:func:`~mha_course.grading.engine.case_inputs.salted`). Their salt
 comes from the class's seed and the student's identity (:func:`student_seed`), so classmates get
 different inputs while a regrade of the same folder gets the same ones: the class's seed is stored
 in ``grading-seed.json`` in the output folder, one entry per assignment and class folder::

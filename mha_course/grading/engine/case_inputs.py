@@ -62,7 +62,7 @@ def unchanged_case(
     message: str,
     names: Sequence[str] | Callable[[Any], Sequence[np.ndarray]],
 ) -> tuple[Callable[[Any], Any], Callable[[Any, Any, Any], str | None]]:
-    """(reference, diagnose) for a case whose ``call`` returns :func:`~.convert.with_inputs_after`'s pair.
+    """(reference, diagnose) for a case whose ``call`` returns :func:`~mha_course.grading.inside.convert.with_inputs_after`'s pair.
 
     The call sends back (result, the objects it passed to the target, read after the call); whether
     they changed is decided here, in the grader, by comparing them bit for bit with what was sent:

@@ -4,7 +4,7 @@
 case there (every visible case before any hidden one) and judges the answer here, runs every case
 again on fresh inputs, and keeps the
 crashes so far (a sandbox that dies costs that case only; after ``max_crashes`` an exercise's
-remaining cases are not run). :mod:`.grader` decides what to run; :mod:`.process` owns the process.
+remaining cases are not run). :mod:`mha_course.grading.engine.pipeline` decides what to run; :mod:`.process` owns the process.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 For one submission (:func:`grade_notebook`)::
 
     read the notebook, identify the assignment from its metadata (never from its file name)
-    static scan (:mod:`.scan`): tampering -> 0 with the findings; forbidden name in a target -> that exercise 0
-    start a submission process in a fresh bubblewrap sandbox (:mod:`.isolation`) and send it the cells
+    static scan (:mod:`mha_course.grading.static.scan`): tampering -> 0 with the findings; forbidden name in a target -> that exercise 0
+    start a submission process in a fresh bubblewrap sandbox (:mod:`mha_course.grading.walls.tier_a`) and send it the cells
         a cell that kills or hangs the process is skipped on the next start (and reported)
     for each case, in the grader's process:
         inputs = case.make_inputs()                   -> sent as JSON + .npy
@@ -203,13 +203,13 @@ def grade_many(
 ) -> list[SubmissionResult]:
     """Grade many notebooks with ``workers`` threads (each drives one sandbox at a time) and a progress bar.
 
-    ``paths`` holds notebook paths or :class:`~.collect.Submission` rows (whose student, key and
+    ``paths`` holds notebook paths or :class:`~mha_course.grading.classroom.collect.Submission` rows (whose student, key and
     notes are copied into the result; a row with a ``problem`` is reported, not graded).
 
     ``seed`` as in :func:`grade_notebook`; one seed is drawn for the whole batch, and each
-    :class:`~.collect.Submission` row's fresh inputs are salted with :func:`.seeds.student_seed` of it
+    :class:`~mha_course.grading.classroom.collect.Submission` row's fresh inputs are salted with :func:`~mha_course.grading.classroom.seeds.student_seed` of it
     and the student (roster id, else folder), recorded as the result's ``input_seed``. Raises
-    :class:`~.isolation.IsolationError` before grading anything when bubblewrap cannot run here and
+    :class:`~mha_course.grading.walls.tier_a.IsolationError` before grading anything when bubblewrap cannot run here and
     ``unsafe_no_isolation`` is False.
     """
     from concurrent.futures import ThreadPoolExecutor

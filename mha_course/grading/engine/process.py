@@ -1,10 +1,10 @@
 """The process layer of the grader: sandboxes, the socket to a submission's process, and its watchdog.
 
-:class:`Isolator` chooses the walls once per grading run (the strongest tier of :mod:`.tiers`
+:class:`Isolator` chooses the walls once per grading run (the strongest tier of :mod:`mha_course.grading.walls.tiers`
 that holds: bubblewrap, Landlock, uid; or none when told ``--unsafe-no-isolation``) and builds one read-only view of the package per assignment;
 :class:`SubmissionProcess` is one submission process in one sandbox, with a watchdog thread that kills the
-whole sandbox at a deadline and a socket that carries JSON headers and ``.npy`` blobs (:mod:`.wire`).
-The orchestration (which cells, which cases, what to do after a crash) is :mod:`.grader`'s.
+whole sandbox at a deadline and a socket that carries JSON headers and ``.npy`` blobs (:mod:`mha_course.grading.inside.wire`).
+The orchestration (which cells, which cases, what to do after a crash) is :mod:`mha_course.grading.engine.pipeline`'s.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from .verdicts import Limits, Status
 class Isolator:
     """Starts the sandboxes of one grading run (thread-safe): the walls are chosen once, a view built per assignment.
 
-    The walls are the strongest tier that holds here (:mod:`.tiers`): A bubblewrap, B Landlock + seccomp +
+    The walls are the strongest tier that holds here (:mod:`mha_course.grading.walls.tiers`): A bubblewrap, B Landlock + seccomp +
     own uid (root in a default Docker container), C own uid only. Raises
     :class:`~mha_course.grading.walls.view.IsolationError` when that tier is weaker than ``min_isolation`` ("A", "B" or "C"),
     unless ``unsafe_no_isolation`` (then plain child processes; every result says so). Raises ValueError

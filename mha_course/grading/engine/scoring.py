@@ -1,7 +1,7 @@
 """Judging one case: the expected output, the exercise's diagnosis, and the engine's safety nets.
 
 Shared by the self-check (learner's kernel) and the grader (its own trusted process), so both
-give the same verdict and the same hint. ``got`` is always plain data (what :mod:`.wire` lets
+give the same verdict and the same hint. ``got`` is always plain data (what :mod:`mha_course.grading.inside.wire` lets
 through), never the learner's objects.
 
     expected = case.reference(inputs)

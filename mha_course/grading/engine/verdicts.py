@@ -1,7 +1,7 @@
 """What grading produces: the limits it runs under, one verdict per test case, one result per submission.
 
-Plain data shared by the grader (:mod:`.grader`), its outputs (:mod:`.results`, :mod:`.report`,
-:mod:`.feedback`) and the class workflow (:mod:`.roster`). A result's score applies the
+Plain data shared by the grader (:mod:`mha_course.grading.engine.pipeline`), its outputs (:mod:`mha_course.grading.classroom.results`, :mod:`mha_course.grading.classroom.report`,
+:mod:`mha_course.grading.classroom.feedback`) and the class workflow (:mod:`mha_course.grading.classroom.roster`). A result's score applies the
 instructor's overrides (``adjustments``); its tests keep what the grader found.
 """
 

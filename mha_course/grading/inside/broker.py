@@ -10,7 +10,7 @@ return and answer cases itself. So no process that ran a cell answers a case::
                                                     --fork--> one case process per case: loads the
                                                               definitions only, runs that one case
 
-The broker imports torch and the provided modules (:func:`.sandbox.preload`), forks the notebook
+The broker imports torch and the provided modules (:func:`~mha_course.grading.inside.runner.preload`), forks the notebook
 process and hands it one cell at a time (the ``cell`` / ``cell_done`` / ``ready`` frames are the
 broker's). Once the cells are done, or the notebook process says so, it SIGKILLs every other process
 of the submission and reaps it, and empties the writable folders. For each case request it forks a
@@ -19,7 +19,7 @@ loads only the notebook's definitions (:mod:`.definitions`) and answers once. Be
 else of the submission may be alive, and after its reply the case process must run alone on one
 thread (:data:`BACKGROUND` otherwise); the broker then kills it. A case process can forge at most
 its own reply; the forbidden-call evidence has a second source outside the sandbox, the static scan
-(:mod:`.scan`). Outside a PID namespace (tier B, ``--unsafe-no-isolation``) the broker is the child
+(:mod:`mha_course.grading.static.scan`). Outside a PID namespace (tier B, ``--unsafe-no-isolation``) the broker is the child
 subreaper, so what the submission starts stays its descendant and is counted and killed the same way.
 """
 
@@ -174,7 +174,7 @@ def empty(folder: str, keep: tuple[str, ...] = ()) -> None:
 def run(grader: socket.socket, scratch: str, sandbox: Any) -> None:
     """The broker's whole life: the cells in one process, each case in its own.
 
-    ``sandbox`` is the runtime module (:mod:`.sandbox`, which calls this from its ``main``): its
+    ``sandbox`` is the runtime module (:mod:`mha_course.grading.inside.runner`, which calls this from its ``main``): its
     ``preload``, ``run_cells`` and ``answer`` are what the broker runs and what its children run.
     """
     _prctl(_PR_SET_DUMPABLE, 0)

@@ -17,7 +17,7 @@
   The mode also matches by *name*, so private and raw-operator routes to the same kernel count:
   ``torch._softmax``, ``torch.ops.aten._softmax`` and ``Tensor.softmax`` are all "softmax", and
   ``torch._scaled_dot_product_attention_math`` or ``torch.ops.aten._scaled_dot_product_flash_attention``
-  are all "scaled_dot_product" (:func:`same_family`). The static scan (:mod:`.scan`) also treats
+  are all "scaled_dot_product" (:func:`same_family`). The static scan (:mod:`mha_course.grading.static.scan`) also treats
   ``torch.ops``, ``torch._C`` and other private torch names in a submission as tampering.
 
   ``mha_course`` names are wrapped only where the assignment provides their module; the sandbox

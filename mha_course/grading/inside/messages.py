@@ -1,7 +1,7 @@
 """The channel between the grader and a submission's sandbox: its messages, their kinds, the paths both sides use.
 
-One socket joins the grader (:mod:`.process`, :mod:`.notebook_run`) to the sandbox's broker
-(:mod:`.broker`), which relays to the notebook's process (:mod:`.sandbox`); each frame is a JSON
+One socket joins the grader (:mod:`mha_course.grading.engine.process`, :mod:`mha_course.grading.engine.notebook_run`) to the sandbox's broker
+(:mod:`.broker`), which relays to the notebook's process (:mod:`mha_course.grading.inside.runner`); each frame is a JSON
 header plus an optional blob of ``.npy`` arrays (:mod:`.wire`). In order:
 
     grader -> broker      Config                    the cells to run and the run's settings

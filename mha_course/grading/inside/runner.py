@@ -1,7 +1,7 @@
 """The submission runtime: the code that runs inside a learner's sandbox, for the cells and for each case.
 
-The grader starts ``python -m mha_course.grading.inside.runner FD`` inside the sandbox (:mod:`.isolation`
-or :mod:`.tier_b`): its own namespaces, an unprivileged uid, no network, a read-only view in which
+The grader starts ``python -m mha_course.grading.inside.runner FD`` inside the sandbox (:mod:`mha_course.grading.walls.tier_a`
+or :mod:`mha_course.grading.walls.tier_b`): its own namespaces, an unprivileged uid, no network, a read-only view in which
 ``mha_course`` holds only this runtime, the assignment's call functions (:mod:`.calls`), its provided
 building blocks, the self-check helpers and a no-op ``check``. That process is the broker
 (:mod:`.broker`): it alone talks to the grader, imports what every submission uses (:func:`preload`)
@@ -44,7 +44,7 @@ from .messages import MPL_CACHE, MPL_CONFIG, SCRATCH, SCRATCH_ENV, Event
 
 CALL_PACKAGE = "mha_course.grading.calls."
 # Library modules every sandbox may import: the self-check helpers the lectures import next to `check`
-# (tolerances and assert_close compare what they are given and hold no answers); :mod:`.view` copies them.
+# (tolerances and assert_close compare what they are given and hold no answers); :mod:`mha_course.grading.walls.view` copies them.
 HELPERS = ("mha_course.testing",)
 
 _BLOCK_MESSAGE = (
@@ -100,7 +100,7 @@ _DENIED_PREFIXES = tuple(
 def _install_audit_hook() -> None:
     """Explain, in every thread, the operations grading never needs (new processes, sockets, ctypes, ...).
 
-    This is not the security boundary (the kernel is: see :mod:`.isolation`); it turns what the
+    This is not the security boundary (the kernel is: see :mod:`mha_course.grading.walls.tier_a`); it turns what the
     sandbox would refuse or make pointless into a sentence an honest learner can act on. A refused
     operation raises PermissionError whose message says it is not available while grading.
     """

@@ -6,8 +6,8 @@ points, passed/failed, and a hint in the learner's terms -- plus, for a failed c
 never shows a traceback: an exception becomes a failed row whose hint is the exception's last
 line, and ``NotImplementedError`` (the unedited stub) reads "not attempted yet".
 
-Each output makes the same trip it makes in the grader (:func:`.wire.roundtrip`: plain arrays only,
-subclasses rejected) and is judged by the same code (:func:`.scoring.judge`), so check() and the
+Each output makes the same trip it makes in the grader (:func:`~mha_course.grading.inside.wire.roundtrip`: plain arrays only,
+subclasses rejected) and is judged by the same code (:func:`~mha_course.grading.engine.scoring.judge`), so check() and the
 grader agree. Hidden cases run only in the grader (``include_hidden=True`` is for the solution
 notebooks' own hidden-test cells).
 

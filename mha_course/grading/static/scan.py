@@ -244,7 +244,7 @@ def parse(source: str) -> ast.Module:
 
 
 def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
-    """Scan ``(cell index, source)`` pairs (from :func:`.notebook.code_cells`) for ``assignment``."""
+    """Scan ``(cell index, source)`` pairs (from :func:`~mha_course.grading.engine.notebook.code_cells`) for ``assignment``."""
     report = ScanReport()
     trees: list[tuple[int, ast.Module]] = []
     for index, source in cells:

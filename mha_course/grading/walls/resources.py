@@ -19,7 +19,7 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Resources:
-    """Per-sandbox limits (the grader's :class:`~.grader.Limits` turned into numbers)."""
+    """Per-sandbox limits (the grader's :class:`~mha_course.grading.engine.pipeline.Limits` turned into numbers)."""
 
     memory_mb: int = 2048  # the submission's own allocations, on top of the runtime (torch: ~0.5 GiB)
     processes: int = 64  # tasks (processes and threads) in the sandbox

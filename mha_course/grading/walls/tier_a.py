@@ -8,7 +8,7 @@ security boundary of the grader is the kernel. Every submission process starts i
     identity     uid/gid 65534 (nobody) inside, no capabilities, no new privileges, new session; a
                  grader run as root starts each sandbox as a host uid of its own (:func:`sandbox_uid`),
                  so host file permissions hold inside and RLIMIT_NPROC counts that sandbox alone
-    processes    no bwrap init: the runtime's broker (:mod:`.broker`) is pid 1
+    processes    no bwrap init: the runtime's broker (:mod:`mha_course.grading.inside.broker`) is pid 1
     filesystem   read-only: /usr, /lib*, /bin, the Python installation and environment;
                  the package mha_course replaced by a *view* (:func:`build_view`): the submission
                  runtime, the assignment's call functions and its provided building blocks only.
@@ -226,7 +226,7 @@ _counter_lock = threading.Lock()
 class Sandbox:
     """One submission process inside its own bubblewrap sandbox (or, unsafe, a plain child process).
 
-    ``fd`` is the submission's end of a socket pair; the runtime (:mod:`.sandbox`) serves on it.
+    ``fd`` is the submission's end of a socket pair; the runtime (:mod:`mha_course.grading.inside.runner`) serves on it.
     """
 
     def __init__(self, view: Path | None, fd: int, res: Resources, cgroup: bool, own_uid: bool = False) -> None:

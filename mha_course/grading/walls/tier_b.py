@@ -1,7 +1,7 @@
 """Tiers B and C: the walls root may still build where namespaces are refused (a default Docker container).
 
 Docker's default seccomp profile refuses ``unshare``/``clone`` with namespace flags to a process
-without CAP_SYS_ADMIN, so bubblewrap (tier A, :mod:`.isolation`) cannot start inside it. Root there
+without CAP_SYS_ADMIN, so bubblewrap (tier A, :mod:`mha_course.grading.walls.tier_a`) cannot start inside it. Root there
 still has CAP_SETUID/SETGID/CHOWN, Landlock and seccomp, and this module builds the sandbox from
 them. The grader forks; the child, as root, before it executes the runtime
 (``python -m mha_course.grading.inside.runner FD``)::
@@ -23,7 +23,7 @@ then ``exec``. At the end every process of that uid is killed. Tier C is the sam
 Landlock (a kernel without it): only the uid and file permissions keep the submission from other
 files, so anything world-readable (the real package included) is readable; it is marked "reduced".
 The scratch cannot be a size-limited tmpfs here (no mount without CAP_SYS_ADMIN): RLIMIT_FSIZE bounds
-each file, and the grader's watch (:mod:`.process`) measures the folder twice a second from outside and
+each file, and the grader's watch (:mod:`mha_course.grading.engine.process`) measures the folder twice a second from outside and
 kills the sandbox past tier A's tmpfs size or :data:`SCRATCH_ENTRIES` entries.
 """
 
@@ -208,7 +208,7 @@ def scratch_usage(root: Path, max_entries: int = SCRATCH_ENTRIES) -> tuple[int, 
 
 
 class ConfinedSandbox:
-    """One submission process in tier B (Landlock) or C (uid only); the interface of :class:`.isolation.Sandbox`.
+    """One submission process in tier B (Landlock) or C (uid only); the interface of :class:`~mha_course.grading.walls.tier_a.Sandbox`.
 
     ``base`` is the grader's folder for scratch folders (mode 0711, root's); ``abi`` the Landlock ABI
     version (0: tier C).

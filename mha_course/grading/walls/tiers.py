@@ -37,7 +37,7 @@ CAP_SYS_ADMIN = 21
 
 @dataclass(frozen=True)
 class TieredWalls(isolation.Walls):
-    """:class:`~.isolation.Walls` with the tier's letter (A, B, C; "" for none) and why stronger tiers failed."""
+    """:class:`~mha_course.grading.walls.tier_a.Walls` with the tier's letter (A, B, C; "" for none) and why stronger tiers failed."""
 
     tier: Tier = Tier.NONE
     refused: dict[str, str] = field(default_factory=dict)
@@ -109,7 +109,7 @@ def namespace_cause(bwrap_said: str) -> str:
 
 
 def _bwrap_cause(probe_text: str) -> str:
-    """The part of :func:`.isolation.probe`'s sentence that is bwrap's own (never its advice about containers)."""
+    """The part of :func:`~mha_course.grading.walls.tier_a.probe`'s sentence that is bwrap's own (never its advice about containers)."""
     text = "; ".join(part for part in probe_text.split("; ") if "unconfined" not in part)
     text = text.split("; inside a container", 1)[0]
     inner = text.split("refused to build a sandbox (", 1)
@@ -120,7 +120,7 @@ def choose(min_tier: str = "B", unsafe: bool = False) -> tuple[Tier, int, dict[s
     """(tier that will be used: "A" | "B" | "C" | "", Landlock ABI, {tier: why it does not hold}).
 
     Probes A, then B, then C, and stops at the first that holds. Raises ValueError for an unknown
-    ``min_tier`` and :class:`~.isolation.IsolationError` when the tier found is weaker than
+    ``min_tier`` and :class:`~mha_course.grading.walls.tier_a.IsolationError` when the tier found is weaker than
     ``min_tier`` (or none holds), unless ``unsafe``: then "" (plain processes, as ``--unsafe-no-isolation`` says).
     """
     if min_tier not in TIERS:
