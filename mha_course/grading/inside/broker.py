@@ -190,6 +190,7 @@ def run(grader: socket.socket, scratch: str, sandbox: Any) -> None:
     skip = {int(i) for i in config.get("skip", [])}
     settings = {k: v for k, v in config.items() if k != "cells"}
     sandbox.preload(settings, cells)
+    _FONT_LISTS.update(_font_lists(scratch))
     _, notebook = _fork(grader, lambda sock: sandbox.run_cells(sock, settings, scratch))
     for index, source in cells:
         if index in skip:
@@ -215,10 +216,34 @@ def run(grader: socket.socket, scratch: str, sandbox: Any) -> None:
         wire.send(grader, reply, out)
 
 
+def _font_lists(scratch: str) -> dict[str, bytes]:
+    """The matplotlib font lists the grader put in the scratch, read before any learner code ran."""
+    folder, found = os.path.join(scratch, MPL_CONFIG), {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            if entry.name.startswith("fontlist-") and entry.is_file(follow_symlinks=False):
+                with open(entry.path, "rb") as f:
+                    found[entry.name] = f.read(16 * 2**20)
+    return found
+
+
+_FONT_LISTS: dict[str, bytes] = {}
+
+
 def _clean(me: int, scratch: str) -> None:
-    """Nothing of the notebook left: no process (killed and reaped), no file in the writable folders."""
+    """Nothing of the notebook left: no process (killed and reaped), no file in the writable folders.
+
+    The matplotlib folder goes too (a cell could leave a module or a loader's input there); its font
+    lists come back as the broker read them before any learner code ran.
+    """
     end_others(me)
-    empty(scratch, keep=(MPL_CONFIG,))
+    empty(scratch)
+    with contextlib.suppress(OSError):
+        folder = os.path.join(scratch, MPL_CONFIG)
+        os.makedirs(folder, exist_ok=True)
+        for name, data in _FONT_LISTS.items():
+            with open(os.path.join(folder, name), "wb") as f:
+                f.write(data)
     if me == 1:  # bubblewrap's own /tmp; outside a PID namespace /tmp is the host's and TMPDIR is the scratch
         empty("/tmp")
 
