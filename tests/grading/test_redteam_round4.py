@@ -66,6 +66,12 @@ FORGERS = {
         "import enum\nclass E(enum.Enum):\n    def _generate_next_value_(name, start, count, last):\n"
         "        return forge()\n    RED = enum.auto()"
     ),
+    "an enum method aliased to notebook code": (
+        "import enum\nclass E(enum.Enum):\n    _generate_next_value_ = forge\n    RED = enum.auto()"
+    ),
+    "an enum method given as a lambda": (
+        "import enum\nclass E(enum.Enum):\n    _generate_next_value_ = lambda *a: forge()\n    RED = enum.auto()"
+    ),
     "a notebook mixin of an enum": (
         "import enum\nclass Mixin:\n    def __init__(self, *a):\n        forge()\nclass E(Mixin, enum.Enum):\n    RED = 1"
     ),
@@ -79,6 +85,10 @@ FORGERS = {
     "sys.path reached through typing": (
         KEPT_MODULE,
         f"from typing import sys\nP = sys.path\nP += [{MPL_CONFIG!r}]\nimport forged_mpl",
+    ),
+    "a library __init_subclass__ calling a classmethod": (
+        "from torch.utils._python_dispatch import TorchDispatchMode\n"
+        "class Mode(TorchDispatchMode):\n    @classmethod\n    def _should_skip_dynamo(cls):\n        return forge()"
     ),
     "builtins under a second binding": (
         "import builtins\nbuiltins = builtins\nX = builtins.getattr(builtins, 'ex' + 'ec')('forge()')"
@@ -119,7 +129,23 @@ def _score(result, exercise: str) -> float:
     return sum(t.score for t in result.tests if t.exercise == exercise)
 
 
-@pytest.mark.parametrize("name", sorted(FORGERS))
+# holes still open (see each reason)
+OPEN = {
+    "a library __init_subclass__ calling a classmethod": (
+        "TorchDispatchMode.__init_subclass__ calls cls._should_skip_dynamo(): a library base whose class-creation "
+        "hook calls a method the subclass may define runs that method while definitions load; the rule trusts "
+        "every library base (an allowlist of bases would close it)"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=OPEN[n])) if n in OPEN else n
+        for n in sorted(FORGERS)
+    ],
+)
 def test_no_learner_code_runs_while_definitions_load(tmp_path, isolator, no_scan, name):
     forger = FORGERS[name]
     result = _grade(tmp_path, isolator, UNFINISHED, PATCH, *((forger,) if isinstance(forger, str) else forger))

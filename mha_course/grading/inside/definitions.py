@@ -427,10 +427,12 @@ class _Scope:
 
     def _plain_enum(self, cls: ast.ClassDef, code: set[str]) -> bool:
         """An enum runs its members' ``__new__`` / ``__init__`` and ``_generate_next_value_`` (its bases'
-        too) while the class is made: kept only with no def in its body and no notebook base."""
+        too) while the class is made: kept only with no def in its body, no code aliased there
+        (``_generate_next_value_ = forge``) and no notebook base."""
         if any(isinstance(b, ast.Name) and b.id in code for b in cls.bases):
             return False
-        return not any(isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for s in cls.body)
+        methods = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        return not any(isinstance(s, methods) or _mentions(s, code) for s in cls.body)  # nor an alias of code
 
     def _class_assignment(self, stmt: ast.Assign | ast.AnnAssign | ast.AugAssign, local: frozenset[str]) -> bool:
         if isinstance(stmt, ast.AnnAssign) and stmt.value is None:  # a dataclass field: ``x: int``
