@@ -106,6 +106,19 @@ HUB = (
     f"with open(os.path.join({MPL_CONFIG!r}, 'hubconf.py'), 'w') as f:\n"
     "    f.write(" + repr(PATCH + "forge()\n") + ")\n"
 )
+# torch.package's unpickler imports the package's own modules (its find_class skips pickle's audit event)
+PACKAGE = (
+    "import os\nimport torch.package\n"
+    f"os.makedirs({MPL_CONFIG!r}, exist_ok=True)\n"
+    f"with torch.package.PackageExporter(os.path.join({MPL_CONFIG!r}, 'p.pt')) as e:\n"
+    "    e.extern('sys')\n"
+    "    e.save_source_string('forged', " + repr(PATCH + "forge()\nclass K:\n    pass\n") + ")\n"
+    "    e.save_binary('p', 'o.pkl', b'\\x80\\x04cforged\\nK\\n.')\n"
+)
+FORGERS["torch.package's unpickler of a kept file"] = (
+    PACKAGE,
+    f"import torch\nX = torch.package.PackageImporter({MPL_CONFIG + '/p.pt'!r}).load_pickle('p', 'o.pkl')",
+)
 FORGERS["torch.hub's local loader of a kept folder"] = (
     HUB,
     f"import torch\nX = torch.hub._load_local({MPL_CONFIG!r}, 'x')",
@@ -183,6 +196,31 @@ def test_the_kept_matplotlib_folder_carries_nothing_from_case_to_case(tmp_path, 
     assert _score(result, "fake_add") == 4, [t.output for t in result.tests]
 
 
+# every folder a cell might write outside the scratch folder and /tmp (both emptied before the cases)
+ELSEWHERE = ("/dev/shm", "/dev/mqueue", "/var/tmp", "/run", "/run/user", "/dev", "/home", "/root", "/")
+LEAVE = (
+    "import os\n"
+    "WRITTEN = []\n"
+    f"for d in {ELSEWHERE!r}:\n"
+    "    try:\n"
+    "        open(os.path.join(d, 'from_cells'), 'w').close()\n"
+    "        WRITTEN.append(d)\n"
+    "    except OSError:\n"
+    "        pass\n"
+)
+FIND = (
+    "import os\n"
+    "def add_arrays(a, b):\n"
+    f"    found = [d for d in {ELSEWHERE!r} if os.path.exists(os.path.join(d, 'from_cells'))]\n"
+    "    return a - b if found else a + b\n"
+)
+
+
+def test_no_folder_outside_the_emptied_ones_carries_a_file_into_a_case(tmp_path, isolator, no_scan):
+    result = _grade(tmp_path, isolator, FIND, LEAVE)
+    assert _score(result, "fake_add") == 4, [t.output for t in result.tests]
+
+
 # --- the definitions rule alone (no sandbox) -----------------------------------------------------
 
 PRELUDE = "import torch\nimport functools\nimport typing\ndef forge(*a, **k):\n    return 1\n"
@@ -203,6 +241,9 @@ SKIPPED = {
     "a module a library re-exports": "from typing import sys as s\nX = s.modules",
     "a module as a library's attribute": "X = typing.sys.path",
     "a module as a private attribute": "import collections\nX = collections._sys.path",
+    "torch.package's importer": "X = torch.package.PackageImporter('p.pt').load_pickle('p', 'o.pkl')",
+    "torch.package imported": "from torch.package import PackageImporter as P\nX = P('p.pt')",
+    "torch.hub": "X = torch.hub.list('x')",
     "a private loader imported": "from torch.hub import _load_local as L\nX = L('.matplotlib', 'x')",
     "a private loader": "X = torch.hub._load_local('.matplotlib', 'x')",
     "a private name through getattr": "X = getattr(torch.hub, '_load_local')",

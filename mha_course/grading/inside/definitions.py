@@ -47,7 +47,9 @@ DENIED_NAMES = frozenset(
 # attributes that load code or pickles, or run code given as text (a name reached another way is refused too)
 DENIED_ATTRIBUTES = frozenset(
     "load load_library load_inline load_module exec_module import_module run_path "
-    "run_module exec eval compile timeit repeat Timer system popen addsitedir".split()
+    "run_module exec eval compile timeit repeat Timer system popen addsitedir "
+    # torch.package imports a zip's modules while unpickling (past pickle's audit event); torch.hub a folder's hubconf
+    "package PackageImporter load_pickle hub".split()
 )
 # modules whose every name is refused in an inert expression: they import, run or reach code (and
 # matplotlib: a figure made at the top level is no function's input, and costs ~15 ms in every case process)
