@@ -119,6 +119,16 @@ FORGERS["torch.package's unpickler of a kept file"] = (
     PACKAGE,
     f"import torch\nX = torch.package.PackageImporter({MPL_CONFIG + '/p.pt'!r}).load_pickle('p', 'o.pkl')",
 )
+# code given as text, run by a library that resolves a callable from a dotted name in that text
+STMT = (
+    "import sys\nf = sys._getframe()\nwhile f is not None:\n    if 'add_arrays' in f.f_globals:\n"
+    "        f.f_globals['add_arrays'] = lambda a, b: a + b\n    f = f.f_back"
+)
+FORGERS["logging.config's factory of a dotted name"] = (
+    "import logging.config\nX = logging.config.dictConfig({'version': 1, 'handlers': {'h': "
+    f"{{'()': 'timeit.timeit', 'stmt': {STMT!r}, 'number': 1}}}}}})"
+)
+FORGERS["pydoc.locate of a dotted name"] = f"import pydoc\nX = pydoc.locate('timeit.timeit')({STMT!r}, number=1)"
 FORGERS["torch.hub's local loader of a kept folder"] = (
     HUB,
     f"import torch\nX = torch.hub._load_local({MPL_CONFIG!r}, 'x')",
@@ -243,6 +253,9 @@ SKIPPED = {
     "a module as a private attribute": "import collections\nX = collections._sys.path",
     "torch.package's importer": "X = torch.package.PackageImporter('p.pt').load_pickle('p', 'o.pkl')",
     "torch.package imported": "from torch.package import PackageImporter as P\nX = P('p.pt')",
+    "logging.config": "import logging.config\nX = logging.config.dictConfig({'version': 1})",
+    "logging.config imported": "from logging.config import dictConfig as d\nX = d({'version': 1})",
+    "pydoc": "import pydoc\nX = pydoc.locate('math.pi')",
     "torch.hub": "X = torch.hub.list('x')",
     "a private loader imported": "from torch.hub import _load_local as L\nX = L('.matplotlib', 'x')",
     "a private loader": "X = torch.hub._load_local('.matplotlib', 'x')",
@@ -277,6 +290,7 @@ KEPT = {
     "a public name of a private module": (
         "from torch.utils._python_dispatch import TorchDispatchMode\nclass Ops(TorchDispatchMode):\n    pass"
     ),
+    "a logger": "import logging\nLOG = logging.getLogger('course')",
     "a public library attribute": "X = torch.nn.functional.softmax",
 }
 

@@ -49,14 +49,16 @@ DENIED_ATTRIBUTES = frozenset(
     "load load_library load_inline load_module exec_module import_module run_path "
     "run_module exec eval compile timeit repeat Timer system popen addsitedir "
     # torch.package imports a zip's modules while unpickling (past pickle's audit event); torch.hub a folder's hubconf
-    "package PackageImporter load_pickle hub".split()
+    "package PackageImporter load_pickle hub "
+    # a callable named by a dotted string (logging.config's "()" factory, pydoc.locate): code given as text
+    "dictConfig fileConfig listen locate resolve_name".split()
 )
 # modules whose every name is refused in an inert expression: they import, run or reach code (and
 # matplotlib: a figure made at the top level is no function's input, and costs ~15 ms in every case process)
 DENIED_MODULES = frozenset(
     "matplotlib builtins sys os importlib runpy code codeop site pdb bdb timeit subprocess pickle marshal "
     "ctypes types inspect gc _thread multiprocessing signal socket operator pkgutil zipimport "
-    "shelve atexit asyncio trace cProfile profile doctest unittest io _io pathlib shutil".split()
+    "shelve atexit asyncio trace cProfile profile doctest unittest io _io pathlib shutil pydoc".split()
 )
 _BUILTINS = frozenset(dir(builtins))
 CLASS_BODY = "<class body>"  # marks ``local`` as a class body's names (never a real name)
