@@ -9,14 +9,18 @@ function under test:
   notebook's own imports) and whose defaults and annotations are inert;
 * ``class`` with inert bases, keywords and body (defs as above, docstrings, ``pass``, inert
   assignments, nested such classes); a notebook base must itself be kept and define none of
-  :data:`CLASS_HOOKS`; no ``metaclass=`` naming notebook code;
-* ``=``, annotated and augmented assignments to plain names (or tuples of them) of inert values.
+  :data:`CLASS_HOOKS`; no ``metaclass=`` naming notebook code; an enum (its members' ``__init__``
+  and ``_generate_next_value_`` run as the class is made) only with no def and no notebook base;
+* ``=``, annotated and augmented assignments to plain names (or tuples of them) of inert values
+  (an augmented one never to an imported name: ``path += [...]`` would change ``sys.path``).
 
 An expression is *inert* when it holds no walrus, await or yield, no lambda except as the whole
 value or an element of a display that is, no name of :data:`DENIED_NAMES`, no attribute of
-:data:`DENIED_ATTRIBUTES` (nor any dunder), nothing from :data:`DENIED_MODULES`, calls only of
-builtins or imported names, and names the notebook binds to code (def, class, lambda, an alias or
-container of those) only as the whole value, inside such a display, or as a base class.
+:data:`DENIED_ATTRIBUTES`, no private attribute, none named like a module of :data:`DENIED_MODULES`
+(``typing.sys``), no name any import binds to such a module (a second binding does not clear it),
+no name that only a star import may bind, calls only of builtins or imported names, and names the
+notebook binds to code (def, class, lambda, an alias or container of those) only as the whole
+value, inside such a display, or as a base class.
 Pure ``ast``: runs in the grader and inside the sandbox. Shapes: none (source code in, code out).
 """
 
@@ -43,14 +47,18 @@ DENIED_NAMES = frozenset(
 # attributes that load code or pickles, or run code given as text (a name reached another way is refused too)
 DENIED_ATTRIBUTES = frozenset(
     "load load_library load_inline load_module exec_module import_module run_path "
-    "run_module exec eval compile timeit repeat Timer system popen addsitedir".split()
+    "run_module exec eval compile timeit repeat Timer system popen addsitedir "
+    # torch.package imports a zip's modules while unpickling (past pickle's audit event); torch.hub a folder's hubconf
+    "package PackageImporter load_pickle hub "
+    # a callable named by a dotted string (logging.config's "()" factory, pydoc.locate): code given as text
+    "dictConfig fileConfig listen locate resolve_name".split()
 )
 # modules whose every name is refused in an inert expression: they import, run or reach code (and
 # matplotlib: a figure made at the top level is no function's input, and costs ~15 ms in every case process)
 DENIED_MODULES = frozenset(
     "matplotlib builtins sys os importlib runpy code codeop site pdb bdb timeit subprocess pickle marshal "
     "ctypes types inspect gc _thread multiprocessing signal socket operator pkgutil zipimport "
-    "shelve atexit asyncio trace cProfile profile doctest unittest io _io pathlib shutil".split()
+    "shelve atexit asyncio trace cProfile profile doctest unittest io _io pathlib shutil pydoc".split()
 )
 _BUILTINS = frozenset(dir(builtins))
 CLASS_BODY = "<class body>"  # marks ``local`` as a class body's names (never a real name)
@@ -160,6 +168,8 @@ class _Scope:
         self.code: set[str] = set()
         self.bound: set[str] = set()  # every name the notebook binds at the top level
         self.imports: dict[str, str] = {}  # name -> dotted target, only when every binding is that import
+        self.imported: dict[str, set[str]] = {}  # name -> every dotted target an import binds it to
+        self.star = False  # a star import: a name the notebook does not bind may be any of a module's
         self.kept_classes: dict[str, ast.ClassDef] = {}
 
     @classmethod
@@ -170,6 +180,7 @@ class _Scope:
         for stmt in statements:
             scope._collect(stmt, bound, valued)
         scope.bound = set(bound)
+        scope.imported = {n: {k[7:] for k in kinds if k.startswith("import:")} for n, kinds in bound.items()}
         scope.imports = {
             n: next(iter(kinds))[7:]
             for n, kinds in bound.items()
@@ -198,6 +209,7 @@ class _Scope:
                     name = alias.asname or alias.name
                     target = f"{node.module}.{alias.name}" if node.module and not node.level else "."
                 bound.setdefault(name, set()).add("other" if alias.name == "*" else f"import:{target}")
+                self.star |= alias.name == "*"
             return
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.For, ast.AsyncFor, ast.NamedExpr)):
             value = getattr(node, "value", None) if not isinstance(node, (ast.For, ast.AsyncFor)) else node.iter
@@ -253,6 +265,8 @@ class _Scope:
         if isinstance(node, ast.Name):
             if node.id in DENIED_NAMES or self._denied_import(node.id):
                 return False
+            if self.star and node.id not in self.bound | _BUILTINS | set(code):  # torch.nn.functional's importlib
+                return False
             return alias_ok or hint or node.id not in code
         if isinstance(node, ast.Lambda):
             defaults = [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]
@@ -266,7 +280,7 @@ class _Scope:
         if isinstance(node, (ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)):
             return False
         if isinstance(node, ast.Attribute):
-            if node.attr in DENIED_ATTRIBUTES or (node.attr.startswith("__") and node.attr.endswith("__")):
+            if _denied_attribute(node.attr):
                 return False
             return self.inert(node.value, False, code, hint)
         if isinstance(node, ast.Call) and self._plain_getattr(node):
@@ -283,14 +297,18 @@ class _Scope:
         if node.keywords or len(args) != 2 or not isinstance(args[1], ast.Constant):
             return False
         attr = args[1].value
-        return isinstance(attr, str) and attr not in DENIED_ATTRIBUTES and not attr.startswith("__")
+        return isinstance(attr, str) and not _denied_attribute(attr)
 
     def _denied_import(self, name: str) -> bool:
-        target = self.imports.get(name)
-        if target is None:
-            return False
-        parts = target.split(".")
-        return parts[0] in DENIED_MODULES or any(p in DENIED_ATTRIBUTES for p in parts)
+        """Any import binding ``name`` (a second binding, ``sys = sys``, does not clear it) reaches a denied
+        module, or a name a library re-exports one under (``from typing import sys``)."""
+        for target in self.imported.get(name, ()):
+            *modules, last = target.split(".")  # a private module may export public names (torch.utils._pytree)
+            if _denied_attribute(last) or any(
+                p in DENIED_ATTRIBUTES or p.lstrip("_") in DENIED_MODULES for p in modules
+            ):
+                return True
+        return False
 
     def _callable(self, func: ast.expr, code: set[str]) -> bool:
         """A call may run a builtin, an imported name, or a method of a value (never notebook code)."""
@@ -325,8 +343,9 @@ class _Scope:
             names += [e.id for e in plain]
         if any(_dunder(n, local) for n in names):
             return False
-        if isinstance(stmt, ast.AugAssign):  # runs the target's __iadd__: a plain value only
-            return names[0] not in self.code | local and self.inert(stmt.value, False, local)
+        if isinstance(stmt, ast.AugAssign):  # runs the target's __iadd__: a plain value only, never a library's
+            own = names[0] not in self.code | local and not self.imported.get(names[0])
+            return own and self.inert(stmt.value, False, local)
         if isinstance(stmt, ast.AnnAssign) and not self._annotation(stmt.annotation, local):
             return False
         return self.inert(stmt.value, True, local)
@@ -377,6 +396,8 @@ class _Scope:
                 return False
         if not all(self.inert(k.value, False, local) for k in cls.keywords):
             return False
+        if self._enum(cls, local) and not self._plain_enum(cls, code):
+            return False
         names: set[str] = {CLASS_BODY}  # the body's own code names (defs, aliases of them)
         for stmt in cls.body:
             if isinstance(stmt, ast.Pass) or (
@@ -399,6 +420,24 @@ class _Scope:
                 return False
         return True
 
+    def _enum(self, cls: ast.ClassDef, local: frozenset[str]) -> bool:
+        """A base or keyword that names an enum (``enum.Enum``, ``re.enum.IntFlag``, ``enum.EnumType``)."""
+        for node in [*cls.bases, *(k.value for k in cls.keywords)]:
+            for n in ast.walk(node):
+                found = self.resolve(n, local) if isinstance(n, (ast.Name, ast.Attribute)) else None
+                if found and any("enum" in p.lower() or "flag" in p.lower() for p in found.split(".")):
+                    return True
+        return False
+
+    def _plain_enum(self, cls: ast.ClassDef, code: set[str]) -> bool:
+        """An enum runs its members' ``__new__`` / ``__init__`` and ``_generate_next_value_`` (its bases'
+        too) while the class is made: kept only with no def in its body, no code aliased there
+        (``_generate_next_value_ = forge``) and no notebook base."""
+        if any(isinstance(b, ast.Name) and b.id in code for b in cls.bases):
+            return False
+        methods = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+        return not any(isinstance(s, methods) or _mentions(s, code) for s in cls.body)  # nor an alias of code
+
     def _class_assignment(self, stmt: ast.Assign | ast.AnnAssign | ast.AugAssign, local: frozenset[str]) -> bool:
         if isinstance(stmt, ast.AnnAssign) and stmt.value is None:  # a dataclass field: ``x: int``
             return isinstance(stmt.target, ast.Name) and self._annotation(stmt.annotation, local)
@@ -414,6 +453,13 @@ class _Scope:
         if defined & CLASS_HOOKS:
             return False
         return all(self._plain_base(b.id) for b in cls.bases if isinstance(b, ast.Name) and b.id in self.kept_classes)
+
+
+def _denied_attribute(name: str) -> bool:
+    """An attribute an inert expression may not reach: one that loads or runs code, a private one
+    (``torch.hub._load_local`` runs a folder's hubconf.py), or a module re-exported by a library
+    (``typing.sys``, ``collections._sys``)."""
+    return name in DENIED_ATTRIBUTES or name.startswith("_") or name.lstrip("_") in DENIED_MODULES
 
 
 def _dunder(name: str, local: frozenset[str]) -> bool:
