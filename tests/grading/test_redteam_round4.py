@@ -153,13 +153,7 @@ def _score(result, exercise: str) -> float:
 
 
 # holes still open (see each reason)
-OPEN = {
-    "a library __init_subclass__ calling a classmethod": (
-        "TorchDispatchMode.__init_subclass__ calls cls._should_skip_dynamo(): a library base whose class-creation "
-        "hook calls a method the subclass may define runs that method while definitions load; the rule trusts "
-        "every library base (an allowlist of bases would close it)"
-    ),
-}
+OPEN: dict[str, str] = {}
 
 
 @pytest.mark.parametrize(
@@ -190,17 +184,11 @@ MARKER = (
 FROM_CELLS = f"import os\nos.makedirs({MPL_CONFIG!r}, exist_ok=True)\nopen(os.path.join({MPL_CONFIG!r}, 'from_cells'), 'w').close()"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the broker empties the scratch folder but keeps matplotlib's config folder in it whole "
-    "(broker._clean: empty(scratch, keep=(MPL_CONFIG,))): a file the cells or a case write there reaches later cases",
-)
 def test_the_kept_matplotlib_folder_carries_nothing_into_a_case(tmp_path, isolator, no_scan):
     result = _grade(tmp_path, isolator, MARKER, FROM_CELLS)
     assert _score(result, "fake_add") == 4, [t.output for t in result.tests]
 
 
-@pytest.mark.xfail(strict=True, reason="as above: a case's file in the kept matplotlib folder is seen by the next case")
 def test_the_kept_matplotlib_folder_carries_nothing_from_case_to_case(tmp_path, isolator, no_scan):
     result = _grade(tmp_path, isolator, MARKER)
     assert _score(result, "fake_add") == 4, [t.output for t in result.tests]
@@ -236,6 +224,10 @@ def test_no_folder_outside_the_emptied_ones_carries_a_file_into_a_case(tmp_path,
 PRELUDE = "import torch\nimport functools\nimport typing\ndef forge(*a, **k):\n    return 1\n"
 
 SKIPPED = {
+    # a library base outside LIBRARY_BASES: its class-creation hook may call the subclass's methods
+    "a library base whose hook calls the subclass": (
+        "from torch.utils._python_dispatch import TorchDispatchMode\nclass Ops(TorchDispatchMode):\n    pass"
+    ),
     # the forgers above, statement by statement
     "an enum with a method": "import enum\nclass E(enum.Enum):\n    def __init__(self, *a):\n        forge()\n    RED = 1",
     "an enum through an alias": "from enum import IntFlag as F\nclass E(F):\n    def _generate_next_value_(*a):\n        pass",
@@ -287,8 +279,8 @@ KEPT = {
         "import dataclasses\n@dataclasses.dataclass\nclass P:\n    x: list = dataclasses.field(default_factory=list)"
     ),
     "a star import and a builtin": "from math import *\nX = max(1, 2)",
-    "a public name of a private module": (
-        "from torch.utils._python_dispatch import TorchDispatchMode\nclass Ops(TorchDispatchMode):\n    pass"
+    "a module of the library's own layers": (
+        "from torch.nn.modules.module import Module\nclass Block(Module):\n    def forward(self, x):\n        return x"
     ),
     "a logger": "import logging\nLOG = logging.getLogger('course')",
     "a public library attribute": "X = torch.nn.functional.softmax",

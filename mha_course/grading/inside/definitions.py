@@ -8,7 +8,8 @@ function under test:
 * ``def`` / ``async def`` whose decorators come from :data:`DECORATORS` (resolved through the
   notebook's own imports) and whose defaults and annotations are inert;
 * ``class`` with inert bases, keywords and body (defs as above, docstrings, ``pass``, inert
-  assignments, nested such classes); a notebook base must itself be kept and define none of
+  assignments, nested such classes); a library base must be one of :data:`LIBRARY_BASES` (their
+  class-creation hooks call no method of the subclass); a notebook base must be kept and define none of
   :data:`CLASS_HOOKS`; no ``metaclass=`` naming notebook code; an enum (its members' ``__init__``
   and ``_generate_next_value_`` run as the class is made) only with no def and no notebook base;
 * ``=``, annotated and augmented assignments to plain names (or tuples of them) of inert values
@@ -37,6 +38,15 @@ DECORATORS = frozenset(
     "torch.enable_grad torch.compile typing.overload abc.abstractmethod triton.jit".split()
 )
 ACCESSORS = frozenset({"setter", "getter", "deleter"})
+# library classes a notebook class may derive from: their class-creation hooks (``__init_subclass__``, a
+# metaclass) call none of the subclass's methods (TorchDispatchMode's, for one, does)
+LIBRARY_BASES = frozenset(
+    "builtins.object builtins.Exception builtins.ValueError builtins.TypeError builtins.RuntimeError "
+    "builtins.KeyError builtins.IndexError builtins.tuple builtins.list builtins.dict builtins.int "
+    "builtins.float builtins.str typing.NamedTuple typing.Generic typing.Protocol typing.TypedDict abc.ABC "
+    "enum.Enum enum.IntEnum enum.StrEnum enum.Flag enum.IntFlag torch.nn.Module torch.nn.modules.module.Module "
+    "torch.autograd.Function torch.autograd.function.Function".split()
+)
 # a notebook base class defining one of these runs its code when a subclass is created or subscripted
 CLASS_HOOKS = frozenset({"__init_subclass__", "__mro_entries__", "__class_getitem__"})
 # builtins that run code given as text, reach a frame's globals, or read files (a cell may have written them)
@@ -392,7 +402,7 @@ class _Scope:
             if isinstance(base, ast.Name) and base.id in code:
                 if not self._plain_base(base.id):
                     return False
-            elif not self.inert(base, False, local):
+            elif not self.inert(base, False, local) or not self._library_base(base, local):
                 return False
         if not all(self.inert(k.value, False, local) for k in cls.keywords):
             return False
@@ -442,6 +452,11 @@ class _Scope:
         if isinstance(stmt, ast.AnnAssign) and stmt.value is None:  # a dataclass field: ``x: int``
             return isinstance(stmt.target, ast.Name) and self._annotation(stmt.annotation, local)
         return self._assignment(stmt, local)
+
+    def _library_base(self, base: ast.expr, local: frozenset[str]) -> bool:
+        """A base that is no notebook class must be one of :data:`LIBRARY_BASES` (``Generic[T]`` as ``Generic``)."""
+        node = base.value if isinstance(base, ast.Subscript) else base
+        return self.resolve(node, local) in LIBRARY_BASES
 
     def _plain_base(self, name: str) -> bool:
         """A notebook class may be a base only when kept and none of its own notebook bases hook subclassing."""
