@@ -282,3 +282,24 @@ def test_a_skipped_rebinding_removes_the_earlier_definition():
     assert "kernel" not in namespace and "Lookalike" in namespace
     assert namespace["helper"]() == 1  # a conditional rebinding may not have happened: the def stays
     assert "'kernel' is set in cell 1, line 5" in found.name_error_hint("kernel")
+
+
+def test_a_read_only_mount_under_a_writable_folder_stays_on_the_path(tmp_path, monkeypatch):
+    """A checkout under /tmp has its environment bound read-only into the sandbox's own /tmp: it must stay
+    importable in a case process, while an ordinary folder there (a cell could have written it) is dropped."""
+    import os
+    from types import SimpleNamespace
+
+    from mha_course.grading.inside import runner
+
+    packages = tmp_path / "venv" / "site-packages"
+    packages.mkdir(parents=True)
+    writable = (str(tmp_path) + os.sep,)
+    assert runner._under_writable(str(packages), writable)
+    assert runner._under_writable(str(tmp_path / "gone"), writable)
+    assert not runner._under_writable("/usr/lib", writable)
+    real = os.statvfs
+    monkeypatch.setattr(
+        os, "statvfs", lambda p: SimpleNamespace(f_flag=os.ST_RDONLY) if str(p) == str(packages) else real(p)
+    )
+    assert not runner._under_writable(str(packages), writable)

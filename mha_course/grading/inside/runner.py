@@ -319,7 +319,18 @@ def _own_path(scratch: str) -> None:
     tmp = ("/tmp",) if os.getppid() == 1 else ()
     folders = {os.path.realpath(p) for p in (scratch, *tmp, os.getcwd())} - {os.sep}
     writable = tuple(f.rstrip(os.sep) + os.sep for f in folders)
-    sys.path[:] = [p for p in sys.path if p and not (os.path.realpath(p) + os.sep).startswith(writable)]
+    sys.path[:] = [p for p in sys.path if p and not _under_writable(p, writable)]
+
+
+def _under_writable(path: str, writable: tuple[str, ...]) -> bool:
+    """``path`` lies in a writable folder and is no read-only mount inside it (the Python environment
+    of a checkout under /tmp is bound read-only into the sandbox's own /tmp, and must stay importable)."""
+    if not (os.path.realpath(path) + os.sep).startswith(writable):
+        return False
+    try:
+        return not os.statvfs(path).f_flag & os.ST_RDONLY
+    except OSError:
+        return True
 
 
 def load_definitions(cells: list[tuple[int, str]], skip: set[int], namespace: dict) -> Any:
