@@ -27,7 +27,8 @@ import pytest
 from grading_fake import require_sandbox
 
 from mha_course.grading.classroom import feedback
-from mha_course.grading.classroom.collect import collect, one_per_student, peek_assignment
+from mha_course.grading.classroom.class_files import peek_assignment
+from mha_course.grading.classroom.collect import collect, one_per_student
 from mha_course.grading.classroom.safe_text import clean, clean_result, code_span, csv_cell, markdown
 from mha_course.grading.engine import registry
 from mha_course.grading.engine.verdicts import SubmissionResult

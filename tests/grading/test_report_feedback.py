@@ -202,6 +202,12 @@ CODE_LIKE = [
 def _hint_strings(path: Path) -> list[tuple[int, str]]:
     tree = ast.parse(path.read_text())
     skip: set[int] = set()
+    # the case builders of a declarative table (``def softmax(name, points, ...)``): their first argument is a case's name
+    builders = {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef) and node.args.args and node.args.args[0].arg == "name"
+    }
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if (
@@ -211,7 +217,7 @@ def _hint_strings(path: Path) -> list[tuple[int, str]]:
             and isinstance(body[0].value, ast.Constant)
         ):
             skip.add(id(body[0].value))  # docstrings
-        if isinstance(node, ast.Call) and getattr(node.func, "id", "") in {"Case", "Exercise", "Assignment"}:
+        if isinstance(node, ast.Call) and getattr(node.func, "id", "") in {"Case", "Exercise", "Assignment", *builders}:
             skip.update(id(a) for a in node.args[:1])  # a case's name
             skip.update(id(k.value) for k in node.keywords if k.arg in {"name", "title", "key", "target"})
         if isinstance(node, ast.Call) and getattr(node.func, "attr", "") in {"get", "startswith"}:

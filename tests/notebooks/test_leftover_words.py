@@ -47,7 +47,7 @@ TEXTS = sorted(
 
 
 # A GPU issues instructions: "issue clocks", "issue-bound", "issued per clock" are chapter 13's vocabulary
-GPU_ISSUE = re.compile(r"clock|instruction|warp|issued|mufu|tensor|[-_ ]bound|per_clock", re.IGNORECASE)
+GPU_ISSUE = re.compile(r"clock|instruction|warp|issued|mufu|tensor|wgmma|\bsm_\d+|[-_ ]bound|per_clock", re.IGNORECASE)
 
 
 def _hits(text: str) -> list[str]:

@@ -336,7 +336,8 @@ def _under_writable(path: str, writable: tuple[str, ...]) -> bool:
 def load_definitions(cells: list[tuple[int, str]], skip: set[int], namespace: dict) -> Any:
     """Run the notebook's definitions (:mod:`.definitions`) in ``namespace``, one statement at a time.
 
-    A statement that fails (an import of a missing module) is passed over: the cell's own run reported it.
+    A statement that fails (an import of a missing module) ends its cell's loading, as the error ended the
+    cell in the notebook (the cell's own run reported it); the next cell loads as usual.
     A skipped statement that rebinds a name unconditionally (``kernel = Lookalike()``) removes the
     earlier binding, so the case never calls what the notebook itself had replaced.
     """
@@ -363,7 +364,7 @@ def load_definitions(cells: list[tuple[int, str]], skip: set[int], namespace: di
                 code = compile(ast.Module(body=[stmt], type_ignores=[]), f"<cell {index + 1}>", "exec", flags=future)
                 exec(code, namespace)
             except BaseException:
-                pass
+                break
     return found
 
 
