@@ -222,10 +222,10 @@ def test_loading_runs_the_kept_statements_with_their_cell_and_line():
     assert sandbox.error_text(caught.value).endswith("(cell 5, line 4)")
 
 
-def test_a_failing_definition_does_not_stop_the_next():
+def test_a_failing_definition_ends_its_cell_as_in_the_notebook_but_not_the_next_cell():
     namespace: dict = {}
-    sandbox.load_definitions([(0, "import not_a_module_anywhere\nX = 1")], set(), namespace)
-    assert namespace["X"] == 1
+    sandbox.load_definitions([(0, "import not_a_module_anywhere\nX = 1"), (1, "Y = 2")], set(), namespace)
+    assert "X" not in namespace and namespace["Y"] == 2
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "solutions").glob("*.ipynb")), ids=lambda p: p.stem)

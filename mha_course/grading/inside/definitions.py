@@ -45,7 +45,7 @@ LIBRARY_BASES = frozenset(
     "builtins.KeyError builtins.IndexError builtins.tuple builtins.list builtins.dict builtins.int "
     "builtins.float builtins.str typing.NamedTuple typing.Generic typing.Protocol typing.TypedDict abc.ABC "
     "enum.Enum enum.IntEnum enum.StrEnum enum.Flag enum.IntFlag torch.nn.Module torch.nn.modules.module.Module "
-    "torch.autograd.Function torch.autograd.function.Function".split()
+    "torch.autograd.Function torch.autograd.function.Function numpy.ndarray torch.Tensor".split()
 )
 # a notebook base class defining one of these runs its code when a subclass is created or subscripted
 CLASS_HOOKS = frozenset({"__init_subclass__", "__mro_entries__", "__class_getitem__"})
@@ -455,8 +455,7 @@ class _Scope:
 
     def _library_base(self, base: ast.expr, local: frozenset[str]) -> bool:
         """A base that is no notebook class must be one of :data:`LIBRARY_BASES` (``Generic[T]`` as ``Generic``)."""
-        node = base.value if isinstance(base, ast.Subscript) else base
-        return self.resolve(node, local) in LIBRARY_BASES
+        return self.resolve(base.value if isinstance(base, ast.Subscript) else base, local) in LIBRARY_BASES
 
     def _plain_base(self, name: str) -> bool:
         """A notebook class may be a base only when kept and none of its own notebook bases hook subclassing."""
