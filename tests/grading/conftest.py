@@ -16,7 +16,9 @@ import os
 import pytest
 from grading_fake import require_sandbox
 
+from mha_course.grading.engine import pipeline
 from mha_course.grading.engine.process import Isolator
+from mha_course.grading.static.scan import ScanReport
 
 EXPECTED_TIER = os.environ.get("MHA_COURSE_EXPECT_TIER", "")
 
@@ -31,6 +33,12 @@ def isolator():
         isolator = Isolator(min_isolation="A")
     yield isolator
     isolator.close()
+
+
+@pytest.fixture
+def no_scan(monkeypatch):
+    """The static scan off: what a red-team test checks is the runtime alone."""
+    monkeypatch.setattr(pipeline, "scan", lambda cells, assignment: ScanReport())
 
 
 def pytest_itemcollected(item):

@@ -19,7 +19,6 @@ from mha_course.grading.engine import pipeline as grader
 from mha_course.grading.engine import registry, verdicts
 from mha_course.grading.engine.process import Isolator
 from mha_course.grading.engine.verdicts import Limits
-from mha_course.grading.static.scan import ScanReport
 
 LIMITS = Limits(case_timeout=20, cell_timeout=30, notebook_timeout=90, memory_mb=1024)
 
@@ -60,11 +59,6 @@ MODULE = (
     "    f.write(" + repr(PATCH + "forge()\n") + ")\n"
     "sys.path.insert(0, '.')\n"
 )
-
-
-@pytest.fixture
-def no_scan(monkeypatch):
-    monkeypatch.setattr(grader, "scan", lambda cells, assignment: ScanReport())
 
 
 def _grade(tmp_path: Path, isolator: Isolator, *cells: str) -> verdicts.SubmissionResult:

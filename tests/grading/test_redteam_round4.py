@@ -21,20 +21,12 @@ is off): a score above 0 means learner code ran outside the call.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
-from grading_fake import write_submission
+from test_redteam_defs import _grade, _score
 
-from mha_course.grading.engine import pipeline as grader
-from mha_course.grading.engine import registry, verdicts
-from mha_course.grading.engine.process import Isolator
-from mha_course.grading.engine.verdicts import Limits
 from mha_course.grading.inside.definitions import definitions
 from mha_course.grading.inside.messages import MPL_CONFIG
-from mha_course.grading.static.scan import ScanReport
-
-LIMITS = Limits(case_timeout=20, cell_timeout=30, notebook_timeout=90, memory_mb=1024)
 
 UNFINISHED = "def add_arrays(a, b):\n    raise NotImplementedError\n"
 # puts a working add_arrays in every namespace up the stack (the definitions' namespace included)
@@ -133,23 +125,6 @@ FORGERS["torch.hub's local loader of a kept folder"] = (
     HUB,
     f"import torch\nX = torch.hub._load_local({MPL_CONFIG!r}, 'x')",
 )
-
-
-@pytest.fixture
-def no_scan(monkeypatch):
-    monkeypatch.setattr(grader, "scan", lambda cells, assignment: ScanReport())
-
-
-def _grade(tmp_path: Path, isolator: Isolator, *cells: str) -> verdicts.SubmissionResult:
-    with registry.registered("grading_fake"):
-        path = write_submission(tmp_path / "submission.ipynb", *cells)
-        result = grader.grade_notebook(path, limits=LIMITS, isolator=isolator, seed=None)
-    assert result.error is None, result.error
-    return result
-
-
-def _score(result, exercise: str) -> float:
-    return sum(t.score for t in result.tests if t.exercise == exercise)
 
 
 # holes still open (see each reason)
