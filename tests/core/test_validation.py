@@ -45,3 +45,50 @@ def test_keyword_forms_check_every_value_in_order_and_name_the_keyword():
 def test_require_positive_number_rejects_zero_negatives_and_nan(value):
     with pytest.raises(ValueError, match="bandwidth must be > 0"):
         require_positive_number(value, "bandwidth")
+
+
+@pytest.mark.parametrize(
+    "shapes", [((2, 1), (1, 3)), ((), (4,)), ((5, 1, 3), (4, 1)), ((1,), (1,), (7,)), ((0, 2), (1, 2))]
+)
+def test_broadcast_shapes_agrees_with_torch(shapes):
+    import torch
+
+    from mha_course.validation import broadcast_shapes
+
+    assert broadcast_shapes(*shapes) == tuple(torch.broadcast_shapes(*shapes))
+
+
+def test_broadcast_shapes_refuses_what_torch_refuses_with_a_value_error():
+    from mha_course.validation import broadcast_shapes
+
+    with pytest.raises(ValueError):
+        broadcast_shapes((2, 3), (4, 3))
+
+
+LIBRARY_CALLS = """
+import sys, torch
+from mha_course import (MultiHeadAttention, attention_backward, attention_loop_reference, causal_mask,
+    scaled_dot_product_attention, tiled_attention)
+from mha_course.efficient.online_softmax import online_softmax_attention
+q, k, v = (torch.randn(2, 3, 5, 4) for _ in range(3))
+mask = causal_mask(5, 5)
+scaled_dot_product_attention(q, k, v, mask)
+attention_loop_reference(q, k, v, mask)
+tiled_attention(q, k, v, causal=True)
+online_softmax_attention(q, k, v, block_size=2)
+attention_backward(q, k, v, torch.randn(2, 3, 5, 4), mask=mask)
+MultiHeadAttention(8, 2)(torch.randn(2, 5, 8), mask=torch.ones(2, 1, 1, 5, dtype=torch.bool))
+print("sympy" in sys.modules)
+"""
+
+
+@pytest.mark.slow
+def test_the_library_never_pays_for_torchs_lazy_sympy_import():
+    """torch.broadcast_shapes imports sympy on first use (about half a second in every fresh process, such as
+    each grader case process); the library's shape checks broadcast with NumPy's rule instead."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", LIBRARY_CALLS], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"

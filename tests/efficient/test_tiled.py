@@ -701,6 +701,7 @@ def test_one_intra_op_thread_never_uses_the_pool(monkeypatch):
         torch.set_num_threads(threads)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_pool_works_in_a_forked_child(pool):
     import time

@@ -141,12 +141,14 @@ def report(tmp_path_factory):
     return dict(out, records=records, bounds=hopper_report["bounds"], table=proc.stdout[-6000:])
 
 
+@pytest.mark.slow
 def test_a_launch_specialises_unit_strides_and_divisible_sizes(report):
     signature = report["launches"]["forward"]["signature"]
     assert signature["stride_qd"] == signature["stride_od"] == "constexpr"  # stride 1: a constant, as at launch
     assert signature["stride_qb"] == signature["T"] == "i32" and signature["Q"] == "*fp16"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["forward", "dkdv", "dq"])
 def test_batch_and_head_offsets_are_64_bit_products(report, kernel):
     multiplies = report["launches"][kernel]["multiplies"]
@@ -156,6 +158,7 @@ def test_batch_and_head_offsets_are_64_bit_products(report, kernel):
             assert line.startswith("mul.wide.") or ".s64" in line or ".u64" in line, (name, line)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kernel", ["forward", "dkdv", "dq"])
 def test_registers_are_the_cubins_and_the_bound_is_finite(report, kernel):
     launch = report["launches"][kernel]
@@ -175,6 +178,7 @@ def _first_record(report, kernel):
     )
 
 
+@pytest.mark.slow
 def test_each_specialisation_compiles_once(report):
     assert report["codes"] == [0, 0], report["table"]
     assert report["compiled_in_sweeps"] == len(report["records"])  # no record compiled twice
@@ -182,6 +186,7 @@ def test_each_specialisation_compiles_once(report):
     assert all(launch["reused"] for launch in report["launches"].values())
 
 
+@pytest.mark.slow
 def test_the_shipped_configs_compile_without_spilling_and_use_tensor_cores(report):
     records, table = report["records"], report["table"]
     from mha_course.kernels import registry
@@ -206,6 +211,7 @@ def test_the_shipped_configs_compile_without_spilling_and_use_tensor_cores(repor
     assert all(r["mma_redundancy"] == 1.0 for r in hopper), table
 
 
+@pytest.mark.slow
 def test_hopper_bounds_meet_the_tutorial_kernels(report):
     """SM clocks per 128 x 128 scores, float16, causal and not: Triton's tutorial 06 compiled the same way
     gives 1088 / 2048 (forward, D = 64 / 128); the targets for the backward (dK/dV + dQ) are 3840 / 7680."""
@@ -244,6 +250,7 @@ def test_parameter_multiplies_follow_a_widening_conversion():
     assert pr.parameter_multiplies(ptx, 2) == ["mul.lo.s64 \t%rd4, %rd9, %rd3;"]
 
 
+@pytest.mark.slow
 def test_the_cuda_tools_run_once_per_cubin(tmp_path, monkeypatch):
     calls, tool = tmp_path / "calls", tmp_path / "fake_tool"
     tool.write_text(f'#!/bin/sh\necho run >> {calls}\nwc -c < "$2"\n')  # $1 is the flag, $2 the cubin

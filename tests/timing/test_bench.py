@@ -29,6 +29,7 @@ FIELDS = {
 }
 
 
+@pytest.mark.slow
 def test_cli_quick_writes_valid_records_and_plot(tmp_path):
     out_json, out_png = tmp_path / "bench.json", tmp_path / "bench.png"
     cmd = [
@@ -169,6 +170,7 @@ def _alive(pid):
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 
+@pytest.mark.slow
 @linux_only
 def test_background_load_runs_busy_processes_and_stops_them():
     import time
@@ -185,6 +187,7 @@ def test_background_load_runs_busy_processes_and_stops_them():
         assert pids == []
 
 
+@pytest.mark.slow
 @linux_only
 @pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
 def test_background_load_stops_on_ctrl_c_and_errors(error):
@@ -196,6 +199,7 @@ def test_background_load_stops_on_ctrl_c_and_errors(error):
     assert seen and not _alive(seen[0])
 
 
+@pytest.mark.slow
 @linux_only
 def test_helpers_end_by_themselves_when_the_benchmark_is_killed():
     import os
@@ -234,6 +238,7 @@ def test_background_load_rejects_bad_counts(capsys):
     assert exit_info.value.code == 2 and "must be >= 0" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @linux_only
 def test_cli_measures_quiet_and_loaded_in_one_run(tmp_path):
     out_json = tmp_path / "bench.json"

@@ -7,6 +7,7 @@ import math
 import torch
 
 from ...core.softmax import LOG2E
+from ...validation import broadcast_shapes
 from .plan import drop_future, key_tiles, plan, work_items
 from .workers import run_items
 
@@ -30,7 +31,7 @@ def tiled_backward(q, k, v, out, lse, grad_out, blocks, causal: bool, scale: flo
     """
     T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
     Dv = v.shape[-1]
-    lead = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+    lead = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     N = math.prod(lead)
     work = torch.promote_types(q.dtype, torch.float32)
     dev = q.device

@@ -35,7 +35,7 @@ import math
 import torch
 
 from ...core.softmax import LOG2E
-from ...validation import check_qkv, resolve_scale
+from ...validation import broadcast_shapes, check_qkv, resolve_scale
 from .backward import tiled_backward
 from .plan import blocks_from, causal_diagonal, drop_future, key_tiles, plan, tile_scores, work_items
 from .workers import run_items
@@ -110,7 +110,7 @@ def _tiled_forward(q, k, v, blocks, causal: bool, scale: float, diagonal: int = 
     """
     T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
     Dv = v.shape[-1]
-    lead = tuple(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+    lead = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     N = math.prod(lead)
     work = torch.promote_types(q.dtype, torch.float32)  # float16/bfloat16 accumulate in float32
     dev = q.device

@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from ...validation import broadcast_shapes
+
 # Each constant's measurements and the alternatives tried: docs/design/tiled_cpu.md.
 
 #: Scores per one-thread tile, across all B*H heads (4 MiB in float32): tall tiles make the second matmul efficient.
@@ -47,7 +49,7 @@ ITEMS_PER_WORKER = 4
 def blocks_from(block_size, q, k, v, causal: bool) -> tuple[int, int]:
     """(block_q, block_k) from ``block_size``, or for None the one-thread default (see TILE_SCORES)."""
     if block_size is None:
-        return default_blocks(math.prod(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])), causal)
+        return default_blocks(math.prod(broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])), causal)
     pair = (block_size, block_size) if isinstance(block_size, int) and not isinstance(block_size, bool) else block_size
     if (
         not isinstance(pair, (tuple, list))

@@ -62,6 +62,7 @@ class NotebookRun:
                 "extra_modules": sorted(
                     m for m in call_modules(assignment) if not m.startswith("mha_course.grading.calls.")
                 ),
+                "call_modules": sorted(call_modules(assignment)),  # imported once by the broker
                 "forbidden": sorted({n for e in assignment.exercises for n in e.forbidden}),
             }
             current = None

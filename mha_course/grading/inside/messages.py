@@ -62,6 +62,7 @@ class Config(TypedDict):
     memory_mb: int
     provided: list[str]
     extra_modules: list[str]
+    call_modules: list[str]
     forbidden: list[str]
 
 

@@ -201,6 +201,9 @@ def _run_case(
 
 # libraries the broker may import for a notebook that imports them (each case process then finds them loaded)
 PRELOADED = frozenset({"torch", "numpy", "matplotlib", "math", "triton", "einops", "scipy", "functools", "typing"})
+# torch imports sympy (about half a second) on the first autograd call given output gradients or the first
+# torch.broadcast_shapes: once in the broker for cells that name them, not once in every case process
+LAZY_TORCH = ("torch.fx.experimental.symbolic_shapes", ("autograd", "backward", "broadcast_shapes"))
 
 
 def preload(config: dict, cells: Sequence[tuple[int, str]] = ()) -> None:
@@ -238,7 +241,20 @@ def preload(config: dict, cells: Sequence[tuple[int, str]] = ()) -> None:
         tqdm.tqdm.monitor_interval = 0
     except Exception:
         pass
-    for name in [*config.get("provided", ()), *HELPERS, "mha_course.grading.learner.selfcheck", *_imported(cells)]:
+    lazy, words = LAZY_TORCH
+    if any(word in source for _, source in cells for word in words):
+        importlib.import_module(lazy)
+    extra = {str(m) for m in config.get("extra_modules", ())}
+    calls = [str(m) for m in config.get("call_modules", ()) if str(m).startswith(CALL_PACKAGE) or str(m) in extra]
+    imported = _imported(cells)
+    # what a case would otherwise import each time: its call module, numpy's random (lazy since NumPy 2),
+    # and the interpreter's code generator of a Triton kernel (imported at its first launch)
+    warm = [
+        "numpy.random",
+        *calls,
+        *(["triton.compiler.code_generator"] if any(n.split(".")[0] == "triton" for n in imported) else []),
+    ]
+    for name in [*config.get("provided", ()), *HELPERS, "mha_course.grading.learner.selfcheck", *imported, *warm]:
         try:
             importlib.import_module(str(name))
         except Exception:

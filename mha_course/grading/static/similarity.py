@@ -141,12 +141,19 @@ def _users(definitions: Sequence[tuple[str, ast.AST]], targets: set[str]) -> dic
 
 
 def _closest(mine: tuple[str, ...], library: dict[str, tuple[str, ...]]) -> tuple[str | None, float]:
+    """The library definition most like ``mine``, among those at least :data:`NEAR` alike (else None, 0.0)."""
     best, best_ratio = None, 0.0
+    matcher = difflib.SequenceMatcher(None, autojunk=False)
+    matcher.set_seq2(mine)  # the matcher indexes its second sequence once, for every comparison
     for ref_name, ref in library.items():
         if min(len(ref), len(mine)) / max(len(ref), len(mine)) < NEAR:
             continue  # ratio() cannot reach NEAR; skip the quadratic comparison
-        ratio = difflib.SequenceMatcher(None, ref, mine, autojunk=False).ratio()
-        if ratio > best_ratio:
+        matcher.set_seq1(ref)
+        floor = max(NEAR, best_ratio)
+        if matcher.quick_ratio() < floor:
+            continue  # an upper bound of ratio() from the tokens' counts alone, in linear time
+        ratio = matcher.ratio()
+        if ratio >= floor and ratio > best_ratio:
             best, best_ratio = ref_name, ratio
     return best, best_ratio
 
