@@ -343,7 +343,7 @@ def _attacks(paths: dict) -> dict[str, tuple[list[str], float]]:
         "hang": (["while True:\n    pass", GOOD_ADD, GOOD_DOUBLE], 6),
         "memory_hog": (["import numpy as np\nHOG = []\nfor _ in range(64):\n    HOG.append(np.ones(2**27))", GOOD_ADD, GOOD_DOUBLE], 6),
         # no size-limited tmpfs in tier B: ten 50 MiB files (each under RLIMIT_FSIZE) until the grader's watch kills it
-        "disk_filler": ([SHELL + "sh('for i in 0 1 2 3 4 5 6 7 8 9; do dd if=/dev/zero of=$HOME/fill$i bs=1M count=50 status=none; done')", GOOD_ADD, GOOD_DOUBLE], 6),
+        "disk_filler": ([SHELL + "sh('for i in 0 1 2 3 4 5 6 7 8 9; do dd if=/dev/zero of=$HOME/fill$i bs=1M count=50 status=none; done; sleep 5')", GOOD_ADD, GOOD_DOUBLE], 6),
     }  # fmt: skip
 
 
