@@ -33,6 +33,20 @@ class Job(NamedTuple):
     case: Case
 
 
+def broker_config(assignment: Any, cells: list[tuple[int, str]], skip: set[int], memory_mb: int) -> Config:
+    """The first frame to a submission's broker: its cells, the cells to skip and what the cases need."""
+    calls = call_modules(assignment)
+    return {
+        "cells": cells,
+        "skip": sorted(skip),
+        "memory_mb": memory_mb,
+        "provided": list(assignment.provided),
+        "extra_modules": sorted(m for m in calls if not m.startswith("mha_course.grading.calls.")),
+        "call_modules": sorted(calls),  # imported once by the broker, not by every case process
+        "forbidden": sorted({n for e in assignment.exercises for n in e.forbidden}),
+    }
+
+
 class NotebookRun:
     """The state of grading one submission (cells to skip, crashes so far, results)."""
 
@@ -54,17 +68,7 @@ class NotebookRun:
         assignment = self.assignment
         while True:
             child = SubmissionProcess(self.isolator, assignment, self.limits)
-            config: Config = {
-                "cells": self.cells,
-                "skip": sorted(self.skip),
-                "memory_mb": self.limits.memory_mb,
-                "provided": list(assignment.provided),
-                "extra_modules": sorted(
-                    m for m in call_modules(assignment) if not m.startswith("mha_course.grading.calls.")
-                ),
-                "call_modules": sorted(call_modules(assignment)),  # imported once by the broker
-                "forbidden": sorted({n for e in assignment.exercises for n in e.forbidden}),
-            }
+            config = broker_config(assignment, self.cells, self.skip, self.limits.memory_mb)
             current = None
             started = False
             try:
