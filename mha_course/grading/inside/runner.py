@@ -242,8 +242,6 @@ def preload(config: dict, cells: Sequence[tuple[int, str]] = ()) -> None:
     except Exception:
         pass
     lazy, words = LAZY_TORCH
-    if any(word in source for _, source in cells for word in words):
-        importlib.import_module(lazy)
     extra = {str(m) for m in config.get("extra_modules", ())}
     calls = [str(m) for m in config.get("call_modules", ()) if str(m).startswith(CALL_PACKAGE) or str(m) in extra]
     imported = _imported(cells)
@@ -253,6 +251,7 @@ def preload(config: dict, cells: Sequence[tuple[int, str]] = ()) -> None:
         "numpy.random",
         *calls,
         *(["triton.compiler.code_generator"] if any(n.split(".")[0] == "triton" for n in imported) else []),
+        *([lazy] if any(word in source for _, source in cells for word in words) else []),
     ]
     for name in [*config.get("provided", ()), *HELPERS, "mha_course.grading.learner.selfcheck", *imported, *warm]:
         try:
