@@ -162,7 +162,8 @@ def empty(folder: str, keep: tuple[str, ...] = ()) -> None:
     home = os.getcwd()  # the broker's own folder (short), where its case processes start
     try:
         os.chdir(folder)
-        pending, entered = [[n for n in os.listdir(".") if n not in keep]], []
+        pending = [[n for n in os.listdir(".") if n not in keep]]  # each entered folder's names still to remove
+        entered: list[str] = []  # the folders changed into, innermost last
         while pending:
             if not pending[-1]:
                 pending.pop()
