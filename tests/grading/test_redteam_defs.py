@@ -23,17 +23,24 @@ from mha_course.grading.engine.verdicts import Limits
 LIMITS = Limits(case_timeout=20, cell_timeout=30, notebook_timeout=90, memory_mb=1024)
 
 UNFINISHED = "def add_arrays(a, b):\n    raise NotImplementedError\n"
-# puts a working add_arrays in every namespace up the stack (the definitions' namespace included)
-PATCH = (
-    "import sys as _sys\n"
-    "def forge(*args, **kwargs):\n"
-    "    frame = _sys._getframe()\n"
-    "    while frame is not None:\n"
-    "        if 'add_arrays' in frame.f_globals:\n"
-    "            frame.f_globals['add_arrays'] = lambda a, b: a + b\n"
-    "        frame = frame.f_back\n"
-    "    return object\n"
-)
+
+
+def forger(returns: str) -> str:
+    """A ``forge`` that puts a working add_arrays in every namespace up the stack (the definitions' namespace
+    included) and returns ``returns`` (what the place it is called from needs: a base class, a value)."""
+    return (
+        "import sys as _sys\n"
+        "def forge(*args, **kwargs):\n"
+        "    frame = _sys._getframe()\n"
+        "    while frame is not None:\n"
+        "        if 'add_arrays' in frame.f_globals:\n"
+        "            frame.f_globals['add_arrays'] = lambda a, b: a + b\n"
+        "        frame = frame.f_back\n"
+        f"    return {returns}\n"
+    )
+
+
+PATCH = forger("object")
 
 FORGERS = {
     "an assigned call": "_ = forge()",

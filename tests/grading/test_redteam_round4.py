@@ -23,23 +23,12 @@ from __future__ import annotations
 import ast
 
 import pytest
-from test_redteam_defs import _grade, _score
+from test_redteam_defs import UNFINISHED, _grade, _score, forger
 
 from mha_course.grading.inside.definitions import definitions
 from mha_course.grading.inside.messages import MPL_CONFIG
 
-UNFINISHED = "def add_arrays(a, b):\n    raise NotImplementedError\n"
-# puts a working add_arrays in every namespace up the stack (the definitions' namespace included)
-PATCH = (
-    "import sys as _sys\n"
-    "def forge(*args, **kwargs):\n"
-    "    frame = _sys._getframe()\n"
-    "    while frame is not None:\n"
-    "        if 'add_arrays' in frame.f_globals:\n"
-    "            frame.f_globals['add_arrays'] = lambda a, b: a + b\n"
-    "        frame = frame.f_back\n"
-    "    return 1\n"
-)
+PATCH = forger("1")
 # a cell that leaves a module in the folder the broker keeps between the cells and the cases
 KEPT_MODULE = (
     "import os\n"

@@ -159,10 +159,15 @@ def _run_cell(source: str, index: int, namespace: dict) -> str | None:
     return None
 
 
+def _call_module(module_name: str, extra: frozenset[str]) -> bool:
+    """``module_name`` may hold call functions: it is in :mod:`.calls` or a module the grader put in the view."""
+    return module_name.startswith(CALL_PACKAGE) or module_name in extra
+
+
 def _call_function(name: str, extra: frozenset[str]) -> Any:
     """The call function ``"module:function"``, from :mod:`.calls` or a module the grader put in the view."""
     module_name, _, function = str(name).partition(":")
-    if not (module_name.startswith(CALL_PACKAGE) or module_name in extra):
+    if not _call_module(module_name, extra):
         raise ValueError(f"the grader asked for an unknown call function {name!r}")
     return getattr(importlib.import_module(module_name), function)
 
@@ -242,8 +247,8 @@ def preload(config: dict, cells: Sequence[tuple[int, str]] = ()) -> None:
     except Exception:
         pass
     lazy, words = LAZY_TORCH
-    extra = {str(m) for m in config.get("extra_modules", ())}
-    calls = [str(m) for m in config.get("call_modules", ()) if str(m).startswith(CALL_PACKAGE) or str(m) in extra]
+    extra = frozenset(str(m) for m in config.get("extra_modules", ()))
+    calls = [str(m) for m in config.get("call_modules", ()) if _call_module(str(m), extra)]
     imported = _imported(cells)
     # what a case would otherwise import each time: its call module, numpy's random (lazy since NumPy 2),
     # and the interpreter's code generator of a Triton kernel (imported at its first launch)
