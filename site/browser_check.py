@@ -151,7 +151,9 @@ def check_site(html: Path, chromium: str, screenshots: Path | None = None, shots
             )
             for name in pages:
                 current[0] = name
-                page.goto(base + name, wait_until="load")
+                # network idle, not load: MathJax fetches its fonts after the load event, and opening the next
+                # page while they are on their way aborts them (a failed request, though nothing is broken)
+                page.goto(base + name, wait_until="networkidle")
                 facts[name] = page.evaluate(_PAGE_FACTS)
                 if screenshots is not None and name in shots:
                     screenshots.mkdir(parents=True, exist_ok=True)
