@@ -56,7 +56,7 @@ from .classroom.seeds import SEED_FILE, choose_seed, class_key, record_seed
 from .engine import notebook, registry
 from .engine.pipeline import MAX_CODE_BYTES, grade_many, new_seed
 from .engine.process import Isolator
-from .engine.verdicts import Limits, SubmissionResult
+from .engine.verdicts import CASES_SEE, Limits, SubmissionResult
 from .walls.view import IsolationError
 
 
@@ -233,6 +233,14 @@ def _parser() -> argparse.ArgumentParser:
         "processes that can read and change this machine's files (only for code you trust)",
     )
     parser.add_argument(
+        "--strict-definitions",
+        action="store_true",
+        help="an exam setting: each test loads only the notebook's definitions (imports, functions, classes, "
+        "plain values) instead of the state its cells left, so no top-level statement runs while tests do; "
+        "named in every output (default: each test starts from the notebook as it was after its cells ran, "
+        "as in Jupyter and the self-check)",
+    )
+    parser.add_argument(
         "--quiet",
         action="store_true",
         help="no progress bar, no per-test table and no line per notebook (the class summary "
@@ -290,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         memory_mb=args.memory_mb,
         submission_timeout=args.submission_timeout,
         batch_timeout=args.batch_timeout,
+        strict_definitions=args.strict_definitions,
     )
     try:
         isolator = Isolator(unsafe_no_isolation=args.unsafe_no_isolation, min_isolation=args.min_isolation)
@@ -299,6 +308,8 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     if not args.quiet or not isolator.walls.isolated:
         print(f"isolation: {isolator.walls.summary()}", file=sys.stderr if not isolator.walls.isolated else sys.stdout)
+    if not args.quiet or args.strict_definitions:
+        print(f"each test sees {CASES_SEE[args.strict_definitions]}")
     try:
         results = grade_many(
             rows,

@@ -170,9 +170,10 @@ def _summary(section: Section) -> str:
 def _header(results: list[SubmissionResult], missing: list[str], anonymise: bool = False) -> list[str]:
     seeds = sorted({r.seed for r in results if r.seed is not None})
     kinds = sorted({(r.isolation or {}).get("kind", "?") for r in results})
+    seen = sorted({(r.isolation or {}).get("cases_see", "") for r in results} - {""})
     lines = [
         f"{len(results)} submission(s); fresh inputs drawn with --seed {', '.join(map(str, seeds)) or '-'}; "
-        f"isolation: {', '.join(kinds)}"
+        f"isolation: {', '.join(kinds)}" + (f"; each test saw {' / '.join(seen)}" if seen else "")
     ]
     if missing:
         who = "" if anonymise else f": {', '.join(missing)}"

@@ -24,7 +24,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..engine.verdicts import Status, SubmissionResult
+from ..engine.verdicts import CASES_SEE, Status, SubmissionResult
 from ..walls.tier_a import WallKind
 from .report import sections
 from .safe_text import clean, csv_cell
@@ -88,6 +88,8 @@ def gradescope(result: SubmissionResult) -> dict:
         lines.append(f"- {reproduce_line(result.input_seed)}")
     if result.isolation and result.isolation.get("kind") != WallKind.BUBBLEWRAP:
         lines.append(f"- {result.isolation.get('summary', 'graded without isolation')}")
+    if result.isolation and result.isolation.get("cases_see") == CASES_SEE[True]:
+        lines.append(f"- each test saw {CASES_SEE[True]}")
     return {
         "score": result.score,
         "execution_time": round(result.execution_time, 3),

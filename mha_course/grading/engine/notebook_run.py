@@ -33,12 +33,19 @@ class Job(NamedTuple):
     case: Case
 
 
-def broker_config(assignment: Any, cells: list[tuple[int, str]], skip: set[int], memory_mb: int) -> Config:
-    """The first frame to a submission's broker: its cells, the cells to skip and what the cases need."""
+def broker_config(
+    assignment: Any, cells: list[tuple[int, str]], skip: set[int], memory_mb: int, strict: bool = False
+) -> Config:
+    """The first frame to a submission's broker: its cells, the cells to skip and what the cases need.
+
+    ``strict``: each case loads the notebook's definitions only (an exam setting), instead of starting
+    from the state the cells left.
+    """
     calls = call_modules(assignment)
     return {
         "cells": cells,
         "skip": sorted(skip),
+        "strict": strict,
         "memory_mb": memory_mb,
         "provided": list(assignment.provided),
         "extra_modules": sorted(m for m in calls if not m.startswith("mha_course.grading.calls.")),
@@ -68,7 +75,9 @@ class NotebookRun:
         assignment = self.assignment
         while True:
             child = SubmissionProcess(self.isolator, assignment, self.limits)
-            config = broker_config(assignment, self.cells, self.skip, self.limits.memory_mb)
+            config = broker_config(
+                assignment, self.cells, self.skip, self.limits.memory_mb, self.limits.strict_definitions
+            )
             current = None
             started = False
             try:
@@ -107,10 +116,25 @@ class NotebookRun:
                         f"your notebook could not be run to the end ({died.reason}); the remaining tests were not run"
                     )
                     return None
-                self.skip.add(current)
-                self.notes.append(
-                    f"cell {current + 1} {died.reason}; it was skipped and the notebook re-run without it"
-                )
+                self.notes.append(self._skip_from(current, died))
+
+    def _skip_from(self, current: int, died: Died) -> str:
+        """Skip the cell that stopped the process; the note that says so.
+
+        A cell that never returns ends the notebook there, as in Jupyter: the cells after it are not run
+        and the tests see the notebook as it was before it. A cell that kills its process is skipped alone
+        (in strict mode every such cell is skipped alone: the definitions after it still load).
+        """
+        later = [i for i, _ in self.cells if i > current and i not in self.skip]
+        if died.kind == Status.TIMEOUT and not self.limits.strict_definitions and later:
+            self.skip.update([current, *later])
+            return (
+                f"cell {current + 1} {died.reason}: it and the {len(later)} cell{'s' if len(later) > 1 else ''} "
+                f"after it were not run (as in Jupyter, where the cells after one that never returns do not run); "
+                f"the tests ran on the notebook as it was before cell {current + 1}"
+            )
+        self.skip.add(current)
+        return f"cell {current + 1} {died.reason}; it was skipped and the notebook re-run without it"
 
     def run(self, jobs: list[Job], blocked: dict[str, str]) -> list[TestResult]:
         results: dict[tuple[str, int], TestResult] = {}

@@ -45,7 +45,7 @@ from ..static.scan import ScanReport, scan
 from . import notebook, registry
 from .notebook_run import Job, NotebookRun, result_row
 from .process import Isolator
-from .verdicts import Limits, Status, SubmissionResult, TestResult
+from .verdicts import CASES_SEE, Limits, Status, SubmissionResult, TestResult
 
 __all__ = ["Isolator", "Limits", "SubmissionResult", "TestResult", "grade_many", "grade_notebook", "new_seed"]
 
@@ -74,6 +74,11 @@ def _static_verdicts(report: ScanReport, assignment: Any) -> tuple[str | None, d
             "which is not allowed here"
         )
     return tamper, blocked, notes
+
+
+def _walls(isolator: Isolator, limits: Limits) -> dict:
+    """What the submission ran behind and what its cases saw (both named in every output)."""
+    return {**isolator.walls.as_dict(), "cases_see": CASES_SEE[limits.strict_definitions]}
 
 
 def new_seed() -> int:
@@ -120,7 +125,7 @@ def grade_notebook(
     seed = new_seed() if seed == -1 else seed
     try:
         for attempt in range(2):
-            result = SubmissionResult(path=str(path), seed=seed, input_seed=seed, isolation=isolator.walls.as_dict())
+            result = SubmissionResult(path=str(path), seed=seed, input_seed=seed, isolation=_walls(isolator, limits))
             try:
                 _grade_into(result, Path(path), limits, isolator, grade_as)
             except Exception as exc:  # the grader's own failure: report it, never crash the batch
@@ -237,7 +242,7 @@ def grade_many(
                     r = SubmissionResult(
                         path=str(path),
                         seed=seed,
-                        isolation=isolator.walls.as_dict(),
+                        isolation=_walls(isolator, limits),
                         error=f"the grader failed on this submission ({type(exc).__name__}: {exc})",
                     )
                 if sub is not None:
@@ -255,7 +260,7 @@ def grade_many(
                     r = SubmissionResult(
                         path=str(path),
                         seed=seed,
-                        isolation=isolator.walls.as_dict(),
+                        isolation=_walls(isolator, limits),
                         assignment=sub.assignment,
                         error=sub.problem,
                     )
@@ -265,7 +270,7 @@ def grade_many(
                     r = SubmissionResult(
                         path=str(path),
                         seed=seed,
-                        isolation=isolator.walls.as_dict(),
+                        isolation=_walls(isolator, limits),
                         error=(f"not graded: the batch's time limit ({limits.batch_timeout:g} s) ran out first"),
                     )
                 else:

@@ -40,6 +40,15 @@ class Limits:
     submission_timeout: float = 600.0  # seconds for everything of one submission (all its sandboxes)
     batch_timeout: float | None = None  # seconds for a whole grade_many run; later submissions are not graded
     max_crashes: int = 2  # crashes/timeouts in one exercise before its other cases are skipped
+    # each case loads only the notebook's definitions (an exam setting) instead of the state its cells left
+    strict_definitions: bool = False
+
+
+#: What each case starts from, by ``Limits.strict_definitions``: named in every output beside the tier.
+CASES_SEE = {
+    False: "the notebook's state after its cells ran in order (as in Jupyter)",
+    True: "the notebook's definitions only (strict mode: imports, functions, classes and plain values)",
+}
 
 
 @dataclass(frozen=True)

@@ -63,15 +63,15 @@ def _parent_of(pid: int) -> int | None:
     return int(stat[stat.rindex(b")") + 2 :].split()[1])
 
 
-def other_processes(me: int, child: int = -1) -> list[int]:
-    """Pids of processes of the submission other than the broker and ``child`` (-1: none).
+def other_processes(me: int, child: int = -1, notebook: int = -1) -> list[int]:
+    """Pids of processes of the submission other than the broker, ``child`` and ``notebook`` (-1: none).
 
     In the sandbox's own PID namespace (the broker is pid 1) that is every pid ``/proc`` lists; outside
     one, the broker's descendants (it is their subreaper, so an orphan comes back to it).
     """
     pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
     if me == 1:
-        return [p for p in pids if p not in (me, child)]
+        return [p for p in pids if p not in (me, child, notebook)]
     parents = {p: _parent_of(p) for p in pids}
     mine, found = {me}, True
     while found:
@@ -80,7 +80,7 @@ def other_processes(me: int, child: int = -1) -> list[int]:
             if parent in mine and pid not in mine:
                 mine.add(pid)
                 found = True
-    return sorted(mine - {me, child})
+    return sorted(mine - {me, child, notebook})
 
 
 def thread_count(pid: int) -> int:
@@ -91,8 +91,11 @@ def thread_count(pid: int) -> int:
         return 0
 
 
-def background(me: int, child: int = -1) -> str | None:
-    """None when ``child`` (a case process; -1: none) runs alone on one thread, else a sentence for the learner."""
+def background(me: int, child: int = -1, notebook: int = -1) -> str | None:
+    """None when ``child`` (a case process; -1: none) runs alone on one thread, else a sentence for the learner.
+
+    ``notebook``, the process whose state the case was forked from, is not counted (its threads are its own).
+    """
     with contextlib.suppress(ChildProcessError, OSError):
         while os.waitpid(-1, os.WNOHANG)[0] > 0:  # reap what ended (zombies are still listed)
             pass
@@ -100,7 +103,7 @@ def background(me: int, child: int = -1) -> str | None:
     threads = thread_count(child)
     if threads > 1:
         parts.append(f"{threads - 1} other thread{'s' if threads > 2 else ''}")
-    others = other_processes(me, child)
+    others = other_processes(me, child, notebook)
     if others:
         parts.append(f"{len(others)} other process{'es' if len(others) > 1 else ''}")
     if not parts:
@@ -124,11 +127,11 @@ def _fork(grader: socket.socket, child_side: Any) -> tuple[int, socket.socket]:
     return pid, mine
 
 
-def end_others(me: int) -> list[int]:
-    """SIGKILL every other process of the submission and reap it; the pids still there after 5 s (normally none)."""
+def end_others(me: int, notebook: int = -1) -> list[int]:
+    """SIGKILL every other process of the submission but ``notebook`` and reap it; the pids still there after 5 s."""
     deadline = time.monotonic() + 5.0
     while True:
-        others = other_processes(me)
+        others = other_processes(me, notebook=notebook)
         for pid in others:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
@@ -136,7 +139,7 @@ def end_others(me: int) -> list[int]:
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitpid(pid, 0)
         _reap()
-        others = other_processes(me)
+        others = other_processes(me, notebook=notebook)
         if not others or time.monotonic() > deadline:
             return others
         time.sleep(0.01)
@@ -207,7 +210,7 @@ def run(grader: socket.socket, scratch: str, sandbox: Any) -> None:
     settings = {k: v for k, v in config.items() if k != "cells"}
     sandbox.preload(settings, cells)
     _FONT_LISTS.update(_font_lists(scratch))
-    _, notebook = _fork(grader, lambda sock: sandbox.run_cells(sock, settings, scratch))
+    notebook_pid, notebook = _fork(grader, lambda sock: sandbox.run_cells(sock, settings, scratch))
     for index, source in cells:
         if index in skip:
             continue
@@ -218,8 +221,13 @@ def run(grader: socket.socket, scratch: str, sandbox: Any) -> None:
         wire.send(
             grader, {"event": Event.CELL_DONE, "index": index, "error": None if error is None else str(error)[:400]}
         )
-    notebook.close()
-    _clean(me, scratch)
+    if settings.get("strict"):  # definitions only: nothing that ran a cell outlives the cells
+        notebook.close()
+        _clean(me, scratch)
+        notebook_pid = -1
+    else:  # the notebook's state stays, in its process and its files; every other process goes
+        end_others(me, notebook_pid)
+    kept = _Files(scratch, me)
     wire.send(grader, {"event": Event.READY})
     while True:
         try:
@@ -228,8 +236,97 @@ def run(grader: socket.socket, scratch: str, sandbox: Any) -> None:
             return
         if request.get("event") != Event.CASE:
             return
-        reply, out = _case(grader, me, request, blob, (cells, skip, settings, scratch), sandbox)
+        if notebook_pid < 0:
+            reply, out = _case(grader, me, request, blob, (cells, skip, settings, scratch), sandbox)
+        else:
+            reply, out = _case_from_notebook(grader, me, (notebook_pid, notebook), request, blob, kept)
         wire.send(grader, reply, out)
+
+
+class _Files:
+    """The writable folders as the cells left them: after each case, what the case added or changed goes.
+
+    A file a cell wrote stays for every case (as it stays in Jupyter); one a case wrote or changed never
+    reaches the next case. Read-only mounts inside (a checkout under /tmp) are not walked, as in :func:`empty`.
+    """
+
+    def __init__(self, scratch: str, me: int) -> None:
+        # bubblewrap's own /tmp; outside a PID namespace /tmp is the host's and TMPDIR is the scratch
+        self.folders = [scratch, "/tmp"] if me == 1 else [scratch]
+        self.kept = {folder: self._list(folder) for folder in self.folders}
+
+    @staticmethod
+    def _list(folder: str) -> dict[str, tuple[int, int, int, int]]:
+        """Relative path -> (mode, inode, size, mtime) of everything under ``folder``."""
+        found: dict[str, tuple[int, int, int, int]] = {}
+        pending = [""]
+        while pending and len(found) < 100_000:
+            relative = pending.pop()
+            try:
+                entries = list(os.scandir(os.path.join(folder, relative) if relative else folder))
+            except OSError:
+                continue
+            for entry in entries:
+                path = os.path.join(relative, entry.name)
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                found[path] = (st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns)
+                if entry.is_dir(follow_symlinks=False):
+                    with contextlib.suppress(OSError):
+                        if not os.statvfs(entry.path).f_flag & os.ST_RDONLY:
+                            pending.append(path)
+        return found
+
+    def restore(self) -> None:
+        """Remove every entry a case added or changed (deepest first); a changed folder keeps what the cells left."""
+        import shutil
+        import stat
+
+        for folder in self.folders:
+            kept = self.kept[folder]
+            now = self._list(folder)
+            for path in sorted((p for p, st in now.items() if kept.get(p) != st), key=len, reverse=True):
+                full = os.path.join(folder, path)
+                mode = now[path][0]
+                with contextlib.suppress(OSError):
+                    if not stat.S_ISDIR(mode):
+                        os.unlink(full)
+                    elif path not in kept:
+                        shutil.rmtree(full, ignore_errors=True)
+
+
+def _case_from_notebook(
+    grader: socket.socket, me: int, notebook: tuple[int, socket.socket], request: dict, blob: bytes, kept: _Files
+) -> tuple[dict, bytes]:
+    """One case in a process the notebook process forks from the state its cells left.
+
+    The broker makes the case's socketpair and hands one end to the notebook process with the ``case``
+    frame; the case process reads the request on it, replies once and is ended. Before the case nothing
+    but the notebook process may be alive; after its reply the case process must run alone on one thread.
+    """
+    notebook_pid, channel_to_notebook = notebook
+    why = background(me, notebook=notebook_pid)
+    if why is not None:
+        return {"ok": False, "kind": ReplyKind.BACKGROUND, "error": why, "forbidden": []}, b""
+    mine, theirs = socket.socketpair()
+    try:
+        wire.send(channel_to_notebook, {"event": Event.CASE})
+        socket.send_fds(channel_to_notebook, [b"F"], [theirs.fileno()])
+        theirs.close()
+        wire.send(mine, request, blob)
+        reply, out = wire.recv(mine)  # EOFError when the case process died: the grader sees the broker end
+        case_pid = next(iter(other_processes(me, notebook=notebook_pid)), -1)
+        why = _settled(me, case_pid, notebook=notebook_pid)
+    finally:
+        theirs.close()
+        mine.close()
+        end_others(me, notebook_pid)
+        kept.restore()
+    if why is None:
+        return _plain(reply), out
+    return {"ok": False, "kind": ReplyKind.BACKGROUND, "error": why, "forbidden": []}, b""
 
 
 def _font_lists(scratch: str) -> dict[str, bytes]:
@@ -286,13 +383,13 @@ def _case(
     return {"ok": False, "kind": ReplyKind.BACKGROUND, "error": why, "forbidden": []}, b""
 
 
-def _settled(me: int, child: int, wait: float = 1.0) -> str | None:
+def _settled(me: int, child: int, wait: float = 1.0, notebook: int = -1) -> str | None:
     """:func:`background`, given a moment to clear (a thread or process that is just ending)."""
-    why = background(me, child)
+    why = background(me, child, notebook)
     deadline = time.monotonic() + wait
     while why is not None and time.monotonic() < deadline:
         time.sleep(0.05)
-        why = background(me, child)
+        why = background(me, child, notebook)
     return why
 
 

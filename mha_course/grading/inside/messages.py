@@ -59,6 +59,7 @@ class Config(TypedDict):
 
     cells: list[tuple[int, str]]
     skip: list[int]
+    strict: bool  # each case loads the definitions only, instead of forking from the notebook's state
     memory_mb: int
     provided: list[str]
     extra_modules: list[str]

@@ -97,12 +97,17 @@ _DENIED_PREFIXES = tuple(
 )
 
 
-def _install_audit_hook() -> None:
+_PERMITTED = frozenset({"os.fork", "socket.__new__"})
+
+
+def _install_audit_hook() -> list[bool]:
     """Explain, in every thread, the operations grading never needs (new processes, sockets, ctypes, ...).
 
     This is not the security boundary (the kernel is: see :mod:`mha_course.grading.walls.tier_a`); it turns what the
     sandbox would refuse or make pointless into a sentence an honest learner can act on. A refused
     operation raises PermissionError whose message says it is not available while grading.
+    Returns the runtime's permit: the notebook process sets its one flag while it wraps a case's socket and
+    forks the case process (:data:`_PERMITTED` only).
     """
     message = (
         "{what} is not available while grading: the grader runs your notebook in a sandbox "
@@ -111,14 +116,18 @@ def _install_audit_hook() -> None:
     denied, prefixes = _DENIED_EVENTS, _DENIED_PREFIXES
 
     me = os.getpid()
+    fork_permit = [False]
 
     def hook(event: str, args: tuple) -> None:
+        if fork_permit[0] and event in _PERMITTED:
+            return
         if event in denied or event.startswith(prefixes):
             raise PermissionError(message.format(what=event))
         if event in ("os.kill", "os.killpg") and args and args[0] not in (0, me, -me):
             raise PermissionError(message.format(what="sending a signal to another process"))
 
     sys.addaudithook(hook)
+    return fork_permit
 
 
 def _isolate(scratch: str, memory_mb: int) -> None:
@@ -151,8 +160,13 @@ def _isolate(scratch: str, memory_mb: int) -> None:
 
 
 def _run_cell(source: str, index: int, namespace: dict) -> str | None:
+    """Run one cell as IPython would: its source is in ``linecache`` (TorchScript and ``inspect`` read it)."""
+    import linecache
+
+    filename = f"<cell {index + 1}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     try:
-        code = compile(source, f"<cell {index + 1}>", "exec")
+        code = compile(source, filename, "exec")
         exec(code, namespace)
     except BaseException as exc:  # SystemExit and KeyboardInterrupt included: the next cell still runs
         return error_text(exc)
@@ -227,6 +241,9 @@ def preload(config: dict, cells: Sequence[tuple[int, str]] = ()) -> None:
         for name in os.listdir(cache):
             if name.startswith("fontlist-"):
                 shutil.copyfile(os.path.join(cache, name), os.path.join(config_dir, name))
+    # torch.compile runs the function as written: compiling needs a C++ compiler and worker processes the
+    # sandbox refuses, and each case process would compile again (it starts from the notebook's state)
+    os.environ["TORCH_COMPILE_DISABLE"] = "1"
     importlib.import_module("numpy")
     importlib.import_module("psutil")  # _isolate reads the process size with it
     import torch
@@ -297,35 +314,89 @@ def _namespace() -> dict:
     return {"__name__": "__main__", "__builtins__": builtins, "display": _display, "get_ipython": _get_ipython}
 
 
-def enter(config: dict, scratch: str) -> tuple[Tripwire, frozenset[str]]:
-    """The inner rules, before any learner code: isolation, blocker, tripwire, audit hook (in this order)."""
+def enter(config: dict, scratch: str) -> tuple[Tripwire, frozenset[str], list[bool]]:
+    """The inner rules, before any learner code: isolation, blocker, tripwire, audit hook (in this order).
+
+    Returns the tripwire, the extra call modules and the audit hook's fork permit.
+    """
     _isolate(scratch, int(config.get("memory_mb", 0)))
     provided = tuple(str(p) for p in config.get("provided", ()))
     extra = frozenset(str(m) for m in config.get("extra_modules", ()))
     sys.meta_path.insert(0, _Blocker(provided))
     tripwire = Tripwire()
     tripwire.install({str(n) for n in config.get("forbidden", ())})
-    _install_audit_hook()
-    return tripwire, extra
+    fork_permit = _install_audit_hook()
+    return tripwire, extra, fork_permit
 
 
 def run_cells(sock: Any, config: dict, scratch: str) -> None:
-    """The notebook process: run each cell the broker hands over, report its error; ends when told nothing more."""
-    enter(config, scratch)
-    send, recv, exit_now = wire.send, wire.recv, os._exit  # bound before learner code
+    """The notebook process: run each cell the broker hands over and report its error; then, unless the
+    run is strict, fork one case process per ``case`` frame, each from the state the cells left.
+
+    Ends when the broker closes the channel (or sends anything else).
+    """
+    import signal
+    import socket
+
+    tripwire, extra, fork_permit = enter(config, scratch)
+    send, recv, recv_fds, fork, exit_now = wire.send, wire.recv, socket.recv_fds, os.fork, os._exit  # bound first
     namespace = _namespace()
     while True:
         try:
             message, _ = recv(sock)
         except (EOFError, OSError, ValueError):
             break
-        if message.get("event") != Event.CELL:
+        event = message.get("event")
+        if event == Event.CELL:
+            error = _run_cell(str(message["source"]), int(message["index"]), namespace)
+            try:
+                send(sock, {"event": Event.CELL_DONE, "error": error})
+            except BaseException:
+                break
+        elif event == Event.CASE:
+            try:
+                _, fds, _, _ = recv_fds(sock, 1, 1)
+                signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # a case process is reaped as it ends
+                fork_permit[0] = True
+                try:
+                    channel = socket.socket(fileno=fds[0])
+                    pid = fork()
+                finally:
+                    fork_permit[0] = False
+            except BaseException:
+                break
+            if pid == 0:
+                _case_from_state(sock, channel, namespace, tripwire, extra)
+            channel.close()
+        else:
             break
-        error = _run_cell(str(message["source"]), int(message["index"]), namespace)
-        try:
-            send(sock, {"event": Event.CELL_DONE, "error": error})
-        except BaseException:
-            break
+    exit_now(0)
+
+
+def _case_from_state(notebook: Any, channel: Any, namespace: dict, tripwire: Tripwire, extra: frozenset[str]) -> None:
+    """A case process forked from the notebook process: the broker's request on ``channel``, one reply, then wait."""
+    import signal
+
+    send, recv, exit_now = wire.send, wire.recv, os._exit
+    try:
+        notebook.close()  # the broker's channel to the notebook process is not this process's
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    except BaseException:
+        exit_now(1)
+    try:
+        torch = sys.modules.get("torch")
+        if torch is not None:  # a cell may have asked for more threads: a case runs on one
+            torch.set_num_threads(1)
+        request, blob = recv(channel)
+        inputs = wire.unpack(request["inputs"], blob)
+        reply, out = _run_case(request, namespace, inputs, tripwire, extra)
+    except BaseException as exc:
+        reply, out = {"ok": False, "kind": "error", "error": error_text(exc), "forbidden": []}, b""
+    try:
+        send(channel, reply, out)
+        recv(channel)  # the broker looks at this process, then ends it
+    except BaseException:
+        pass
     exit_now(0)
 
 
@@ -400,7 +471,7 @@ def answer(sock: Any, config: dict, cells: list[tuple[int, str]], skip: set[int]
     send, recv, exit_now = wire.send, wire.recv, os._exit
     try:
         _own_path(scratch)
-        tripwire, extra = enter(config, scratch)
+        tripwire, extra, _ = enter(config, scratch)
         namespace = _namespace()
         found = load_definitions(cells, skip, namespace)
         inputs = wire.unpack(request["inputs"], blob)

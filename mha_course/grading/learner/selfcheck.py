@@ -17,8 +17,10 @@ Inside the grader's submission process ``check`` does nothing and returns None: 
 
 from __future__ import annotations
 
+import contextlib
 import html
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,6 +117,28 @@ def _in_notebook() -> bool:
     return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
 
 
+@contextlib.contextmanager
+def grader_settings() -> Iterator[None]:
+    """Within the block, torch's global settings are the grader's own: float32 default dtype, autograd on.
+
+    The self-check makes a case's inputs and judges the answer under them, as the grader does in a process
+    of its own, while the learner's function runs under the notebook's settings (as in the grader's case
+    process): ``torch.set_default_dtype(torch.float64)`` or ``torch.set_grad_enabled(False)`` at the top of
+    a notebook then gives the same verdict in both.
+    """
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
+    dtype = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        with torch.enable_grad():
+            yield
+    finally:
+        torch.set_default_dtype(dtype)
+
+
 def run_case(case: Any, obj: Any, forbidden: tuple[str, ...] = ()) -> tuple[Row, Any, dict]:
     """Run one case in this process: (row, got or None, inputs)."""
     from ..engine.scoring import judge
@@ -122,7 +146,8 @@ def run_case(case: Any, obj: Any, forbidden: tuple[str, ...] = ()) -> tuple[Row,
     from ..inside.convert import exception_line
     from ..inside.guard import Tripwire, guarded
 
-    inputs = case.make_inputs()
+    with grader_settings():
+        inputs = case.make_inputs()
     tripwire = Tripwire()
     try:
         with guarded(obj) as target, tripwire.armed(forbidden):
@@ -154,7 +179,8 @@ def run_case(case: Any, obj: Any, forbidden: tuple[str, ...] = ()) -> tuple[Row,
             None,
             inputs,
         )
-    hint = judge(case, got, inputs)
+    with grader_settings():
+        hint = judge(case, got, inputs)
     if hint is None:
         return Row(case.name, case.points, case.points, Status.PASSED, "", case.hidden), got, inputs
     return Row(case.name, case.points, 0, Status.FAILED, hint, case.hidden), got, inputs
@@ -215,7 +241,9 @@ def run_exercise(exercise: Any, obj: Any, include_hidden: bool = False, pictures
         result.rows.append(row)
         if pictures and row.status == Status.FAILED and case.visualize is not None and got is not None:
             try:
-                figures.append(case.visualize(got, case.reference(inputs), inputs))
+                with grader_settings():
+                    expected = case.reference(inputs)
+                figures.append(case.visualize(got, expected, inputs))
             except Exception:  # a picture is a bonus; never let it hide the table
                 pass
     return result, [f for f in figures if f is not None]
