@@ -67,6 +67,7 @@ class NotebookRun:
         self.crashes: dict[str, int] = {}  # exercise key -> crashes and timeouts so far
         self.notes: list[str] = []
         self.cell_errors: dict[int, str] = {}
+        self.left_threads = 0  # threads the cells left running (none of them runs in a case process)
         self.deadline = time.monotonic() + limits.submission_timeout
 
     def start(self) -> SubmissionProcess | None:
@@ -99,6 +100,7 @@ class NotebookRun:
                             self.cell_errors[int(message["index"])] = str(message["error"])[:300]
                         current = None
                     elif event == Event.READY:
+                        self.left_threads = int(message.get("threads") or 0)
                         return child
                     else:
                         raise Died("sent an unexpected message", Status.CRASHED)
@@ -257,7 +259,14 @@ class NotebookRun:
             message, out = child.recv()
             child.set_deadline(float("inf"), "")
         except Died as died:
-            return result_row(exercise, case, 0, died.kind, died.reason)
+            reason = died.reason
+            if died.kind == Status.TIMEOUT and self.left_threads:
+                reason += (
+                    f" (your cells left {self.left_threads} thread{'s' if self.left_threads > 1 else ''} running, "
+                    "e.g. a thread pool; a test starts from a copy of your notebook without them, so work handed "
+                    "to such a pool never runs: create the pool inside your function)"
+                )
+            return result_row(exercise, case, 0, died.kind, reason)
         # the sandbox wrote it: every field is read as untrusted (a missing or odd one is a failure)
         reply = cast(CaseReply, message)
         forbidden = [str(n) for n in reply.get("forbidden") or []]
@@ -265,7 +274,7 @@ class NotebookRun:
         if forbidden or ops:
             return result_row(exercise, case, 0, Status.FORBIDDEN, explain(forbidden, ops))
         if not reply.get("ok"):
-            return self._refused(exercise, case, reply, inputs)
+            return self._refused(exercise, case, reply, inputs, self.cell_errors)
         try:
             with AST_LOCK:  # np.load reads each .npy header with ast.literal_eval
                 got = wire.unpack(reply["structure"], out)
@@ -277,9 +286,25 @@ class NotebookRun:
         return result_row(exercise, case, 0, Status.FAILED, str(hint)[:1000])
 
     @staticmethod
-    def _refused(exercise: Exercise, case: Case, reply: CaseReply, inputs: dict) -> TestResult:
-        """The row of a reply without an answer (``ok`` false), by its ``kind``."""
+    def _refused(
+        exercise: Exercise, case: Case, reply: CaseReply, inputs: dict, cell_errors: dict[int, str]
+    ) -> TestResult:
+        """The row of a reply without an answer (``ok`` false), by its ``kind``.
+
+        A target the notebook does not define names the cells that raised: a definition is most often
+        missing because its cell, or one it needs, failed.
+        """
         kind = reply.get("kind")
+        if kind == ReplyKind.MISSING and cell_errors:
+            failed = "; ".join(f"cell {i + 1} raised {e[:160]}" for i, e in sorted(cell_errors.items())[:3])
+            return result_row(
+                exercise,
+                case,
+                0,
+                Status.FAILED,
+                f"your notebook does not define {exercise.target!r} after its cells ran ({failed}): fix the "
+                "error, run the notebook top to bottom (Restart and Run All), and check that the name is defined",
+            )
         if kind == ReplyKind.BACKGROUND:  # the broker's sentence (.broker): something of the notebook still ran
             return result_row(exercise, case, 0, Status.FAILED, str(reply.get("error", ""))[:600])
         if kind == ReplyKind.NOT_IMPLEMENTED:

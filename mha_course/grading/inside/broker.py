@@ -1,26 +1,30 @@
 """The sandbox's broker: the only process that talks to the grader, and it never runs learner code.
 
-Nothing that ran a notebook's cells can be trusted afterwards: a cell shares its process with the
-runtime, so it can patch any function, find the channel by its number and speak its framing, or never
-return and answer cases itself. So no process that ran a cell answers a case::
+Each case sees the notebook as it was after its cells ran, as in Jupyter, nbgrader or otter; each case
+still runs in a process of its own, replies once and is killed::
 
-    grader <-- socket --> broker (pid 1 of the sandbox) --fork--> notebook process: runs the cells,
-                          never runs learner code, not            then is killed with all it started
-                          dumpable (no ptrace, no /proc/1/mem)
-                                                    --fork--> one case process per case: loads the
-                                                              definitions only, runs that one case
+    grader <-- socket --> broker (pid 1 of the sandbox) --fork--> notebook process: runs the cells, then
+                          never runs learner code, not            forks one case process per case
+                          dumpable (no ptrace, no /proc/1/mem)    --fork--> case process: the notebook's
+                                                                            state, that one case, one reply
 
 The broker imports torch and the provided modules (:func:`~mha_course.grading.inside.runner.preload`), forks the notebook
 process and hands it one cell at a time (the ``cell`` / ``cell_done`` / ``ready`` frames are the
-broker's). Once the cells are done, or the notebook process says so, it SIGKILLs every other process
-of the submission and reaps it, and empties the writable folders. For each case request it forks a
-fresh case process with a socketpair of its own; that process closes the grader's socket first,
-loads only the notebook's definitions (:mod:`.definitions`) and answers once. Before a case nothing
-else of the submission may be alive, and after its reply the case process must run alone on one
-thread (:data:`BACKGROUND` otherwise); the broker then kills it. A case process can forge at most
-its own reply; the forbidden-call evidence has a second source outside the sandbox, the static scan
-(:mod:`mha_course.grading.static.scan`). Outside a PID namespace (tier B, ``--unsafe-no-isolation``) the broker is the child
-subreaper, so what the submission starts stays its descendant and is counted and killed the same way.
+broker's). Once the cells are done it SIGKILLs every other process the cells started, and notes what
+the writable folders hold. For each case request it makes a socketpair, hands one end to the notebook
+process with a ``case`` frame, and sends the request on the other: the notebook process forks, and the
+case process answers on that socket alone. Before a case nothing but the notebook process may be alive,
+and after its reply the case process must run alone on one thread (:data:`BACKGROUND` otherwise); the
+broker then kills it with everything it started, and removes what it added to or changed in the
+writable folders, so no case reaches the next. Strict mode (``--strict-definitions``, an exam setting)
+kills the notebook process after the cells instead, and the broker forks each case process itself:
+it loads only the notebook's definitions (:mod:`.definitions`).
+
+The comparison is made in the grader, outside the sandbox, on plain data: a case process can forge at
+most its own reply. Learner code and the tripwire share that process, so what the tripwire sees is
+advice; the static scan (:mod:`mha_course.grading.static.scan`), outside the sandbox, is its second
+source. Outside a PID namespace (tier B, ``--unsafe-no-isolation``) the broker is the child subreaper,
+so what the submission starts stays its descendant and is counted and killed the same way.
 """
 
 from __future__ import annotations
@@ -225,10 +229,13 @@ def run(grader: socket.socket, scratch: str, sandbox: Any) -> None:
         notebook.close()
         _clean(me, scratch)
         notebook_pid = -1
+        threads = 0
     else:  # the notebook's state stays, in its process and its files; every other process goes
         end_others(me, notebook_pid)
+        threads = max(0, thread_count(notebook_pid) - 1)
+        notebook_pid = _settle(me, notebook_pid, notebook)
     kept = _Files(scratch, me)
-    wire.send(grader, {"event": Event.READY})
+    wire.send(grader, {"event": Event.READY, "threads": threads})
     while True:
         try:
             request, blob = wire.recv(grader)
@@ -241,6 +248,23 @@ def run(grader: socket.socket, scratch: str, sandbox: Any) -> None:
         else:
             reply, out = _case_from_notebook(grader, me, (notebook_pid, notebook), request, blob, kept)
         wire.send(grader, reply, out)
+
+
+def _settle(me: int, notebook_pid: int, notebook: socket.socket) -> int:
+    """The process the cases start from: the notebook process forks it and ends (its threads with it).
+
+    Returns its pid; every other process of the submission is ended. Raises EOFError when the notebook
+    process does not answer as the runtime does (the grader then sees the sandbox end).
+    """
+    wire.send(notebook, {"event": Event.SETTLE})
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(notebook_pid, 0)
+    answer, _ = wire.recv(notebook, max_blob=0)
+    pid = answer.get("pid")
+    if answer.get("event") != Event.SETTLE or not isinstance(pid, int) or pid not in other_processes(me):
+        raise EOFError("the notebook process did not settle")
+    end_others(me, pid)
+    return pid
 
 
 class _Files:

@@ -43,6 +43,7 @@ class Event(StrEnum):
     CELL_DONE = "cell_done"
     READY = "ready"
     CASE = "case"
+    SETTLE = "settle"  # broker -> notebook process: fork the process the cases start from, then end
 
 
 class ReplyKind(StrEnum):
@@ -85,9 +86,11 @@ class CellDone(TypedDict):
 
 
 class Ready(TypedDict):
-    """broker -> grader: every cell ran; cases may come."""
+    """broker -> grader: every cell ran; cases may come. ``threads``: the threads the cells left running
+    (they do not carry over into the cases; a case that times out is told so)."""
 
     event: Literal[Event.READY]
+    threads: NotRequired[int]
 
 
 class CaseRequest(TypedDict):

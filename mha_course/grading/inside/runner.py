@@ -9,11 +9,12 @@ and never runs learner code. It forks
 
 * the notebook process, which runs :func:`run_cells`: every code cell in one namespace (with a
   ``display`` that does nothing and a ``get_ipython`` that returns None), reporting each cell's error;
-  it is killed once the cells are done, with everything it started;
-* for each case, a fresh case process running :func:`answer`: it loads only the notebook's
-  definitions (:mod:`.definitions`: no learner code runs at load time), calls the function under
-  test through the named call function with the target guarded and the tripwire armed, replies once
-  on a socketpair of its own and ends.
+  then, for each case, it forks a case process (:func:`_case_from_state`) that starts from the state
+  the cells left, calls the function under test through the named call function with the target
+  guarded and the tripwire armed, replies once on a socketpair of its own and is ended;
+* in strict mode, the notebook process is killed once the cells are done, and each case process
+  runs :func:`answer`: it loads only the notebook's definitions (:mod:`.definitions`: no learner code
+  runs at load time) and answers the same way.
 
 Both first :func:`enter` the sandbox's inner rules: stdin/stdout/stderr to /dev/null, work in the
 scratch folder, ``RLIMIT_AS`` = current size + the memory limit, one torch thread, the blocker of
@@ -333,7 +334,9 @@ def run_cells(sock: Any, config: dict, scratch: str) -> None:
     """The notebook process: run each cell the broker hands over and report its error; then, unless the
     run is strict, fork one case process per ``case`` frame, each from the state the cells left.
 
-    Ends when the broker closes the channel (or sends anything else).
+    Before the cases (``settle``) it forks once and ends: the copy has the cells' state but none of the
+    threads they left running (a fork copies only the thread that forks), and it serves the cases. Ends
+    when the broker closes the channel (or sends anything else).
     """
     import signal
     import socket
@@ -353,10 +356,22 @@ def run_cells(sock: Any, config: dict, scratch: str) -> None:
                 send(sock, {"event": Event.CELL_DONE, "error": error})
             except BaseException:
                 break
+        elif event == Event.SETTLE:  # the cases' process: a copy of this one, without the threads cells left
+            try:
+                signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # a case process is reaped as it ends
+                fork_permit[0] = True
+                try:
+                    pid = fork()
+                finally:
+                    fork_permit[0] = False
+                if pid:
+                    exit_now(0)
+                send(sock, {"event": Event.SETTLE, "pid": os.getpid()})
+            except BaseException:
+                break
         elif event == Event.CASE:
             try:
                 _, fds, _, _ = recv_fds(sock, 1, 1)
-                signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # a case process is reaped as it ends
                 fork_permit[0] = True
                 try:
                     channel = socket.socket(fileno=fds[0])
