@@ -356,9 +356,8 @@ def _write_grades(args, results: list[SubmissionResult], roster: Roster) -> None
             note += f", out of {results[0].lms_max:g}"
     flagged = [r for r in results if r.flags and not r.review and r.student_id and not r.error]
     if flagged:
-        what = "0 until resolved" if args.on_tamper == "zero" else "the tests' score"
         note += (
-            f"; {len(flagged)} flagged for review, graded {what} ({policy_line(args.on_tamper)}): "
+            f"; {len(flagged)} flagged for review ({policy_line(args.on_tamper)}): "
             f"{', '.join(r.student_id for r in flagged[:10])}{' ...' if len(flagged) > 10 else ''}"
         )
     comments = {r.student_id: feedback_summary(r) for r in reversed(results) if r.student_id and not r.error}

@@ -373,7 +373,9 @@ def test_review_an_honest_loop_scores_full_and_a_rebinding_is_flagged_everywhere
     }
     assert "the instructor will review it" in out["each"]["bob"]["output"]
     bob_feedback = next(text for name, text in out["feedback"].items() if name.startswith("bob"))
-    assert "Your notebook uses builtins.len (written) (cell 4, line 2); the instructor will review it." in bob_feedback
+    assert "Your notebook uses builtins.len (written) (cell 4, line 2), builtins (cell 4, line 1); the instructor " in (
+        bob_feedback
+    )
     assert "## For review" not in next(text for name, text in out["feedback"].items() if name.startswith("ada"))
     to_review = out["report"].split("\n## ", 2)[1]
     assert to_review.startswith("To review (1 open") and "Bob Ray" in to_review and "Ada" not in to_review
@@ -400,3 +402,24 @@ def test_zero_scores_an_open_flag_0_says_so_and_an_override_resolves_it(tmp_path
     assert "scored 0 until reviewed (--on-tamper zero)" in out["report"]
     assert cy["final"] == "6" and cy["review"].startswith("reviewed: accept (len = len changes nothing)"), cy
     assert out["each"]["cy"]["score"] == 6 and out["moodle"]["cy"]["Grade"] == "6"
+
+
+@pytest.mark.slow
+def test_the_a02_solution_with_a_self_check_loop_gets_full_marks_and_no_flag(tmp_path):
+    """The measured case: this notebook scored 0 when any globals() was tampering."""
+    from mha_course.grading.engine import pipeline
+    from mha_course.grading.engine.process import Isolator
+
+    require_sandbox()
+    nb = json.loads((ROOT / "solutions" / "a02_softmax.ipynb").read_text())
+    loop = 'for name in ["softmax_np", "softmax"]:\n    check(name, globals()[name])\n'
+    nb["cells"].append({"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": loop})
+    path = tmp_path / "a02_softmax.ipynb"
+    path.write_text(json.dumps(nb))
+    isolator = Isolator(min_isolation="A")
+    try:
+        result = pipeline.grade_notebook(path, isolator=isolator, seed=3)
+    finally:
+        isolator.close()
+    assert result.error is None and result.flags == [] and result.review_state == ""
+    assert result.score == result.max_score > 0, [(t.name, t.output) for t in result.tests if not t.score]

@@ -66,6 +66,7 @@ def _static_verdicts(report: ScanReport, assignment: Any) -> tuple[list[ReviewFl
             "reference answers); write that part yourself"
         )
     flags = [ReviewFlag(f.name, f.cell, f.line, f.source, f.likely) for f in report.tampering]
+    flags.sort(key=lambda f: (not f.likely_tampering, f.cell, f.line))  # what only an attack does, first
     blocked = {}
     for key, findings in report.forbidden.items():
         exercise = next(e for e in assignment.exercises if e.key == key)
