@@ -51,6 +51,8 @@ SELF_CHECK_LOOPS = {
     "vars() at the top": 'for name in ["softmax"]:\n    check(name, vars()[name])',
     "inside a helper": 'def run_checks():\n    for name in ["softmax"]:\n        check(name, globals()[name])',
     "a literal name": 'f = globals()["softmax"]',
+    "a list read by len()": 'NAMES = ["softmax"]\nprint(len(NAMES))\nfor n in NAMES:\n    f = globals()[n]',
+    "a tuple printed": 'NAMES = ("softmax",)\nprint(NAMES)\nfor n in NAMES:\n    f = globals()[n]',
     "membership": 'if "softmax" in globals():\n    print("defined")',
     "timeit's globals": 'import timeit\ntimeit.timeit("softmax(x)", globals=globals(), number=3)',
 }
@@ -72,6 +74,10 @@ NAMESPACE_FINDINGS = {
     "globals().update({'softmax': print})": ("globals().update() (written)", False),
     "for k, v in globals().items():\n    pass": ("globals().items()", False),
     "ns = globals": ("globals", False),
+    # a list named once that changes later, or a name bound again by a match: not the literal any more
+    "NAMES = ['softmax']\nNAMES.append(input())\nfor n in NAMES:\n    globals()[n]": ("cannot tell", False),
+    "NAMES = ['softmax']\nNAMES[0] = input()\nfor n in NAMES:\n    globals()[n]": ("cannot tell", False),
+    "for n in ['softmax']:\n    globals()[n]\nmatch 1:\n    case x as n:\n        pass": ("cannot tell", False),
     "import mha_course\nvars(mha_course)['grading']": ("vars", False),
 }
 

@@ -202,12 +202,49 @@ def _constants(trees: Sequence[tuple[int, ast.AST]]) -> tuple[dict[str, str], se
 
 
 #: What a name may hold for :func:`_plain_keys`: ("value", expression assigned), ("items", iterable looped
-#: over), or None where the scan cannot read it (a parameter, an import, an unpacking, ``with``, ``del``).
+#: over), None where the scan cannot read it (a parameter, an import, an unpacking, ``with``, ``del``,
+#: ``case ... as``), or ("used", the Name) where it is read other than as a loop's iterable, in an ``in``
+#: test or by len() (a list read there may be changed there).
 NameSource = tuple[str, ast.AST] | None
 
 
+def _unreadable_bindings(node: ast.AST, known: set[int]) -> list[str]:
+    """The names ``node`` binds to a value the scan does not read (``known``: the Name targets it does read)."""
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load) and id(node) not in known:
+        return [node.id]
+    if isinstance(node, ast.arg):
+        return [node.arg]
+    if isinstance(node, ast.alias):
+        return [node.asname or node.name.split(".")[0]]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return list(node.names)
+    if isinstance(node, (ast.MatchAs, ast.MatchStar, ast.ExceptHandler)) and node.name:
+        return [node.name]  # case ... as name, except E as name: a str, not a Name node
+    if isinstance(node, ast.MatchMapping) and node.rest:
+        return [node.rest]
+    return []
+
+
+def _safe_reads(trees: Sequence[tuple[int, ast.AST]]) -> set[int]:
+    """Reads that cannot change what a name holds: what a loop runs over, an ``in`` test, len()."""
+    safe: set[int] = set()
+    for _, tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                safe.add(id(node.iter))
+            elif isinstance(node, ast.Compare):
+                safe.update(id(c) for c in node.comparators)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len":
+                safe.update(id(a) for a in node.args)
+    return safe
+
+
 def _name_sources(trees: Sequence[tuple[int, ast.AST]]) -> dict[str, list[NameSource]]:
-    """Every binding of every name: what was assigned, what a loop ran over, or None (unreadable)."""
+    """Every binding of every name: what was assigned, what a loop ran over, or None (unreadable); and
+    every read that may change it (a list, set or dict named once may still change: ``NAMES.append(k)``,
+    ``NAMES[0] = k``, ``f(NAMES)``)."""
     sources: dict[str, list[NameSource]] = {}
     known: set[int] = set()
     for _, tree in trees:
@@ -220,19 +257,13 @@ def _name_sources(trees: Sequence[tuple[int, ast.AST]]) -> dict[str, list[NameSo
             elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and isinstance(node.target, ast.Name):
                 known.add(id(node.target))
                 sources.setdefault(node.target.id, []).append(("items", node.iter))
+    safe = _safe_reads(trees)
     for _, tree in trees:
         for node in ast.walk(tree):
-            if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load) and id(node) not in known:
-                sources.setdefault(node.id, []).append(None)
-            elif isinstance(node, ast.arg):
-                sources.setdefault(node.arg, []).append(None)
-            elif isinstance(node, ast.alias):
-                sources.setdefault(node.asname or node.name.split(".")[0], []).append(None)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                sources.setdefault(node.name, []).append(None)
-            elif isinstance(node, (ast.Global, ast.Nonlocal)):
-                for name in node.names:
-                    sources.setdefault(name, []).append(None)
+            for name in _unreadable_bindings(node, known):
+                sources.setdefault(name, []).append(None)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in safe:
+                sources.setdefault(node.id, []).append(("used", node))
     return sources
 
 
@@ -256,6 +287,8 @@ def _plain_keys(
             if source is None:
                 return None
             kind, value = source
+            if kind == "used":
+                continue  # a read of the name: it binds nothing
             values = (
                 _plain_keys(value, names, depth + 1, budget)
                 if kind == "value"
@@ -280,8 +313,14 @@ def _elements(node: ast.AST, names: dict[str, list[NameSource]], depth: int, bud
         elements = list(node.keys)  # None for **other: unreadable
     elif isinstance(node, ast.Name):
         found: set[str] = set()
-        for source in names.get(node.id) or [None]:
-            if source is None or source[0] != "value":
+        sources = names.get(node.id) or [None]
+        mutable = any(s is not None and s[0] == "value" and not isinstance(s[1], ast.Tuple) for s in sources)
+        for source in sources:
+            if source is None or (source[0] == "used" and mutable):
+                return None  # unreadable, or a list, set or dict that may have changed since it was written
+            if source[0] == "used":
+                continue
+            if source[0] != "value":
                 return None
             values = _elements(source[1], names, depth + 1, budget)
             if values is None:
