@@ -16,7 +16,10 @@ Outputs: a table (one submission) or a progress bar and a class summary (many); 
 per exercise, raw, adjustments, final, the platform's grade, seeds, isolation, notes); ``--report`` an HTML class report with its Markdown twin; ``--feedback-dir`` one Markdown file per submission for
 the student; ``--results-dir`` one Gradescope results.json per submission; ``--json`` one merged
 results.json; ``--grades-out`` the roster back with the grade filled in (Canvas/Moodle import);
-``--overrides`` per-student decisions applied on every (re)grade. Whatever one submission holds,
+``--overrides`` per-student decisions applied on every (re)grade (a ``review`` row resolves a flag).
+Code the static scan finds reaching into the grader or the interpreter flags the submission for
+review with its evidence in every output; ``--on-tamper review`` (default) keeps the tests' score,
+``--on-tamper zero`` (exams) scores it 0 until resolved; every output names the policy. Whatever one submission holds,
 the run ends with every output for the others (its failure is its row); learner text is made safe
 for each output (:mod:`.classroom.safe_text`). Exit status 0 whenever grading ran, however the
 submissions scored; 1 when an output could not be written (the others are); 2 for a usage error;
@@ -50,13 +53,14 @@ from .classroom.results import (
     write_csv,
     write_json,
 )
+from .classroom.review_flags import policy_line
 from .classroom.roster import Roster, read_roster, write_grade_columns
 from .classroom.safe_text import clean
 from .classroom.seeds import SEED_FILE, choose_seed, class_key, record_seed
 from .engine import notebook, registry
 from .engine.pipeline import MAX_CODE_BYTES, grade_many, new_seed
 from .engine.process import Isolator
-from .engine.verdicts import CASES_SEE, Limits, SubmissionResult
+from .engine.verdicts import CASES_SEE, ON_TAMPER, Limits, SubmissionResult
 from .walls.view import IsolationError
 
 
@@ -110,7 +114,16 @@ def _parser() -> argparse.ArgumentParser:
         "--overrides",
         type=Path,
         help="CSV of student,exercise,points,reason rows applied to this run; points: N or 'set N', 'cap N', "
-        "'+N', '-N', 'waive' (exercise '*': the total; 'late': excuse lateness)",
+        "'+N', '-N', 'waive' (exercise '*': the total; 'late': excuse lateness; 'review': resolve the scan's "
+        "flag with 'accept' or points, and a reason)",
+    )
+    parser.add_argument(
+        "--on-tamper",
+        choices=ON_TAMPER,
+        default="review",
+        help="what code that reaches into the grader or the interpreter (found by the static scan) does: "
+        "'review' (default) flags the submission for review with the evidence and keeps the tests' score; "
+        "'zero' (exams) flags it and scores it 0 until a 'review' override resolves it. Named in every output",
     )
     parser.add_argument(
         "--late-penalty",
@@ -249,6 +262,16 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _announce(args: argparse.Namespace, isolator: Isolator) -> None:
+    """The run's settings that every output names: the walls, what each test sees, the scan policy."""
+    if not args.quiet or not isolator.walls.isolated:
+        print(f"isolation: {isolator.walls.summary()}", file=sys.stderr if not isolator.walls.isolated else sys.stdout)
+    if not args.quiet or args.strict_definitions:
+        print(f"each test sees {CASES_SEE[args.strict_definitions]}")
+    if not args.quiet:
+        print(policy_line(args.on_tamper))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = _parser().parse_args(argv)
@@ -306,10 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         fail_json(f"The grader could not isolate submissions on this machine; ask your instructor. {exc}")
         return 3
-    if not args.quiet or not isolator.walls.isolated:
-        print(f"isolation: {isolator.walls.summary()}", file=sys.stderr if not isolator.walls.isolated else sys.stdout)
-    if not args.quiet or args.strict_definitions:
-        print(f"each test sees {CASES_SEE[args.strict_definitions]}")
+    _announce(args, isolator)
     try:
         results = grade_many(
             rows,
@@ -318,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
             progress=not args.quiet and len(rows) > 1,
             seed=seed,
             isolator=isolator,
+            on_tamper=args.on_tamper,
         )
     finally:
         isolator.close()
@@ -349,6 +370,12 @@ def _write_grades(args, results: list[SubmissionResult], roster: Roster) -> None
         note = f"column {column!r}"
         if results and results[0].lms_max is not None:
             note += f", out of {results[0].lms_max:g}"
+    flagged = [r for r in results if r.flags and not r.review and r.student_id and not r.error]
+    if flagged:
+        note += (
+            f"; {len(flagged)} flagged for review ({policy_line(args.on_tamper)}): "
+            f"{', '.join(r.student_id for r in flagged[:10])}{' ...' if len(flagged) > 10 else ''}"
+        )
     comments = {r.student_id: feedback_summary(r) for r in reversed(results) if r.student_id and not r.error}
     write_grade_columns(args.grades_out, roster, columns, write_atomic, comments)
     print(f"grades for import: {args.grades_out} ({note})")

@@ -132,17 +132,27 @@ def grader_requirements() -> str:
     return "\n".join(lines) + "\n"
 
 
-def build(assignment: str, output: Path, unsafe_no_isolation: bool = False, min_isolation: str = "B") -> Path:
+def build(
+    assignment: str,
+    output: Path,
+    unsafe_no_isolation: bool = False,
+    min_isolation: str = "B",
+    on_tamper: str = "review",
+) -> Path:
     """Write the autograder zip for ``assignment``; returns its path. Raises KeyError for an unknown key and
-    ValueError for a ``min_isolation`` other than "A", "B", "C"."""
+    ValueError for a ``min_isolation`` other than "A", "B", "C" or an ``on_tamper`` other than "review", "zero"."""
     from .engine import registry
+    from .engine.verdicts import ON_TAMPER
 
     if min_isolation not in ("A", "B", "C"):
         raise ValueError(f"min_isolation must be one of A, B, C, got {min_isolation!r}")
+    if on_tamper not in ON_TAMPER:
+        raise ValueError(f"on_tamper must be one of {', '.join(ON_TAMPER)}, got {on_tamper!r}")
     key = registry.get_assignment(assignment).key
     extra = " ".join(
         (["--unsafe-no-isolation"] if unsafe_no_isolation else [])
         + ([f"--min-isolation {min_isolation}"] if min_isolation != "B" else [])
+        + ([f"--on-tamper {on_tamper}"] if on_tamper != "review" else [])
     )
     project = PACKAGE_DIR.parent
     manifest = {
@@ -150,6 +160,7 @@ def build(assignment: str, output: Path, unsafe_no_isolation: bool = False, min_
         "version": registry.get_assignment(key).version,
         "built": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "python": sys.version.split()[0],
+        "on_tamper": on_tamper,
     }
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -361,6 +372,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the weakest sandbox the autograder grades in (default B: Landlock + seccomp + own uid, what "
         "Gradescope's Docker container allows on a kernel with Landlock; C: own uid only, reduced)",
     )
+    b.add_argument(
+        "--on-tamper",
+        choices=("review", "zero"),
+        default="review",
+        help="what code the static scan finds reaching into the grader does: 'review' (default) flags it with "
+        "the evidence and keeps the tests' score; 'zero' (exams) scores it 0 until you resolve the flag",
+    )
     s = sub.add_parser("simulate", help="run a bundle's setup.sh and run_autograder on a submission folder")
     s.add_argument("bundle", type=Path)
     s.add_argument("submission", type=Path, help="the folder a student uploads (becomes /autograder/submission)")
@@ -384,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.output or Path("build") / f"autograder-{args.assignment}.zip",
                 args.unsafe_no_isolation,
                 args.min_isolation,
+                args.on_tamper,
             )
         except KeyError as exc:
             print(f"error: {exc.args[0]}", file=sys.stderr)

@@ -4,6 +4,11 @@ Every cheat below is graded in ONE command-line run over a folder (``python -m m
 FOLDER --json ... --results-dir ...``), as an instructor would, with short limits. Each cheating
 submission pairs its trick with a wrong or missing answer, so any point it gets is a point gained
 by cheating; the honest submission graded alongside shows the batch went on.
+
+Code the static scan finds reaching into the grader or the interpreter no longer scores 0 by itself
+(``--on-tamper review``, the default): such a cheat scores what its honest cells earn, which the
+sandbox keeps from rising, and it is flagged for review with its evidence (``FLAGGED``), never
+credited in silence.
 """
 
 from __future__ import annotations
@@ -70,7 +75,8 @@ CHEATS = {
     ),
     "nan_output": (["import numpy as np\n\ndef add_arrays(a, b):\n    return np.full_like(a, np.nan)", GOOD_DOUBLE], 2),
     "extra_broadcast_dim": (["def add_arrays(a, b):\n    return (a + b)[None]", GOOD_DOUBLE], 2),
-    # naming the grader's files, or reaching for attributes by computed names, is tampering: 0 for the notebook
+    # naming the grader's files, or reaching for attributes by computed names: flagged for review (FLAGGED);
+    # the points are what the honest cells earn (the good double), never more
     "fake_results_json": (
         [
             WRONG_ADD,
@@ -79,7 +85,7 @@ CHEATS = {
             "'max_score': 6, 'tests': []}))\n    except OSError:\n        pass",
             GOOD_DOUBLE,
         ],
-        0,
+        2,
     ),
     "forbidden_in_target": (
         [
@@ -112,11 +118,11 @@ CHEATS = {
             "import sys\nsys.modules['mha_course.grading.engine.scoring'].judge = lambda *a: None\n" + WRONG_ADD,
             GOOD_DOUBLE,
         ],
-        0,
+        2,
     ),
     "tamper_grader_module": (
         ["import mha_course.grading.learner.selfcheck as sc\nsc.GRADING = False\n" + WRONG_ADD, GOOD_DOUBLE],
-        0,
+        2,
     ),
     "escaped_grandchild": (
         [
@@ -125,9 +131,9 @@ CHEATS = {
             "def add_arrays(a, b):\n    while True:\n        pass",
             GOOD_DOUBLE,
         ],
-        0,
+        2,
     ),
-    "kill_the_parent": ([WRONG_ADD, "import os\ngetattr(os, 'ki' + 'll')(os.getppid(), 9)", GOOD_DOUBLE], 0),
+    "kill_the_parent": ([WRONG_ADD, "import os\ngetattr(os, 'ki' + 'll')(os.getppid(), 9)", GOOD_DOUBLE], 2),
     "redefine_check": (
         [
             WRONG_ADD,
@@ -135,6 +141,25 @@ CHEATS = {
             GOOD_DOUBLE,
         ],
         2,
+    ),
+}
+#: Cheats the static scan flags for review: name -> (what the flag names, its cell, line, label). Every other
+#: cheat must carry no flag (the runtime's verdicts explain those).
+FLAGGED = {
+    "fake_results_json": ("the string 'results.json'", 3, 2, "review"),
+    "tamper_sys_modules": ("sys.modules (written)", 2, 2, "likely tampering"),
+    "tamper_grader_module": ("mha_course.grading.learner.selfcheck.GRADING (written)", 2, 2, "likely tampering"),
+    "escaped_grandchild": (
+        "getattr() with a computed attribute name ('fork', built from pieces)",
+        2,
+        2,
+        "likely tampering",
+    ),
+    "kill_the_parent": (
+        "getattr() with a computed attribute name ('kill', built from pieces)",
+        3,
+        2,
+        "likely tampering",
     ),
 }
 
@@ -220,8 +245,25 @@ def test_cheats_are_explained(outcome):
     assert "scaled_dot_product_attention" in outputs("forbidden_in_target", "fake_double")
     assert "torch.softmax" in outputs("forbidden_via_helper", "fake_double")
     assert "torch.nn.MultiheadAttention" in outputs("multihead_module", "fake_double")
-    assert "sys.modules" in outputs("tamper_sys_modules", "fake_add")
-    assert "mha_course.grading" in outputs("tamper_grader_module", "fake_double")
     assert "cell 3" in each["infinite_loop_top_level"]["output"] and "skipped" in each["os_exit_top_level"]["output"]
-    assert "'results.json'" in outputs("fake_results_json", "fake_add")
-    assert "computed attribute name" in outputs("kill_the_parent", "fake_add")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CHEATS))
+def test_code_that_reaches_into_the_grader_is_flagged_with_its_evidence(outcome, name):
+    """Not 0 by itself any more: flagged for review, with what was found, where and the line as written,
+    in results.json (extra_data for the instructor, a neutral sentence in the output for the student)."""
+    data = outcome[2][name]
+    review = data["extra_data"]["review"]
+    assert data["extra_data"]["on_tamper"] == "review"
+    if name not in FLAGGED:
+        assert review["flags"] == [] and review["state"] == "", review
+        return
+    finding, cell, line, label = FLAGGED[name]
+    flag = next((f for f in review["flags"] if f["finding"] == finding), None)
+    assert flag is not None, [f["finding"] for f in review["flags"]]
+    assert (flag["cell"], flag["line"], flag["label"]) == (cell, line, label), flag
+    assert flag["source"][:20] in CHEATS[name][0][cell - 2], flag  # the line as written (cell 1 is markdown)
+    assert review["state"].startswith("to review (")
+    assert f"Your notebook uses {review['flags'][0]['finding']} (cell " in data["output"]
+    assert "the instructor will review it" in data["output"]

@@ -147,8 +147,15 @@ def test_a_target_that_forges_its_reply_answers_only_its_own_case(tmp_path, isol
 
 
 def test_with_the_scan_a_self_forging_target_is_flagged(tmp_path, isolator):
+    """The forbidden einsum in the target costs the exercise its points (a teaching verdict); the descriptor
+    opened by number (a loop over a range) flags the submission for review with its evidence (it costs no points by
+    itself, but is never credited in silence)."""
     result = _grade(tmp_path, isolator, SELF_FORGER)
     assert _score(result, "fake_add") == 0, [t.output for t in result.tests]
+    assert all("numpy.einsum" in t.output for t in result.tests if t.exercise == "fake_add")
+    flag = next(f for f in result.flags if "file descriptor number" in f.finding)
+    assert (flag.cell, flag.line, flag.source) == (2, 9, 'return open(k, "r+b", buffering=0)'), flag
+    assert result.review_state == "to review (likely tampering)" and result.on_tamper == "review"
 
 
 BROKER_KILLER = r"""

@@ -114,11 +114,12 @@ def _tampering(source: str) -> list[str]:
 
 
 FLAGGED = {
-    "the forging cell": (FORGE, "not written as a path"),
-    "open of a loop variable": ("for k in range(3, 9):\n    f = open(k, 'r+b', buffering=0)", "not written as a path"),
+    "the forging cell": (FORGE, "file descriptor number"),  # k loops over a range(): a number
+    "open of a loop variable": ("for k in range(3, 9):\n    f = open(k, 'r+b', buffering=0)", "descriptor number"),
     "open of a parameter": ("def g(fd):\n    return open(fd, 'rb')\ng(3)", "not written as a path"),
     "open of bools summed": ("f = open(True + True + True, 'rb')", "not written as a path"),
-    "io.open of a variable": ("import io\nfor k in range(9):\n    io.open(k)", "not written as a path"),
+    "io.open of a variable": ("import io\nfor k in range(9):\n    io.open(k)", "file descriptor number"),
+    "open of a loop variable over anything": ("for k in handles:\n    open(k, 'rb')", "not written as a path"),
     "open passed around": ("o = open\no(3)", "open passed around"),
     "_pyio.open of a descriptor": ("import _pyio\nfor k in range(9):\n    _pyio.open(k, 'r+b', buffering=0)", "_pyio"),
     "fileinput of a descriptor": ("import fileinput\nfileinput.input(files=[3], mode='rb')", "fileinput"),
@@ -210,11 +211,16 @@ def _forged(tmp_path: Path) -> Path:
 
 
 def test_a_main_thread_forger_scores_nothing(tmp_path, isolator):
-    """The unedited exercise plus the forging cell, scan on: 0 points, and the reason names open()."""
-    result = grader.grade_notebook(_forged(tmp_path), limits=LIMITS, isolator=isolator, seed=11)
+    """The unedited exercise plus the forging cell, scan on: 0 points (the runtime answers no case from it),
+    and the submission is flagged for review, the evidence naming open() of a descriptor number."""
+    path = _forged(tmp_path)
+    result = grader.grade_notebook(path, limits=LIMITS, isolator=isolator, seed=11)
     assert result.error is None, result.error
     assert sum(t.score for t in result.tests) == 0, [(t.name, t.output) for t in result.tests if t.score]
-    assert "not written as a path" in " ".join(t.output for t in result.tests)
+    flag = next(f for f in result.flags if "file descriptor number" in f.finding)
+    cell = json.loads(path.read_text())["cells"][flag.cell - 1]
+    assert flag.source == 'return open(k, "r+b", buffering=0)' and flag.source in "".join(cell["source"])
+    assert result.review_state == "to review (likely tampering)"
 
 
 def test_a_main_thread_forger_scores_nothing_without_the_scan(tmp_path, isolator, monkeypatch):

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ..engine.verdicts import Status, SubmissionResult, TestResult
 from ..static.scan import parse
+from . import review_flags
 from .safe_text import clean, code_span
 from .safe_text import markdown as md
 
@@ -159,6 +160,7 @@ def summary(result: SubmissionResult) -> str:
         parts.append(f"{top.exercise}: {clean(top.text)[:160]}")
     elif cell is None and not causes:
         parts.append("all tests pass")
+    parts += [clean(sentence)[:240].rstrip(".") for sentence in review_flags.learner_sentences(result)]
     return "; ".join(parts)
 
 
@@ -202,6 +204,9 @@ def feedback_markdown(
         f"version {result.version}). Tests marked *hidden* ran only in the grader.",
         "",
     ]
+    review = review_flags.learner_sentences(result)
+    if review:
+        lines += ["## For review", "", *[md(sentence) for sentence in review], ""]
     where = defining_cells(cells or [], list((targets or {}).values()))
     causes = root_causes(result)
     first = next((c for c in causes if c.kind == CauseKind.CELL_ERROR), None)

@@ -7,7 +7,10 @@ CSV's ``adjustments`` column, the feedback, results.json):
    ``points`` says what to do: ``20`` or ``set 20`` sets the points, ``cap 20`` keeps at most 20,
    ``+2`` / ``-3`` adds, ``waive`` excuses (the exercise leaves the total *and* the maximum; ``*``
    excuses the whole submission). An ``action`` column (set, cap, add, waive) may say it instead.
-   Exercise ``late`` with ``waive`` excuses a student's lateness.
+   Exercise ``late`` with ``waive`` excuses a student's lateness. Exercise ``review`` resolves the static
+   scan's review flags (a reason is required): ``accept`` keeps the score the tests gave, a number (``0``,
+   ``cap 10``, ``-2``) acts on the total as a ``*`` row does; it applies only to a flagged submission
+   (a resubmission the scan no longer flags gets a note, not the old decision), and before ``*`` rows.
 2. **Late penalty** (:class:`LatePolicy`): a percentage of the points after overrides, per day late
    (``10%/day``) or once (``20%``); days late come from the due date and the file's time, or from
    the platform's marker (Canvas's ``_LATE_``: one day when no due date is given).
@@ -27,7 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-ACTIONS = ("set", "cap", "add", "waive")
+ACTIONS = ("set", "cap", "add", "waive", "accept")
 
 
 def _norm(column: str) -> str:
@@ -40,8 +43,8 @@ class Override:
 
     student: str  # a student id, username, email, name, folder name or submission key
     exercise: str
-    action: str  # set | cap | add | waive
-    points: float | None  # None for waive
+    action: str  # set | cap | add | waive | accept (review rows only)
+    points: float | None  # None for waive and accept
     reason: str
     assignment: str = ""  # empty: any assignment
 
@@ -52,7 +55,7 @@ class Override:
 
     def describe(self) -> str:
         what = {"*": "total", "late": "late penalty"}.get(self.exercise, self.exercise)
-        how = "waive" if self.action == "waive" else f"{self.action} {self.points:+g}".replace("set +", "set ")
+        how = self.action if self.points is None else f"{self.action} {self.points:+g}".replace("set +", "set ")
         how = how.replace("cap +", "cap ")
         return f"{what}: {how}" + (f" ({self.reason})" if self.reason else "")
 
@@ -61,7 +64,8 @@ _POINTS = re.compile(r"^(?:(?P<action>set|cap|max|add)\s*[: ]?\s*)?(?P<number>[+
 
 
 def parse_points(raw: str, action: str = "") -> tuple[str, float | None]:
-    """(action, points) from an overrides cell: ``20``, ``set 20``, ``cap 20``, ``+2``, ``-3``, ``waive``.
+    """(action, points) from an overrides cell: ``20``, ``set 20``, ``cap 20``, ``+2``, ``-3``, ``waive``,
+    ``accept`` (a ``review`` row: the score stands).
 
     Raises ValueError naming what was expected and found.
     """
@@ -69,11 +73,13 @@ def parse_points(raw: str, action: str = "") -> tuple[str, float | None]:
     action = action.strip().lower()
     if text in ("waive", "waived", "excused") or (action == "waive" and not text):
         return "waive", None
+    if text in ("accept", "accepted") or (action == "accept" and not text):
+        return "accept", None
     if not text and not action:
         return "waive", None  # the guide's earlier format: an empty cell waived
     match = _POINTS.match(text)
     if not match:
-        raise ValueError(f"points must be a number, 'cap N', 'set N', '+N', '-N' or 'waive'; got {raw!r}")
+        raise ValueError(f"points must be a number, 'cap N', 'set N', '+N', '-N', 'waive' or 'accept'; got {raw!r}")
     number = float(match["number"])
     written = {"max": "cap"}.get(match["action"] or "", match["action"] or "")
     if not written:
@@ -100,6 +106,15 @@ def read_overrides(path: str | Path) -> list[Override]:
         exercise = row["exercise"] or "*"
         if exercise == "late" and action != "waive":
             raise ValueError(f"{path}, line {number}: exercise 'late' takes 'waive' only; got {row['points']!r}")
+        if action == "accept" and exercise != "review":
+            raise ValueError(f"{path}, line {number}: 'accept' is for exercise 'review' only; got {exercise!r}")
+        if exercise == "review" and action == "waive":
+            raise ValueError(
+                f"{path}, line {number}: exercise 'review' takes 'accept' or points (0, cap N, -N); got 'waive' "
+                "(to excuse the whole submission use exercise '*')"
+            )
+        if exercise == "review" and not row.get("reason", ""):
+            raise ValueError(f"{path}, line {number}: a 'review' row needs a reason (what you found, what you decided)")
         out.append(
             Override(
                 unicodedata.normalize("NFC", row["student"]),
@@ -114,6 +129,8 @@ def read_overrides(path: str | Path) -> list[Override]:
 
 
 def _apply_one(current: float, o: Override) -> float | None:
+    if o.action == "accept":
+        return current
     if o.action == "waive" or o.points is None:  # only a waiver has no points (read_overrides checks)
         return None
     if o.action == "cap":
@@ -127,15 +144,21 @@ def apply_overrides(results, overrides: list[Override], identities=None) -> None
     """Apply every matching override to its result: ``adjustments`` (the points they leave) and the log.
 
     ``identities`` maps a result to further names of its student (the roster's username, email, ...).
+    A ``review`` row resolves the result's review flags (``review`` records the decision): ``accept``
+    leaves the score as it is; points act on the total as a ``*`` row.
     """
+    order = {"review": 1, "*": 2, "late": 3}  # exercises first, then the review decision, then the total
     for r in results:
         names = identities(r) if identities else set()
         mine = [o for o in overrides if o.applies_to(r, names)]
         raw = {key: got for key, (got, _) in r.raw_exercise_scores().items()}
-        for o in sorted(mine, key=lambda o: o.exercise in ("*", "late")):  # exercises first, then the total
+        for o in sorted(mine, key=lambda o: order.get(o.exercise, 0)):
             if o.exercise == "late":
                 r.adjustments["late"] = None
                 r.adjustment_log.append(o.describe())
+                continue
+            if o.exercise == "review":
+                _resolve_review(r, o)
                 continue
             if o.exercise == "*":
                 current = r.adjusted_score
@@ -154,6 +177,18 @@ def apply_overrides(results, overrides: list[Override], identities=None) -> None
             r.notes.append(
                 f"instructor override: {what} {o.action} -> {value}" + (f" ({o.reason})" if o.reason else "")
             )
+
+
+def _resolve_review(r, o: Override) -> None:
+    """Resolve ``r``'s review flags with ``o`` (accept, or points on the total); a note when none is open."""
+    if not r.flags:
+        r.notes.append(f"instructor review ({o.reason}): this submission has no review flag; not applied")
+        return
+    r.review = f"{o.action}" + ("" if o.points is None else f" {o.points:g}") + f" ({o.reason})"
+    if o.action != "accept":
+        r.adjustments["*"] = _apply_one(r.adjusted_score, o)
+    r.adjustment_log.append(o.describe())
+    r.notes.append(f"instructor review: {o.action} -> {r.adjusted_score:g} points ({o.reason})")
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,9 @@ causes of :mod:`.feedback` that are wrong results, counted over students, with t
 affected), what was not attempted or stopped by a limit (not a misconception), the submissions that
 could not be graded and why, students of the roster with no submission, the answers that are the
 library's own reference code, and one row per student (scores per exercise, overrides, penalties).
+Above every section, the submissions **to review**: the static scan's flags with their evidence (cell,
+line, the line as written), each labelled "likely tampering" or "review", the run's policy for them,
+and the override row that resolves them (:mod:`.review_flags`).
 
 ``anonymise=True`` is the page to project: no names, ids or file names anywhere, counts only.
 """
@@ -26,6 +29,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from ..engine.verdicts import SubmissionResult
+from . import review_flags
 from .feedback import CauseKind, root_causes
 from .safe_text import clean, code_span
 from .safe_text import markdown as md
@@ -171,9 +175,11 @@ def _header(results: list[SubmissionResult], missing: list[str], anonymise: bool
     seeds = sorted({r.seed for r in results if r.seed is not None})
     kinds = sorted({(r.isolation or {}).get("kind", "?") for r in results})
     seen = sorted({(r.isolation or {}).get("cases_see", "") for r in results} - {""})
+    policies = sorted({r.on_tamper for r in results}) or ["review"]
     lines = [
         f"{len(results)} submission(s); fresh inputs drawn with --seed {', '.join(map(str, seeds)) or '-'}; "
-        f"isolation: {', '.join(kinds)}" + (f"; each test saw {' / '.join(seen)}" if seen else "")
+        f"isolation: {', '.join(kinds)}; {'; '.join(review_flags.policy_line(p) for p in policies)}"
+        + (f"; each test saw {' / '.join(seen)}" if seen else "")
     ]
     if missing:
         who = "" if anonymise else f": {', '.join(missing)}"
@@ -201,8 +207,74 @@ def student_rows(section: Section) -> tuple[list[str], list[list[str]]]:
         cells = [f"{scores[k]:g}" if k in scores else ("waived" if k in raw else "") for k in keys]
         score = "" if r.error else f"{r.score:g} / {r.max_score:g}"
         status = f"not graded: {r.error}" if r.error else "graded"
+        status += f"; {r.review_state}" if r.flags else ""
         rows.append([_who(r), r.student_id, r.key or clean(Path(r.path).name), score, *cells, _overrides(r), status])
     return columns, rows
+
+
+def flagged(results: list[SubmissionResult]) -> list[SubmissionResult]:
+    """The submissions with review flags, open ones first (then by student)."""
+    return sorted((r for r in results if r.flags), key=lambda r: (bool(r.review), _who(r).casefold(), r.key))
+
+
+def _review_heading(results: list[SubmissionResult]) -> str:
+    open_ = sum(1 for r in results if r.flags and not r.review)
+    return f"To review ({open_} open, {len(flagged(results)) - open_} resolved)"
+
+
+_RESOLVE = (
+    "Resolve a flag with a row of your overrides file (--overrides): exercise `review`, points `accept` "
+    "(the tests' score stands) or a number such as `0`, and your reason."
+)
+
+
+def _review_markdown(results: list[SubmissionResult], anonymise: bool) -> list[str]:
+    rows = flagged(results)
+    if not rows:
+        return []
+    lines = [f"## {_review_heading(results)}", ""]
+    if anonymise:
+        return lines + [f"- {len(rows)} submission(s) flagged by the static scan", ""]
+    lines += [_RESOLVE, ""]
+    for r in rows:
+        lines.append(
+            f"- **{md(_who(r))}** ({code_span(r.key or clean(Path(r.path).name))}, {md(r.assignment or '')}): "
+            f"{md(r.review_state)}; score {r.score:g} / {r.max_score:g} "
+            f"({md(review_flags.policy_line(r.on_tamper))})"
+        )
+        for f in r.flags[: review_flags.SHOWN]:
+            lines.append(f"  - {md(f.label)}: {code_span(f.finding)}, {f.where()}: {code_span(f.source or '?')}")
+        more = max(r.flag_count, len(r.flags)) - min(len(r.flags), review_flags.SHOWN)
+        if more > 0:
+            lines.append(f"  - and {more} more")
+        if not r.review:
+            lines.append(f"  - resolve: {code_span(review_flags.resolve_row(r))}")
+    return lines + [""]
+
+
+def _review_html(results: list[SubmissionResult], anonymise: bool) -> list[str]:
+    e = html.escape
+    rows = flagged(results)
+    if not rows:
+        return []
+    body = [f"<section id='to-review'><h2>{e(_review_heading(results))}</h2>"]
+    if anonymise:
+        return body + [f"<p>{len(rows)} submission(s) flagged by the static scan</p></section>"]
+    body.append(f"<p>{e(_RESOLVE.replace('`', ''))}</p><ul>")
+    for r in rows:
+        items = [
+            f"<li>{e(f.label)}: <code>{e(f.finding)}</code>, {e(f.where())}: <code>{e(f.source or '?')}</code></li>"
+            for f in r.flags[: review_flags.SHOWN]
+        ]
+        more = max(r.flag_count, len(r.flags)) - min(len(r.flags), review_flags.SHOWN)
+        items += [f"<li>and {more} more</li>"] if more > 0 else []
+        items += [f"<li>resolve: <code>{e(review_flags.resolve_row(r))}</code></li>"] if not r.review else []
+        body.append(
+            f"<li><b>{e(_who(r))}</b> (<code>{e(r.key or clean(Path(r.path).name))}</code>, {e(r.assignment or '')}): "
+            f"{e(r.review_state)}; score {r.score:g} / {r.max_score:g} ({e(review_flags.policy_line(r.on_tamper))})"
+            f"<ul>{''.join(items)}</ul></li>"
+        )
+    return body + ["</ul></section>"]
 
 
 def _lists(s: Section, anonymise: bool) -> list[tuple[str, list[tuple[str, str, list[str]]]]]:
@@ -230,6 +302,7 @@ def markdown_report(
     """
     # learner text (names, keys, hints quoting exceptions) goes through md() or code_span(): no raw HTML
     lines = ["# Class report", "", *[f"{md(line)}  " for line in _header(results, list(missing), anonymise)], ""]
+    lines += _review_markdown(results, anonymise)
     for s in sections(results):
         lines += [f"## {md(s.title)} ({code_span(s.key)})", "", _summary(s), ""]
         if image_names and s.key in image_names:
@@ -276,6 +349,7 @@ def html_report(results: list[SubmissionResult], missing: Sequence[str] = (), an
     """The report as one self-contained HTML page (histograms embedded as PNG); ``anonymise`` as in Markdown."""
     e = html.escape
     body = ["<h1>Class report</h1>", *[f"<p>{e(line)}</p>" for line in _header(results, list(missing), anonymise)]]
+    body += _review_html(results, anonymise)
     for s in sections(results):
         body += [
             f"<section id='{e(s.key)}'><h2>{e(s.title)} (<code>{e(s.key)}</code>)</h2>",

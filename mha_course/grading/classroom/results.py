@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..engine.verdicts import CASES_SEE, Status, SubmissionResult
 from ..walls.tier_a import WallKind
+from . import review_flags
 from .report import sections
 from .safe_text import clean, csv_cell
 from .seeds import reproduce_line
@@ -83,6 +84,7 @@ def gradescope(result: SubmissionResult) -> dict:
         for t, number in zip(result.tests, _numbers(result), strict=True)
     ]
     lines = [headline(result)]
+    lines += [f"- {sentence}" for sentence in review_flags.learner_sentences(result)]
     lines += [f"- {note}" for note in result.notes]
     if result.tests and result.input_seed is not None:
         lines.append(f"- {reproduce_line(result.input_seed)}")
@@ -112,6 +114,14 @@ def provenance(result: SubmissionResult) -> dict:
         "seed": result.seed,
         "input_seed": result.input_seed,
         "isolation": result.isolation,
+        "on_tamper": result.on_tamper,
+        "review": {
+            "state": result.review_state,
+            "label": result.flag_label,
+            "decision": result.review,
+            "count": max(result.flag_count, len(result.flags)),
+            "flags": [f.as_dict() for f in result.flags],
+        },
         "copied_reference": result.copied,
         "overrides": {k: v for k, v in result.adjustments.items()},
         "raw_score": result.raw_score,
@@ -143,6 +153,7 @@ def merged_gradescope(results: list[SubmissionResult]) -> dict:
         "extra_data": {
             "max_score": sum(p["extra_data"]["max_score"] for p in parts),
             "isolation": results[0].isolation,
+            "on_tamper": results[0].on_tamper,
             "seed": results[0].seed,
             "submissions": [p["extra_data"] for p in parts],
         },
@@ -236,11 +247,13 @@ def gradebook_rows(results: list[SubmissionResult]) -> tuple[list[str], list[dic
         "lms_grade",
         "lms_max",
         "status",
+        "review",
         "copied_reference",
         "notes",
         "seed",
         "input_seed",
         "isolation",
+        "on_tamper",
     ]
     rows = []
     for r in results:
@@ -263,11 +276,13 @@ def gradebook_rows(results: list[SubmissionResult]) -> tuple[list[str], list[dic
             "lms_grade": "" if r.lms_score is None else f"{round(r.lms_score, 2):g}",
             "lms_max": "" if r.lms_max is None else f"{r.lms_max:g}",
             "status": f"error: {r.error}" if r.error else "graded",
+            "review": review_flags.instructor_line(r),
             "copied_reference": "; ".join(r.copied),
             "notes": " | ".join(r.notes),
             "seed": "" if r.seed is None else str(r.seed),
             "input_seed": "" if r.input_seed is None else str(r.input_seed),
             "isolation": (r.isolation or {}).get("kind", ""),
+            "on_tamper": r.on_tamper,
         }
         rows.append(row)
     return columns, rows
@@ -294,6 +309,10 @@ def class_summary(results: list[SubmissionResult], limit: int = 8) -> str:
     """
     graded = [r for r in results if not r.error]
     lines = [f"{len(results)} submission(s), {len(graded)} graded, {len(results) - len(graded)} could not be graded"]
+    flagged = [r for r in results if r.flags and not r.review]
+    if flagged:
+        policy = review_flags.policy_line(flagged[0].on_tamper)
+        lines.append(f"{len(flagged)} flagged for review by the static scan ({policy}; see --report or the CSV)")
     for section in sections(results):
         scores = sorted(section.scores)
         if not scores:
@@ -335,6 +354,9 @@ def text_report(result: SubmissionResult) -> str:
         lines.append(f"  [{mark}] {t.score:g}/{t.points:g}  {t.name}{hidden}")
         if t.status != Status.PASSED:
             lines.append(f"         -> {t.output}")
+    if result.flags:
+        lines.append(f"  {review_flags.instructor_line(result)}")
+        lines.append(f"  {review_flags.policy_line(result.on_tamper)}")
     lines += [f"  note: {n}" for n in result.notes]
     return "\n".join(lines)
 
@@ -349,6 +371,7 @@ def terminal_summary(results: list[SubmissionResult], missing: list[str], quiet:
         if not quiet:
             for r in results:  # learner text is clean (one line, no escapes): see safe_text
                 status = f"error: {r.error}" if r.error else f"{r.score:g} / {r.max_score:g}"
+                status += f" ({r.review_state})" if r.flags else ""
                 lines.append(f"{r.key or clean(r.path)}: {status}")
         lines.append(class_summary(results))
     if missing:

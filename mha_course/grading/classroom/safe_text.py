@@ -89,6 +89,7 @@ def clean_result(result) -> None:
             setattr(result, name, clean(value))
     result.notes = [clean(n) for n in result.notes]
     result.copied = [clean(c) for c in result.copied]
+    result.flags = [dataclasses.replace(f, finding=clean(f.finding), source=clean(f.source)) for f in result.flags]
     result.tests = [
         dataclasses.replace(t, output=clean(t.output), case=clean(t.case), exercise_title=clean(t.exercise_title))
         for t in result.tests

@@ -3,7 +3,9 @@
 For one submission (:func:`grade_notebook`)::
 
     read the notebook, identify the assignment from its metadata (never from its file name)
-    static scan (:mod:`mha_course.grading.static.scan`): tampering -> 0 with the findings; forbidden name in a target -> that exercise 0
+    static scan (:mod:`mha_course.grading.static.scan`): tampering -> flags for review with their evidence (the
+        tests still run; ``on_tamper="zero"`` scores the submission 0 until a person resolves them);
+        forbidden name in a target -> that exercise 0
     start a submission process in a fresh bubblewrap sandbox (:mod:`mha_course.grading.walls.tier_a`) and send it the cells
         a cell that kills or hangs the process is skipped on the next start (and reported)
     for each case, in the grader's process:
@@ -45,25 +47,26 @@ from ..static.scan import ScanReport, scan
 from . import notebook, registry
 from .notebook_run import Job, NotebookRun, result_row
 from .process import Isolator
-from .verdicts import CASES_SEE, Limits, Status, SubmissionResult, TestResult
+from .verdicts import CASES_SEE, MAX_FLAGS, ON_TAMPER, Limits, ReviewFlag, Status, SubmissionResult, TestResult
 
 __all__ = ["Isolator", "Limits", "SubmissionResult", "TestResult", "grade_many", "grade_notebook", "new_seed"]
 
 
-def _static_verdicts(report: ScanReport, assignment: Any) -> tuple[str | None, dict[str, str], list[str]]:
+def _static_verdicts(report: ScanReport, assignment: Any) -> tuple[list[ReviewFlag], dict[str, str], list[str]]:
+    """(flags for review, exercise key -> why it scores 0, notes) from the scan's report.
+
+    A tampering finding never costs points here: it becomes a :class:`ReviewFlag` with its evidence, and
+    the run's policy (``on_tamper``) decides what an open flag does to the score. A forbidden name in an
+    exercise's target is a teaching verdict (the tripwire gives it too): that exercise scores 0.
+    """
     notes = list(report.syntax_errors)
     for f in report.imports:
         notes.append(
             f"{f.where()}: imports {f.name}, which is not available in the grader (it holds the course's "
             "reference answers); write that part yourself"
         )
-    tamper = None
-    if report.tampering:
-        listed = "; ".join(f"{f.name} ({f.where()})" for f in report.tampering[:5])
-        tamper = (
-            f"0 points: this notebook reaches into the grader or the interpreter ({listed}). None of this is "
-            "needed for the exercises; remove it and resubmit, or ask your instructor to review"
-        )
+    flags = [ReviewFlag(f.name, f.cell, f.line, f.source, f.likely) for f in report.tampering]
+    flags.sort(key=lambda f: (not f.likely_tampering, f.cell, f.line))  # what only an attack does, first
     blocked = {}
     for key, findings in report.forbidden.items():
         exercise = next(e for e in assignment.exercises if e.key == key)
@@ -73,7 +76,7 @@ def _static_verdicts(report: ScanReport, assignment: Any) -> tuple[str | None, d
             f"this exercise asks you to write {exercise.target} yourself; it uses {listed} ({where}), "
             "which is not allowed here"
         )
-    return tamper, blocked, notes
+    return flags, blocked, notes
 
 
 def _walls(isolator: Isolator, limits: Limits) -> dict:
@@ -102,6 +105,7 @@ def grade_notebook(
     seed: int | None = -1,
     unsafe_no_isolation: bool = False,
     grade_as: str | None = None,
+    on_tamper: str = "review",
 ) -> SubmissionResult:
     """Grade one submission notebook; never raises for a bad submission.
 
@@ -114,10 +118,15 @@ def grade_notebook(
         unsafe_no_isolation: with no ``isolator``, run submissions without bubblewrap's sandbox.
         grade_as: the assignment key to grade a notebook *without* assignment metadata as (a
             notebook whose metadata names an assignment is always graded as that one).
+        on_tamper: what the static scan's tampering findings do: ``"review"`` (default) flags the
+            submission for review with the evidence and keeps the tests' score; ``"zero"`` flags it
+            and scores it 0 until the flag is resolved (an override row ``review``).
 
     Raises:
         isolation.IsolationError: bubblewrap cannot run here and ``unsafe_no_isolation`` is False.
+        ValueError: ``on_tamper`` is neither "review" nor "zero".
     """
+    _check_policy(on_tamper)
     limits = limits or Limits()
     own = isolator is None
     isolator = isolator or Isolator(unsafe_no_isolation)
@@ -125,7 +134,9 @@ def grade_notebook(
     seed = new_seed() if seed == -1 else seed
     try:
         for attempt in range(2):
-            result = SubmissionResult(path=str(path), seed=seed, input_seed=seed, isolation=_walls(isolator, limits))
+            result = SubmissionResult(
+                path=str(path), seed=seed, input_seed=seed, isolation=_walls(isolator, limits), on_tamper=on_tamper
+            )
             try:
                 _grade_into(result, Path(path), limits, isolator, grade_as)
             except Exception as exc:  # the grader's own failure: report it, never crash the batch
@@ -139,6 +150,11 @@ def grade_notebook(
     result.execution_time = time.monotonic() - start
     clean_result(result)
     return result
+
+
+def _check_policy(on_tamper: str) -> None:
+    if on_tamper not in ON_TAMPER:
+        raise ValueError(f"on_tamper must be one of {', '.join(ON_TAMPER)}; got {on_tamper!r}")
 
 
 MAX_NOTEBOOK_BYTES = notebook.MAX_FILE_BYTES  # a file larger than this is not read at all; outputs are dropped
@@ -185,12 +201,9 @@ def _grade_into(
         result.notes.append(too_big)
         return
     result.copied = similarity.find_copies(grading.cells, [e.target for e in assignment.exercises])
-    tamper, blocked, notes = _static_verdicts(scan(grading.cells, assignment), assignment)
+    flags, blocked, notes = _static_verdicts(scan(grading.cells, assignment), assignment)
     result.notes.extend(notes)
-    if tamper:
-        result.tests = [result_row(e, c, 0, Status.FORBIDDEN, tamper) for e, _, c in jobs]
-        result.notes.append(tamper)
-        return
+    result.flags, result.flag_count = flags[:MAX_FLAGS], len(flags)
     result.tests = grading.run(jobs, blocked)
     result.notes.extend(grading.notes)
     for index, error in sorted(grading.cell_errors.items())[:10]:
@@ -205,6 +218,7 @@ def grade_many(
     seed: int | None = -1,
     unsafe_no_isolation: bool = False,
     isolator: Isolator | None = None,
+    on_tamper: str = "review",
 ) -> list[SubmissionResult]:
     """Grade many notebooks with ``workers`` threads (each drives one sandbox at a time) and a progress bar.
 
@@ -215,8 +229,9 @@ def grade_many(
     :class:`~mha_course.grading.classroom.collect.Submission` row's fresh inputs are salted with :func:`~mha_course.grading.classroom.seeds.student_seed` of it
     and the student (roster id, else folder), recorded as the result's ``input_seed``. Raises
     :class:`~mha_course.grading.walls.tier_a.IsolationError` before grading anything when bubblewrap cannot run here and
-    ``unsafe_no_isolation`` is False.
+    ``unsafe_no_isolation`` is False. ``on_tamper`` as in :func:`grade_notebook` (every result records it).
     """
+    _check_policy(on_tamper)
     from concurrent.futures import ThreadPoolExecutor
 
     from tqdm import tqdm
@@ -245,6 +260,7 @@ def grade_many(
                         isolation=_walls(isolator, limits),
                         error=f"the grader failed on this submission ({type(exc).__name__}: {exc})",
                     )
+                r.on_tamper = on_tamper
                 if sub is not None:
                     r.key, r.student = sub.key, sub.student
                     r.student_id, r.student_name = sub.student_id, sub.student_name
@@ -277,7 +293,9 @@ def grade_many(
                     own_seed = (
                         seed if sub is None or seed is None else student_seed(seed, sub.student_id or sub.student)
                     )
-                    r = grade_notebook(path, limits, isolator, own_seed, grade_as=sub.grade_as if sub else None)
+                    r = grade_notebook(
+                        path, limits, isolator, own_seed, grade_as=sub.grade_as if sub else None, on_tamper=on_tamper
+                    )
                     r.seed = seed
                 return r
 

@@ -3,6 +3,11 @@
 Plain data shared by the grader (:mod:`mha_course.grading.engine.pipeline`), its outputs (:mod:`mha_course.grading.classroom.results`, :mod:`mha_course.grading.classroom.report`,
 :mod:`mha_course.grading.classroom.feedback`) and the class workflow (:mod:`mha_course.grading.classroom.roster`). A result's score applies the
 instructor's overrides (``adjustments``); its tests keep what the grader found.
+
+A submission the static scan found reaching into the grader or the interpreter carries :class:`ReviewFlag` s
+(the evidence) until the instructor resolves them (``review``, from an override row). The run's policy
+(``on_tamper``) says what an open flag does to the score: ``review`` (default) keeps what the tests gave,
+``zero`` scores 0 until the flag is resolved.
 """
 
 from __future__ import annotations
@@ -21,8 +26,45 @@ class Status(StrEnum):
     TIMEOUT = "timeout"
     CRASHED = "crashed"
     MEMORY = "memory"
-    FORBIDDEN = "forbidden"  # a forbidden name used, or tampering found by the scan
+    FORBIDDEN = "forbidden"  # a forbidden name used in the exercise's target (the scan or the tripwire saw it)
     NOT_RUN = "not run"  # not run at all: earlier crashes, the submission's time, a notebook that did not run
+
+
+#: What an open review flag does to a score (``--on-tamper``): ``review`` keeps the tests' score, ``zero`` gives 0.
+ON_TAMPER = ("review", "zero")
+#: Flags kept per submission (each with its evidence); the rest are counted (``flag_count``).
+MAX_FLAGS = 20
+
+
+@dataclass(frozen=True)
+class ReviewFlag:
+    """One static-scan finding a person should look at: what, where, the line as written, and its label."""
+
+    finding: str  # the scan's name for it: "os.write", "globals()[...] (written)", "the string '/proc/'"
+    cell: int  # 1-based, as Jupyter counts
+    line: int
+    source: str  # the line as written (learner text: cleaned with the result)
+    likely_tampering: bool  # only an attack makes this finding (scan_rules.likely_tampering)
+
+    @property
+    def label(self) -> str:
+        return "likely tampering" if self.likely_tampering else "review"
+
+    def where(self) -> str:
+        return f"cell {self.cell}, line {self.line}"
+
+    def evidence(self) -> str:
+        """``os.write (cell 3, line 2: os.write(5, b'x'))``."""
+        return f"{self.finding} ({self.where()}" + (f": {self.source})" if self.source else ")")
+
+    def as_dict(self) -> dict:
+        return {
+            "finding": self.finding,
+            "cell": self.cell,
+            "line": self.line,
+            "source": self.source,
+            "label": self.label,
+        }
 
 
 #: The verdicts of a process that did not return: the next case gets a fresh one.
@@ -97,6 +139,31 @@ class SubmissionResult:
     late_days: int = 0  # days late (0: on time), from the platform's marker or the due date
     late_penalty: float = 0.0  # points taken for lateness, after the overrides
     lms_max: float | None = None  # the platform's maximum: lms_score rescales the final score to it
+    # The static scan's findings for review (at most MAX_FLAGS kept; flag_count counts them all), the run's
+    # policy for them, and the instructor's resolution ("" while open; set by an override row "review").
+    flags: list[ReviewFlag] = field(default_factory=list)
+    flag_count: int = 0
+    on_tamper: str = "review"
+    review: str = ""
+
+    @property
+    def flag_label(self) -> str:
+        """ "likely tampering" when any flag is, else "review"; "" without flags."""
+        if not self.flags:
+            return ""
+        return "likely tampering" if any(f.likely_tampering for f in self.flags) else "review"
+
+    @property
+    def review_state(self) -> str:
+        """ "" (no flag), "to review (LABEL)" or "reviewed: DECISION"."""
+        if not self.flags:
+            return ""
+        return f"reviewed: {self.review}" if self.review else f"to review ({self.flag_label})"
+
+    @property
+    def withheld(self) -> bool:
+        """Whether the score is 0 because of an open flag (policy ``zero``)."""
+        return bool(self.flags) and not self.review and self.on_tamper == "zero"
 
     def raw_exercise_scores(self) -> dict[str, tuple[float, float]]:
         """Exercise key -> (score, max) as graded, before overrides."""
@@ -125,7 +192,9 @@ class SubmissionResult:
 
     @property
     def adjusted_score(self) -> float:
-        """The score after the instructor's overrides, before the late penalty."""
+        """The score after the instructor's overrides, before the late penalty (0 while :attr:`withheld`)."""
+        if self.withheld:
+            return 0.0
         if "*" in self.adjustments:
             return self.adjustments["*"] or 0.0
         return sum(self.exercise_scores().values())

@@ -11,10 +11,16 @@ Three kinds of finding:
   such as ``os.kill``, ``os.write`` or ``subprocess``, and ``mha_course.grading`` beyond ``check``);
   introspection attributes (``__globals__``, ``__closure__``, ``__wrapped__``, ``__subclasses__``,
   ``f_back``, ...); attribute access by a computed name (``getattr(torch, "_" + "C")``,
-  ``getattr`` passed around as a value, ``vars()``/``globals()``); and strings naming the grader's
-  files or processes (``results.json``, ``/proc/``). ``getattr(obj, "name")`` with a literal name
-  is read as ``obj.name``, so it meets every other rule. None of these is needed by any exercise;
-  the grader gives such a submission 0 and says exactly what it found, for a person to review.
+  ``getattr`` passed around as a value, ``vars()``/``globals()`` beyond reading a plain name); and
+  strings naming the grader's files or processes (``results.json``, ``/proc/``). ``getattr(obj,
+  "name")`` with a literal name is read as ``obj.name``, so it meets every other rule. None of these
+  is needed by any exercise; each finding carries its evidence (cell, line, the line as written) and
+  a label (:func:`~.scan_rules.likely_tampering`: only an attack makes it, or honest code may too),
+  and flags the submission for a person's review (:mod:`mha_course.grading.engine.pipeline`).
+  ``globals()[name]``, ``globals().get(name)``, ``name in globals()`` (also ``locals()``, ``vars()``)
+  where ``name`` can only be plain names written in the notebook (a self-check loop over
+  ``["softmax", "attention"]``) are the names themselves, not findings; a dunder key
+  (``globals()["__builtins__"]``) or a write (``globals()[name] = ...``, ``globals().update``) is one.
 * **forbidden** -- inside the definition of an exercise's target (its ``def``/``class``, the last one
   in the notebook): a reference to one of the exercise's ``forbidden`` names. That exercise scores 0.
   (The run-time tripwire catches the calls this cannot see, e.g. through a helper function.)
@@ -35,11 +41,14 @@ from .scan_rules import (
     ALLOWED_GRADING,
     ATTRIBUTE_BUILTINS,
     CODE_STRING_CALLS,
+    MUTATING_METHODS,
+    NAMESPACE_BUILTINS,
     OPEN_CALLS,
     REACHING_ATTRIBUTES,
     TAMPERING_ATTRIBUTES,
     TAMPERING_BUILTINS,
     TAMPERING_STRINGS,
+    likely_tampering,
     matches,
     tampering,
 )
@@ -53,14 +62,23 @@ AST_LOCK = threading.Lock()
 
 @dataclass(frozen=True)
 class Finding:
-    """One thing the scan found: where (1-based cell number as Jupyter counts, line) and what."""
+    """One thing the scan found: where (1-based cell number as Jupyter counts, line) and what.
+
+    ``source`` is that line as written (stripped, at most :data:`SOURCE_CHARS` characters), the evidence
+    a reviewer reads; ``likely`` marks a tampering finding only an attack makes (see scan_rules).
+    """
 
     cell: int
     line: int
     name: str
+    source: str = ""
+    likely: bool = False
 
     def where(self) -> str:
         return f"cell {self.cell}, line {self.line}"
+
+
+SOURCE_CHARS = 160
 
 
 @dataclass
@@ -160,7 +178,7 @@ def fold(node: ast.AST, strings: dict[str, str], depth: int = 0) -> str | None:
 
 
 def _constants(trees: Sequence[tuple[int, ast.AST]]) -> tuple[dict[str, str], set[str]]:
-    """Names assigned a constant string (folded) and names assigned an int literal, anywhere."""
+    """Names assigned a constant string (folded), and names assigned an int literal or looping over a range()."""
     strings: dict[str, str] = {}
     ints: set[str] = set()
     for _ in range(2):  # chains: a = "grad"; b = a + "ing"
@@ -172,7 +190,154 @@ def _constants(trees: Sequence[tuple[int, ast.AST]]) -> tuple[dict[str, str], se
                         strings[node.targets[0].id] = value
                     elif isinstance(node.value, ast.Constant) and type(node.value.value) is int:
                         ints.add(node.targets[0].id)
+                elif (
+                    isinstance(node, (ast.For, ast.comprehension))
+                    and isinstance(node.target, ast.Name)
+                    and isinstance(node.iter, ast.Call)
+                    and isinstance(node.iter.func, ast.Name)
+                    and node.iter.func.id == "range"
+                ):
+                    ints.add(node.target.id)  # for k in range(3, 64): open(k) tries descriptors
     return strings, ints
+
+
+#: What a name may hold for :func:`_plain_keys`: ("value", expression assigned), ("items", iterable looped
+#: over), None where the scan cannot read it (a parameter, an import, an unpacking, ``with``, ``del``,
+#: ``case ... as``), or ("used", the Name) where it is read other than as a loop's iterable, in an ``in``
+#: test or by len() (a list read there may be changed there).
+NameSource = tuple[str, ast.AST] | None
+
+
+def _unreadable_bindings(node: ast.AST, known: set[int]) -> list[str]:
+    """The names ``node`` binds to a value the scan does not read (``known``: the Name targets it does read)."""
+    if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load) and id(node) not in known:
+        return [node.id]
+    if isinstance(node, ast.arg):
+        return [node.arg]
+    if isinstance(node, ast.alias):
+        return [node.asname or node.name.split(".")[0]]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, (ast.Global, ast.Nonlocal)):
+        return list(node.names)
+    if isinstance(node, (ast.MatchAs, ast.MatchStar, ast.ExceptHandler)) and node.name:
+        return [node.name]  # case ... as name, except E as name: a str, not a Name node
+    if isinstance(node, ast.MatchMapping) and node.rest:
+        return [node.rest]
+    return []
+
+
+def _safe_reads(trees: Sequence[tuple[int, ast.AST]]) -> set[int]:
+    """Reads that cannot change what a name holds: what a loop runs over, an ``in`` test, len()."""
+    safe: set[int] = set()
+    for _, tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                safe.add(id(node.iter))
+            elif isinstance(node, ast.Compare):
+                safe.update(id(c) for c in node.comparators)
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len":
+                safe.update(id(a) for a in node.args)
+    return safe
+
+
+def _name_sources(trees: Sequence[tuple[int, ast.AST]]) -> dict[str, list[NameSource]]:
+    """Every binding of every name: what was assigned, what a loop ran over, or None (unreadable); and
+    every read that may change it (a list, set or dict named once may still change: ``NAMES.append(k)``,
+    ``NAMES[0] = k``, ``f(NAMES)``)."""
+    sources: dict[str, list[NameSource]] = {}
+    known: set[int] = set()
+    for _, tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        known.add(id(target))
+                        sources.setdefault(target.id, []).append(("value", node.value))
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and isinstance(node.target, ast.Name):
+                known.add(id(node.target))
+                sources.setdefault(node.target.id, []).append(("items", node.iter))
+    safe = _safe_reads(trees)
+    for _, tree in trees:
+        for node in ast.walk(tree):
+            for name in _unreadable_bindings(node, known):
+                sources.setdefault(name, []).append(None)
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and id(node) not in safe:
+                sources.setdefault(node.id, []).append(("used", node))
+    return sources
+
+
+def _plain_keys(
+    node: ast.AST, names: dict[str, list[NameSource]], depth: int = 0, budget: list[int] | None = None
+) -> set[str] | None:
+    """Every string ``node`` can evaluate to, when the notebook writes them all out; None otherwise.
+
+    ``"softmax"``, a loop variable over ``["softmax", "attention"]`` (or a name assigned such a list,
+    or a dict's literal keys), a name only ever assigned literal strings. Anything computed is None,
+    and so is anything that takes more than a few thousand steps to read (names bound to each other
+    many times over).
+    """
+    budget = [5000] if budget is None else budget
+    budget[0] -= 1
+    if depth > 10 or budget[0] < 0:
+        return None
+    if isinstance(node, ast.Name):
+        found: set[str] = set()
+        for source in names.get(node.id) or [None]:
+            if source is None:
+                return None
+            kind, value = source
+            if kind == "used":
+                continue  # a read of the name: it binds nothing
+            values = (
+                _plain_keys(value, names, depth + 1, budget)
+                if kind == "value"
+                else _elements(value, names, depth + 1, budget)
+            )
+            if values is None:
+                return None
+            found |= values
+        return found
+    folded = fold(node, {})  # literals only: a name inside is resolved above, never by its last assignment
+    return {folded} if folded is not None else None
+
+
+def _elements(node: ast.AST, names: dict[str, list[NameSource]], depth: int, budget: list[int]) -> set[str] | None:
+    """What iterating ``node`` yields, when it is a literal list, tuple, set or dict (keys) of strings."""
+    budget[0] -= 1
+    if depth > 10 or budget[0] < 0:
+        return None
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        elements: list[ast.AST | None] = list(node.elts)
+    elif isinstance(node, ast.Dict):
+        elements = list(node.keys)  # None for **other: unreadable
+    elif isinstance(node, ast.Name):
+        found: set[str] = set()
+        sources = names.get(node.id) or [None]
+        mutable = any(s is not None and s[0] == "value" and not isinstance(s[1], ast.Tuple) for s in sources)
+        for source in sources:
+            if source is None or (source[0] == "used" and mutable):
+                return None  # unreadable, or a list, set or dict that may have changed since it was written
+            if source[0] == "used":
+                continue
+            if source[0] != "value":
+                return None
+            values = _elements(source[1], names, depth + 1, budget)
+            if values is None:
+                return None
+            found |= values
+        return found
+    else:
+        return None
+    out: set[str] = set()
+    for element in elements:
+        if element is None or isinstance(element, ast.Starred):
+            return None
+        values = _plain_keys(element, names, depth + 1, budget)
+        if values is None:
+            return None
+        out |= values
+    return out
 
 
 def _attribute_call(
@@ -192,7 +357,8 @@ def _attribute_call(
     on_self = isinstance(obj, ast.Name) and obj.id in ("self", "cls")
     literal = fold(attr, strings or {})
     if literal is not None and not isinstance(attr, ast.Constant) and not on_self and func.id != "hasattr":
-        return None, f"{func.id}() with a computed attribute name"  # obfuscated, on a nameable object
+        # obfuscated, on a nameable object: no honest code spells a name it knows in pieces
+        return None, f"{func.id}() with a computed attribute name ({literal!r}, built from pieces)"
     if literal is not None:
         if literal in TAMPERING_ATTRIBUTES or literal == "__dict__":
             return None, f"{func.id}(..., {literal!r})"
@@ -252,7 +418,7 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
             trees.append((index, parse(source)))
         except SyntaxError as exc:
             report.syntax_errors.append(f"cell {index + 1}, line {exc.lineno}: SyntaxError: {exc.msg}")
-    scanner = _Scanner(report, trees, tuple(assignment.provided))
+    scanner = _Scanner(report, trees, tuple(assignment.provided), dict(cells))
     targets: dict[str, tuple[int, ast.AST]] = {}
     pending: list[tuple[int, ast.Module]] = list(trees)
     while pending:
@@ -272,24 +438,40 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
 class _Scanner:
     """The rules of :func:`scan`, with what they read resolved once per notebook (imports, constants, paths)."""
 
-    def __init__(self, report: ScanReport, trees: list[tuple[int, ast.Module]], provided: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        report: ScanReport,
+        trees: list[tuple[int, ast.Module]],
+        provided: tuple[str, ...],
+        sources: dict[int, str] | None = None,
+    ) -> None:
         self.report, self.provided = report, provided
         self.aliases = _aliases(trees)
         self.strings, self.ints = _constants(trees)
         self.bindings = scan_values.bindings(trees)
         self.paths = scan_values.path_names(self.bindings, self.strings)
         self.functions = scan_values.Calls.of(trees)
+        self.names = _name_sources(trees)
+        self.lines = {index: source.splitlines() for index, source in (sources or {}).items()}
+        self.parents: dict[int, ast.AST] = {}
         self.seen: set[tuple[int, int, str]] = set()
 
-    def add(self, bucket: list[Finding], index: int, node: ast.AST, name: str) -> None:
-        key = (index, getattr(node, "lineno", 0), name)
+    def add(self, bucket: list[Finding], index: int, node: ast.AST, name: str, likely: bool | None = None) -> None:
+        """Record a finding once per (cell, line, name); a tampering one is labelled (see scan_rules)."""
+        line = getattr(node, "lineno", 0)
+        key = (index, line, name)
         if key not in self.seen:
             self.seen.add(key)
-            bucket.append(Finding(index + 1, getattr(node, "lineno", 0), name))
+            lines = self.lines.get(index, [])
+            source = lines[line - 1].strip()[:SOURCE_CHARS] if 0 < line <= len(lines) else ""
+            if likely is None:
+                likely = bucket is self.report.tampering and likely_tampering(name)
+            bucket.append(Finding(index + 1, line, name, source, likely))
 
     def tree(self, index: int, tree: ast.Module) -> list[tuple[int, ast.Module]]:
         """Apply every rule to every node of ``tree``; returns the literal statements (timeit's) to scan next."""
         called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        self.parents = {id(child): parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
         statements: list[tuple[int, ast.Module]] = []
         for node in ast.walk(tree):
             if isinstance(node, ast.Call):
@@ -347,19 +529,21 @@ class _Scanner:
     def _names(self, index: int, node: ast.AST, called: set[int]) -> None:
         """Builtins, attributes, dotted names, computed-name calls and strings that reach into the grader."""
         bucket = self.report.tampering
-        if isinstance(node, ast.Name) and node.id in TAMPERING_BUILTINS:
+        if isinstance(node, ast.Name) and node.id in NAMESPACE_BUILTINS:
+            self._namespace(index, node)
+        elif isinstance(node, ast.Name) and node.id in TAMPERING_BUILTINS:
             self.add(bucket, index, node, node.id)
         elif isinstance(node, ast.Name) and node.id in ATTRIBUTE_BUILTINS and id(node) not in called:
             self.add(bucket, index, node, f"{node.id} passed around as a value")
         elif isinstance(node, ast.Attribute) and (
             node.attr in TAMPERING_ATTRIBUTES or node.attr in ("grading", "_getframe", "_current_frames")
         ):
-            self.add(bucket, index, node, f".{node.attr}")
+            self.add(bucket, index, node, f".{node.attr}" + (" (written)" if self._written(node) else ""))
         elif isinstance(node, ast.Attribute) or (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
             # an attribute also when assigned: timeit.template = "..." is compiled as code
             name = _dotted(node, self.aliases)
             if name and name != getattr(node, "id", None) and tampering(name):
-                self.add(bucket, index, node, name)
+                self.add(bucket, index, node, name + (" (written)" if self._written(node) else ""))
         elif isinstance(node, ast.Call):
             name, reason = _attribute_call(node, self.aliases, self.strings)
             if reason or (name and tampering(name)):
@@ -368,6 +552,89 @@ class _Scanner:
             hit = next((t for t in TAMPERING_STRINGS if t in node.value), None)
             if hit:
                 self.add(bucket, index, node, f"the string {hit!r}")
+
+    def _written(self, node: ast.AST) -> bool:
+        """Whether ``node`` is changed here: assigned or deleted through (``sys.modules[k] = m``,
+        ``sys.modules[k].judge = f``, ``builtins.len = f``), given to ``setattr``/``delattr``, or a
+        mutating method is called on it (``sys.modules.pop(k)``)."""
+        current = node
+        if isinstance(current, ast.Attribute) and isinstance(current.ctx, (ast.Store, ast.Del)):
+            return True
+        parent = self.parents.get(id(current))
+        while isinstance(parent, (ast.Subscript, ast.Attribute)) and parent.value is current:
+            if isinstance(parent.ctx, (ast.Store, ast.Del)):
+                return True
+            if isinstance(parent, ast.Attribute) and parent.attr in MUTATING_METHODS:
+                call = self.parents.get(id(parent))
+                if isinstance(call, ast.Call) and call.func is parent:
+                    return True
+            current, parent = parent, self.parents.get(id(parent))
+        return (
+            isinstance(parent, ast.Call)
+            and isinstance(parent.func, ast.Name)
+            and parent.func.id in ("setattr", "delattr")
+            and bool(parent.args)
+            and parent.args[0] is current
+        )
+
+    def _timeit(self, call: ast.AST | None) -> bool:
+        """Whether ``call`` runs a literal statement (timeit's), which the scan reads as code."""
+        if not isinstance(call, ast.Call) or not isinstance(call.func, (ast.Name, ast.Attribute)):
+            return False
+        func = _dotted(call.func, self.aliases)
+        statements = _call_arguments(call, ("stmt", "setup"))
+        return bool(func and matches(func, CODE_STRING_CALLS)) and all(
+            isinstance(a, ast.Constant) and isinstance(a.value, str) for a in statements
+        )
+
+    def _namespace(self, index: int, node: ast.Name) -> None:
+        """``globals()``/``locals()``/``vars()``: a read of plain names written in the notebook is not a finding.
+
+        ``globals()[name]``, ``globals().get(name)``, ``name in globals()`` where every value ``name`` can
+        hold is a plain name (:func:`_plain_keys`) read what writing the name reads. A dunder key
+        reaches the interpreter (``__builtins__`` is the builtins module): likely tampering. Any other
+        use (a key the scan cannot read, ``.items()``, ``vars(obj)``, the namespace passed around) is
+        a finding for review; a write (``globals()[k] = v``, ``.update``) is labelled by its key.
+        """
+        bucket, name = self.report.tampering, node.id
+        call = self.parents.get(id(node))
+        if not (isinstance(call, ast.Call) and call.func is node and not call.args and not call.keywords):
+            self.add(bucket, index, node, name)
+            return
+        use = self.parents.get(id(call))
+        key: ast.AST | None = None
+        written = False
+        if isinstance(use, ast.Subscript) and use.value is call:
+            key, written = use.slice, not isinstance(use.ctx, ast.Load)
+        elif isinstance(use, ast.Attribute) and use.value is call:
+            method = self.parents.get(id(use))
+            if not (isinstance(method, ast.Call) and method.func is use):
+                self.add(bucket, index, node, f"{name}().{use.attr}")
+                return
+            if use.attr in ("get", "__getitem__", "__contains__", "pop", "setdefault") and method.args:
+                key, written = method.args[0], use.attr in MUTATING_METHODS
+            else:
+                written = use.attr in MUTATING_METHODS
+                self.add(bucket, index, node, f"{name}().{use.attr}()" + (" (written)" if written else ""), False)
+                return
+        elif (
+            isinstance(use, ast.Compare)
+            and any(c is call for c in use.comparators)
+            and all(isinstance(op, (ast.In, ast.NotIn)) for op in use.ops)
+        ):
+            return  # "softmax" in globals(): whether a name is defined
+        elif isinstance(use, ast.keyword) and use.arg == "globals" and self._timeit(self.parents.get(id(use))):
+            return  # timeit.timeit("softmax(x)", globals=globals()): the statement is literal, scanned as code
+        else:
+            self.add(bucket, index, node, f"{name}()")
+            return
+        keys = _plain_keys(key, self.names)
+        dunder = keys is not None and any(k.startswith("__") for k in keys)
+        if keys is not None and not dunder and not written:
+            return  # globals()["softmax"] reads softmax, as writing softmax does
+        what = f"{name}()[{sorted(keys)[0]!r}]" if dunder and keys else f"{name}()[...]"
+        what += " (written)" if written else " read by a name the scan cannot tell" if keys is None else ""
+        self.add(bucket, index, node, what, likely=dunder)
 
     def forbidden(self, names: tuple[str, ...], index: int, definition: ast.AST) -> list[Finding]:
         """The references to ``names`` inside a target's definition (methods of torch.Tensor: the tripwire's)."""
