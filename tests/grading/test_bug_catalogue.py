@@ -1104,6 +1104,12 @@ BUGS = [
         ],
     ),
     Bug(
+        "online_two_values",
+        "a12_tiled_attention",
+        "the update returns (m_new, l_new) without the correction",
+        [("    return m_new, l_new, correction\n", "    return m_new, l_new\n")],
+    ),
+    Bug(
         "kv_no_scale",
         "a11_kv_cache",
         "no 1/sqrt(D)",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ..inside.convert import tensor_to_numpy, to_numpy_pair, with_inputs_after
 
+SDPA = "scaled_dot_product_attention"  # the target's name, in the sentence for a wrong number of results
+
 
 def causal_mask(target, inputs):
     """``causal_mask(T)`` or ``causal_mask(T, S)``: a torch bool tensor."""
@@ -27,8 +29,8 @@ def masked_sdpa(target, inputs):
     q, k, v = (torch.from_numpy(inputs[n].copy()) for n in "qkv")
     mask = None if inputs["mask"] is None else torch.from_numpy(inputs["mask"].copy())
     if inputs.get("scale") is not None:
-        return to_numpy_pair(target(q, k, v, mask=mask, scale=inputs["scale"]))
-    return to_numpy_pair(target(q, k, v, mask=mask))
+        return to_numpy_pair(target(q, k, v, mask=mask, scale=inputs["scale"]), who=SDPA)
+    return to_numpy_pair(target(q, k, v, mask=mask), who=SDPA)
 
 
 def masked_sdpa_unchanged(target, inputs):
@@ -36,5 +38,5 @@ def masked_sdpa_unchanged(target, inputs):
     import torch
 
     tensors = [torch.from_numpy(inputs[n].copy()) for n in "qkv"] + [torch.from_numpy(inputs["mask"].copy())]
-    result = to_numpy_pair(target(*tensors[:3], mask=tensors[3]))
+    result = to_numpy_pair(target(*tensors[:3], mask=tensors[3]), who=SDPA)
     return with_inputs_after(result, tensors)

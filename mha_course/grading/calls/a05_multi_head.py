@@ -11,6 +11,7 @@ from ..inside.convert import build_module, linear_layer, to_numpy, to_numpy_pair
 
 # The module's four projections, in the order the grader's inputs and the layout case use them.
 PROJ = ("q_proj", "k_proj", "v_proj", "out_proj")
+FORWARD = "MultiHeadAttention.forward"  # in the sentence for a wrong number of results
 
 
 def split_heads(target, inputs):
@@ -40,7 +41,7 @@ def mha_forward(target, inputs):
         else:
             key, value = torch.from_numpy(inputs["key"].copy()), torch.from_numpy(inputs["value"].copy())
             result = module(query, key, value, mask=mask) if mask is not None else module(query, key, value)
-    return to_numpy_pair(result)
+    return to_numpy_pair(result, who=FORWARD)
 
 
 def mha_forward_key_only(target, inputs):
@@ -50,7 +51,7 @@ def mha_forward_key_only(target, inputs):
     module = build_module(target, inputs, PROJ, sample="query")
     with torch.no_grad():
         result = module(torch.from_numpy(inputs["query"].copy()), torch.from_numpy(inputs["key"].copy()))
-    return to_numpy_pair(result)
+    return to_numpy_pair(result, who=FORWARD)
 
 
 def mha_layout(target, inputs):

@@ -54,7 +54,7 @@ def cross_attention(target, inputs):
     module, (decoder_states, memory, _) = _given_module(inputs)
     lengths = torch.from_numpy(inputs["lengths"].copy())
     with torch.no_grad():
-        return to_numpy_pair(target(decoder_states, memory, lengths, module))
+        return to_numpy_pair(target(decoder_states, memory, lengths, module), who="cross_attention")
 
 
 REFUSED = (

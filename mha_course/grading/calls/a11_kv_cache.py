@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..inside.convert import to_numpy
+from ..inside.convert import returned, to_numpy
 
 # The names of kv_decode_step's three results, in order (also the diagnoses' names for them).
 NAMES = ("out", "k_cache", "v_cache")
 
 
 def _unpack_step(result):
-    if not isinstance(result, (tuple, list)) or len(result) != 3:
-        kind = type(result).__name__ + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else "")
-        raise TypeError(f"kv_decode_step must return a tuple (out, k_cache, v_cache), got {kind}")
-    return result
+    return returned(result, NAMES, "kv_decode_step")
 
 
 def kv_decode_step(target, inputs):

@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
-from ..inside.convert import to_numpy
+import numpy as np
+
+from ..inside.convert import returned, to_numpy
+
+# The names of online_softmax_update's three results, in order (also the diagnosis' names for them).
+NAMES = ("m_new", "l_new", "correction")
 
 
 def online_softmax_update(target, inputs):
-    """Stream the rows through the learner's update block by block; return the final (m, l)."""
+    """Stream the rows through the learner's update block by block: (final m, final l, corrections (blocks, R))."""
     import torch
 
     x = torch.from_numpy(inputs["x"].copy())
     m = torch.full(x.shape[:-1], float("-inf"), dtype=x.dtype)
     l = torch.zeros(x.shape[:-1], dtype=x.dtype)
+    corrections: list[np.ndarray] = []
     for j0 in range(0, x.shape[-1], inputs["block"]):
-        result = target(m, l, x[..., j0 : j0 + inputs["block"]])
-        if not isinstance(result, (tuple, list)) or len(result) < 2:
-            raise TypeError(f"online_softmax_update must return (m_new, l_new), got {type(result).__name__}")
-        m, l = result[0], result[1]
-    return to_numpy(m, "m"), to_numpy(l, "l")
+        m, l, correction = returned(target(m, l, x[..., j0 : j0 + inputs["block"]]), NAMES, "online_softmax_update")
+        corrections.append(to_numpy(correction, f"correction of block {len(corrections)}"))
+    shapes = {c.shape for c in corrections}
+    if len(shapes) != 1:
+        raise ValueError(f"correction changed shape between blocks: {sorted(shapes)}")
+    return to_numpy(m, "m_new"), to_numpy(l, "l_new"), np.stack(corrections)  # corrections: (blocks, ...)
 
 
 def tiled_attention(target, inputs):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..inside.convert import to_numpy
+from ..inside.convert import returned, to_numpy
 
 # The names of attention_backward's three results, in order (also the diagnoses' names for them).
 NAMES = ("dq", "dk", "dv")
@@ -20,7 +20,5 @@ def attention_backward(target, inputs):
     import torch
 
     args = [torch.from_numpy(inputs[n].copy()) for n in ("q", "k", "v", "grad_out")]
-    result = target(*args)
-    if not isinstance(result, (tuple, list)) or len(result) != 3:
-        raise TypeError(f"attention_backward must return (dq, dk, dv), got {type(result).__name__}")
+    result = returned(target(*args), NAMES, "attention_backward")
     return tuple(to_numpy(x, n) for x, n in zip(result, NAMES, strict=True))

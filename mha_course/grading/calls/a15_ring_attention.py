@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..inside.convert import to_numpy, to_numpy_pair
+from ..inside.convert import returned, to_numpy, to_numpy_pair
 
 
 def merge_partial_attention(target, inputs):
@@ -18,7 +18,7 @@ def merge_partial_attention(target, inputs):
 
     outs = [torch.from_numpy(x.copy()) for x in inputs["outs"]]
     lses = [torch.from_numpy(x.copy()) for x in inputs["lses"]]
-    return to_numpy_pair(target(outs, lses), ("out", "lse"))
+    return to_numpy_pair(target(outs, lses), ("out", "lse"), "merge_partial_attention")
 
 
 def ring_step(target, inputs):
@@ -27,7 +27,7 @@ def ring_step(target, inputs):
 
     q, k, v, out, lse = (torch.from_numpy(inputs[n].copy()) for n in ("q", "k", "v", "out", "lse"))
     result = target(q, k, v, out, lse, inputs["q_offset"], inputs["k_offset"], causal=inputs["causal"])
-    return to_numpy_pair(result, ("out", "lse"))
+    return to_numpy_pair(result, ("out", "lse"), "ring_step")
 
 
 def ring_simulation(target, inputs):
@@ -53,9 +53,7 @@ def ring_simulation(target, inputs):
                 int(cols[0]),
                 causal=inputs["causal"],
             )
-            if not isinstance(result, (tuple, list)) or len(result) != 2:
-                raise TypeError(f"ring_step must return (out, lse), got {type(result).__name__}")
-            out, lse = result
+            out, lse = returned(result, ("out", "lse"), "ring_step")
         outs.append(to_numpy(out, "out"))
         lses.append(to_numpy(lse, "lse"))
     return np.concatenate(outs, axis=-2), np.concatenate(lses, axis=-1)

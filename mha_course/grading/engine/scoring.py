@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ..inside.convert import exception_line
+from ..inside.convert import count_of, exception_line
 from .spec import Case
 
 
@@ -38,8 +38,7 @@ def _structure_hint(got: Any, expected: Any, where: str = "the output") -> str |
         return None
     if isinstance(expected, (tuple, list)):
         if not isinstance(got, (tuple, list)) or len(got) != len(expected):
-            kind = type(got).__name__ + (f" of length {len(got)}" if isinstance(got, (tuple, list)) else "")
-            return f"{where}: expected a tuple of {len(expected)} items, got {kind}"
+            return f"{where}: expected {len(expected)} values, got {count_of(got)}"
         for i, (g, e) in enumerate(zip(got, expected, strict=True)):
             hint = _structure_hint(g, e, f"{where}[{i}]")
             if hint:

@@ -87,7 +87,14 @@ def _alternatives(inputs):
     from mha_course.core.softmax import softmax_np
 
     x, axis = inputs["x"], inputs["axis"]
-    alts: list[tuple[Any, str]] = []  # (zero-argument callable giving a wrong output, its hint)
+    # (zero-argument callable giving a wrong output, its hint); NaN at the same places match, so the mistake
+    # that makes them comes first: no max subtraction gives the NaN that a whole-array sum also gives
+    alts: list[tuple[Any, str]] = [
+        (
+            lambda: _naive(x, axis),
+            "exp overflowed (inf / inf = NaN): subtract the maximum of each row before exp",
+        )
+    ]
     for other in range(x.ndim):
         if other != axis % x.ndim:
             alts.append(

@@ -131,11 +131,14 @@ def _diagnose_rotary(got, expected, inputs):
 
 def _diagnose_sinusoidal_dtype(got, expected, inputs):
     hint = _diagnose_sinusoidal(got, expected, inputs)
-    if hint is None and np.asarray(got).dtype != np.float32:
+    dtype = np.asarray(got).dtype
+    if hint is None and dtype != np.float32:
         hint = (
-            f"positions: dtype expected float32 (torch's default float), got {np.asarray(got).dtype}: compute "
-            "in float64 if you like, then return table.float()"
+            f"positions: dtype expected float32 (torch's usual default float), got {dtype}: compute in float64 "
+            "if you like, then return table.float()"
         )
+        if dtype == np.float64:  # the learner's own default, not the course's
+            hint += " (tensors made without dtype= are float64 after torch.set_default_dtype(torch.float64))"
     return hint
 
 

@@ -1,7 +1,8 @@
 """Assignment 12 (chapter 12): the online softmax, then tiled (FlashAttention-style) attention.
 
-    online_softmax_update(m, l, x_block) -> (m_new, l_new)
+    online_softmax_update(m, l, x_block) -> (m_new, l_new, correction)
         m_new = max(m, max_j x_block_j);  l_new = l * exp(m - m_new) + sum_j exp(x_block_j - m_new)
+        correction = exp(m - m_new): what rescales the old sum (and, in tiled attention, the accumulator)
     tiled_attention(q, k, v, block_size, causal=False) -> out (..., T, Dv)
         softmax(q k^T / sqrt(D)) v, one (block_size x block_size) tile of scores at a time
 
@@ -52,11 +53,24 @@ def _qkv(lead=(), *, T, S, D, Dv, block, causal=False, seed, dtype=np.float64, m
 # --- reference and diagnose (grader) ---------------------------------------------------------------
 
 
+def _running_max(inputs):
+    """(blocks, R): each row's maximum after each block (-inf while a row has seen only -inf)."""
+    x, block = inputs["x"], inputs["block"]
+    return np.maximum.accumulate(np.stack([x[:, j0 : j0 + block].max(axis=-1) for j0 in range(0, x.shape[-1], block)]))
+
+
 def _ref_update(inputs):
+    """(m, l, corrections (blocks, R)); a row that has seen only -inf gets correction 1 (any finite one will do)."""
     x = inputs["x"]
     m = x.max(axis=-1)
     safe = np.where(np.isneginf(m), 0.0, m)
-    return m, np.exp(x - safe[..., None]).sum(axis=-1)
+    m_after = _running_max(inputs)  # (blocks, R)
+    m_before = np.concatenate([np.full((1, x.shape[0]), -np.inf), m_after[:-1]])
+    with np.errstate(invalid="ignore"):
+        corrections = np.where(
+            np.isneginf(m_after), 1.0, np.exp(m_before - np.where(np.isneginf(m_after), 0.0, m_after))
+        )
+    return m, np.exp(x - safe[..., None]).sum(axis=-1), corrections
 
 
 def _ref_tiled(inputs):
@@ -105,14 +119,19 @@ def _tiled_no_rescale(q, k, v, block, causal):
 
 
 def _diagnose_update(got, expected, inputs):
-    arrays, hint = hints.unpack(got, ("m", "l"))
+    arrays, hint = hints.unpack(got, calls.NAMES)
     if hint:
         return hint
-    m, l = arrays
-    x = inputs["x"]
+    m, l, corrections = arrays
     hint = hints.compare(m, expected[0], "m (running max)", "[rows]")
     if hint:
         return hint
+    hint = _diagnose_l(l, expected[1], inputs)
+    return hint or _diagnose_corrections(corrections, expected[2], inputs)
+
+
+def _diagnose_l(l, expected, inputs):
+    x = inputs["x"]
     no_rescale = np.zeros(x.shape[0])
     m_run = np.full(x.shape[0], -np.inf)
     for j0 in range(0, x.shape[-1], inputs["block"]):
@@ -126,7 +145,36 @@ def _diagnose_update(got, expected, inputs):
             "l is sum(exp(x)) without subtracting the maximum: each term must be shifted by the running maximum",
         ),
     ]
-    return hints.compare(l, expected[1], "l (running sum)", "[rows]", alternatives=alternatives)
+    return hints.compare(l, expected, "l (running sum)", "[rows]", alternatives=alternatives)
+
+
+def _diagnose_corrections(corrections, expected, inputs):
+    """The corrections of every block, (blocks, R); where a row has seen only -inf any finite value is right."""
+    what = "correction"
+    if corrections.shape != expected.shape:
+        return hints.shape_hint(corrections, expected, what, "[block, row]: one (R,) correction per block")
+    seen_nothing = np.isneginf(_running_max(inputs))
+    if np.isnan(corrections[seen_nothing]).any():
+        return (
+            "correction: NaN for a row that has seen only -inf (exp(-inf - (-inf))): shift by 0 there, as for l "
+            "(any finite value works: nothing has been summed yet)"
+        )
+    corrections = np.where(seen_nothing & np.isfinite(corrections), expected, corrections)
+    m_after = _running_max(inputs)
+    m_before = np.concatenate([np.full((1, m_after.shape[1]), -np.inf), m_after[:-1]])
+    with np.errstate(over="ignore", invalid="ignore"):
+        upside_down = np.exp(m_after - m_before)  # inf after the first block
+    alternatives = [  # compared where a row has seen a score: elsewhere any value of the learner's matches
+        (
+            np.where(seen_nothing, corrections, upside_down),
+            "upside down: exp(m - m_new), old maximum minus new, is at most 1",
+        ),
+        (
+            np.where(seen_nothing, corrections, 1.0),
+            "always 1: it must be exp(m - m_new), below 1 when the maximum grows",
+        ),
+    ]
+    return hints.compare(corrections, expected, what, "[block, row]", alternatives=alternatives)
 
 
 def _diagnose_tiled(got, expected, inputs):
@@ -249,7 +297,7 @@ TILED = Exercise(
 
 ASSIGNMENT = Assignment(
     key="a12_tiled_attention",
-    version=1,
+    version=2,  # 2: online_softmax_update returns (m_new, l_new, correction), as the library's does
     title="Assignment 12: the online softmax and tiled attention",
     notebook="a12_tiled_attention.ipynb",
     exercises=(ONLINE_UPDATE, TILED),

@@ -26,7 +26,39 @@ def to_numpy(x: Any, what: str = "the result") -> np.ndarray:
         return np.array(x)
     if isinstance(x, (bool, int, float, np.number, np.bool_)):
         return np.asarray(x)
+    if isinstance(x, (tuple, list)):
+        raise TypeError(f"{what} should be one array/tensor, got {count_of(x)}: return a single array/tensor")
     raise TypeError(f"{what} should be an array/tensor, got {type(x).__name__}")
+
+
+def count_of(result: Any) -> str:
+    """``"3 values"``, ``"1 value"`` for a tuple or list; ``"one Tensor"`` for anything else."""
+    if isinstance(result, (tuple, list)):
+        return f"{len(result)} value" + ("" if len(result) == 1 else "s")
+    return f"one {type(result).__name__}"
+
+
+def arity_problem(result: Any, names: Sequence[str], who: str = "your function") -> str | None:
+    """None when ``result`` is a tuple (or list) of ``len(names)`` items, else one sentence naming both counts.
+
+    ``"online_softmax_update returned 2 values; it must return 3: return m_new, l_new, correction"``
+    """
+    if isinstance(result, (tuple, list)) and len(result) == len(names):
+        return None
+    return f"{who} returned {count_of(result)}; it must return {len(names)}: return {', '.join(names)}"
+
+
+def returned(result: Any, names: Sequence[str], who: str = "your function") -> tuple:
+    """``result`` as a tuple of ``len(names)`` items; TypeError(:func:`arity_problem`'s sentence) otherwise.
+
+    Every call whose target returns several values unpacks them here, so a learner who returns two where
+    three are asked (or one tensor where a pair is) reads the same sentence on every case, never a crash
+    further on or a half-right score from the first items.
+    """
+    problem = arity_problem(result, names, who)
+    if problem:
+        raise TypeError(problem)
+    return tuple(result)
 
 
 def tensor_to_numpy(x: Any, what: str = "the result") -> np.ndarray:
@@ -37,12 +69,12 @@ def tensor_to_numpy(x: Any, what: str = "the result") -> np.ndarray:
     return to_numpy(x, what)
 
 
-def to_numpy_pair(result: Any, names: tuple[str, str] = ("out", "weights")) -> tuple[np.ndarray, np.ndarray]:
-    """A returned ``(a, b)`` tuple -> two NumPy arrays; raise TypeError naming what was expected."""
-    if not isinstance(result, (tuple, list)) or len(result) != 2:
-        kind = type(result).__name__ + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else "")
-        raise TypeError(f"expected a tuple ({names[0]}, {names[1]}), got {kind}")
-    return to_numpy(result[0], names[0]), to_numpy(result[1], names[1])
+def to_numpy_pair(
+    result: Any, names: tuple[str, str] = ("out", "weights"), who: str = "your function"
+) -> tuple[np.ndarray, np.ndarray]:
+    """A returned ``(a, b)`` tuple -> two NumPy arrays; TypeError naming both counts otherwise (:func:`returned`)."""
+    a, b = returned(result, names, who)
+    return to_numpy(a, names[0]), to_numpy(b, names[1])
 
 
 def linear_layer(module: Any, name: str, missing: str) -> Any:

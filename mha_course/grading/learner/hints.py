@@ -4,11 +4,12 @@ A case's ``diagnose(got, expected, inputs)`` returns None when ``got`` is right,
 sentence saying what is wrong ("shape expected (2, 5, 7) [B, T, S], got (2, 7, 5): transposed?").
 The helpers here are the building blocks; :func:`compare` is the usual pipeline:
 
-    type -> shape -> NaN/inf -> known wrong variants (alternatives) -> values -> dtype
+    type -> shape -> NaN/inf -> known wrong variants (alternatives) -> another dtype -> values -> dtype
 
 ``alternatives`` are outputs of plausible *wrong* computations (no max subtraction, 1/D scale,
 mask ignored, ...) made by the grader; when the learner's answer matches one of them the hint
-names that mistake instead of printing numbers.
+names that mistake instead of printing numbers (NaN in the same places match: a mistake's NaN are its
+signature). Values right only to the precision of the dtype they came back in are told the dtype.
 
 Everything here runs in the grader (and in the learner's own kernel for the self-check), never in
 the submission process: its sandbox holds the call functions (:mod:`mha_course.grading.calls`)
@@ -59,9 +60,9 @@ def unpack(got: Any, names: Sequence[str]) -> tuple[Any, str | None]:
     Typed ``Any`` like :func:`as_array`'s array: None exactly when the hint is set.
     """
     if not isinstance(got, (list, tuple)) or len(got) != len(names):
-        return None, f"expected a tuple ({', '.join(names)}), got {type(got).__name__}" + (
-            f" of length {len(got)}" if isinstance(got, (list, tuple)) else ""
-        )
+        from ..inside.convert import count_of
+
+        return None, f"expected {len(names)} values ({', '.join(names)}), got {count_of(got)}"
     arrays = []
     for item, name in zip(got, names, strict=True):
         arr, hint = as_array(item, name)
@@ -124,18 +125,34 @@ def finite_hint(got: np.ndarray, expected: np.ndarray, what: str) -> str | None:
     )
 
 
+# Why a floating result comes back in another floating dtype; the fix is the same either way.
+_NEW_TENSORS = "create new arrays/tensors with dtype=x.dtype (and device=x.device)"
+_WIDER = (
+    "a {got} value promoted the result: np.sqrt(D) or a NumPy array made without dtype= (math.sqrt keeps "
+    "float32), or a tensor made without dtype= after torch.set_default_dtype(torch.{got})"
+)
+_NARROWER = (
+    "a tensor made without dtype= gets torch's default dtype (float32 unless torch.set_default_dtype changed it), "
+    "and .float() casts to float32"
+)
+
+
 def dtype_hint(got: np.ndarray, expected: np.ndarray, what: str) -> str | None:
-    """Hint when the dtype differs (e.g. float64 result for float32 input)."""
+    """Hint when the dtype differs: which came back, which was expected, the likely cause and the fix.
+
+    A floating result in another floating dtype usually comes from a tensor the learner created without
+    ``dtype=`` (torch's default dtype, which ``torch.set_default_dtype`` changes) or a NumPy float64 scalar.
+    """
     if got.dtype == expected.dtype:
         return None
     hint = f"{what}: dtype expected {expected.dtype}, got {got.dtype}"
-    if got.dtype == np.float64 and expected.dtype == np.float32:
-        hint += (
-            " (something promoted your float32 values: in NumPy 2, NumPy's square root of D is a float64 scalar "
-            "that does this: a Python float scale keeps float32)"
-        )
-    elif expected.dtype == np.bool_:
-        hint += " (return a boolean mask: True where a query may attend)"
+    if expected.dtype == np.bool_:
+        return hint + " (return a boolean mask: True where a query may attend)"
+    if got.dtype.kind == "f" and expected.dtype.kind == "f":
+        if expected.dtype.itemsize < 4:  # float16/bfloat16 in: computing in float32 is fine, returning it is not
+            return hint + ": computing in float32 is fine, but return the input's dtype (.to(x.dtype))"
+        cause = _WIDER if got.dtype.itemsize > expected.dtype.itemsize else _NARROWER
+        return f"{hint}: {cause.format(got=got.dtype)}; {_NEW_TENSORS}"
     return hint
 
 
@@ -154,7 +171,8 @@ def first_match(got: np.ndarray, alternatives: Sequence[tuple[Any, str]], dtype:
     """The hint of the first wrong-but-plausible output that ``got`` matches, else None.
 
     ``alternatives`` holds (array or zero-arg callable returning one, hint) pairs; callables are
-    evaluated lazily and may raise (then they are skipped).
+    evaluated lazily and may raise (then they are skipped). NaN in the same places count as a match
+    (:func:`same_nans`): a mistake that gives NaN is named, not only told "NaN".
     """
     for alt, hint in alternatives:
         try:
@@ -162,9 +180,25 @@ def first_match(got: np.ndarray, alternatives: Sequence[tuple[Any, str]], dtype:
                 value = alt() if callable(alt) else alt
         except Exception:  # noqa: BLE001 - an alternative that cannot be computed simply does not match
             continue
-        if value is not None and close(got, np.asarray(value), dtype):
+        if value is not None and (close(got, np.asarray(value), dtype) or same_nans(got, np.asarray(value), dtype)):
             return hint
     return None
+
+
+def same_nans(got: np.ndarray, wrong: np.ndarray, dtype: Any = None) -> bool:
+    """True when ``got`` has NaN exactly where the wrong computation ``wrong`` has it and matches it elsewhere.
+
+    :func:`close` never lets NaN match (a right answer has none), but a mistake's NaN are its signature: a
+    softmax shifted by the whole array's maximum gives 0/0 = NaN in the rows far below it, and nowhere else.
+    An all-NaN output matches nothing: it would match every mistake that gives NaN everywhere.
+    """
+    got, wrong = np.asarray(got), np.asarray(wrong)
+    if got.shape != wrong.shape or got.dtype.kind != "f" or wrong.dtype.kind != "f":
+        return False
+    nans = np.isnan(got)
+    if not nans.any() or nans.all() or not np.array_equal(nans, np.isnan(wrong)):
+        return False
+    return close(got[~nans], wrong[~nans], dtype if dtype is not None else wrong.dtype)
 
 
 def rows_sum_hint(weights: np.ndarray, axis: int = -1, what: str = "weights") -> str | None:
@@ -241,15 +275,25 @@ def compare(
         match = first_match(arr, alternatives, dtype if dtype is not None else exp.dtype)
         if match:
             return f"{what}: {match}"
-        if hint is None and exp.dtype == np.float64 and close(arr, exp, np.float32):
+        if hint is None and _only_dtype_differs(arr, exp):
+            return dtype_hint(arr, exp, what)  # the values are right for the dtype they came back in
+        if hint is None and arr.dtype == exp.dtype == np.float64 and close(arr, exp, np.float32):
             return (
-                f"{what}: only float32-accurate for float64 inputs: did you compute in float32 "
-                "(.float(), astype(np.float32))? keep the input's precision"
+                f"{what}: float64 result, but only float32-accurate: a step computed in float32 (a .float(), "
+                "astype(np.float32), or a float32 tensor made without dtype=)? keep the input's precision"
             )
         return hint or value_hint(arr, exp, what)
     if check_dtype:
         return dtype_hint(arr, exp, what)
     return None
+
+
+def _only_dtype_differs(got: np.ndarray, expected: np.ndarray) -> bool:
+    """Two floating dtypes that differ, and values equal to the tolerance of the coarser one."""
+    if got.dtype == expected.dtype or got.dtype.kind != "f" or expected.dtype.kind != "f":
+        return False
+    coarser = got.dtype if got.dtype.itemsize < expected.dtype.itemsize else expected.dtype
+    return close(got, expected, coarser)
 
 
 def compare_pair(

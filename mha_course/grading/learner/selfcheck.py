@@ -4,7 +4,9 @@ It runs the exercise's *public* cases in the learner's own kernel and shows a ta
 points, passed/failed, and a hint in the learner's terms -- plus, for a failed case that has a
 ``visualize``, a picture of the learner's output beside the expected one (two heatmaps). A case
 never shows a traceback: an exception becomes a failed row whose hint is the exception's last
-line, and ``NotImplementedError`` (the unedited stub) reads "not attempted yet".
+line, the cell and line of the learner's code it came from (``cell In[4], line 3``, as the grader's
+``cell 4, line 3``) and the fix when one is known; ``NotImplementedError`` (the unedited stub)
+reads "not attempted yet", with the stub's line.
 
 Each output makes the same trip it makes in the grader (:func:`~mha_course.grading.inside.wire.roundtrip`: plain arrays only,
 subclasses rejected) and is judged by the same code (:func:`~mha_course.grading.engine.scoring.judge`), so check() and the
@@ -143,7 +145,6 @@ def run_case(case: Any, obj: Any, forbidden: tuple[str, ...] = ()) -> tuple[Row,
     """Run one case in this process: (row, got or None, inputs)."""
     from ..engine.scoring import judge
     from ..inside import wire
-    from ..inside.convert import exception_line
     from ..inside.guard import Tripwire, guarded
 
     with grader_settings():
@@ -154,36 +155,111 @@ def run_case(case: Any, obj: Any, forbidden: tuple[str, ...] = ()) -> tuple[Row,
             got = wire.roundtrip(case.call(target, inputs))
         if tripwire.tripped:
             return Row(case.name, case.points, 0, Status.FAILED, tripwire.explanation(), case.hidden), None, inputs
-    except NotImplementedError:
-        return (
-            Row(
-                case.name,
-                case.points,
-                0,
-                Status.NOT_ATTEMPTED,
-                "not attempted yet (the cell still raises NotImplementedError)",
-                case.hidden,
-            ),
-            None,
-            inputs,
-        )
+    except NotImplementedError as exc:
+        return Row(case.name, case.points, 0, Status.NOT_ATTEMPTED, not_attempted(exc), case.hidden), None, inputs
     except Exception as exc:
         if tripwire.tripped:
             return Row(case.name, case.points, 0, Status.FAILED, tripwire.explanation(), case.hidden), None, inputs
-        from .error_hints import with_exception_hint
-
-        return (
-            Row(
-                case.name, case.points, 0, Status.FAILED, with_exception_hint(exception_line(exc), inputs), case.hidden
-            ),
-            None,
-            inputs,
-        )
+        return Row(case.name, case.points, 0, Status.FAILED, error_hint(exc, inputs), case.hidden), None, inputs
     with grader_settings():
         hint = judge(case, got, inputs)
     if hint is None:
         return Row(case.name, case.points, case.points, Status.PASSED, "", case.hidden), got, inputs
     return Row(case.name, case.points, 0, Status.FAILED, hint, case.hidden), got, inputs
+
+
+def error_hint(exc: BaseException, inputs: Any = None) -> str:
+    """``"NameError: name 'w' is not defined (cell In[4], line 3) -> define it ..."``: the error, where, the fix.
+
+    Where: the innermost frame of the learner's own code (:func:`own_line`), as the grader's message
+    names it. The fix: the advice for a common error (:mod:`.error_hints`), or for a name that is not defined.
+    """
+    from ..inside.convert import exception_line
+    from .error_hints import with_exception_hint
+
+    text = exception_line(exc)
+    where = own_line(exc)
+    if where:
+        text += f" ({where})"
+    if isinstance(exc, NameError) and not isinstance(exc, UnboundLocalError):
+        return f"{text} -> define it, or run the cell that defines it, before check()"
+    return with_exception_hint(text, inputs)
+
+
+def not_attempted(exc: NotImplementedError) -> str:
+    """The hint of a case whose target raised NotImplementedError: the stub's line, or the library call's.
+
+    The stub is the learner's own ``raise NotImplementedError()``: its line when the source can be read,
+    else a NotImplementedError without a message. Anything else came from a library their code called.
+    """
+    from ..inside.convert import exception_line
+
+    frames = _frames(exc)
+    where = own_line(exc)
+    last = frames[-1] if frames else None
+    if last is not None and _own_place(last) is not None and last.line:
+        stub = "NotImplementedError" in last.line
+    else:
+        stub = exception_line(exc) == "NotImplementedError"  # no message: the stub's bare raise
+    if stub:
+        line = f" ({where})" if where else ""
+        return f"not attempted yet: replace `raise NotImplementedError()`{line} with your code"
+    return f"not attempted yet? {exception_line(exc)}" + (
+        f" ({where}): a library call there is not implemented for these inputs" if where else ""
+    )
+
+
+def own_line(exc: BaseException) -> str | None:
+    """``"cell In[4], line 3"``: the innermost frame of the learner's own code in ``exc``'s traceback, or None.
+
+    Own code is a notebook cell (Jupyter's ``In[n]``, or ``<cell n>`` as the grader compiles cells) or a file
+    outside the course's package and the installed libraries.
+    """
+    for frame in reversed(_frames(exc)):
+        place = _own_place(frame)
+        if place is not None:
+            return f"{place}, line {frame.lineno}"
+    return None
+
+
+def _frames(exc: BaseException) -> list:
+    import traceback
+
+    try:
+        return list(traceback.extract_tb(exc.__traceback__))
+    except Exception:  # a traceback that cannot be read names no line
+        return []
+
+
+def _own_place(frame: Any) -> str | None:
+    """How to name ``frame``'s file to the learner ("cell In[4]", "cell 4", "train.py"), or None if not theirs."""
+    import os
+    import sysconfig
+
+    name = str(frame.filename)
+    if name.startswith("<"):
+        inner = name.strip("<>")
+        return inner if inner.startswith(("cell", "ipython-input")) else None
+    cell = _jupyter_cell(name)
+    if cell:
+        return cell
+    path = os.path.realpath(name)
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))  # mha_course/
+    libraries = {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    if path.startswith(package + os.sep) or any(path.startswith(os.path.realpath(p) + os.sep) for p in libraries):
+        return None
+    return os.path.basename(name) if os.path.exists(name) else None
+
+
+def _jupyter_cell(filename: str) -> str | None:
+    """``"cell In[4]"`` when IPython compiled ``filename`` from a cell (its own traceback names it so)."""
+    shell = sys.modules.get("IPython")
+    try:
+        ip = shell.get_ipython() if shell else None
+        named = ip.compile.format_code_name(filename) if ip is not None else None
+    except Exception:  # an IPython without this naming: the line is left out
+        return None
+    return f"cell {named[1]}" if named else None
 
 
 def check(key: str, obj: Any, include_hidden: bool = False, show: bool = True) -> CheckResult | None:
@@ -207,6 +283,12 @@ def check(key: str, obj: Any, include_hidden: bool = False, show: bool = True) -
 
     exercise = find_exercise(key)
     result = CheckResult(exercise.key, exercise.title)
+    if not callable(obj):  # check("softmax", None), or a value where the function belongs
+        hint = (
+            f"check got {type(obj).__name__}, not a function or class: run the cell that defines "
+            f"{exercise.target}, then check({exercise.key!r}, {exercise.target})"
+        )
+        return _every_case_fails(result, exercise, hint, include_hidden, show)
     reached = library_reach(obj, _provided(exercise))
     if reached:  # the grader's sandbox cannot import it: say so now, with the grade the grader will give
         hint = (
@@ -214,15 +296,20 @@ def check(key: str, obj: Any, include_hidden: bool = False, show: bool = True) -
             "check, assert_close and the building blocks this assignment provides), so this case gets 0 points "
             "there: write it yourself"
         )
-        for case in exercise.cases:
-            if include_hidden or not case.hidden:
-                result.rows.append(Row(case.name, case.points, 0, Status.FAILED, hint, case.hidden))
-        if show:
-            _show(result, [])
-        return result
+        return _every_case_fails(result, exercise, hint, include_hidden, show)
     result, figures = run_exercise(exercise, obj, include_hidden, pictures=show)
     if show:
         _show(result, figures)
+    return result
+
+
+def _every_case_fails(result: CheckResult, exercise: Any, hint: str, include_hidden: bool, show: bool) -> CheckResult:
+    """``result`` with one failed row per case, each with ``hint`` (shown when ``show``)."""
+    for case in exercise.cases:
+        if include_hidden or not case.hidden:
+            result.rows.append(Row(case.name, case.points, 0, Status.FAILED, hint, case.hidden))
+    if show:
+        _show(result, [])
     return result
 
 
