@@ -244,9 +244,16 @@ def test_a_fused_kernel_is_named_by_the_family_the_exercise_forbids():
     tripwire = Tripwire()
     q = torch.randn(1, 2, 3, 4)
     for key, family in (("softmax", "softmax"), ("sdpa", "attention")):
-        with tripwire.armed(find_exercise(key).forbidden):
-            torch.nn.functional.scaled_dot_product_attention(q, q, q)
+        with tripwire.armed(find_exercise(key).forbidden), torch._C.DisableTorchFunction():
+            torch.nn.functional.scaled_dot_product_attention(q, q, q)  # the operator alone, as from TorchScript
         assert tripwire.ops == [f"aten._scaled_dot_product_flash_attention_for_cpu ({family} family)"], tripwire.ops
+    with tripwire.armed(find_exercise("softmax").forbidden):
+        torch.nn.functional.scaled_dot_product_attention(q, q, q)  # also by the name the learner wrote
+    assert tripwire.ops == [
+        "torch.nn.functional.scaled_dot_product_attention (softmax family)",
+        "aten._scaled_dot_product_flash_attention_for_cpu (softmax family)",
+    ]
+    assert "ran torch.nn.functional.scaled_dot_product_attention, aten." in tripwire.explanation()
 
 
 def test_sdpa_math_path_is_seen_by_its_safe_softmax():

@@ -4,34 +4,19 @@
   rejected with a message (a subclass could lie about equality; the grader compares plain values
   only). A function target is wrapped; for an ``nn.Module`` class target a global forward hook
   checks what instances of that class return.
-* :class:`Tripwire` notices calls to an exercise's ``forbidden`` callables (e.g.
-  ``torch.nn.functional.scaled_dot_product_attention``) while a case runs, through these layers:
+* :class:`Tripwire` notices calls to an exercise's ``forbidden`` callables while a case runs:
 
-  1. a ``TorchFunctionMode`` that sees every torch API call, whatever alias it was reached by
-     (``F.scaled_dot_product_attention`` and ``torch._C._nn.scaled_dot_product_attention`` are
-     the same object), and matches by *name*, so private and raw-operator routes count:
-     ``torch._softmax``, ``torch.ops.aten._softmax`` and ``Tensor.softmax`` are all "softmax"
-     (:func:`same_family`);
-  2. where the forbidden names arm an *op family* (:mod:`.op_families`: softmax, attention,
-     multi-head attention), a ``TorchDispatchMode`` that sees the ATen operators as torch runs them,
-     whatever Python spelling reached them: ``torch.logcumsumexp``, ``F.log_softmax(x).exp()``,
-     ``F.cross_entropy``, ``nn.MultiheadAttention`` (its SDPA) and TorchScript (a function compiled
-     from a string, scripted or traced runs the same operators, and the dispatch mode sees them);
-  3. the NumPy/SciPy members of an armed family (``np.logaddexp.reduce``, ``scipy.special.logsumexp``),
-     which no torch layer sees: their module attributes are replaced by reporting stand-ins
-     (:func:`watched_ufunc`), for the armed block in the self-check and for the whole process in the
-     grader's submission process, where :meth:`Tripwire.install` also replaces every forbidden
-     module attribute (non-torch names such as SciPy's, and classes: ``nn.MultiheadAttention``)
-     before any learner code runs. So ``from numpy import logaddexp`` in a cell is caught by the
-     grader and the static scan, not by the self-check (the name was bound before the case).
+  1. a ``TorchFunctionMode`` sees torch API calls by name, whatever alias reached them, and private
+     and raw-operator routes too (``torch._softmax``, ``torch.ops.aten._softmax`` are "softmax":
+     :func:`same_family`);
+  2. where the names arm an op family (:mod:`.op_families`), a ``TorchDispatchMode`` sees the ATen
+     operators as torch runs them, whatever spelling reached them (``torch.logcumsumexp``,
+     ``F.cross_entropy``, TorchScript compiled from a string, ``torch.compile``);
+  3. the family's NumPy/SciPy members (``np.logaddexp.reduce``) are replaced by reporting stand-ins,
+     for the case in the self-check, for the process in the grader, where :meth:`Tripwire.install`
+     also wraps every forbidden module attribute before any learner code runs.
 
-  The static scan (:mod:`mha_course.grading.static.scan`) names the same family aliases in a target,
-  and treats ``torch.ops``, ``torch._C``, ``torch.utils._python_dispatch`` and other private torch
-  names in a submission as tampering. All of this shares the address space with the learner's code:
-  it is advice that the scan backs, not a wall.
-
-  ``mha_course`` names are wrapped only where the assignment provides their module; the sandbox
-  cannot import the others at all.
+  It shares the address space with learner code: advice backed by the static scan, not a wall.
 
 Both run in the learner's kernel (the self-check) and in the grader's submission process, so they
 give the same verdict. Neither imports torch unless the process already has it.
@@ -254,6 +239,26 @@ def _outside_torch(family: op_families.Family) -> list[str]:
     return sorted(n for n in family.aliases if n.startswith(("numpy.", "scipy.")))
 
 
+def _family_watch(
+    families: Sequence[op_families.Family], names: set[str], aten: Any
+) -> tuple[dict[Any, str], dict[int, str]]:
+    """What the torch layers report for the armed ``families``: (ATen operator packet -> label, id of a torch
+    API alias -> label). The first family names a member (the softmax family names a fused attention
+    kernel where a softmax is forbidden); the forbidden ``names`` themselves are hits, not members."""
+    watch: dict[Any, str] = {}
+    aliases: dict[int, str] = {}
+    for family in families:
+        for op in sorted(family.aten):
+            packet = getattr(aten, op, None)
+            if packet is not None:
+                watch.setdefault(packet, op_families.label(family, f"aten.{op}"))
+        for alias in sorted(family.aliases - names):
+            found = _resolve(alias, import_missing=False) if alias.startswith("torch.") else None
+            if found is not None and not isinstance(found[2], type):
+                aliases.setdefault(id(found[2]), op_families.label(family, alias))
+    return watch, aliases
+
+
 class Tripwire:
     """Notices calls to forbidden callables while armed; see the module docstring."""
 
@@ -302,7 +307,7 @@ class Tripwire:
         """
         for method in ("hit", "seen", "armed", "_index", "_wrap", "_wrap_members", "_torch_modes"):
             self.__dict__[method] = types.MethodType(getattr(type(self), method), self)
-        self.__dict__["_helpers"] = (op_name, same_family, _requires_grad, explain)
+        self.__dict__["_helpers"] = (op_name, same_family, _requires_grad, explain, _family_watch)
         self._families = tuple(op_families.FAMILIES)
         self._index(names, import_missing=True)
         self._follow_threads()
@@ -434,23 +439,19 @@ class Tripwire:
         from torch.utils._python_dispatch import TorchDispatchMode
 
         tripwire, no_function_modes = self, torch._C.DisableTorchFunction
-        op_name, same_family, _requires_grad, _ = getattr(self, "_helpers", None) or (
+        op_name, same_family, _requires_grad, _, family_watch = getattr(self, "_helpers", None) or (
             globals()["op_name"],
             globals()["same_family"],
             globals()["_requires_grad"],
             None,
+            globals()["_family_watch"],
         )
         by_name = [n for n in names if n.startswith("torch.") and n not in AUTOGRAD]
         no_autograd = [n for n in names if n in AUTOGRAD]
         families: dict[str, str | None] = {}  # op name -> forbidden name (or None), cached
-        # ATen operator -> its report label; the first armed family names it (the softmax family names a
-        # fused attention kernel where a softmax is forbidden)
-        watch: dict[Any, str] = {}
-        for family in (f for f in self._families if f.armed_by & set(names)):
-            for op in sorted(family.aten):
-                packet = getattr(torch.ops.aten, op, None)
-                if packet is not None:
-                    watch.setdefault(packet, op_families.label(family, f"aten.{op}"))
+        watch, aliases = family_watch(
+            [f for f in self._families if f.armed_by & set(names)], set(names), torch.ops.aten
+        )
 
         class FunctionWatch(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -462,6 +463,9 @@ class Tripwire:
                     name = families[op]
                 if name is not None:
                     tripwire.hit(name)
+                member = aliases.get(id(func))  # by the name the learner wrote, beside the operators it runs
+                if member is not None and member not in tripwire.ops:
+                    tripwire.ops.append(member)
                 result = func(*args, **(kwargs or {}))
                 if no_autograd and _requires_grad(result, torch):
                     tripwire.hit(no_autograd[0])
