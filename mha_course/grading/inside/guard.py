@@ -4,24 +4,19 @@
   rejected with a message (a subclass could lie about equality; the grader compares plain values
   only). A function target is wrapped; for an ``nn.Module`` class target a global forward hook
   checks what instances of that class return.
-* :class:`Tripwire` notices calls to an exercise's ``forbidden`` callables (e.g.
-  ``torch.nn.functional.scaled_dot_product_attention``) while a case runs, through three layers:
+* :class:`Tripwire` notices calls to an exercise's ``forbidden`` callables while a case runs:
 
-  1. a ``TorchFunctionMode`` that sees every torch API call, whatever alias it was reached by
-     (``F.scaled_dot_product_attention`` and ``torch._C._nn.scaled_dot_product_attention`` are
-     the same object);
-  2. in the grader's submission process only, module attributes replaced by wrappers before any
-     learner code runs (:meth:`Tripwire.install`), which covers non-torch names (e.g. SciPy's)
-     and classes (``nn.MultiheadAttention.__init__``/``forward``).
+  1. a ``TorchFunctionMode`` sees torch API calls by name, whatever alias reached them, and private
+     and raw-operator routes too (``torch._softmax``, ``torch.ops.aten._softmax`` are "softmax":
+     :func:`same_family`);
+  2. where the names arm an op family (:mod:`.op_families`), a ``TorchDispatchMode`` sees the ATen
+     operators as torch runs them, whatever spelling reached them (``torch.logcumsumexp``,
+     ``F.cross_entropy``, TorchScript compiled from a string, ``torch.compile``);
+  3. the family's NumPy/SciPy members (``np.logaddexp.reduce``) are replaced by reporting stand-ins,
+     for the case in the self-check, for the process in the grader, where :meth:`Tripwire.install`
+     also wraps every forbidden module attribute before any learner code runs.
 
-  The mode also matches by *name*, so private and raw-operator routes to the same kernel count:
-  ``torch._softmax``, ``torch.ops.aten._softmax`` and ``Tensor.softmax`` are all "softmax", and
-  ``torch._scaled_dot_product_attention_math`` or ``torch.ops.aten._scaled_dot_product_flash_attention``
-  are all "scaled_dot_product" (:func:`same_family`). The static scan (:mod:`mha_course.grading.static.scan`) also treats
-  ``torch.ops``, ``torch._C`` and other private torch names in a submission as tampering.
-
-  ``mha_course`` names are wrapped only where the assignment provides their module; the sandbox
-  cannot import the others at all.
+  It shares the address space with learner code: advice backed by the static scan, not a wall.
 
 Both run in the learner's kernel (the self-check) and in the grader's submission process, so they
 give the same verdict. Neither imports torch unless the process already has it.
@@ -41,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from . import op_families
 from .wire import RejectedOutput
 
 
@@ -128,7 +124,11 @@ AUTOGRAD = ("torch.autograd", "torch.func")  # forbidden entries meaning "no aut
 
 
 def explain(names: Sequence[str], ops: Sequence[str] = ()) -> str:
-    """The learner-facing sentence for forbidden calls (names, else the fused ATen operators seen)."""
+    """The learner-facing sentence for forbidden calls: the names called, and the family members torch ran.
+
+    ``ops`` holds :func:`~mha_course.grading.inside.op_families.label` strings (``"aten._softmax (softmax
+    family)"``); each family is named with what it computes and what the exercise asks instead.
+    """
     if set(names) & set(AUTOGRAD):
         others = sorted(set(names) - set(AUTOGRAD))
         return (
@@ -137,14 +137,21 @@ def explain(names: Sequence[str], ops: Sequence[str] = ()) -> str:
             + "a tensor with requires_grad, torch.autograd or "
             "torch.func), which is not allowed here (0 points for this case)"
         )
-    listed = (
-        ", ".join(sorted(set(names)))
-        if names
-        else (f"torch's fused kernel {', '.join(ops)} (it computes what you are asked to write inside it)")
-    )
+    parts = [f"called {', '.join(sorted(set(names)))}"] if names else []
+    grouped: dict[Any, list[str]] = {}
+    for text in ops:
+        family, member = op_families.parse_label(str(text))
+        if member not in grouped.setdefault(family, []):
+            grouped[family].append(member)
+    for family, members in grouped.items():
+        if family is None:  # a bare operator name
+            parts.append(f"ran torch's fused kernel {', '.join(members)} (it computes what you are asked to write)")
+        else:
+            parts.append(f"ran {', '.join(members)}, of the {family.key} family ({family.what})")
+    asks = next((f" ({f.asks})" for f in grouped if f is not None), "")
     return (
-        f"this exercise asks you to write it yourself; your code called {listed}, which is not allowed "
-        "here (0 points for this case)"
+        f"this exercise asks you to write it yourself{asks}; your code {' and '.join(parts) or 'called a forbidden function'}, "
+        "which is not allowed here (0 points for this case)"
     )
 
 
@@ -172,28 +179,6 @@ def same_family(op: str, forbidden: str) -> bool:
     return len(words) >= 3 and "_".join(words[:3]) in op
 
 
-# torch kernels that compute a forbidden function inside them, under another name
-_FUSED_WITH = {
-    "softmax": (
-        "scaled_dot_product",
-        "multi_head_attention",
-        "flash_attention",
-        "efficient_attention",
-        "cudnn_attention",
-    ),
-}
-
-
-def fused_with(op: str, forbidden: str) -> bool:
-    """True if the torch op named ``op`` is a fused kernel that computes ``forbidden`` inside it.
-
-    ``scaled_dot_product_attention`` (and its flash/math/efficient variants) contains a softmax, so it
-    is a softmax shortcut too, whatever it is called.
-    """
-    base = forbidden.rsplit(".", 1)[-1].strip("_").lower()
-    return bool(op) and any(part in op for part in _FUSED_WITH.get(base, ()))
-
-
 def _requires_grad(value: Any, torch: Any, depth: int = 0) -> bool:
     if isinstance(value, torch.Tensor):
         return bool(value.requires_grad)
@@ -202,19 +187,103 @@ def _requires_grad(value: Any, torch: Any, depth: int = 0) -> bool:
     return False
 
 
+def watched_ufunc(ufunc: Any, name: str, seen: Any) -> Any:
+    """A stand-in for the NumPy ufunc ``ufunc`` (module attribute ``name``, e.g. ``numpy.logaddexp``).
+
+    Calling it is calling the ufunc; its methods listed in :data:`.op_families.NUMPY_UFUNC_ALIASES`
+    (``reduce``, ``accumulate``, ``reduceat``) call ``seen("numpy.logaddexp.reduce")`` first. A ufunc's
+    methods are read-only, so the module attribute is what is replaced; the ufunc itself is held in this
+    closure only (no attribute leads back to it).
+    """
+    methods = op_families.NUMPY_UFUNC_ALIASES.get(name, ())
+
+    class WatchedUfunc:
+        __doc__ = ufunc.__doc__
+
+        def __call__(self, *args, **kwargs):
+            return ufunc(*args, **kwargs)
+
+        def __getattr__(self, attr):
+            value = getattr(ufunc, attr)
+            if attr not in methods:
+                return value
+            member = f"{name}.{attr}"
+
+            def method(*args, **kwargs):
+                seen(member)
+                return value(*args, **kwargs)
+
+            return method
+
+        def __repr__(self) -> str:
+            return repr(ufunc)
+
+    WatchedUfunc.__name__ = WatchedUfunc.__qualname__ = type(ufunc).__name__
+    return WatchedUfunc()
+
+
+def _reporting(original: Any, name: str, report: Any) -> Any:
+    """``original`` wrapped to call ``report(name)`` first (no ``__wrapped__``: no handle on the original)."""
+
+    def wrapper(*args, **kwargs):
+        report(name)
+        return original(*args, **kwargs)
+
+    functools.update_wrapper(wrapper, original)
+    delattr(wrapper, "__wrapped__")
+    return wrapper
+
+
+def _outside_torch(family: op_families.Family) -> list[str]:
+    """A family's NumPy and SciPy names (no dispatch layer sees them: they are wrapped instead)."""
+    return sorted(n for n in family.aliases if n.startswith(("numpy.", "scipy.")))
+
+
+def _family_watch(
+    families: Sequence[op_families.Family], names: set[str], aten: Any
+) -> tuple[dict[Any, str], dict[int, str]]:
+    """What the torch layers report for the armed ``families``: (ATen operator packet -> label, id of a torch
+    API alias -> label). The first family names a member (the softmax family names a fused attention
+    kernel where a softmax is forbidden); the forbidden ``names`` themselves are hits, not members."""
+    watch: dict[Any, str] = {}
+    aliases: dict[int, str] = {}
+    for family in families:
+        for op in sorted(family.aten):
+            packet = getattr(aten, op, None)
+            if packet is not None:
+                watch.setdefault(packet, op_families.label(family, f"aten.{op}"))
+        for alias in sorted(family.aliases - names):
+            found = _resolve(alias, import_missing=False) if alias.startswith("torch.") else None
+            if found is not None and not isinstance(found[2], type):
+                aliases.setdefault(id(found[2]), op_families.label(family, alias))
+    return watch, aliases
+
+
 class Tripwire:
     """Notices calls to forbidden callables while armed; see the module docstring."""
 
     def __init__(self) -> None:
         self._armed: frozenset[str] = frozenset()
+        self._watching: tuple[op_families.Family, ...] = ()  # the families the armed names switch on
+        self._families: tuple[op_families.Family, ...] = op_families.FAMILIES
         self.hits: list[str] = []  # forbidden names called (torch API, wrappers)
-        self.ops: list[str] = []  # fused operators that compute a forbidden function inside
+        self.ops: list[str] = []  # family members seen (op_families.label): ATen operators, NumPy/SciPy names
         self._by_id: dict[int, str] = {}
         self._installed: list[tuple[Any, str, Any]] = []
+        self._permanent = False  # install() ran: the NumPy/SciPy members are wrapped for the process
 
     def hit(self, name: str) -> None:
         if name in self._armed and name not in self.hits:
             self.hits.append(name)
+
+    def seen(self, member: str) -> None:
+        """Record a family member (``numpy.logaddexp.reduce``) if a family the armed names switch on holds it."""
+        for family in self._watching:
+            if member in family.aliases:
+                text = op_families.label(family, member)
+                if text not in self.ops:
+                    self.ops.append(text)
+                return
 
     def _index(self, names: set[str], import_missing: bool) -> None:
         for name in names:
@@ -232,12 +301,14 @@ class Tripwire:
     def install(self, names: set[str]) -> None:
         """Replace each forbidden callable by a reporting wrapper (submission process, before learner code).
 
-        Also binds this instance's methods and helpers to itself, so that replacing
+        Also wraps the NumPy/SciPy members of the families ``names`` switch on (:meth:`_wrap_members`),
+        and binds this instance's methods, helpers and family table to itself, so that replacing
         ``Tripwire.hit`` or ``guard.same_family`` afterwards changes nothing for it.
         """
-        for method in ("hit", "armed", "_index", "_wrap", "_torch_modes"):
+        for method in ("hit", "seen", "armed", "_index", "_wrap", "_wrap_members", "_torch_modes"):
             self.__dict__[method] = types.MethodType(getattr(type(self), method), self)
-        self.__dict__["_helpers"] = (op_name, same_family, _requires_grad, explain)
+        self.__dict__["_helpers"] = (op_name, same_family, _requires_grad, explain, _family_watch)
+        self._families = tuple(op_families.FAMILIES)
         self._index(names, import_missing=True)
         self._follow_threads()
         for name in sorted(names):
@@ -257,6 +328,39 @@ class Tripwire:
                     self._installed.append((owner, attr, value))
                 except (AttributeError, TypeError):
                     pass  # a read-only attribute; the torch modes still see it
+        families = [f for f in self._families if f.armed_by & names]
+        self._installed += self._wrap_members(families, skip=names, import_missing=True)
+        self._permanent = True
+
+    def _wrap_members(
+        self, families: Sequence[op_families.Family], skip: set[str], import_missing: bool
+    ) -> list[tuple[Any, str, Any]]:
+        """Replace the NumPy/SciPy members of ``families`` by wrappers that call :meth:`seen`; returns what was replaced.
+
+        ``numpy.logaddexp`` becomes a :func:`watched_ufunc` (its ``reduce`` is the member); a SciPy
+        function (``scipy.special.logsumexp``) a plain wrapper. Names in ``skip`` (wrapped by name) are left.
+        """
+        replaced: list[tuple[Any, str, Any]] = []
+        names = {n for f in families for n in _outside_torch(f)} - set(skip)
+        for ufunc_name in op_families.NUMPY_UFUNC_ALIASES:
+            if any(n.startswith(ufunc_name + ".") for n in names):
+                found = _resolve(ufunc_name, import_missing)
+                if found is not None and isinstance(found[2], np.ufunc):
+                    owner, attr, value = found
+                    setattr(owner, attr, watched_ufunc(value, ufunc_name, self.seen))
+                    replaced.append((owner, attr, value))
+            names = {n for n in names if not n.startswith(ufunc_name + ".")}
+        for name in sorted(names):
+            found = _resolve(name, import_missing)
+            if found is None or not callable(found[2]) or isinstance(found[2], type):
+                continue
+            owner, attr, value = found
+            try:
+                setattr(owner, attr, _reporting(value, name, self.seen))
+                replaced.append((owner, attr, value))
+            except (AttributeError, TypeError):
+                pass
+        return replaced
 
     def _follow_threads(self) -> None:
         """Threads started while armed run under the same torch modes (torch's modes are per thread)."""
@@ -300,14 +404,21 @@ class Tripwire:
 
     @contextlib.contextmanager
     def armed(self, names: tuple[str, ...] | list[str]) -> Iterator[list[str]]:
-        """Within the block, calls to ``names`` are recorded in the yielded list (also ``self.hits``)."""
+        """Within the block, calls to ``names`` are recorded in the yielded list (also ``self.hits``).
+
+        Family members seen (ATen operators through the dispatch layer, NumPy/SciPy names through their
+        wrappers) go to ``self.ops``. Without :meth:`install` (the self-check) the NumPy/SciPy members
+        are wrapped for the block only.
+        """
         self.hits = []
         self.ops = []
         self._armed = frozenset(names)
+        self._watching = tuple(f for f in self._families if f.armed_by & self._armed)
         if not names:
             yield self.hits
             return
         self._index(set(names), import_missing=False)
+        replaced = [] if self._permanent else self._wrap_members(self._watching, set(), import_missing=False)
         with contextlib.ExitStack() as stack:
             if "torch" in sys.modules:
                 stack.enter_context(self._torch_modes(names))
@@ -315,23 +426,32 @@ class Tripwire:
                 yield self.hits
             finally:
                 self._armed = frozenset()
+                self._watching = ()
+                for owner, attr, value in reversed(replaced):
+                    setattr(owner, attr, value)
 
     @contextlib.contextmanager
     def _torch_modes(self, names: tuple[str, ...] | list[str]) -> Iterator[None]:
+        """The torch layers: a TorchFunctionMode (API calls by name) and, when a family is armed, a
+        TorchDispatchMode (the ATen operators torch runs, whatever reached them: TorchScript too)."""
         import torch
         from torch.overrides import TorchFunctionMode
+        from torch.utils._python_dispatch import TorchDispatchMode
 
-        tripwire = self
-        op_name, same_family, _requires_grad, _ = getattr(self, "_helpers", None) or (
+        tripwire, no_function_modes = self, torch._C.DisableTorchFunction
+        op_name, same_family, _requires_grad, _, family_watch = getattr(self, "_helpers", None) or (
             globals()["op_name"],
             globals()["same_family"],
             globals()["_requires_grad"],
             None,
+            globals()["_family_watch"],
         )
-        fused = [n for n in names if n.startswith("torch.") and n.rsplit(".", 1)[-1].strip("_").lower() in _FUSED_WITH]
         by_name = [n for n in names if n.startswith("torch.") and n not in AUTOGRAD]
         no_autograd = [n for n in names if n in AUTOGRAD]
         families: dict[str, str | None] = {}  # op name -> forbidden name (or None), cached
+        watch, aliases = family_watch(
+            [f for f in self._families if f.armed_by & set(names)], set(names), torch.ops.aten
+        )
 
         class FunctionWatch(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -341,14 +461,36 @@ class Tripwire:
                     if op not in families:
                         families[op] = next((n for n in by_name if same_family(op, n)), None)
                     name = families[op]
-                    if name is None and fused and op not in tripwire.ops and any(fused_with(op, n) for n in fused):
-                        tripwire.ops.append(op)  # e.g. SDPA where a softmax is forbidden
                 if name is not None:
                     tripwire.hit(name)
+                member = aliases.get(id(func))  # by the name the learner wrote, beside the operators it runs
+                if member is not None and member not in tripwire.ops:
+                    tripwire.ops.append(member)
                 result = func(*args, **(kwargs or {}))
                 if no_autograd and _requires_grad(result, torch):
                     tripwire.hit(no_autograd[0])
                 return result
 
-        with FunctionWatch():  # the API object, e.g. torch.nn.functional.scaled_dot_product_attention
+        class OpWatch(TorchDispatchMode):
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                # torch would wrap __torch_dispatch__ in torch._dynamo.disable, importing torch._dynamo
+                # on the first operator (about 6 s on the course's 2-core runner). Without it, code
+                # torch.compile'd before or during the case still runs its operators through this mode
+                # (measured with the eager, aot_eager and inductor backends; see the tests).
+                return False
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                text = watch.get(getattr(func, "overloadpacket", None))
+                if text is not None and text not in tripwire.ops:
+                    tripwire.ops.append(text)
+                with no_function_modes():  # the operator itself, not again through FunctionWatch (names only)
+                    return func(*args, **(kwargs or {}))
+
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(
+                FunctionWatch()
+            )  # the API object, e.g. torch.nn.functional.scaled_dot_product_attention
+            if watch:
+                stack.enter_context(OpWatch())  # the operator, e.g. aten._softmax from TorchScript
             yield

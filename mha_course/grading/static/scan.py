@@ -22,7 +22,8 @@ Three kinds of finding:
   ``["softmax", "attention"]``) are the names themselves, not findings; a dunder key
   (``globals()["__builtins__"]``) or a write (``globals()[name] = ...``, ``globals().update``) is one.
 * **forbidden** -- inside the definition of an exercise's target (its ``def``/``class``, the last one
-  in the notebook): a reference to one of the exercise's ``forbidden`` names. That exercise scores 0.
+  in the notebook): a reference to one of the exercise's ``forbidden`` names, or to another spelling of
+  an op family they name (``torch.logcumsumexp`` where ``torch.softmax`` is forbidden). That exercise scores 0.
   (The run-time tripwire catches the calls this cannot see, e.g. through a helper function.)
 * **imports** -- ``mha_course`` imports other than ``check`` and the assignment's ``provided``
   modules: they fail in the grader, so the learner is told why.
@@ -36,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..engine.spec import Assignment
+from ..inside import op_families
 from . import scan_values
 from .scan_rules import (
     ALLOWED_GRADING,
@@ -637,8 +639,12 @@ class _Scanner:
         self.add(bucket, index, node, what, likely=dunder)
 
     def forbidden(self, names: tuple[str, ...], index: int, definition: ast.AST) -> list[Finding]:
-        """The references to ``names`` inside a target's definition (methods of torch.Tensor: the tripwire's)."""
-        forbidden = [f for f in names if not f.startswith("torch.Tensor.")]
+        """The references to ``names`` inside a target's definition (methods of torch.Tensor: the tripwire's).
+
+        ``names`` counts with the other spellings of the op families it arms (:func:`.op_families.scan_names`:
+        ``torch.logcumsumexp``, ``F.cross_entropy``, ``np.logaddexp.reduce`` where a softmax is forbidden).
+        """
+        forbidden = [f for f in op_families.scan_names(names) if not f.startswith("torch.Tensor.")]
         bucket: list[Finding] = []
         for node in ast.walk(definition):
             name = None
