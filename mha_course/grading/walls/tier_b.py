@@ -7,7 +7,8 @@ them. The grader forks; the child, as root, before it executes the runtime
 (``python -m mha_course.grading.inside.runner FD``)::
 
     session      setsid (its own process group), a cgroup where one is writable
-    limits       rlimits: AS, NPROC (exact: the uid is the sandbox's alone), NOFILE, FSIZE, CPU, CORE 0
+    limits       rlimits: AS, NPROC (exact: the uid is the sandbox's alone), NOFILE, FSIZE (the scratch's
+                 limit), CPU, CORE 0
     no_new_privs prctl(PR_SET_NO_NEW_PRIVS): no setuid program gives anything back
     Landlock     read-only: the system's libraries, the interpreter, third-party packages, the view
                  (tier B)     (:func:`.view.build_view`, first on the path); every child of a site-packages
@@ -15,16 +16,25 @@ them. The grader forks; the child, as root, before it executes the runtime
                               ABI >= 4: TCP bind/connect denied; ABI >= 6: signals and abstract unix
                               sockets scoped to the sandbox
     seccomp      :func:`.seccomp_filter.tier_b_filter` (no sockets but an AF_UNIX pair, no ptrace,
-                 namespaces, mounts, BPF, perf, keyrings, io_uring)
+                 namespaces, mounts, BPF, perf, keyrings, io_uring, fallocate, extended attributes)
     identity     setgroups([]), setresgid, setresuid to a uid and gid used by no one else
     scratch      a fresh folder, mode 0700, owned by that uid
 
 then ``exec``. At the end every process of that uid is killed. Tier C is the same without
 Landlock (a kernel without it): only the uid and file permissions keep the submission from other
 files, so anything world-readable (the real package included) is readable; it is marked "reduced".
-The scratch cannot be a size-limited tmpfs here (no mount without CAP_SYS_ADMIN): RLIMIT_FSIZE bounds
-each file, and the grader's watch (:mod:`mha_course.grading.engine.process`) measures the folder twice a second from outside and
-kills the sandbox past tier A's tmpfs size or :data:`SCRATCH_ENTRIES` entries.
+The scratch cannot be a size-limited tmpfs here (no mount without CAP_SYS_ADMIN). What holds instead:
+RLIMIT_FSIZE bounds each file by the scratch's limit (a hard limit, by the kernel); seccomp refuses
+fallocate and extended attributes, so blocks are taken only by writing bytes, at the speed of
+writing; and the grader's watch (:mod:`mha_course.grading.engine.process`) measures the folder's
+allocated blocks twice a second from outside and kills the sandbox past tier A's tmpfs size or
+:data:`SCRATCH_ENTRIES` entries. The total is a watch, not a wall: what is written in the half
+second before the kill is on disk until the scratch is removed.
+
+No PID namespace either (Docker refuses one): the sandbox sees every process in /proc, and may read
+what the kernel shows every user (``cmdline``, ``stat``, ``status``), never another uid's
+``environ``, memory, files or working folder. The grader's arguments therefore never stay on its
+command line (:mod:`mha_course.grading.hidden_argv`).
 """
 
 from __future__ import annotations
@@ -331,20 +341,30 @@ class ConfinedSandbox:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
+def rlimits(res: Resources) -> list[tuple[int, int]]:
+    """The rlimits of a tier B or C sandbox, (resource, soft = hard limit).
+
+    RLIMIT_FSIZE is the smaller of the file and the scratch limits: no one file passes the scratch's
+    limit, whatever the watch sees (with fallocate refused by seccomp, a file takes blocks only as
+    its bytes are written, and writing past the limit fails with EFBIG).
+    """
+    return [
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_FSIZE, min(res.file_mb, res.scratch_mb) * 2**20),
+        (resource.RLIMIT_NOFILE, res.open_files),
+        (resource.RLIMIT_CPU, res.cpu_seconds),
+        (resource.RLIMIT_NPROC, res.processes),
+        (resource.RLIMIT_AS, (res.memory_mb + RUNTIME_MB) * 2**20),
+    ]
+
+
 def _child_setup(uid: int, res: Resources, ruleset, seccomp, cgroup):
     """The function the forked child runs before exec: system calls on what the grader prepared, nothing else.
 
     A failing step is written to stderr (the grader reports it as the start-up error) and the child
     exits 126 without executing anything.
     """
-    limits = [
-        (resource.RLIMIT_CORE, 0),
-        (resource.RLIMIT_FSIZE, res.file_mb * 2**20),
-        (resource.RLIMIT_NOFILE, res.open_files),
-        (resource.RLIMIT_CPU, res.cpu_seconds),
-        (resource.RLIMIT_NPROC, res.processes),
-        (resource.RLIMIT_AS, (res.memory_mb + RUNTIME_MB) * 2**20),
-    ]
+    limits = rlimits(res)
 
     def prepare() -> None:
         step = "cgroup"
