@@ -6,7 +6,8 @@ upload in ``/autograder/submission/`` and reads ``/autograder/results/results.js
 
     autograder.zip
       setup.sh              python3 venv in /autograder/venv, the pinned grader packages, the course
-      run_autograder        grade /autograder/submission as one student's upload of ASSIGNMENT
+      run_autograder        grade /autograder/submission as one student's upload of ASSIGNMENT (the grader's
+                            arguments in a root-only file, @FILE: no command line shows them)
       course/               the mha_course package, pyproject.toml, LICENSE, requirements-grader.txt, BUNDLE.json
                             (no solutions/, exercises/, notebooks/ or tests/: a student must not see them)
 
@@ -110,8 +111,15 @@ set -uo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 mkdir -p "$ROOT/results"
 cd "$ROOT/results"
-"$ROOT/venv/bin/python" -m mha_course.grading.grade "$ROOT/submission" --one-submission --assignment @ASSIGNMENT@ \
-    --workers 1 --json "$ROOT/results/results.json" @EXTRA@
+# The grader's arguments in a file only root reads (mktemp: 0600), never on a command line, which every
+# process can read, the sandbox's included
+ARGS="$(mktemp)"
+printf '%s\n' "$ROOT/submission" --one-submission --assignment @ASSIGNMENT@ --workers 1 \
+    --json "$ROOT/results/results.json" @EXTRA@ > "$ARGS"
+"$ROOT/venv/bin/python" -m mha_course.grading.grade "@$ARGS"
+status=$?
+rm -f "$ARGS"
+exit "$status"
 """
 
 
