@@ -7,8 +7,7 @@ them. The grader forks; the child, as root, before it executes the runtime
 (``python -m mha_course.grading.inside.runner FD``)::
 
     session      setsid (its own process group), a cgroup where one is writable
-    limits       rlimits: AS, NPROC (exact: the uid is the sandbox's alone), NOFILE, FSIZE (the scratch's
-                 limit), CPU, CORE 0
+    limits       rlimits: AS, NPROC (exact: the uid is the sandbox's alone), NOFILE, FSIZE, CPU, CORE 0
     no_new_privs prctl(PR_SET_NO_NEW_PRIVS): no setuid program gives anything back
     Landlock     read-only: the system's libraries, the interpreter, third-party packages, the view
                  (tier B)     (:func:`.view.build_view`, first on the path); every child of a site-packages
@@ -21,20 +20,13 @@ them. The grader forks; the child, as root, before it executes the runtime
     scratch      a fresh folder, mode 0700, owned by that uid
 
 then ``exec``. At the end every process of that uid is killed. Tier C is the same without
-Landlock (a kernel without it): only the uid and file permissions keep the submission from other
-files, so anything world-readable (the real package included) is readable; it is marked "reduced".
-The scratch cannot be a size-limited tmpfs here (no mount without CAP_SYS_ADMIN). What holds instead:
-RLIMIT_FSIZE bounds each file by the scratch's limit (a hard limit, by the kernel); seccomp refuses
-fallocate and extended attributes, so blocks are taken only by writing bytes, at the speed of
-writing; and the grader's watch (:mod:`mha_course.grading.engine.process`) measures the folder's
-allocated blocks twice a second from outside and kills the sandbox past tier A's tmpfs size or
-:data:`SCRATCH_ENTRIES` entries. The total is a watch, not a wall: what is written in the half
-second before the kill is on disk until the scratch is removed.
-
-No PID namespace either (Docker refuses one): the sandbox sees every process in /proc, and may read
-what the kernel shows every user (``cmdline``, ``stat``, ``status``), never another uid's
-``environ``, memory, files or working folder. The grader's arguments therefore never stay on its
-command line (:mod:`mha_course.grading.hidden_argv`).
+Landlock: only the uid and file permissions keep the submission from other files ("reduced").
+No mount without CAP_SYS_ADMIN, so no size-limited tmpfs: RLIMIT_FSIZE holds each file to the
+scratch's limit, seccomp refuses fallocate, and the grader's watch (:mod:`mha_course.grading.engine.process`)
+adds up the folder's blocks twice a second, killing past tier A's tmpfs size or :data:`SCRATCH_ENTRIES`
+entries (a watch: what is written in the half second before the kill stays until the folder is
+removed). No PID namespace: /proc shows every process's ``cmdline`` to the sandbox (never another
+uid's ``environ``), so the grader keeps none of its arguments there (:mod:`mha_course.grading.hidden_argv`).
 """
 
 from __future__ import annotations
