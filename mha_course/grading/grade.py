@@ -30,6 +30,11 @@ More in ``docs/design/grader.md`` (mha_course.grading.grade).
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # first of all, before the imports below (a second): see hidden_argv
+    from mha_course.grading.hidden_argv import hide_command_line
+
+    hide_command_line()
+
 import argparse
 import sys
 from pathlib import Path
@@ -61,6 +66,7 @@ from .engine import notebook, registry
 from .engine.pipeline import MAX_CODE_BYTES, grade_many, new_seed
 from .engine.process import Isolator
 from .engine.verdicts import CASES_SEE, ON_TAMPER, Limits, SubmissionResult
+from .hidden_argv import hide_command_line, taken
 from .walls.view import IsolationError
 
 
@@ -87,10 +93,12 @@ def _feedback(results: list[SubmissionResult], folder: Path) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m mha_course.grading.grade",
+        fromfile_prefix_chars="@",
         description="Grade submission notebooks, each in its own sandbox. A folder is a class: each first-level "
         "folder or file is one student. Exit status 0 whenever grading ran (failing tests are not an "
         "error), 1 when an output could not be written, 2 for a usage error, 3 when submissions cannot be "
-        "isolated here.",
+        "isolated here. @FILE reads arguments from FILE, one a line. The arguments never stay on the grader's "
+        "command line (which every user of the machine can read): it restarts itself with them in its environment.",
     )
     parser.add_argument("submissions", nargs="+", help="notebooks, or folders of a class (searched recursively)")
     parser.add_argument(
@@ -272,9 +280,18 @@ def _announce(args: argparse.Namespace, isolator: Isolator) -> None:
         print(policy_line(args.on_tamper))
 
 
+def _own_arguments() -> list[str]:
+    """This process's arguments, once moved off its command line (exit status 2 if the environment's do not parse)."""
+    hide_command_line()
+    try:
+        return taken() + sys.argv[1:]
+    except ValueError as exc:
+        _parser().error(str(exc))
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
-    args = _parser().parse_args(argv)
+    """Run the command line (``argv``, else this process's, moved off it by :func:`.hidden_argv.hide_command_line`); returns the exit status."""
+    args = _parser().parse_args(_own_arguments() if argv is None else argv)
     for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 prints escaped, never aborts
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")

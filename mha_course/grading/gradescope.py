@@ -6,7 +6,8 @@ upload in ``/autograder/submission/`` and reads ``/autograder/results/results.js
 
     autograder.zip
       setup.sh              python3 venv in /autograder/venv, the pinned grader packages, the course
-      run_autograder        grade /autograder/submission as one student's upload of ASSIGNMENT
+      run_autograder        grade /autograder/submission as one student's upload of ASSIGNMENT (the grader's
+                            arguments in a root-only file, @FILE: no command line shows them)
       course/               the mha_course package, pyproject.toml, LICENSE, requirements-grader.txt, BUNDLE.json
                             (no solutions/, exercises/, notebooks/ or tests/: a student must not see them)
 
@@ -110,8 +111,15 @@ set -uo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 mkdir -p "$ROOT/results"
 cd "$ROOT/results"
-"$ROOT/venv/bin/python" -m mha_course.grading.grade "$ROOT/submission" --one-submission --assignment @ASSIGNMENT@ \
-    --workers 1 --json "$ROOT/results/results.json" @EXTRA@
+# The grader's arguments in a file only root reads (mktemp: 0600), never on a command line, which every
+# process can read, the sandbox's included
+ARGS="$(mktemp)"
+printf '%s\n' "$ROOT/submission" --one-submission --assignment @ASSIGNMENT@ --workers 1 \
+    --json "$ROOT/results/results.json" @EXTRA@ > "$ARGS"
+"$ROOT/venv/bin/python" -m mha_course.grading.grade "@$ARGS"
+status=$?
+rm -f "$ARGS"
+exit "$status"
 """
 
 
@@ -138,9 +146,13 @@ def build(
     unsafe_no_isolation: bool = False,
     min_isolation: str = "B",
     on_tamper: str = "review",
+    strict_definitions: bool = False,
 ) -> Path:
     """Write the autograder zip for ``assignment``; returns its path. Raises KeyError for an unknown key and
-    ValueError for a ``min_isolation`` other than "A", "B", "C" or an ``on_tamper`` other than "review", "zero"."""
+    ValueError for a ``min_isolation`` other than "A", "B", "C" or an ``on_tamper`` other than "review", "zero".
+
+    ``strict_definitions``: each test loads only the notebook's definitions (an exam setting; the grader's
+    ``--strict-definitions``)."""
     from .engine import registry
     from .engine.verdicts import ON_TAMPER
 
@@ -153,6 +165,7 @@ def build(
         (["--unsafe-no-isolation"] if unsafe_no_isolation else [])
         + ([f"--min-isolation {min_isolation}"] if min_isolation != "B" else [])
         + ([f"--on-tamper {on_tamper}"] if on_tamper != "review" else [])
+        + (["--strict-definitions"] if strict_definitions else [])
     )
     project = PACKAGE_DIR.parent
     manifest = {
@@ -161,6 +174,7 @@ def build(
         "built": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "python": sys.version.split()[0],
         "on_tamper": on_tamper,
+        "strict_definitions": strict_definitions,
     }
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -379,6 +393,12 @@ def main(argv: list[str] | None = None) -> int:
         help="what code the static scan finds reaching into the grader does: 'review' (default) flags it with "
         "the evidence and keeps the tests' score; 'zero' (exams) scores it 0 until you resolve the flag",
     )
+    b.add_argument(
+        "--strict-definitions",
+        action="store_true",
+        help="an exam setting: each test loads only the notebook's definitions instead of the state its cells "
+        "left (see the grader's --strict-definitions)",
+    )
     s = sub.add_parser("simulate", help="run a bundle's setup.sh and run_autograder on a submission folder")
     s.add_argument("bundle", type=Path)
     s.add_argument("submission", type=Path, help="the folder a student uploads (becomes /autograder/submission)")
@@ -403,6 +423,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.unsafe_no_isolation,
                 args.min_isolation,
                 args.on_tamper,
+                args.strict_definitions,
             )
         except KeyError as exc:
             print(f"error: {exc.args[0]}", file=sys.stderr)

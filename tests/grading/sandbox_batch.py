@@ -40,12 +40,13 @@ def sh(command, wait=True):
 
 WRONG_ADD = "def add_arrays(a, b):\n    return a * 0\n"
 
-# The grader's command line with the static scan off: the walls are under test, not the scan.
+# The grader's command line with the static scan off: the walls are under test, not the scan. main() reads the
+# command line itself, so it moves the arguments off it, as the real command does (grading.hidden_argv).
 GRADER = (
     f"import sys\nsys.path.insert(0, {str(TESTS)!r})\nfrom mha_course.grading.engine import pipeline as grader, registry\n"
     "from mha_course.grading.static.scan import ScanReport\n"
     "grader.scan = lambda cells, assignment: ScanReport()\n"
-    "registry.register('grading_fake')\nfrom mha_course.grading.grade import main\nsys.exit(main(sys.argv[1:]))"
+    "registry.register('grading_fake')\nfrom mha_course.grading.grade import main\nsys.exit(main())"
 )
 
 # How long a forger that outlived its sandbox gets to rewrite the results before they are read again.

@@ -36,6 +36,14 @@ def test_a_sparse_file_counts_what_it_holds_not_its_length(tmp_path):
     assert used < MIB and entries == 1
 
 
+def test_preallocated_blocks_count_though_no_byte_was_written(tmp_path):
+    """Blocks reserved by fallocate (seccomp refuses it in tier B; were it let through) are counted as used."""
+    with open(tmp_path / "reserved", "wb") as f:
+        os.posix_fallocate(f.fileno(), 0, 4 * MIB)
+    used, entries = tier_b.scratch_usage(tmp_path)
+    assert used >= 4 * MIB and entries == 1
+
+
 def test_links_out_of_the_folder_are_not_followed(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import resource
 import socket
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from sandbox_batch import GRADER, SHELL, WRONG_ADD, grade_batch, new_batch, outp
 
 from mha_course.grading import gradescope
 from mha_course.grading.walls import container_repro, landlock, seccomp_filter, tier_b, tiers
+from mha_course.grading.walls.resources import Resources
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = Path(__file__).resolve().parent
@@ -138,6 +140,63 @@ print(" ".join(out))
         "thread",
         "3",
     ], done.stderr
+
+
+def test_no_file_may_grow_past_the_scratch_limit():
+    """RLIMIT_FSIZE is the smaller of the file and scratch limits: one file never holds more than the scratch may."""
+    limits = dict(tier_b.rlimits(Resources(scratch_mb=8, file_mb=64)))
+    assert limits[resource.RLIMIT_FSIZE] == 8 * 2**20
+    assert dict(tier_b.rlimits(Resources()))[resource.RLIMIT_FSIZE] == Resources().scratch_mb * 2**20
+
+
+@pytest.mark.slow
+def test_the_filter_and_the_rlimits_refuse_preallocation_and_a_file_past_the_limit(tmp_path):
+    """fallocate reserves blocks at once, between two looks of the scratch watch (with FALLOC_FL_KEEP_SIZE
+    past RLIMIT_FSIZE too: measured on ext4, 640 MiB under a 64 MiB RLIMIT_FSIZE); seccomp refuses it and
+    RLIMIT_FSIZE stops a file at the scratch's limit; a small file is written as ever."""
+    if not seccomp_filter.supported():
+        pytest.skip("the filter is written for x86_64")
+    limit = Resources().scratch_mb * 2**20
+    code = f"""
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+out = []
+def err(call):
+    try:
+        call(); return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+def raw(result):
+    return "ok" if result == 0 else errno.errorcode[ctypes.get_errno()]
+fd = os.open("pre", os.O_RDWR | os.O_CREAT, 0o600)
+out.append(err(lambda: os.posix_fallocate(fd, 0, 10 * {limit})))
+out.append(raw(libc.fallocate(fd, 1, ctypes.c_long(0), ctypes.c_long(10 * {limit}))))  # FALLOC_FL_KEEP_SIZE
+out.append(str(os.fstat(fd).st_blocks))
+out.append(raw(libc.setxattr(b"pre", b"user.fill", b"x" * 60000, ctypes.c_size_t(60000), 0)))
+out.append(err(lambda: os.truncate(fd, 10 * {limit})))
+def big():
+    with open("big", "wb") as f:
+        for _ in range(65):
+            f.write(bytes(2**20))
+out.append(err(big))
+out.append(str(os.path.getsize("big") == {limit}))
+with open("small.txt", "w") as f:
+    f.write("fine")
+out.append(open("small.txt").read())
+print(" ".join(out))
+"""
+
+    def prepare():
+        for which, value in tier_b.rlimits(Resources()):
+            if which == resource.RLIMIT_FSIZE:
+                resource.setrlimit(which, (value, value))
+        seccomp_filter.set_no_new_privs()
+        seccomp_filter.tier_b_filter().install()
+
+    done = subprocess.run(
+        PYTHON_CHILD + [code], preexec_fn=prepare, capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert done.stdout.split() == ["EPERM", "EPERM", "0", "ENOTSUP", "EFBIG", "EFBIG", "True", "fine"], done.stderr
 
 
 def test_a_program_too_long_for_the_kernel_is_refused():
@@ -308,6 +367,30 @@ REPORT = " ".join(REPORT)
     )
 
 
+PREALLOCATE = (
+    SHELL
+    + """
+import errno, os
+def _preallocate():
+    home, out = os.environ["HOME"], []
+    fd = os.open(home + "/reserved", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, 640 * 2**20)
+        out.append("posix=ok")
+    except OSError as e:
+        out.append("posix=" + errno.errorcode[e.errno])
+    os.close(fd)
+    # util-linux's fallocate(1): FALLOC_FL_KEEP_SIZE, blocks past the file's end (ctypes is closed to a case)
+    out.append("keep_size=%d" % (sh("fallocate --keep-size --length 640MiB $HOME/reserved 2>/dev/null") >> 8))
+    out.append("blocks=%d" % os.stat(home + "/reserved").st_blocks)
+    with open(home + "/small.txt", "w") as f:
+        f.write("fine")
+    out.append("small=" + open(home + "/small.txt").read())
+    return " ".join(out)
+"""
+)
+
+
 def _attacks(paths: dict) -> dict[str, tuple[list[str], float]]:
     """name -> (code cells, the most it may score of 6)."""
     results = paths["results"]
@@ -342,6 +425,8 @@ def _attacks(paths: dict) -> dict[str, tuple[list[str], float]]:
         "fork_bomb": ([SHELL + "sh('b() { b | b & }; b', wait=False)\nimport time\ntime.sleep(3)", WRONG_ADD, GOOD_DOUBLE], 2),
         "hang": (["while True:\n    pass", GOOD_ADD, GOOD_DOUBLE], 6),
         "memory_hog": (["import numpy as np\nHOG = []\nfor _ in range(64):\n    HOG.append(np.ones(2**27))", GOOD_ADD, GOOD_DOUBLE], 6),
+        # fallocate reserves 10x the scratch at once, between two looks of the watch (refused by seccomp)
+        "preallocate": ([PREALLOCATE, "def add_arrays(a, b):\n    raise ValueError(_preallocate())\n", GOOD_DOUBLE], 2),
         # no size-limited tmpfs in tier B: ten 50 MiB files (each under RLIMIT_FSIZE) until the grader's watch kills it
         "disk_filler": ([SHELL + "sh('for i in 0 1 2 3 4 5 6 7 8 9; do dd if=/dev/zero of=$HOME/fill$i bs=1M count=50 status=none; done; sleep 5')", GOOD_ADD, GOOD_DOUBLE], 6),
     }  # fmt: skip
@@ -452,6 +537,17 @@ def test_every_escape_theft_tamper_leak_and_connection_is_refused_by_the_kernel(
 
 
 @pytest.mark.slow
+def test_preallocation_is_refused_and_a_small_file_still_written(batch):
+    """posix_fallocate and fallocate(FALLOC_FL_KEEP_SIZE) of 10x the scratch limit fail (seccomp); before,
+    the second reserved 640 MiB at once and the watch killed the sandbox only afterwards."""
+    data = batch["each"]["preallocate"]
+    text = outputs(data)
+    assert "ValueError: " in text, json.dumps(data, indent=1)[:3000]
+    report = dict(item.split("=") for item in text.split("ValueError: ")[1].split(" (cell")[0].split())
+    assert report == {"posix": "EPERM", "keep_size": "1", "blocks": "0", "small": "fine"}, report
+
+
+@pytest.mark.slow
 def test_resource_attacks_are_stopped_and_explained(batch):
     assert "timed out" in batch["each"]["hang"]["output"] + outputs(batch["each"]["hang"])
     hog = " ".join(batch["each"]["memory_hog"]["output"].splitlines())
@@ -542,3 +638,143 @@ def test_the_reply_channel_red_team_holds_in_tier_b_too():
     done = subprocess.run(container_repro.command(argv), capture_output=True, text=True, env=env, timeout=900, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and " failed" not in done.stdout, done.stdout[-2000:]
+
+
+# --- the class's secrets: no command line, environment or readable file holds them -----------------------
+
+HUNTER = """
+import errno, os, stat, sys
+NEEDLES = {needles!r}
+EXACT = {exact!r}
+STARTS = {starts!r}
+PROC_SKIP = ("mem", "pagemap", "clear_refs", "kcore", "kmsg", "task")
+
+
+def _unhex(text):
+    return bytes.fromhex(text)[::-1]  # written reversed, in hex: the notebook itself never holds a secret
+
+
+def _read(path, found, where):
+    try:
+        with open(path, "rb") as f:
+            data = f.read(1 << 20)
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+    for needle in map(_unhex, NEEDLES):
+        if needle in data or needle in os.fsencode(path):
+            found.append(where.replace(" ", "_"))
+    return len(data)
+
+
+def _hunt():
+    cache = os.path.join(os.environ["HOME"], "hunt.txt")
+    if os.path.exists(cache):  # each case is a process of its own: hunt once
+        return open(cache).read()
+    found, counts = [], {{"cmdline": 0, "environ": 0, "proc_files": 0, "files": 0}}
+    broker = os.getppid()
+    grader = int(open("/proc/%d/stat" % broker).read().rsplit(")", 1)[1].split()[1])
+    grader_said = {{}}
+    for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
+        try:
+            names = os.listdir("/proc/" + pid)
+        except OSError:
+            continue
+        for name in names:
+            path = "/proc/%s/%s" % (pid, name)
+            if name in PROC_SKIP or not os.path.isfile(path):
+                continue
+            got = _read(path, found, path)
+            if isinstance(got, int):
+                counts["proc_files"] += 1
+                if name in ("cmdline", "environ"):
+                    counts[name] += 1
+            if int(pid) == grader and name in ("cmdline", "environ"):
+                grader_said[name] = got
+    seen = set()
+    starts = ["/", *STARTS, *sys.path, os.path.dirname(os.environ["HOME"])]
+    for start in starts:
+        for top, dirs, files in os.walk(start):
+            try:
+                st = os.stat(top)
+            except OSError:
+                dirs[:] = []
+                continue
+            if (st.st_dev, st.st_ino) in seen or top.startswith(("/proc", "/sys", "/dev")):
+                dirs[:] = []
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            for name in files:
+                path = os.path.join(top, name)
+                try:
+                    if not stat.S_ISREG(os.lstat(path).st_mode):
+                        continue
+                except OSError:
+                    continue
+                if isinstance(_read(path, found, path), int):
+                    counts["files"] += 1
+    exact = ",".join(str(_read(_unhex(p).decode(), found, "exact")) for p in EXACT)
+    report = " ".join(
+        ["found=" + ("|".join(found) or "none")]
+        + ["%s=%s" % item for item in sorted(counts.items())]
+        + ["grader_cmdline=%s" % grader_said.get("cmdline"), "grader_environ=%s" % grader_said.get("environ")]
+        + ["exact=" + exact]
+    )
+    with open(cache, "w") as f:
+        f.write(report)
+    return report
+"""
+
+
+def _hex(text: str) -> str:
+    return text.encode()[::-1].hex()
+
+
+@pytest.fixture(scope="module")
+def hunt(tmp_path_factory):
+    """A batch graded with a class seed, a roster and overrides given on the grader's command line, as an
+    instructor types them, and a submission that hunts for them in every process's cmdline and environ
+    and in every file it can reach."""
+    require_repro()
+    root = tmp_path_factory.mktemp("tierb_hunt")
+    folder, out = new_batch(root)
+    token = os.urandom(6).hex()
+    seed = str(1_000_000_000 + int.from_bytes(os.urandom(4), "big") % 1_000_000_000)  # 10 digits, < 2**31
+    roster, overrides = root / f"roster-{token}.csv", root / f"overrides-{token}.csv"
+    roster.write_text("id,name\nhunter,Hunter\na_honest,Honest\n")
+    overrides.write_text("student,exercise,points,reason\nnobody,*,+1,none\n")
+    seed_file = out / "grading-seed.json"  # a run before this one recorded the seed
+    seed_file.write_text(json.dumps({"seeds": {"earlier": {"seed": int(seed), "first_drawn": "2026-01-01"}}}))
+    needles = [seed, f"roster-{token}", f"overrides-{token}"]
+    cell = HUNTER.format(
+        needles=[_hex(n) for n in needles],
+        exact=[_hex(str(p)) for p in (roster, overrides, seed_file)],
+        starts=["/usr", "/etc", "/tmp", "/var", "/root", "/home", "/work", "/opt", "/srv", "/run", str(root)],
+    )
+    assert not [n for n in needles if n in cell], "the hunter's notebook must not hold what it hunts"
+    attacks = {
+        "hunter": ([cell, "def add_arrays(a, b):\n    raise ValueError(_hunt())\n", GOOD_DOUBLE], 2),
+        "a_honest": ([GOOD_ADD, GOOD_DOUBLE], 6),
+    }
+    write_batch(folder, attacks)
+    args = ["--quiet", "--workers", "1", "--case-timeout", "150", "--cell-timeout", "30"]
+    args += ["--seed", seed, "--roster", str(roster), "--overrides", str(overrides)]
+    graded = grade_batch(root, attacks, args, MARKER + "-hunt", wrap=container_repro.command, timeout=900)
+    return {**graded, "needles": needles}
+
+
+@pytest.mark.slow
+def test_no_process_or_file_the_sandbox_reaches_holds_the_seed_or_the_roster(hunt):
+    """The grader's arguments leave its command line before any sandbox starts, and a root process's
+    environment is closed to the sandbox's uid: the hunt reads the grader's cmdline (so it would find
+    them there, as it did before) and finds nothing anywhere."""
+    assert hunt["proc"].returncode == 0, hunt["proc"].stderr[-3000:]
+    assert hunt["each"]["a_honest"]["score"] == 6, json.dumps(hunt["each"]["a_honest"], indent=1)[:3000]
+    text = outputs(hunt["each"]["hunter"])
+    assert "ValueError: " in text, json.dumps(hunt["each"]["hunter"], indent=1)[:3000]
+    said = text.split("ValueError: ")[1].split(" (cell")[0]
+    report = dict(item.split("=", 1) for item in said.split() if "=" in item)
+    assert report["found"] == "none", said
+    assert int(report["grader_cmdline"]) > 0, report  # the hunt reached the grader's command line
+    assert report["grader_environ"] in ("EACCES", "EPERM"), report  # never its environment
+    assert int(report["cmdline"]) >= 3 and int(report["files"]) > 1000, report
+    assert set(report["exact"].split(",")) <= {"EACCES", "EPERM", "ENOENT"}, report

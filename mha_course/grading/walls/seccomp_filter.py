@@ -49,7 +49,8 @@ NR = {
     "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
     "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "clone3": 435,
     "pidfd_getfd": 438, "mount_setattr": 442, "quotactl_fd": 443, "kexec_load": 246,
-    "open_tree_attr": 467,
+    "open_tree_attr": 467, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "fallocate": 285,
+    "setxattrat": 463,
 }  # fmt: skip
 
 # CLONE_NEWNS | NEWCGROUP | NEWUTS | NEWIPC | NEWUSER | NEWPID | NEWNET (linux/sched.h); CLONE_NEWTIME is
@@ -164,11 +165,24 @@ TIER_B_DENIED = (
 )  # fmt: skip
 
 
+#: calls that take disk space without writing a file's bytes, which RLIMIT_FSIZE bounds: fallocate reserves
+#: blocks at once (with FALLOC_FL_KEEP_SIZE beyond the file's end, so past RLIMIT_FSIZE too), extended
+#: attributes hold up to 64 KiB each outside the file's data
+TIER_B_NO_SPACE = ("fallocate", "setxattr", "lsetxattr", "fsetxattr", "setxattrat")
+
+
 def tier_b_filter() -> Filter:
     """The submission's filter: :data:`TIER_B_DENIED` fail with EPERM; no socket at all but an AF_UNIX
     socketpair; clone without namespace flags only; clone3 answers ENOSYS (so the C library falls back to
-    clone, whose flags this filter can read); personality only to the values Docker allows."""
+    clone, whose flags this filter can read); personality only to the values Docker allows.
+
+    :data:`TIER_B_NO_SPACE`: fallocate fails with EPERM (glibc's posix_fallocate falls back to writing
+    the blocks only on EOPNOTSUPP, and writing is bounded by RLIMIT_FSIZE); setting an extended attribute
+    with EOPNOTSUPP, what a file system without them answers (shutil.copy2 and the like go on without)."""
     rules: dict[int, int | ArgIn | ArgBits] = {NR[name]: errno.EPERM for name in TIER_B_DENIED}
+    rules[NR["fallocate"]] = errno.EPERM
+    for name in TIER_B_NO_SPACE[1:]:
+        rules[NR[name]] = errno.EOPNOTSUPP
     rules[NR["socket"]] = errno.EPERM
     rules[NR["socketpair"]] = ArgIn(0, (AF_UNIX,), ALLOW, errno.EPERM)
     rules[NR["clone"]] = ArgBits(0, CLONE_NEW_MASK, errno.EPERM, ALLOW)

@@ -15,16 +15,18 @@ them. The grader forks; the child, as root, before it executes the runtime
                               ABI >= 4: TCP bind/connect denied; ABI >= 6: signals and abstract unix
                               sockets scoped to the sandbox
     seccomp      :func:`.seccomp_filter.tier_b_filter` (no sockets but an AF_UNIX pair, no ptrace,
-                 namespaces, mounts, BPF, perf, keyrings, io_uring)
+                 namespaces, mounts, BPF, perf, keyrings, io_uring, fallocate, extended attributes)
     identity     setgroups([]), setresgid, setresuid to a uid and gid used by no one else
     scratch      a fresh folder, mode 0700, owned by that uid
 
 then ``exec``. At the end every process of that uid is killed. Tier C is the same without
-Landlock (a kernel without it): only the uid and file permissions keep the submission from other
-files, so anything world-readable (the real package included) is readable; it is marked "reduced".
-The scratch cannot be a size-limited tmpfs here (no mount without CAP_SYS_ADMIN): RLIMIT_FSIZE bounds
-each file, and the grader's watch (:mod:`mha_course.grading.engine.process`) measures the folder twice a second from outside and
-kills the sandbox past tier A's tmpfs size or :data:`SCRATCH_ENTRIES` entries.
+Landlock: only the uid and file permissions keep the submission from other files ("reduced").
+No mount without CAP_SYS_ADMIN, so no size-limited tmpfs: RLIMIT_FSIZE holds each file to the
+scratch's limit, seccomp refuses fallocate, and the grader's watch (:mod:`mha_course.grading.engine.process`)
+adds up the folder's blocks twice a second, killing past tier A's tmpfs size or :data:`SCRATCH_ENTRIES`
+entries (a watch: what is written in the half second before the kill stays until the folder is
+removed). No PID namespace: /proc shows every process's ``cmdline`` to the sandbox (never another
+uid's ``environ``), so the grader keeps none of its arguments there (:mod:`mha_course.grading.hidden_argv`).
 """
 
 from __future__ import annotations
@@ -331,20 +333,30 @@ class ConfinedSandbox:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
+def rlimits(res: Resources) -> list[tuple[int, int]]:
+    """The rlimits of a tier B or C sandbox, (resource, soft = hard limit).
+
+    RLIMIT_FSIZE is the smaller of the file and the scratch limits: no one file passes the scratch's
+    limit, whatever the watch sees (with fallocate refused by seccomp, a file takes blocks only as
+    its bytes are written, and writing past the limit fails with EFBIG).
+    """
+    return [
+        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_FSIZE, min(res.file_mb, res.scratch_mb) * 2**20),
+        (resource.RLIMIT_NOFILE, res.open_files),
+        (resource.RLIMIT_CPU, res.cpu_seconds),
+        (resource.RLIMIT_NPROC, res.processes),
+        (resource.RLIMIT_AS, (res.memory_mb + RUNTIME_MB) * 2**20),
+    ]
+
+
 def _child_setup(uid: int, res: Resources, ruleset, seccomp, cgroup):
     """The function the forked child runs before exec: system calls on what the grader prepared, nothing else.
 
     A failing step is written to stderr (the grader reports it as the start-up error) and the child
     exits 126 without executing anything.
     """
-    limits = [
-        (resource.RLIMIT_CORE, 0),
-        (resource.RLIMIT_FSIZE, res.file_mb * 2**20),
-        (resource.RLIMIT_NOFILE, res.open_files),
-        (resource.RLIMIT_CPU, res.cpu_seconds),
-        (resource.RLIMIT_NPROC, res.processes),
-        (resource.RLIMIT_AS, (res.memory_mb + RUNTIME_MB) * 2**20),
-    ]
+    limits = rlimits(res)
 
     def prepare() -> None:
         step = "cgroup"

@@ -221,8 +221,11 @@ def walls(
             {
                 "memory": f"--memory-mb + {RUNTIME_MB} MiB (RLIMIT_AS and the grader watch)",
                 "processes": f"{res.processes} tasks (RLIMIT_NPROC of the sandbox's own uid)",
-                "scratch": f"a private 0700 folder ({res.file_mb} MiB per file, no total limit)",
-                "file size": f"{res.file_mb} MiB",
+                "scratch": (
+                    f"a private 0700 folder: {res.scratch_mb} MiB watched twice a second (no fallocate; each file "
+                    f"at most {min(res.file_mb, res.scratch_mb)} MiB, RLIMIT_FSIZE)"
+                ),
+                "file size": f"{min(res.file_mb, res.scratch_mb)} MiB",
                 "CPU": f"{res.cpu_seconds} s",
                 "network": network,
             },
