@@ -15,8 +15,8 @@ the writable folders hold. For each case request it makes a socketpair, hands on
 process with a ``case`` frame, and sends the request on the other: the notebook process forks, and the
 case process answers on that socket alone. Before a case nothing but the notebook process may be alive,
 and after its reply the case process must run alone on one thread (:data:`BACKGROUND` otherwise); the
-broker then kills it with everything it started, and removes what it added to or changed in the
-writable folders, so no case reaches the next. Strict mode (``--strict-definitions``, an exam setting)
+broker then kills it with everything it started, removes what it added to the writable folders and
+writes back what it changed of the cells' files (:class:`_Files`), so no case reaches the next. Strict mode (``--strict-definitions``, an exam setting)
 kills the notebook process after the cells instead, and the broker forks each case process itself:
 it loads only the notebook's definitions (:mod:`.definitions`).
 
@@ -268,16 +268,30 @@ def _settle(me: int, notebook_pid: int, notebook: socket.socket) -> int:
 
 
 class _Files:
-    """The writable folders as the cells left them: after each case, what the case added or changed goes.
+    """The writable folders as the cells left them, put back after each case.
 
-    A file a cell wrote stays for every case (as it stays in Jupyter); one a case wrote or changed never
-    reaches the next case. Read-only mounts inside (a checkout under /tmp) are not walked, as in :func:`empty`.
+    A file a cell wrote stays for every case, as it stays in Jupyter: its bytes are kept (up to
+    :data:`KEPT_BYTES` in all) and written back when a case changed or removed it; what a case added
+    goes. A file past that budget that a case changed is removed. Read-only mounts inside (a checkout
+    under /tmp) are not walked, as in :func:`empty`.
     """
 
+    KEPT_BYTES = 16 * 2**20
+
     def __init__(self, scratch: str, me: int) -> None:
+        import stat
+
         # bubblewrap's own /tmp; outside a PID namespace /tmp is the host's and TMPDIR is the scratch
         self.folders = [scratch, "/tmp"] if me == 1 else [scratch]
         self.kept = {folder: self._list(folder) for folder in self.folders}
+        self.bytes: dict[str, bytes] = {}  # full path -> what the cells left in it
+        budget = self.KEPT_BYTES
+        for folder, entries in self.kept.items():
+            for path, (mode, _, size, _) in entries.items():
+                if stat.S_ISREG(mode) and size <= budget:
+                    with contextlib.suppress(OSError), open(os.path.join(folder, path), "rb") as f:
+                        self.bytes[os.path.join(folder, path)] = data = f.read(size + 1)
+                        budget -= len(data)
 
     @staticmethod
     def _list(folder: str) -> dict[str, tuple[int, int, int, int]]:
@@ -304,21 +318,38 @@ class _Files:
         return found
 
     def restore(self) -> None:
-        """Remove every entry a case added or changed (deepest first); a changed folder keeps what the cells left."""
+        """Remove what a case added or changed (deepest first), then write back the cells' files it touched."""
         import shutil
         import stat
 
         for folder in self.folders:
             kept = self.kept[folder]
+            for path, (mode, _, _, _) in kept.items():  # a folder a case made unreadable is walked again
+                if stat.S_ISDIR(mode):
+                    with contextlib.suppress(OSError):
+                        os.chmod(os.path.join(folder, path), stat.S_IMODE(mode) | stat.S_IRWXU)
             now = self._list(folder)
             for path in sorted((p for p, st in now.items() if kept.get(p) != st), key=len, reverse=True):
                 full = os.path.join(folder, path)
-                mode = now[path][0]
                 with contextlib.suppress(OSError):
-                    if not stat.S_ISDIR(mode):
+                    if not stat.S_ISDIR(now[path][0]):
                         os.unlink(full)
                     elif path not in kept:
+                        os.chmod(full, stat.S_IRWXU)
                         shutil.rmtree(full, ignore_errors=True)
+            for path in sorted(p for p, st in kept.items() if now.get(p) != st):  # shallowest first
+                full = os.path.join(folder, path)
+                mode, _, _, mtime = kept[path]
+                with contextlib.suppress(OSError):
+                    if stat.S_ISDIR(mode):
+                        os.makedirs(full, exist_ok=True)
+                    elif full in self.bytes:
+                        with open(os.open(full, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+                            f.write(self.bytes[full])
+                        os.chmod(full, stat.S_IMODE(mode))
+                        os.utime(full, ns=(mtime, mtime))
+                    st = os.lstat(full)
+                    kept[path] = (st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns)  # written back: a new inode
 
 
 def _case_from_notebook(
