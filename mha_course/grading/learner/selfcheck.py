@@ -115,14 +115,18 @@ def _in_notebook() -> bool:
     return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
 
 
-def run_case(case: Any, obj: Any, forbidden: tuple[str, ...] = ()) -> tuple[Row, Any, dict]:
-    """Run one case in this process: (row, got or None, inputs)."""
+def run_case(
+    case: Any, obj: Any, forbidden: tuple[str, ...] = (), inputs: dict | None = None
+) -> tuple[Row, Any, dict]:
+    """Run one case in this process: (row, got or None, inputs); ``inputs`` None: the case draws them."""
+    from ..engine import fresh_draws
     from ..engine.scoring import judge
     from ..inside import wire
     from ..inside.convert import exception_line
     from ..inside.guard import Tripwire, guarded
 
-    inputs = case.make_inputs()
+    if inputs is None:
+        inputs = fresh_draws.inputs(case)  # inside salted(s): the grader's fresh inputs for salt s
     tripwire = Tripwire()
     try:
         with guarded(obj) as target, tripwire.armed(forbidden):
