@@ -4,7 +4,8 @@ A mutation turns a case's reference (inputs -> the expected output) into a buggy
 the exercise's target, as the grader sees it (the output a submission with that bug would send
 back): most rewrite the inputs before the reference runs (q scaled by sqrt(D) is attention without
 the 1/sqrt(D); float64 inputs cast to float32 and the output cast back is a float32 computation);
-the softmax mistakes inside attention are computed here (they cannot be reached from the inputs).
+attention's softmax over the queries and a softmax shifted by the global max are computed here
+(no rewrite of the inputs reaches them).
 :mod:`.fresh_draws` judges every applicable mutation on a fresh draw of a case's inputs, with the
 case's own judge, and keeps the draw only if each verdict is the one on the published inputs.
 
@@ -55,10 +56,11 @@ def rewritten(rewrite: Callable[[Inputs], Inputs | None], after: Callable[[Any],
     return output
 
 
-def _softmax(x: np.ndarray, axis: int, global_max: bool) -> np.ndarray:
-    """float64 softmax with a classic slip: ``global_max`` shifts by the whole array's max, not each row's.
+def _softmax(x: np.ndarray, axis: int, global_max: bool = False) -> np.ndarray:
+    """float64 softmax along ``axis``; ``global_max`` shifts by the whole array's max, not each row's.
 
-    An all -inf row gives zeros (the course's convention), so only the slip itself differs.
+    A row with nothing but -inf (or, with the global max, a row far below it) sums to 0: it gives zeros,
+    the course's convention for an empty row, so only the slip itself differs from the reference.
     """
     x = np.asarray(x, dtype=np.float64)
     top = np.max(x) if global_max else np.max(x, axis=axis, keepdims=True)
@@ -68,32 +70,28 @@ def _softmax(x: np.ndarray, axis: int, global_max: bool) -> np.ndarray:
     return exps / np.where(total == 0, 1.0, total)
 
 
-def softmax_slip(axis_shift: bool, global_max: bool) -> Output:
-    """A softmax case's output (x, axis -> array) or an attention case's ((out, weights) from q, k, v,
-    mask, scale) with the softmax taken over the wrong axis and/or shifted by the global maximum."""
+def _global_max_softmax(reference: Reference, inputs: Inputs, expected: Any) -> Any:
+    """A softmax case's output (x, axis -> array, x's dtype) shifted by the global maximum."""
+    x = inputs.get("x")
+    if not (isinstance(expected, np.ndarray) and isinstance(x, np.ndarray) and "axis" in inputs):
+        return None
+    return _softmax(x, int(inputs["axis"]), global_max=True).astype(x.dtype)
 
-    def output(reference: Reference, inputs: Inputs, expected: Any) -> Any:
-        if isinstance(expected, np.ndarray) and isinstance(inputs.get("x"), np.ndarray) and "axis" in inputs:
-            x, axis = inputs["x"], int(inputs["axis"])
-            if axis_shift:
-                return None  # the wrong axis of a softmax case is a rewrite of its axis (see SOFTMAX_AXIS)
-            return _softmax(x, axis, global_max).astype(x.dtype)
-        if not _attention_pair(inputs, expected):
-            return None
-        q, k, v = (np.asarray(inputs[n], dtype=np.float64) for n in "qkv")
-        scale = inputs.get("scale")
-        scores = (q @ np.swapaxes(k, -1, -2)) * (1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
-        mask = inputs.get("mask")
-        if mask is not None:
-            scores = np.where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + mask
-        if axis_shift and scores.shape[-2] == 1:
-            return None  # one query: its only "other axis" is the same row
-        weights = _softmax(scores, -2 if axis_shift else -1, global_max)
-        out = weights @ v
-        weights = np.broadcast_to(weights, (*out.shape[:-2], *weights.shape[-2:]))
-        return out.astype(inputs["q"].dtype), weights.astype(inputs["q"].dtype)
 
-    return output
+def _attention_over_queries(reference: Reference, inputs: Inputs, expected: Any) -> Any:
+    """An attention case's (out, weights) from q, k, v, mask, scale, with the softmax over the queries (axis -2)."""
+    if not _attention_pair(inputs, expected):
+        return None
+    q, k, v = (np.asarray(inputs[n], dtype=np.float64) for n in "qkv")
+    scale = inputs.get("scale")
+    scores = (q @ np.swapaxes(k, -1, -2)) * (1.0 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    mask = inputs.get("mask")
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + mask
+    weights = _softmax(scores, -2)
+    out = weights @ v
+    weights = np.broadcast_to(weights, (*out.shape[:-2], *weights.shape[-2:]))
+    return out.astype(inputs["q"].dtype), weights.astype(inputs["q"].dtype)
 
 
 def _attention_pair(inputs: Inputs, expected: Any) -> bool:
@@ -236,12 +234,10 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation("missing_scale", "no 1/sqrt(D)", _SCORES, rewritten(scores_scaled(math.sqrt))),
     Mutation("scale_by_D", "1/D instead of 1/sqrt(D)", _SCORES, rewritten(scores_scaled(lambda D: 1 / math.sqrt(D)))),
     Mutation("softmax_axis", "softmax over the wrong axis", _SOFTMAX, rewritten(_other_axis)),
-    Mutation("softmax_over_queries", "attention's softmax over the queries", _ATTENTION, softmax_slip(True, False)),
+    Mutation("softmax_over_queries", "attention's softmax over the queries", _ATTENTION, _attention_over_queries),
+    # a02 only: a03 and a04 provide the course's softmax, so a shift by the global max cannot happen there
     Mutation(
-        "softmax_global_max",
-        "softmax shifted by the whole array's max, not each row's",
-        _SOFTMAX | _ATTENTION,
-        softmax_slip(False, True),
+        "softmax_global_max", "softmax shifted by the whole array's max, not each row's", _SOFTMAX, _global_max_softmax
     ),
     Mutation(
         "transposed_weights",
