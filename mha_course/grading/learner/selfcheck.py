@@ -115,9 +115,7 @@ def _in_notebook() -> bool:
     return ip is not None and type(ip).__name__ == "ZMQInteractiveShell"
 
 
-def run_case(
-    case: Any, obj: Any, forbidden: tuple[str, ...] = (), inputs: dict | None = None
-) -> tuple[Row, Any, dict]:
+def run_case(case: Any, obj: Any, forbidden: tuple[str, ...] = (), inputs: dict | None = None) -> tuple[Row, Any, dict]:
     """Run one case in this process: (row, got or None, inputs); ``inputs`` None: the case draws them."""
     from ..engine import fresh_draws
     from ..engine.scoring import judge
