@@ -24,7 +24,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from mha_course.grading.engine import case_inputs, registry
+from mha_course.grading.engine import fresh_draws, registry
 from mha_course.grading.engine.notebook import code_cells
 from mha_course.grading.learner import selfcheck
 
@@ -376,6 +376,17 @@ BUGS = [
             (
                 "    weights = softmax(scores, dim=-1)  # (..., T, S); an all -inf row gives zeros",
                 "    weights = torch.exp(scores - scores.amax(-1, keepdim=True))\n    weights = weights / weights.sum(-1, keepdim=True)",
+            )
+        ],
+    ),
+    Bug(
+        "mask_no_scale",
+        "a04_masks",
+        "no 1/sqrt(D) by default (an explicit scale honoured)",
+        [
+            (
+                "        scale = 1.0 / math.sqrt(q.shape[-1])\n    work = torch.promote_types",
+                "        scale = 1.0\n    work = torch.promote_types",
             )
         ],
     ),
@@ -1284,7 +1295,8 @@ DRAWS = int(os.environ.get("MHA_COURSE_BUG_DRAWS", "6"))
 
 
 def _draw_verdicts(assignment, namespace, salts, expected_cache):
-    """(exercise, case) -> the salts on which ``namespace``'s targets pass it (the reference computed once per draw)."""
+    """(exercise, case) -> the salts on which ``namespace``'s targets pass it, on the grader's fresh inputs
+    (:func:`~mha_course.grading.engine.fresh_draws.fresh_inputs`; the reference computed once per draw)."""
     import dataclasses
 
     passed: dict[tuple[str, str], list] = {}
@@ -1295,14 +1307,14 @@ def _draw_verdicts(assignment, namespace, salts, expected_cache):
         for case in exercise.cases:
             for salt in salts:
                 key = (exercise.key, case.name, salt)
+                inputs = fresh_draws.fresh_inputs(case, salt)
 
                 def reference(inputs, key=key, compute=case.reference):
                     if key not in expected_cache:
                         expected_cache[key] = compute(inputs)
                     return expected_cache[key]
 
-                with case_inputs.salted(salt):
-                    row, _, _ = selfcheck.run_case(dataclasses.replace(case, reference=reference), target)
+                row, _, _ = selfcheck.run_case(dataclasses.replace(case, reference=reference), target, inputs=inputs)
                 if row.passed:
                     passed.setdefault((exercise.key, case.name), []).append(salt)
     return passed

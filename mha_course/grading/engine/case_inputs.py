@@ -35,6 +35,11 @@ def salting() -> bool:
     return _SALT.get() is not None
 
 
+def current_salt() -> int | None:
+    """The salt of the enclosing :func:`salted` block (None outside one)."""
+    return _SALT.get()
+
+
 @contextlib.contextmanager
 def salted(salt: int | None) -> Iterator[None]:
     """Within the block (this thread only), :func:`rng` mixes ``salt`` into every seed."""

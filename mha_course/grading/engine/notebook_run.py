@@ -18,7 +18,7 @@ from ..inside.guard import explain
 from ..inside.messages import CaseReply, CaseRequest, Config, Event, ReplyKind
 from ..learner import error_hints
 from ..static.scan import AST_LOCK
-from . import case_inputs, notebook
+from . import fresh_draws, notebook
 from .process import Died, Isolator, SubmissionProcess, call_modules, call_name
 from .scoring import judge
 from .spec import Case, Exercise
@@ -211,8 +211,7 @@ class NotebookRun:
         if self.seed is None or row.status in STOPPED:
             return row
         try:
-            with case_inputs.salted(self.seed):
-                fresh = case.make_inputs()
+            fresh = fresh_draws.fresh_inputs(case, self.seed)  # a draw that judges plausible bugs as the published one
             fresh_packed = wire.pack(fresh)
         except Exception as exc:
             return result_row(exercise, case, 0, Status.FAILED, f"internal grader error while making inputs: {exc}")

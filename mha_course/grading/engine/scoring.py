@@ -46,10 +46,17 @@ def _structure_hint(got: Any, expected: Any, where: str = "the output") -> str |
     return None
 
 
-def judge(case: Case, got: Any, inputs: dict) -> str | None:
-    """None if ``got`` passes ``case``, else a one-line hint for the learner."""
+_UNSET: Any = object()
+
+
+def judge(case: Case, got: Any, inputs: dict, *, expected: Any = _UNSET) -> str | None:
+    """None if ``got`` passes ``case``, else a one-line hint for the learner.
+
+    ``expected``: ``case.reference(inputs)`` when the caller has it already (it judges many outputs).
+    """
     try:
-        expected = case.reference(inputs)
+        if expected is _UNSET:
+            expected = case.reference(inputs)
         hint = case.diagnose(got, expected, inputs)
     except Exception as exc:  # a bug in the checker must not abort grading
         return f"internal grader error while checking this case (tell your instructor): {exception_line(exc)}"

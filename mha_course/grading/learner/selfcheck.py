@@ -141,14 +141,16 @@ def grader_settings() -> Iterator[None]:
         torch.set_default_dtype(dtype)
 
 
-def run_case(case: Any, obj: Any, forbidden: tuple[str, ...] = ()) -> tuple[Row, Any, dict]:
-    """Run one case in this process: (row, got or None, inputs)."""
+def run_case(case: Any, obj: Any, forbidden: tuple[str, ...] = (), inputs: dict | None = None) -> tuple[Row, Any, dict]:
+    """Run one case in this process: (row, got or None, inputs); ``inputs`` None: the case draws them."""
+    from ..engine import fresh_draws
     from ..engine.scoring import judge
     from ..inside import wire
     from ..inside.guard import Tripwire, guarded
 
-    with grader_settings():
-        inputs = case.make_inputs()
+    if inputs is None:
+        with grader_settings():
+            inputs = fresh_draws.inputs(case)  # inside salted(s): the grader's fresh inputs for salt s
     tripwire = Tripwire()
     try:
         with guarded(obj) as target, tripwire.armed(forbidden):
