@@ -79,9 +79,7 @@ NOTEBOOKS = [
         answers={
             "sinusoidal_positions": """
                 def sinusoidal_positions(T, E):
-                    theta = THETA.get(E)
-                    if theta is None:
-                        theta = 10000.0 ** (-torch.arange(0, E, 2, dtype=torch.float64) / E)
+                    theta = THETA[E]  # every even E up to 512 is in the table
                     angle = torch.arange(T, dtype=torch.float64)[:, None] * theta
                     table = torch.empty(T, E, dtype=torch.float64)
                     table[:, 0::2], table[:, 1::2] = angle.sin(), angle.cos()
@@ -90,7 +88,7 @@ NOTEBOOKS = [
             "apply_rotary": """
                 def apply_rotary(x):
                     T, D = x.shape[-2], x.shape[-1]
-                    theta = THETA[D] if D in THETA else 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+                    theta = THETA[D]
                     angle = torch.outer(torch.arange(T, dtype=torch.float64), theta)
                     cos, sin = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
                     out = torch.empty_like(x)

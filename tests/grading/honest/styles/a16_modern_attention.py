@@ -83,7 +83,7 @@ NOTEBOOKS = [
 
                 def to_rotate_half(weight, num_heads):
                     D = weight.shape[0] // num_heads
-                    perm = torch.tensor(PERM[D] if D in PERM else list(range(0, D, 2)) + list(range(1, D, 2)))
+                    perm = torch.tensor(PERM[D])
                     index = (torch.arange(num_heads)[:, None] * D + perm[None, :]).flatten()  # (H*D,)
                     return weight[index].clone()
             """,
