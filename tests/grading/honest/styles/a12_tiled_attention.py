@@ -19,8 +19,9 @@ UPDATE = """
     def online_softmax_update(m, l, x_block):
         m_new = torch.maximum(m, x_block.amax(dim=-1))
         shift = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
-        l_new = l * torch.exp(m - shift) + torch.exp(x_block - shift.unsqueeze(-1)).sum(dim=-1)
-        return m_new, l_new
+        correction = torch.exp(m - shift)
+        l_new = l * correction + torch.exp(x_block - shift.unsqueeze(-1)).sum(dim=-1)
+        return m_new, l_new, correction
 """
 
 TILED = """
@@ -74,8 +75,8 @@ NOTEBOOKS = [
         answers={
             "online_softmax_update": """
                 def online_softmax_update(m, l, x_block):
-                    m_new, l_new, _, _ = fold(m, l, x_block)
-                    return m_new, l_new
+                    m_new, l_new, correction, _ = fold(m, l, x_block)
+                    return m_new, l_new, correction
             """,
             "tiled_attention": """
                 def tiled_attention(q, k, v, block_size, causal=False):
@@ -110,8 +111,9 @@ NOTEBOOKS = [
                         shift = m_new
                         if zero_shift_for_empty_rows:
                             shift = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
-                        l_new = l * torch.exp(m - shift) + torch.exp(x_block - shift[..., None]).sum(-1)
-                        return m_new, l_new
+                        correction = torch.exp(m - shift)
+                        l_new = l * correction + torch.exp(x_block - shift[..., None]).sum(-1)
+                        return m_new, l_new, correction
 
                     return online_softmax_update
 
@@ -138,9 +140,9 @@ NOTEBOOKS = [
                                 s = qb @ k[..., j0:j0 + block_size, :].mT * scale
                                 if causal:
                                     s = s.masked_fill(torch.arange(j0, j0 + s.shape[-1])[None] > rows[:, None], float("-inf"))
-                                m_new, l = update(m, l, s)
+                                m_new, l, correction = update(m, l, s)
                                 shift = torch.where(torch.isneginf(m_new), torch.zeros_like(m_new), m_new)
-                                acc = acc * torch.exp(m - shift)[..., None] + torch.exp(s - shift[..., None]) @ v[..., j0:j0 + block_size, :]
+                                acc = acc * correction[..., None] + torch.exp(s - shift[..., None]) @ v[..., j0:j0 + block_size, :]
                                 m = m_new
                             out[..., i0:i0 + block_size, :] = acc / torch.where(l > 0, l, torch.ones_like(l))[..., None]
                         return out
@@ -214,7 +216,8 @@ for b in (1, 4, 9):
                 def online_softmax_update(m, l, x_block):
                     m_new = torch.maximum(m, x_block.max(dim=-1).values)
                     shift = torch.where(torch.isneginf(m_new), torch.tensor(0.0, dtype=m_new.dtype), m_new)
-                    return m_new, l * torch.exp(m - shift) + torch.exp(x_block - shift.unsqueeze(-1)).sum(-1)
+                    correction = torch.exp(m - shift)
+                    return m_new, l * correction + torch.exp(x_block - shift.unsqueeze(-1)).sum(-1), correction
             """,
             "tiled_attention": TILED,
         },
