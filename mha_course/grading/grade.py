@@ -39,12 +39,12 @@ import argparse
 import sys
 from pathlib import Path
 
+from . import grade_options
 from .classroom import bookkeeping
 from .classroom.bookkeeping import apply_policy, grade_column, identify, picker
 from .classroom.collect import collect, one_per_student
 from .classroom.feedback import feedback_markdown
 from .classroom.feedback import summary as feedback_summary
-from .classroom.lms_names import INSTRUCTOR_FOLDERS
 from .classroom.picks import read_picks
 from .classroom.policy import LatePolicy, read_overrides
 from .classroom.report import write_report
@@ -61,11 +61,11 @@ from .classroom.results import (
 from .classroom.review_flags import policy_line
 from .classroom.roster import Roster, read_roster, write_grade_columns
 from .classroom.safe_text import clean
-from .classroom.seeds import SEED_FILE, choose_seed, class_key, record_seed
+from .classroom.seeds import choose_seed, class_key, record_seed
 from .engine import notebook, registry
 from .engine.pipeline import MAX_CODE_BYTES, grade_many, new_seed
 from .engine.process import Isolator
-from .engine.verdicts import CASES_SEE, ON_TAMPER, Limits, SubmissionResult
+from .engine.verdicts import CASES_SEE, Limits, SubmissionResult
 from .hidden_argv import hide_command_line, taken
 from .walls.view import IsolationError
 
@@ -90,184 +90,7 @@ def _feedback(results: list[SubmissionResult], folder: Path) -> None:
         write_atomic(folder / name, text)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m mha_course.grading.grade",
-        fromfile_prefix_chars="@",
-        description="Grade submission notebooks, each in its own sandbox. A folder is a class: each first-level "
-        "folder or file is one student. Exit status 0 whenever grading ran (failing tests are not an "
-        "error), 1 when an output could not be written, 2 for a usage error, 3 when submissions cannot be "
-        "isolated here. @FILE reads arguments from FILE, one a line. The arguments never stay on the grader's "
-        "command line (which every user of the machine can read): it restarts itself with them in its environment.",
-    )
-    parser.add_argument("submissions", nargs="+", help="notebooks, or folders of a class (searched recursively)")
-    parser.add_argument(
-        "--assignment",
-        metavar="KEY",
-        help="grade this assignment only (e.g. a04_masks): other assignments' notebooks, missing "
-        "notebooks and unreadable files get a row saying so",
-    )
-    parser.add_argument(
-        "--one-submission",
-        action="store_true",
-        help="everything given is one student's submission (a Gradescope upload)",
-    )
-    parser.add_argument(
-        "--roster",
-        type=Path,
-        help="class list CSV (id column, optional name and match columns; a Canvas or Moodle "
-        "export works) to name each student",
-    )
-    parser.add_argument(
-        "--overrides",
-        type=Path,
-        help="CSV of student,exercise,points,reason rows applied to this run; points: N or 'set N', 'cap N', "
-        "'+N', '-N', 'waive' (exercise '*': the total; 'late': excuse lateness; 'review': resolve the scan's "
-        "flag with 'accept' or points, and a reason)",
-    )
-    parser.add_argument(
-        "--on-tamper",
-        choices=ON_TAMPER,
-        default="review",
-        help="what code that reaches into the grader or the interpreter (found by the static scan) does: "
-        "'review' (default) flags the submission for review with the evidence and keeps the tests' score; "
-        "'zero' (exams) flags it and scores it 0 until a 'review' override resolves it. Named in every output",
-    )
-    parser.add_argument(
-        "--late-penalty",
-        metavar="P%[/day]",
-        help="take P%% of the points per day late ('10%%/day') or once ('20%%'); late: --due vs the file's "
-        "time, or the platform's late marker (Canvas's _LATE_: one day without --due)",
-    )
-    parser.add_argument("--due", metavar="ISO", help="the due date and time (UTC unless given), for --late-penalty")
-    parser.add_argument(
-        "--lms-max",
-        type=float,
-        help="the platform's maximum for this assignment: grades are rescaled to it (default: the grade "
-        "sheet's Maximum Grade / Points Possible, else the grader's maximum)",
-    )
-    parser.add_argument(
-        "--pick",
-        action="append",
-        default=[],
-        metavar="STUDENT=FILE",
-        help="grade this notebook of this student (folder, id, username, email or name); or a CSV of "
-        "student,file rows; repeatable",
-    )
-    parser.add_argument(
-        "--skip-folders",
-        default=",".join(INSTRUCTOR_FOLDERS),
-        help="comma-separated first-level folders that are no student's (default: %(default)s; '' for none)",
-    )
-    parser.add_argument("--csv", type=Path, help="write the gradebook (one row per student and assignment)")
-    parser.add_argument(
-        "--report", type=Path, help="write the class report here (HTML), with a Markdown twin and histograms beside it"
-    )
-    parser.add_argument(
-        "--anonymise",
-        action="store_true",
-        help="the class report without student names, ids or file names (to project to a class)",
-    )
-    parser.add_argument("--feedback-dir", type=Path, help="write one Markdown feedback file per submission here")
-    parser.add_argument(
-        "--grades-out",
-        type=Path,
-        help="write the roster back with a grade column filled in (for the platform's import)",
-    )
-    parser.add_argument(
-        "--grade-column",
-        help="the grade column of --grades-out (default: 'Grade' when the "
-        "roster has one, as Moodle's worksheet does, else the assignment key)",
-    )
-    parser.add_argument("--summary", type=Path, help="write the per-test class summary (text) here")
-    parser.add_argument(
-        "--results-dir",
-        type=Path,
-        help="write one Gradescope results.json per submission here (names unique per student)",
-    )
-    parser.add_argument(
-        "--json", type=Path, help="write Gradescope's results.json here (several notebooks: one merged result)"
-    )
-    parser.add_argument("--workers", type=int, default=2, help="submissions graded in parallel (default 2)")
-    parser.add_argument(
-        "--case-timeout",
-        type=float,
-        default=Limits.case_timeout,
-        help=f"seconds per test case (default {Limits.case_timeout:g})",
-    )
-    parser.add_argument(
-        "--cell-timeout",
-        type=float,
-        default=Limits.cell_timeout,
-        help=f"seconds per notebook cell (default {Limits.cell_timeout:g})",
-    )
-    parser.add_argument(
-        "--notebook-timeout",
-        type=float,
-        default=Limits.notebook_timeout,
-        help=f"seconds for all cells of a notebook (default {Limits.notebook_timeout:g})",
-    )
-    parser.add_argument(
-        "--submission-timeout",
-        type=float,
-        default=Limits.submission_timeout,
-        help=f"seconds for everything of one submission (default {Limits.submission_timeout:g})",
-    )
-    parser.add_argument(
-        "--batch-timeout",
-        type=float,
-        default=None,
-        help="seconds for the whole run; submissions not started by then are reported as not "
-        "graded (default: no limit)",
-    )
-    parser.add_argument(
-        "--memory-mb",
-        type=int,
-        default=Limits.memory_mb,
-        help=f"memory a submission may allocate beyond the grader's own, MiB (default {Limits.memory_mb})",
-    )
-    parser.add_argument(
-        "--seed",
-        type=int,
-        default=None,
-        help="the class's seed of the fresh random inputs every passing test is run on again (default: "
-        "the one recorded in grading-seed.json beside the outputs, else a new one, recorded there)",
-    )
-    parser.add_argument(
-        "--new-seed", action="store_true", help="draw a new seed although one is recorded (and record it)"
-    )
-    parser.add_argument(
-        "--seed-file", type=Path, help=f"where the grading seed is kept (default: {SEED_FILE} beside the first output)"
-    )
-    parser.add_argument(
-        "--min-isolation",
-        choices=("A", "B", "C"),
-        default="B",
-        help="the weakest sandbox to grade in: A bubblewrap (namespaces), B Landlock + seccomp + own uid (what root "
-        "in a default Docker container such as Gradescope's can build), C own uid only, reduced (default B); the "
-        "strongest that holds is used and named in every output",
-    )
-    parser.add_argument(
-        "--unsafe-no-isolation",
-        action="store_true",
-        help="grade even where bubblewrap's sandbox cannot run: submissions then run as plain "
-        "processes that can read and change this machine's files (only for code you trust)",
-    )
-    parser.add_argument(
-        "--strict-definitions",
-        action="store_true",
-        help="an exam setting: each test loads only the notebook's definitions (imports, functions, classes, "
-        "plain values) instead of the state its cells left, so no top-level statement runs while tests do; "
-        "named in every output (default: each test starts from the notebook as it was after its cells ran, "
-        "as in Jupyter and the self-check)",
-    )
-    parser.add_argument(
-        "--quiet",
-        action="store_true",
-        help="no progress bar, no per-test table and no line per notebook (the class summary "
-        "and the --seed to reproduce the run are still printed)",
-    )
-    return parser
+_parser = grade_options.parser  # the option table lives in its own module
 
 
 def _announce(args: argparse.Namespace, isolator: Isolator) -> None:

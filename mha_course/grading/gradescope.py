@@ -365,6 +365,8 @@ def simulate(
 
 
 def main(argv: list[str] | None = None) -> int:
+    from . import grade_options
+
     parser = argparse.ArgumentParser(
         prog="python -m mha_course.grading.gradescope",
         description="Build a Gradescope autograder for one assignment, or run one locally the way Gradescope does.",
@@ -393,12 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         help="what code the static scan finds reaching into the grader does: 'review' (default) flags it with "
         "the evidence and keeps the tests' score; 'zero' (exams) scores it 0 until you resolve the flag",
     )
-    b.add_argument(
-        "--strict-definitions",
-        action="store_true",
-        help="an exam setting: each test loads only the notebook's definitions instead of the state its cells "
-        "left (see the grader's --strict-definitions)",
-    )
+    b.add_argument("--strict-definitions", action="store_true", help=grade_options.STRICT_HELP)
     s = sub.add_parser("simulate", help="run a bundle's setup.sh and run_autograder on a submission folder")
     s.add_argument("bundle", type=Path)
     s.add_argument("submission", type=Path, help="the folder a student uploads (becomes /autograder/submission)")

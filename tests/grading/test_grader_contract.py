@@ -87,7 +87,7 @@ def test_messages_cross_the_socket_as_their_protocol_strings():
         wire.send(a, request, b"blob")
         got, blob = wire.recv(b)
     assert got == {**request, "event": "case"} and type(got["event"]) is str and blob == b"blob"
-    assert [e.value for e in messages.Event] == ["cell", "cell_done", "ready", "case"]
+    assert [e.value for e in messages.Event] == ["cell", "cell_done", "ready", "case", "settle"]
     assert {k.value for k in messages.ReplyKind} == {"not_implemented", "missing", "error", "background"}
     # the fields the broker passes on, in its order
     assert messages.REPLY_FIELDS == ("ok", "kind", "error", "structure", "forbidden", "ops")

@@ -113,7 +113,7 @@ def test_set_default_dtype_float64_is_named_for_a_float32_case():
     with _default_dtype(torch.float64):
         hint = _rows("softmax", _softmax_into_new_tensor)["float32 in, float32 out (rows from -80 to 100)"].hint
     assert "dtype expected float32, got float64" in hint, hint
-    assert "torch.set_default_dtype(torch.float64)" in hint and "dtype=x.dtype" in hint
+    assert "default dtype is set to float64" in hint and "dtype=x.dtype" in hint
     assert "NumPy 2" not in hint
 
 
@@ -136,7 +136,7 @@ def test_computed_in_float32_only_when_the_dtype_is_right():
 def test_dtype_hint_says_which_came_back_and_which_was_expected():
     x = np.linspace(-1.0, 1.0, 6).reshape(2, 3)
     wider = hints.dtype_hint(x, x.astype(np.float32), "out")
-    assert wider.startswith("out: dtype expected float32, got float64") and "np.sqrt(D)" in wider
+    assert wider.startswith("out: dtype expected float32, got float64") and "square root of D" in wider
     narrower = hints.dtype_hint(x.astype(np.float32), x, "out")
     assert narrower.startswith("out: dtype expected float64, got float32") and "set_default_dtype" in narrower
     half = hints.dtype_hint(x.astype(np.float32), x.astype(np.float16), "out")

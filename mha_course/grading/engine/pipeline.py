@@ -6,18 +6,16 @@ For one submission (:func:`grade_notebook`)::
     static scan (:mod:`mha_course.grading.static.scan`): tampering -> flags for review with their evidence (the
         tests still run; ``on_tamper="zero"`` scores the submission 0 until a person resolves them);
         forbidden name in a target -> that exercise 0
-    start a submission process in a fresh bubblewrap sandbox (:mod:`mha_course.grading.walls.tier_a`) and send it the cells
-        a cell that kills or hangs the process is skipped on the next start (and reported)
+    start a submission process in a fresh sandbox (:mod:`mha_course.grading.walls`) and send it the cells
+        a cell that kills the process is skipped on the next start; one that hangs ends the notebook there
     for each case, in the grader's process:
         inputs = case.make_inputs()                   -> sent as JSON + .npy
-        the child runs case.call(target, inputs)      <- plain arrays back (no pickle)
+        a process forked from the notebook's state runs case.call(target, inputs) <- plain arrays back
         a forbidden call seen by the tripwire         -> 0 with the explanation
         hint = scoring.judge(case, got, inputs)       # the reference runs here, never in the child
-        passed? run it again on fresh inputs of the same kind (case_inputs.salted(seed)): answers
-        memorised for the published inputs, or the installed package's hidden ones, fail there
-        a hang (wall-clock limit), a crash or too much memory costs that case only: the whole sandbox
-        is killed and the next case gets a fresh one (after ``max_crashes`` in one exercise, its
-        remaining cases are not run); ``submission_timeout`` bounds all of one submission
+        passed? run it again on fresh inputs of the same kind (:mod:`.fresh_draws`): memorised answers fail
+        a hang, a crash or too much memory costs that case only: the next case gets a fresh sandbox
+        (after ``max_crashes`` in one exercise, its other cases are not run)
 
 :func:`grade_many` grades a list of notebooks with a pool of worker threads (each drives one
 submission process at a time) and a progress bar. Grading never raises for a bad submission:

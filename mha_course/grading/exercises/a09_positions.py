@@ -138,7 +138,7 @@ def _diagnose_sinusoidal_dtype(got, expected, inputs):
             "if you like, then return table.float()"
         )
         if dtype == np.float64:  # the learner's own default, not the course's
-            hint += " (tensors made without dtype= are float64 after torch.set_default_dtype(torch.float64))"
+            hint += " (tensors made without dtype= are float64 once torch's default dtype is set to float64)"
     return hint
 
 

@@ -128,8 +128,8 @@ def finite_hint(got: np.ndarray, expected: np.ndarray, what: str) -> str | None:
 # Why a floating result comes back in another floating dtype; the fix is the same either way.
 _NEW_TENSORS = "create new arrays/tensors with dtype=x.dtype (and device=x.device)"
 _WIDER = (
-    "a {got} value promoted the result: np.sqrt(D) or a NumPy array made without dtype= (math.sqrt keeps "
-    "float32), or a tensor made without dtype= after torch.set_default_dtype(torch.{got})"
+    "a {got} value promoted the result: NumPy's square root of D or a NumPy array made without dtype= (the math module's keeps "
+    "float32), or a tensor made without dtype= once torch's default dtype is set to {got}"
 )
 _NARROWER = (
     "a tensor made without dtype= gets torch's default dtype (float32 unless torch.set_default_dtype changed it), "
