@@ -340,7 +340,8 @@ def _attacks(paths: dict) -> dict[str, tuple[list[str], float]]:
         ),
         "detached_sleeper": ([SHELL + f"sh('setsid sh -c \"exec -a {MARKER} sleep 120\" < /dev/null > /dev/null 2>&1 &')", GOOD_ADD, GOOD_DOUBLE], 6),
         "fork_bomb": ([SHELL + "sh('b() { b | b & }; b', wait=False)\nimport time\ntime.sleep(3)", WRONG_ADD, GOOD_DOUBLE], 2),
-        "hang": (["while True:\n    pass", GOOD_ADD, GOOD_DOUBLE], 6),
+        # last: a cell that never returns ends the notebook there (the cells after it are not run)
+        "hang": ([GOOD_ADD, GOOD_DOUBLE, "while True:\n    pass"], 6),
         "memory_hog": (["import numpy as np\nHOG = []\nfor _ in range(64):\n    HOG.append(np.ones(2**27))", GOOD_ADD, GOOD_DOUBLE], 6),
         # no size-limited tmpfs in tier B: ten 50 MiB files (each under RLIMIT_FSIZE) until the grader's watch kills it
         "disk_filler": ([SHELL + "sh('for i in 0 1 2 3 4 5 6 7 8 9; do dd if=/dev/zero of=$HOME/fill$i bs=1M count=50 status=none; done; sleep 5')", GOOD_ADD, GOOD_DOUBLE], 6),
