@@ -481,3 +481,4 @@ def test_honest_idioms_keep_full_marks_and_no_likely_tampering_flag(tmp_path, is
         (t.name, t.output) for t in result.tests if t.score < t.points
     ]
     assert not any(f.likely_tampering for f in result.flags), [f.evidence() for f in result.flags]
+    assert not any(" raised " in note for note in result.notes), result.notes  # the idiom itself works
