@@ -61,7 +61,11 @@ CHEATS = {
     "os_exit_in_target": (["import os\n\ndef add_arrays(a, b):\n    os._exit(0)", GOOD_DOUBLE], 2),
     "os_exit_top_level": ([WRONG_ADD, "import os\nos._exit(0)", GOOD_DOUBLE], 2),
     "infinite_loop_in_target": (["def add_arrays(a, b):\n    while True:\n        pass", GOOD_DOUBLE], 2),
-    "infinite_loop_top_level": ([WRONG_ADD, "while True:\n    pass", GOOD_DOUBLE], 2),
+    # a cell that never returns ends the notebook there, as in Jupyter: the cells after it are not run, so
+    # GOOD_DOUBLE (after the loop) is never defined and scores nothing; the same loop as the LAST cell
+    # costs nothing (the state before it is graded)
+    "infinite_loop_top_level": ([WRONG_ADD, "while True:\n    pass", GOOD_DOUBLE], 0),
+    "infinite_loop_last_cell": ([WRONG_ADD, GOOD_DOUBLE, "while True:\n    pass"], 2),
     "memory_hog": (
         [
             "def add_arrays(a, b):\n    hog = []\n    while True:\n        hog.append(bytearray(50 * 2**20))",
@@ -146,6 +150,8 @@ CHEATS = {
 #: Cheats the static scan flags for review: name -> (what the flag names, its cell, line, label). Every other
 #: cheat must carry no flag (the runtime's verdicts explain those).
 FLAGGED = {
+    # numpy's function replaced: the grader's runtime calls numpy after the target returns (packing the reply)
+    "patch_allclose": ("numpy.allclose (a library function replaced)", 3, 2, "likely tampering"),
     "fake_results_json": ("the string 'results.json'", 3, 2, "review"),
     "tamper_sys_modules": ("sys.modules (written)", 2, 2, "likely tampering"),
     "tamper_grader_module": ("mha_course.grading.learner.selfcheck.GRADING (written)", 2, 2, "likely tampering"),
@@ -246,6 +252,8 @@ def test_cheats_are_explained(outcome):
     assert "torch.softmax" in outputs("forbidden_via_helper", "fake_double")
     assert "torch.nn.MultiheadAttention" in outputs("multihead_module", "fake_double")
     assert "cell 3" in each["infinite_loop_top_level"]["output"] and "skipped" in each["os_exit_top_level"]["output"]
+    assert "it and the 1 cell after it were not run" in each["infinite_loop_top_level"]["output"]
+    assert "cell 4" in each["infinite_loop_last_cell"]["output"]
 
 
 @pytest.mark.slow

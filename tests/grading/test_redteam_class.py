@@ -252,13 +252,15 @@ def test_outputs_carry_no_formula_escape_or_markup(hostile_class):
 
 
 @pytest.mark.slow
-def test_lecture_idioms_score_full_marks_and_runtime_reach_scores_zero(hostile_class):
+def test_lecture_idioms_score_full_marks_and_runtime_reach_is_flagged(hostile_class):
     _, _, rows = hostile_class
     for name in ("idiom_timeit", "idiom_inspect", "idiom_gc", "idiom_plots"):
         assert rows[name]["total"] == f"{FULL:g}", (name, rows[name]["status"], rows[name]["notes"])
     reach = rows["reach_runtime"]
-    assert reach["total"] == "0" and "getattr(..., 'grading')" in reach["notes"]
-    assert "getattr(..., '_getframe')" in reach["notes"]
+    # a scan finding no longer zeroes a notebook (--on-tamper review): the solution's cells keep what the
+    # tests gave, and the reach into the runtime flags it for review with the evidence
+    assert reach["total"] == f"{FULL:g}" and reach["review"].startswith("to review (likely tampering)"), reach
+    assert "getattr(..., '_getframe')" in reach["review"], reach["review"]
 
 
 @pytest.mark.slow

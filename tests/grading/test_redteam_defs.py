@@ -1,15 +1,25 @@
 """Red-team regressions on the case processes: learner code that tries to run while definitions load.
 
-Each case runs in a fresh process that loads only the notebook's definitions
-(:mod:`mha_course.grading.inside.definitions`), so the only learner code it runs is the call under test.
-Each forger below would, if it ran at load time, put a working ``add_arrays`` in place of the
-unfinished one (``raise NotImplementedError``): a score above 0 means learner code ran outside the
-call. The static scan is off (what is under test is the runtime); tests/grading/test_tier_b.py runs
-this file again in tier B.
+In strict mode (``Limits(strict_definitions=True)``, an exam setting) each case runs in a fresh process
+that loads only the notebook's definitions (:mod:`mha_course.grading.inside.definitions`), so the only
+learner code it runs is the call under test. Each forger below would, if it ran at load time, put a
+working ``add_arrays`` in place of the unfinished one (``raise NotImplementedError``): a score above 0
+means learner code ran outside the call. The static scan is off (what is under test is the runtime);
+tests/grading/test_tier_b.py runs this file again in tier B.
+
+By default each case starts from the notebook's state after ALL its cells ran (as in Jupyter): there
+every forger below does run (in the notebook process, before the cases), so it may well put a working
+``add_arrays`` in the namespace the cases see. The property there is the review's: a stub plus any
+cell never reaches full marks unflagged. Each ``..._by_default`` twin grades the same attack with the
+scan on and asserts no point was gained or the submission is flagged with the evidence (finding, cell,
+line). With the scan off (``no_scan``) the default mode guarantees only what the OS wall does (no
+secret, other student or host file is reached, nothing outlives the sandbox, each case's reply is plain
+data compared in the grader); whether a forger's answer is credited is then only the tripwire's advice.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -21,6 +31,7 @@ from mha_course.grading.engine.process import Isolator
 from mha_course.grading.engine.verdicts import Limits
 
 LIMITS = Limits(case_timeout=20, cell_timeout=30, notebook_timeout=90, memory_mb=1024)
+STRICT = dataclasses.replace(LIMITS, strict_definitions=True)
 
 UNFINISHED = "def add_arrays(a, b):\n    raise NotImplementedError\n"
 
@@ -68,10 +79,11 @@ MODULE = (
 )
 
 
-def _grade(tmp_path: Path, isolator: Isolator, *cells: str) -> verdicts.SubmissionResult:
+def _grade(tmp_path: Path, isolator: Isolator, *cells: str, strict: bool = False) -> verdicts.SubmissionResult:
+    """Grade ``cells`` on the fake assignment; ``strict``: each case loads only the definitions."""
     with registry.registered("grading_fake"):
         path = write_submission(tmp_path / "submission.ipynb", *cells)
-        result = grader.grade_notebook(path, limits=LIMITS, isolator=isolator, seed=None)
+        result = grader.grade_notebook(path, limits=STRICT if strict else LIMITS, isolator=isolator, seed=None)
     assert result.error is None, result.error
     return result
 
@@ -80,10 +92,18 @@ def _score(result, exercise: str) -> float:
     return sum(t.score for t in result.tests if t.exercise == exercise)
 
 
+def assert_flagged(result: verdicts.SubmissionResult, finding: str, cell: int, line: int) -> None:
+    """The submission is flagged "likely tampering" with this evidence: a finding naming ``finding`` at (cell, line)."""
+    evidence = [f.evidence() for f in result.flags]
+    assert any(finding in f.finding and (f.cell, f.line) == (cell, line) for f in result.flags), evidence
+    assert result.review_state == "to review (likely tampering)", (result.review_state, evidence)
+
+
 @pytest.mark.parametrize("name", sorted(FORGERS))
 def test_no_learner_code_runs_while_definitions_load(tmp_path, isolator, no_scan, name):
     forger = FORGERS[name]
-    result = _grade(tmp_path, isolator, UNFINISHED, PATCH, *((forger,) if isinstance(forger, str) else forger))
+    cells = (UNFINISHED, PATCH, *((forger,) if isinstance(forger, str) else forger))
+    result = _grade(tmp_path, isolator, *cells, strict=True)
     assert _score(result, "fake_add") == 0, [t.output for t in result.tests]
     # the same forger does patch the namespace of the notebook process, which answers no case
     assert all(t.status == "not attempted" for t in result.tests if t.exercise == "fake_add"), [
@@ -91,22 +111,51 @@ def test_no_learner_code_runs_while_definitions_load(tmp_path, isolator, no_scan
     ]
 
 
+@pytest.mark.parametrize("name", sorted(FORGERS))
+def test_a_forger_run_by_the_cells_is_flagged_by_default(tmp_path, isolator, name):
+    """By default the cells run before the cases, so a forger may well put a working add_arrays in the
+    state the cases see (full marks): the frames it walks flag the submission, with the line that does it."""
+    forger = FORGERS[name]
+    result = _grade(tmp_path, isolator, UNFINISHED, PATCH, *((forger,) if isinstance(forger, str) else forger))
+    assert_flagged(result, "._getframe", 3, 3)  # PATCH's `frame = _sys._getframe()` (cell 1 is markdown)
+
+
 def test_a_module_a_cell_wrote_is_not_imported_by_a_case(tmp_path, isolator, no_scan):
-    result = _grade(tmp_path, isolator, UNFINISHED, MODULE, "import forged_module")
+    result = _grade(tmp_path, isolator, UNFINISHED, MODULE, "import forged_module", strict=True)
     assert _score(result, "fake_add") == 0, [t.output for t in result.tests]
+
+
+def test_a_module_a_cell_wrote_and_imported_is_flagged_by_default(tmp_path, isolator):
+    """The cells import it (full marks by default: its forger ran in the notebook process). The scan reads
+    the literal it writes as code: the frame walk inside is flagged on the line that writes it.
+
+    (A hole before this round: the forger's code was a string, which the scan did not read.)"""
+    result = _grade(tmp_path, isolator, UNFINISHED, MODULE, "import forged_module")
+    assert_flagged(result, "._getframe", 3, 3)  # `f.write(...)` of MODULE
 
 
 def test_a_value_a_skipped_statement_sets_gets_the_sentence(tmp_path, isolator, no_scan):
     """An honest slip: a table built in a loop at the top level. The error says what to change."""
     cell = "TABLE = {}\nfor k in range(3):\n    TABLE[k] = k\ndef add_arrays(a, b):\n    return a + b + TABLE[0]\n"
-    result = _grade(tmp_path, isolator, cell)
+    result = _grade(tmp_path, isolator, cell, strict=True)
     outputs = [t.output for t in result.tests if t.exercise == "fake_add"]
     assert _score(result, "fake_add") == 0
     assert all("'TABLE' is set in cell 2, line 1" not in o for o in outputs)  # TABLE itself is a plain value
     cell = "for k in range(3):\n    TABLE = k\ndef add_arrays(a, b):\n    return a + b + TABLE\n"
-    result = _grade(tmp_path, isolator, cell)
+    result = _grade(tmp_path, isolator, cell, strict=True)
     outputs = [t.output for t in result.tests if t.exercise == "fake_add"]
     assert outputs and all("'TABLE' is set in cell 2, line 1" in o and "inside your function" in o for o in outputs)
+
+
+def test_a_table_a_loop_fills_works_by_default(tmp_path, isolator):
+    """The same notebooks by default: the cases see the state the loop left, as the learner's kernel did
+    (TABLE[0] is 0: full marks; TABLE is 2 after the loop: a wrong sum), and nothing is flagged."""
+    cell = "TABLE = {}\nfor k in range(3):\n    TABLE[k] = k\ndef add_arrays(a, b):\n    return a + b + TABLE[0]\n"
+    result = _grade(tmp_path, isolator, cell)
+    assert _score(result, "fake_add") == 4 and not result.flags, [t.output for t in result.tests]
+    cell = "for k in range(3):\n    TABLE = k\ndef add_arrays(a, b):\n    return a + b + TABLE\n"
+    result = _grade(tmp_path, isolator, cell)
+    assert _score(result, "fake_add") == 0 and not result.flags, [t.output for t in result.tests]
 
 
 SELF_FORGER = r"""

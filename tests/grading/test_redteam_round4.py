@@ -15,7 +15,10 @@ load anyway, or to carry something from the process that ran the cells into the 
   ``functools.singledispatch``, hints, star imports): these are skipped or run nothing.
 
 Each forger puts a working ``add_arrays`` in place of the unfinished one if it runs (the static scan
-is off): a score above 0 means learner code ran outside the call.
+is off): a score above 0 means learner code ran outside the call. That is strict mode
+(``strict_definitions=True``); by default every cell runs before the cases, so each forger does run,
+and the property is the review's instead: each ``..._by_default`` twin grades the attack with the
+scan on and asserts the submission is flagged with the evidence (see tests/grading/test_redteam_defs.py).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from __future__ import annotations
 import ast
 
 import pytest
-from test_redteam_defs import UNFINISHED, _grade, _score, forger
+from test_redteam_defs import UNFINISHED, _grade, _score, assert_flagged, forger
 
 from mha_course.grading.inside.definitions import definitions
 from mha_course.grading.inside.messages import MPL_CONFIG
@@ -129,8 +132,45 @@ OPEN: dict[str, str] = {}
 )
 def test_no_learner_code_runs_while_definitions_load(tmp_path, isolator, no_scan, name):
     forger = FORGERS[name]
-    result = _grade(tmp_path, isolator, UNFINISHED, PATCH, *((forger,) if isinstance(forger, str) else forger))
+    cells = (UNFINISHED, PATCH, *((forger,) if isinstance(forger, str) else forger))
+    result = _grade(tmp_path, isolator, *cells, strict=True)
     assert _score(result, "fake_add") == 0, [t.output for t in result.tests]
+
+
+@pytest.mark.parametrize("name", sorted(FORGERS))
+def test_a_forger_run_by_the_cells_is_flagged_by_default(tmp_path, isolator, name):
+    """By default the forger runs with the cells (and may earn full marks): flagged on PATCH's frame walk."""
+    forger = FORGERS[name]
+    result = _grade(tmp_path, isolator, UNFINISHED, PATCH, *((forger,) if isinstance(forger, str) else forger))
+    assert_flagged(result, "._getframe", 3, 3)
+
+
+# the same routes with no visible forger: the only code that walks frames is text a library runs
+HIDDEN_MODULE = (
+    "import os\n"
+    f"os.makedirs({MPL_CONFIG!r}, exist_ok=True)\n"
+    f"with open(os.path.join({MPL_CONFIG!r}, 'forged_mpl.py'), 'w') as f:\n"
+    "    f.write(" + repr(STMT + "\n") + ")\n"
+)
+HIDDEN = {
+    "logging.config's factory of a dotted name": FORGERS["logging.config's factory of a dotted name"],
+    "pydoc.locate of a dotted name": FORGERS["pydoc.locate of a dotted name"],
+    "a module written to the kept folder": (
+        HIDDEN_MODULE,
+        f"import sys\nsys.path.append({MPL_CONFIG!r})\nimport forged_mpl",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HIDDEN))
+def test_a_forger_hidden_in_a_string_is_flagged_by_default(tmp_path, isolator, name):
+    """Code a library runs from text (a dotted name resolved, a statement compiled, a module written then
+    imported): the scan reads each string that is Python as code, so the frame walk in it is flagged on the
+    line that holds the string. (Holes before this round: none of these was flagged by default.)"""
+    attack = HIDDEN[name]
+    result = _grade(tmp_path, isolator, UNFINISHED, *((attack,) if isinstance(attack, str) else attack))
+    line = 4 if name.startswith("a module") else 2
+    assert_flagged(result, "._getframe", 3, line)
 
 
 # --- the folder the broker keeps: a channel from the cells, and from one case to the next ------------
@@ -149,8 +189,15 @@ FROM_CELLS = f"import os\nos.makedirs({MPL_CONFIG!r}, exist_ok=True)\nopen(os.pa
 
 
 def test_the_kept_matplotlib_folder_carries_nothing_into_a_case(tmp_path, isolator, no_scan):
-    result = _grade(tmp_path, isolator, MARKER, FROM_CELLS)
+    result = _grade(tmp_path, isolator, MARKER, FROM_CELLS, strict=True)
     assert _score(result, "fake_add") == 4, [t.output for t in result.tests]
+
+
+def test_a_file_a_cell_wrote_is_seen_by_every_case_by_default(tmp_path, isolator, no_scan):
+    """By default a file a cell wrote stays for every case, as in Jupyter: this target then answers wrong
+    (a loss, never a gain); what one case writes still never reaches the next (the test below)."""
+    result = _grade(tmp_path, isolator, MARKER, FROM_CELLS)
+    assert _score(result, "fake_add") == 0, [t.output for t in result.tests]
 
 
 def test_the_kept_matplotlib_folder_carries_nothing_from_case_to_case(tmp_path, isolator, no_scan):

@@ -123,7 +123,42 @@ LABELS = {
     "import os\ngetattr(os, 'ki' + 'll')(1, 9)": ("built from pieces", True),
     "import ctypes": ("ctypes", True),
     "open('/dev/fd/3')": ("the string '/dev/fd'", True),
+    # round 5: text a library runs as code, libraries the runtime calls after the target, TorchScript
+    "s = 'import sys\\nf = sys._getframe()'": ("._getframe", True),  # a string that is Python is read as code
+    "import numpy as np\nnp.save = print": ("numpy.save (a library function replaced)", True),
+    "import json\nsetattr(json, 'dumps', repr)": ("json.dumps (a library function replaced)", True),
+    "import torch\ntype(torch.ones(1)).numpy = print": ("a class changed through an instance", True),
+    "import torch\ntorch.backends.cudnn.deterministic = True": ("(a library attribute written)", False),
+    "import helper_i_wrote": ("import of 'helper_i_wrote'", False),
+    "import sys\nsys.path.append('..')": ("sys.path", False),
+    "import yaml\nyaml.unsafe_load(text)": ("yaml.unsafe_load", False),
+    "import numpy as np\nnp.load('a.npy', allow_pickle=True)": ("allow_pickle=True", False),
+    "import inspect\ninspect.signature(f, eval_str=True)": ("eval_str=True", False),
+    "import sympy\nsympy.sympify(text)": ("sympy", False),
+    "import logging.config\nlogging.config.dictConfig(c)": ("logging.config", False),
+    "import unittest.mock\nunittest.mock.patch(name, f)": ("unittest.mock", False),
+    "import torch\ncu = torch.jit.CompilationUnit(text)": ("torch.jit.CompilationUnit", False),
+    "import torch\n@torch.jit.script\ndef h(x):\n    return x.softmax(0)": (".softmax in TorchScript", False),
+    "x = 'mha_course.grading.inside.runner'": ("the string 'mha_course.grading'", False),
 }
+
+#: Honest code near the round-5 rules: no finding at all.
+NOT_FINDINGS = {
+    "a helper module written as a literal and imported": (
+        "with open('helpers.py', 'w') as f:\n    f.write('def twice(x):\\n    return 2 * x\\n')\nimport helpers"
+    ),
+    "a string that is prose": "print('softmax(x) = exp(x) / sum(exp(x)), see sys.argv')",
+    "an attribute of one's own object": "class A:\n    pass\na = A()\na.save = print",
+    "a TorchScript helper without a forbidden name": (
+        "import torch\n@torch.jit.script\ndef h(x):\n    return x.exp() / x.exp().sum()"
+    ),
+    "a subscript of a library's settings": "import matplotlib.pyplot as plt\nplt.rcParams['figure.dpi'] = 100",
+}
+
+
+@pytest.mark.parametrize("name", list(NOT_FINDINGS))
+def test_honest_code_near_the_round_5_rules_is_not_a_finding(name):
+    assert _tampering(NOT_FINDINGS[name]) == []
 
 
 @pytest.mark.parametrize("source", list(LABELS))

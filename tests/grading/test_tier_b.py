@@ -350,10 +350,21 @@ attempt("solutions", lambda: os.listdir({paths["solutions"]!r}))
 attempt("reference", lambda: open({paths["reference"]!r}).read())
 attempt("results", lambda: open({paths["results"]!r}, "w").write("{{}}"))
 attempt("scratches", lambda: os.listdir(os.path.dirname(HOME)))
-# the notebook's parent is the sandbox's broker (same uid, not dumpable); the grader is the broker's parent
-GRADER = int(open("/proc/%d/stat" % os.getppid()).read().rsplit(")", 1)[1].split()[1])
+# up the parents while they are the sandbox's own (its uid): a case process, the settled notebook process it
+# was forked from, the broker (not dumpable); the grader is the broker's parent (another uid)
+def parent(pid):
+    return int(open("/proc/%d/stat" % pid).read().rsplit(")", 1)[1].split()[1])
+def uid(pid):
+    try:
+        return next(line.split()[1] for line in open("/proc/%d/status" % pid) if line.startswith("Uid:"))
+    except OSError:
+        return None
+BROKER = os.getppid()
+while parent(BROKER) > 1 and uid(parent(BROKER)) == uid(os.getpid()):
+    BROKER = parent(BROKER)
+GRADER = parent(BROKER)
 attempt("environ", lambda: open("/proc/%d/environ" % GRADER).read())
-attempt("broker_environ", lambda: open("/proc/%d/environ" % os.getppid()).read())
+attempt("broker_environ", lambda: open("/proc/%d/environ" % BROKER).read())
 REPORT.append("kill=%d" % (sh("kill -0 %d" % GRADER) >> 8))
 REPORT.append("tcp=%d" % (sh("bash -c 'exec 3<>/dev/tcp/127.0.0.1/{paths["port"]}'") >> 8))
 REPORT.append("leak=%d" % sum({SECRET!r} in v for v in os.environ.values()))
@@ -423,7 +434,8 @@ def _attacks(paths: dict) -> dict[str, tuple[list[str], float]]:
         ),
         "detached_sleeper": ([SHELL + f"sh('setsid sh -c \"exec -a {MARKER} sleep 120\" < /dev/null > /dev/null 2>&1 &')", GOOD_ADD, GOOD_DOUBLE], 6),
         "fork_bomb": ([SHELL + "sh('b() { b | b & }; b', wait=False)\nimport time\ntime.sleep(3)", WRONG_ADD, GOOD_DOUBLE], 2),
-        "hang": (["while True:\n    pass", GOOD_ADD, GOOD_DOUBLE], 6),
+        # last: a cell that never returns ends the notebook there (the cells after it are not run)
+        "hang": ([GOOD_ADD, GOOD_DOUBLE, "while True:\n    pass"], 6),
         "memory_hog": (["import numpy as np\nHOG = []\nfor _ in range(64):\n    HOG.append(np.ones(2**27))", GOOD_ADD, GOOD_DOUBLE], 6),
         # fallocate reserves 10x the scratch at once, between two looks of the watch (refused by seccomp)
         "preallocate": ([PREALLOCATE, "def add_arrays(a, b):\n    raise ValueError(_preallocate())\n", GOOD_DOUBLE], 2),
@@ -615,12 +627,24 @@ def test_kill_uid_stops_a_fork_bomb_at_once():
         bomb.wait(timeout=10)
 
 
+ROUND5_SAMPLE = (
+    "test_the_shortcut_alone_is_caught_by_the_tripwire",
+    "test_an_attack_on_the_settled_state_gains_nothing_unflagged[os.register_at_fork runs in each case process]",
+    "test_an_attack_on_the_settled_state_gains_nothing_unflagged[numpy.save replaced: the reply rewritten after the target returns]",
+    "test_a_file_one_case_writes_never_reaches_the_next",
+    "test_a_case_that_leaves_a_thread_running_is_not_graded",
+    "test_honest_idioms_keep_full_marks_and_no_likely_tampering_flag[a helper module written with open().write and imported]",
+)
+
+
 @pytest.mark.slow
 def test_the_reply_channel_red_team_holds_in_tier_b_too():
     """tests/grading/test_redteam_channel.py (channel takeover, autograd in a pool thread, the re-run oracle, a
     second installed copy, writable places, the honest idioms) and tests/grading/test_redteam_defs.py (learner
-    code while a case process loads the definitions) run again inside the Docker reproduction, where
-    bubblewrap is refused and the grader falls back to tier B."""
+    code while a case process loads the definitions, and their default-mode twins) and a sample of
+    tests/grading/test_redteam_round5.py (the settled notebook state: a fork hook, a case-to-case file, a thread
+    a case leaves, the tripwire's control) run again inside the Docker reproduction, where bubblewrap is
+    refused and the grader falls back to tier B."""
     require_repro()
     argv = [
         sys.executable,
@@ -633,6 +657,7 @@ def test_the_reply_channel_red_team_holds_in_tier_b_too():
         "no:xdist",
         str(TESTS / "test_redteam_channel.py"),
         str(TESTS / "test_redteam_defs.py"),
+        *(str(TESTS / "test_redteam_round5.py") + "::" + test for test in ROUND5_SAMPLE),
     ]
     env = dict(os.environ, MHA_COURSE_EXPECT_TIER="B")
     done = subprocess.run(container_repro.command(argv), capture_output=True, text=True, env=env, timeout=900, cwd=ROOT)

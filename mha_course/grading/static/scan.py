@@ -12,7 +12,10 @@ Three kinds of finding:
   introspection attributes (``__globals__``, ``__closure__``, ``__wrapped__``, ``__subclasses__``,
   ``f_back``, ...); attribute access by a computed name (``getattr(torch, "_" + "C")``,
   ``getattr`` passed around as a value, ``vars()``/``globals()`` beyond reading a plain name); and
-  strings naming the grader's files or processes (``results.json``, ``/proc/``). ``getattr(obj,
+  strings naming the grader's files or processes (``results.json``, ``/proc/``); a library's function
+  replaced (``np.save = f``: the runtime calls it after the target returns); an import of a module
+  nothing installed provides; TorchScript that holds a forbidden name. Every string literal that is
+  Python is also read as code (a module a cell writes, text a library runs). ``getattr(obj,
   "name")`` with a literal name is read as ``obj.name``, so it meets every other rule. None of these
   is needed by any exercise; each finding carries its evidence (cell, line, the line as written) and
   a label (:func:`~.scan_rules.likely_tampering`: only an attack makes it, or honest code may too),
@@ -32,6 +35,9 @@ Three kinds of finding:
 from __future__ import annotations
 
 import ast
+import functools
+import importlib.util
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -43,6 +49,8 @@ from .scan_rules import (
     ALLOWED_GRADING,
     ATTRIBUTE_BUILTINS,
     CODE_STRING_CALLS,
+    LIBRARY_FUNCTION_REPLACED,
+    LIBRARY_SETTING_WRITTEN,
     MUTATING_METHODS,
     NAMESPACE_BUILTINS,
     OPEN_CALLS,
@@ -397,6 +405,113 @@ def _call_arguments(node: ast.Call, names: tuple[str, ...]) -> list[ast.expr]:
     return found
 
 
+#: Characters of string literals read as code per notebook (course notebooks hold about 20 KiB of code).
+MAX_STRING_CODE = 256 * 2**10
+#: A string is read as code only if its Python does something: calls, imports, binds, defines, loops.
+_CODE_NODES = (
+    ast.Call,
+    ast.Import,
+    ast.ImportFrom,
+    ast.Assign,
+    ast.AugAssign,
+    ast.AnnAssign,
+    ast.FunctionDef,
+    ast.AsyncFunctionDef,
+    ast.ClassDef,
+    ast.For,
+    ast.While,
+    ast.With,
+    ast.Try,
+    ast.Lambda,
+    ast.Delete,
+    ast.Global,
+)
+
+
+def _code_in_string(node: ast.AST, budget: list[int]) -> ast.Module | None:
+    """A string or bytes literal that is Python which does something, parsed, every line placed on the
+    literal's own line (the evidence is the line that holds the text); else None.
+
+    Libraries run text as code (a module a cell writes then imports, ``timeit`` of a dotted name a
+    config resolves, TorchScript, YAML tags, ``sympify``): whatever such text holds is scanned as the
+    notebook's own code. Text built at run time is not read here; the libraries that take it are
+    findings of their own (scan_rules).
+    """
+    if not isinstance(node, ast.Constant) or not isinstance(node.value, (str, bytes)) or len(node.value) < 8:
+        return None
+    text = node.value.decode("utf-8", "replace") if isinstance(node.value, bytes) else node.value
+    if not any(c in text for c in "\n;(=:") or budget[0] < len(text):
+        return None
+    budget[0] -= len(text)
+    try:
+        code = parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    if not any(isinstance(n, _CODE_NODES) for n in ast.walk(code)):
+        return None
+    for inner in ast.walk(code):
+        if hasattr(inner, "lineno"):
+            line = getattr(node, "lineno", 0)
+            inner.lineno = line  # every node that has a lineno
+            inner.end_lineno = line  # type: ignore[attr-defined]
+    return code
+
+
+def _written_module_names(trees: Sequence[tuple[int, ast.AST]]) -> set[str]:
+    """Modules the notebook writes as literal text the scan reads: ``open("helper.py", "w").write("...")``.
+
+    A name ``X`` is in it when the notebook names a file ``X.py`` and every text it writes (``.write``,
+    ``.write_text``, ``.writelines``) is a literal: then ``import X`` runs code the scan has read.
+    """
+    names: set[str] = set()
+    literal_writes = True
+    for _, tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.endswith(".py"):
+                stem = node.value.replace("\\", "/").rsplit("/", 1)[-1][:-3]
+                if stem.isidentifier():
+                    names.add(stem)
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("write", "write_text", "writelines", "write_bytes")
+            ):
+                text = node.args[0] if node.args else None
+                # a literal only: a text folded from pieces is not read as code (_code_in_string)
+                if not (isinstance(text, ast.Constant) and isinstance(text.value, (str, bytes))):
+                    literal_writes = False
+    return names if literal_writes else set()
+
+
+def _library_value_is_code(name: str) -> bool:
+    """Whether the dotted ``name`` is, in the grader's process, a function or class of a module already
+    imported (nothing is imported for it); an attribute it cannot look up counts as code."""
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module = sys.modules.get(".".join(parts[:cut]))
+        if module is None:
+            continue
+        value: object = module
+        try:
+            for part in parts[cut:]:
+                value = getattr(value, part)
+        except Exception:
+            return True
+        return callable(value)
+    return True
+
+
+@functools.lru_cache(maxsize=4096)
+def _installed(top: str) -> bool:
+    """Whether an installed package or the standard library provides the top-level module ``top``."""
+    if top in sys.builtin_module_names or top in sys.stdlib_module_names or top in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(top) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def parse(source: str) -> ast.Module:
     """``ast.parse`` for the grader's threads, under :data:`AST_LOCK`: every parse in the grader goes through here.
 
@@ -434,7 +549,12 @@ def scan(cells: list[tuple[int, str]], assignment: Assignment) -> ScanReport:
             bucket = scanner.forbidden(exercise.forbidden, *targets[exercise.target])
             if bucket:
                 report.forbidden[exercise.key] = bucket
+    scanner.torchscript([n for e in assignment.exercises for n in e.forbidden])
     return report
+
+
+#: What compiles Python into TorchScript, whose operators run below the API the run-time tripwire watches.
+TORCHSCRIPT = ("torch.jit.script", "torch.jit.script_method", "torch.jit.export")
 
 
 class _Scanner:
@@ -457,6 +577,9 @@ class _Scanner:
         self.lines = {index: source.splitlines() for index, source in (sources or {}).items()}
         self.parents: dict[int, ast.AST] = {}
         self.seen: set[tuple[int, int, str]] = set()
+        self.trees = trees
+        self.budget = [MAX_STRING_CODE]  # characters of string literals still to read as code
+        self.written_code = _written_module_names(trees)
 
     def add(self, bucket: list[Finding], index: int, node: ast.AST, name: str, likely: bool | None = None) -> None:
         """Record a finding once per (cell, line, name); a tampering one is labelled (see scan_rules)."""
@@ -471,7 +594,8 @@ class _Scanner:
             bucket.append(Finding(index + 1, line, name, source, likely))
 
     def tree(self, index: int, tree: ast.Module) -> list[tuple[int, ast.Module]]:
-        """Apply every rule to every node of ``tree``; returns the literal statements (timeit's) to scan next."""
+        """Apply every rule to every node of ``tree``; returns the code to scan next: timeit's literal
+        statements, and every other string literal that is Python (see :func:`_code_in_string`)."""
         called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
         self.parents = {id(child): parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
         statements: list[tuple[int, ast.Module]] = []
@@ -482,6 +606,17 @@ class _Scanner:
                 self._value(index, node)
             self._imports(index, node)
             self._names(index, node, called)
+        timeit_strings = {
+            id(a)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and self._timeit(n)
+            for a in _call_arguments(n, ("stmt", "setup"))
+        }
+        for node in ast.walk(tree):
+            if id(node) not in timeit_strings and self.budget[0] > 0:
+                code = _code_in_string(node, self.budget)
+                if code is not None:
+                    statements.append((index, code))
         return statements
 
     def _call(self, index: int, node: ast.Call) -> list[tuple[int, ast.Module]]:
@@ -505,6 +640,15 @@ class _Scanner:
             self.add(bucket, index, node, f"{func}() of a file not written as a path (a descriptor?)")
         if any(k.arg == "fileno" for k in node.keywords):
             self.add(bucket, index, node, "a file descriptor passed as fileno=")
+        for keyword, what in (
+            ("allow_pickle", "a pickle runs code from the file it loads"),
+            ("eval_str", "annotations evaluated as code"),
+        ):
+            if any(
+                k.arg == keyword and not (isinstance(k.value, ast.Constant) and not k.value.value)
+                for k in node.keywords
+            ):
+                self.add(bucket, index, node, f"{keyword}=True ({what})")
         return statements
 
     def _value(self, index: int, node: ast.Name | ast.Attribute) -> None:
@@ -516,7 +660,14 @@ class _Scanner:
             self.add(self.report.tampering, index, node, f"{name} passed around as a value")
 
     def _imports(self, index: int, node: ast.AST) -> None:
-        """Tampering imports, and course modules the grader's process does not provide."""
+        """Tampering imports, course modules the grader's process does not provide, and modules nothing
+        installed provides (a file the notebook wrote, unless the scan read the text it wrote)."""
+        tops = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            tops = [node.module]
+        for top in dict.fromkeys(t.split(".")[0] for t in tops):
+            if not _installed(top) and top not in self.written_code:
+                self.add(self.report.tampering, index, node, f"import of {top!r}, which no installed package provides")
         for imported in _imported_names(node):
             if tampering(imported):
                 self.add(self.report.tampering, index, node, imported)
@@ -542,6 +693,8 @@ class _Scanner:
         ):
             self.add(bucket, index, node, f".{node.attr}" + (" (written)" if self._written(node) else ""))
         elif isinstance(node, ast.Attribute) or (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+            if isinstance(node, ast.Attribute) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                self._library_write(index, node)
             # an attribute also when assigned: timeit.template = "..." is compiled as code
             name = _dotted(node, self.aliases)
             if name and name != getattr(node, "id", None) and tampering(name):
@@ -550,10 +703,44 @@ class _Scanner:
             name, reason = _attribute_call(node, self.aliases, self.strings)
             if reason or (name and tampering(name)):
                 self.add(bucket, index, node, reason or str(name))
+            elif name and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
+                literal = ast.Attribute(value=node.args[0], attr=name.rsplit(".", 1)[-1], ctx=ast.Store())
+                ast.copy_location(literal, node)
+                self._library_write(index, literal)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             hit = next((t for t in TAMPERING_STRINGS if t in node.value), None)
             if hit:
                 self.add(bucket, index, node, f"the string {hit!r}")
+
+    def _library_write(self, index: int, node: ast.Attribute) -> None:
+        """An attribute of an imported library set or deleted (``np.save = f``, ``setattr(json, "dumps", f)``), or
+        of a class reached through an instance (``type(x).numpy = f``, ``x.__class__.numpy = f``).
+
+        The grader's runtime calls the same libraries in the same process after the function under test
+        returns (packing and sending the reply), so a replaced function can rewrite the answer there.
+        A function or class replaced is "likely tampering"; a setting (``cudnn.deterministic = True``) is "review".
+        """
+        root: ast.AST = node.value
+        while isinstance(root, ast.Attribute):
+            if root.attr == "__class__":
+                self.add(self.report.tampering, index, node, f".{node.attr} (a class changed through an instance)")
+                return
+            root = root.value
+        if isinstance(root, ast.Call) and isinstance(root.func, ast.Name) and root.func.id == "type":
+            self.add(self.report.tampering, index, node, f".{node.attr} (a class changed through an instance)")
+            return
+        if not isinstance(root, ast.Name) or root.id not in self.aliases:
+            return
+        name = _dotted(node, self.aliases)
+        if not name or tampering(name):
+            return  # the tampering rules name it already (sys.modules, builtins, mha_course.grading...)
+        replaced = _library_value_is_code(name)
+        self.add(
+            self.report.tampering,
+            index,
+            node,
+            name + (LIBRARY_FUNCTION_REPLACED if replaced else LIBRARY_SETTING_WRITTEN),
+        )
 
     def _written(self, node: ast.AST) -> bool:
         """Whether ``node`` is changed here: assigned or deleted through (``sys.modules[k] = m``,
@@ -637,6 +824,50 @@ class _Scanner:
         what = f"{name}()[{sorted(keys)[0]!r}]" if dunder and keys else f"{name}()[...]"
         what += " (written)" if written else " read by a name the scan cannot tell" if keys is None else ""
         self.add(bucket, index, node, what, likely=dunder)
+
+    def torchscript(self, forbidden: list[str]) -> None:
+        """A forbidden name (or a method of that name: ``x.softmax(-1)``) in code TorchScript compiles:
+        the run-time tripwire never sees it there, so it is a finding wherever it is (in a helper the
+        target calls). ``torch.jit.script`` of something the scan cannot follow to its code is one too."""
+        last = {n.rsplit(".", 1)[-1] for n in forbidden}
+        for index, node in self._compiled():
+            for inner in ast.walk(node):
+                if not isinstance(inner, ast.Attribute):
+                    continue
+                if inner.attr in last or matches(_dotted(inner, self.aliases) or "", forbidden):
+                    what = f".{inner.attr} in TorchScript (a forbidden name the run-time check cannot see there)"
+                    self.add(self.report.tampering, index, inner, what)
+
+    def _compiled(self) -> list[tuple[int, ast.AST]]:
+        """The functions, classes and lambdas ``torch.jit.script`` compiles (decorated, or passed to it)."""
+        defined = {
+            node.name: (index, node)
+            for index, tree in self.trees
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        }
+        compiled: list[tuple[int, ast.AST]] = []
+        for index, tree in self.trees:
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    heads = [d.func if isinstance(d, ast.Call) else d for d in node.decorator_list]
+                    if any(self._is_torchscript(h) for h in heads):
+                        compiled.append((index, node))
+                elif isinstance(node, ast.Call) and self._is_torchscript(node.func) and node.args:
+                    what = node.args[0]
+                    if isinstance(what, ast.Call) and isinstance(what.func, ast.Name):
+                        what = what.func  # torch.jit.script(Model()): the class
+                    if isinstance(what, ast.Lambda):
+                        compiled.append((index, what))
+                    elif isinstance(what, ast.Name) and what.id in defined:
+                        compiled.append(defined[what.id])
+                    else:
+                        self.add(self.report.tampering, index, node, "torch.jit.script of code the scan cannot follow")
+        return compiled
+
+    def _is_torchscript(self, node: ast.AST) -> bool:
+        name = _dotted(node, self.aliases) if isinstance(node, (ast.Name, ast.Attribute)) else None
+        return bool(name and matches(name, TORCHSCRIPT))
 
     def forbidden(self, names: tuple[str, ...], index: int, definition: ast.AST) -> list[Finding]:
         """The references to ``names`` inside a target's definition (methods of torch.Tensor: the tripwire's).

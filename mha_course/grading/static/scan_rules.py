@@ -14,7 +14,11 @@ runtime's reply channel (the socket whose number is in ``sys.argv``). So the rul
   ``gc.get_objects``/``get_referrers``, introspection attributes, ``inspect`` functions that hand
   out frames, members or closures, attribute access by computed names, ``mha_course.grading``;
 * code hidden from the scan: ``exec``, ``eval``, ``compile``, pickle, ``timeit`` with a statement
-  built at run time (a literal statement is scanned as code);
+  built at run time (a literal statement is scanned as code), and every library that runs text as
+  Python (``logging.config``, ``pydoc``, ``sympy``, YAML's loaders, ``allow_pickle``, TorchScript, a
+  module imported from ``sys.path`` after a cell wrote it);
+* the libraries the runtime itself calls after the function under test returns (``numpy.save``,
+  ``json.dumps``, ``torch.Tensor.numpy``): a function of theirs replaced by a cell;
 * the reply channel: ``sys.argv``, file descriptors (``os.fdopen``, ``open(3)``, ``open`` of anything
   not written as a path, ``/proc/self/fd``, ``/dev/fd``), sockets, ``select``;
 * hooks into the interpreter or torch that could hide a call from the tripwire (``sys.settrace``,
@@ -175,6 +179,45 @@ TAMPERING_PREFIXES = (
     "tokenize.open",
     # the grader itself
     "mha_course.grading",
+    # where imports are found: a module a cell wrote, or one that shadows a library, is imported from there
+    "sys.path",
+    "site",
+    # libraries that run text as Python (code the scan would not otherwise read): a dotted name resolved
+    # and called, a statement compiled, an annotation or an expression evaluated, a document's tags
+    "logging.config",
+    "pydoc",
+    "doctest",
+    "rlcompleter",
+    "sympy",
+    "jinja2",
+    "yaml.load",
+    "yaml.load_all",
+    "yaml.unsafe_load",
+    "yaml.unsafe_load_all",
+    "yaml.full_load",
+    "yaml.full_load_all",
+    "yaml.Loader",
+    "yaml.FullLoader",
+    "yaml.UnsafeLoader",
+    "yaml.constructor",
+    "typing.get_type_hints",
+    "typing.ForwardRef",
+    "inspect.get_annotations",
+    "pandas.eval",
+    "pandas.read_pickle",
+    "numexpr",
+    "torch.serialization",
+    # TorchScript runs its operators below torch's Python API, where the run-time tripwire does not look
+    "torch.jit.CompilationUnit",
+    "torch.jit.load",
+    "torch.jit.trace",
+    "torch.jit.trace_module",
+    "torch.utils.cpp_extension",
+    # attributes set or read by a name given as text, and evaluated annotations
+    "unittest.mock",
+    "string.Formatter",
+    "functools.singledispatch",
+    "functools.singledispatchmethod",
 )
 #: Calls that compile a statement given as a string (stmt and setup): a literal is scanned as code,
 #: a lambda or a function is fine, anything built at run time is tampering.
@@ -231,6 +274,9 @@ TAMPERING_ATTRIBUTES = (
     "__defaults__",
     "__kwdefaults__",
     "__import__",
+    "__setattr__",
+    "__delattr__",
+    "__annotations__",
     "cell_contents",
     "tb_frame",
     "tb_next",
@@ -247,7 +293,7 @@ TAMPERING_ATTRIBUTES = (
 # builtins that take an attribute name: with a literal name they read as obj.name
 ATTRIBUTE_BUILTINS = ("getattr", "setattr", "delattr", "hasattr")
 # strings that name the grader's files or other processes
-TAMPERING_STRINGS = ("results.json", "/proc/", "/autograder", "/dev/fd")
+TAMPERING_STRINGS = ("results.json", "/proc/", "/autograder", "/dev/fd", "mha_course.grading")
 ALLOWED_GRADING = ("mha_course.check", "mha_course.grading.check", "mha_course.grading.learner.selfcheck.check")
 
 
@@ -442,7 +488,17 @@ LIKELY_TAMPERING_BUILTINS = ("__builtins__", "__loader__")
 LIKELY_TAMPERING_STRINGS = ("/autograder", "/dev/fd")
 #: Finding names, written by the scan, that only an attack produces (a file descriptor opened by number,
 #: an attribute name spelled in pieces: ``getattr(os, "ki" + "ll")``).
-LIKELY_TAMPERING_PHRASES = ("of a file descriptor number", "a file descriptor passed as fileno=", "built from pieces")
+LIKELY_TAMPERING_PHRASES = (
+    "of a file descriptor number",
+    "a file descriptor passed as fileno=",
+    "built from pieces",
+    "a library function replaced",
+    "a class changed through an instance",
+)
+#: The suffixes of a write into a library: a function or class replaced (the grader's runtime calls the
+#: library in the same process: ``json.dumps``, ``numpy.save``, ``torch.Tensor.numpy``), or a setting.
+LIBRARY_FUNCTION_REPLACED = " (a library function replaced)"
+LIBRARY_SETTING_WRITTEN = " (a library attribute written)"
 #: The builtins that hand out a namespace: a read of a plain name through them is the name itself.
 NAMESPACE_BUILTINS = ("globals", "locals", "vars")
 #: Methods that change the object they are called on (a dict, a module's namespace, sys.modules).
