@@ -31,6 +31,14 @@ And not what only looks dangerous: ``import timeit`` with a lambda, ``inspect.ge
 
 from __future__ import annotations
 
+from .scan_labels import (
+    LIKELY_TAMPERING_ATTRIBUTES,
+    LIKELY_TAMPERING_BUILTINS,
+    LIKELY_TAMPERING_PHRASES,
+    LIKELY_TAMPERING_PREFIXES,
+    LIKELY_TAMPERING_STRINGS,
+)
+
 TAMPERING_PREFIXES = (
     # the interpreter, imports and code from strings or bytes
     "ctypes",
@@ -356,145 +364,6 @@ def tampering(name: str) -> str | None:
     return hit
 
 
-# --- what a tampering finding is labelled (docs/INSTRUCTORS.md, "What a scan finding does") -----------
-# Every tampering finding flags the submission for review, with its evidence; under the default policy
-# (--on-tamper review) the tests still score it. A finding only an attack makes is labelled "likely
-# tampering"; one that honest code can make too (importlib.reload, pickle, torch.load, eval, breakpoint,
-# a computed getattr, open(path) in a loop, /proc/meminfo...) is labelled "review". Writing into
-# anything the scan flags (sys.modules[...] = , builtins.len = , a grader module's attribute, f.__code__ = )
-# is always "likely tampering".
-
-#: Dotted names (prefixes) only an attack uses: import hooks, frames, interpreter memory, file descriptors,
-#: raw process and privilege calls, code objects.
-LIKELY_TAMPERING_PREFIXES = (
-    "ctypes",
-    "sys.meta_path",
-    "sys.path_hooks",
-    "sys._getframe",
-    "sys._current_frames",
-    "sys.settrace",
-    "sys.setprofile",
-    "sys.addaudithook",
-    "sys.orig_argv",
-    "gc.get_referrers",
-    "gc.get_referents",
-    "gc.callbacks",
-    "inspect.currentframe",
-    "inspect.stack",
-    "inspect.trace",
-    "inspect.getouterframes",
-    "inspect.getinnerframes",
-    "inspect.getframeinfo",
-    "inspect.getclosurevars",
-    "inspect.getgeneratorlocals",
-    "inspect.getcoroutinelocals",
-    "inspect.getasyncgenlocals",
-    "types.CodeType",
-    "_pickle",
-    "marshal",
-    "copyreg",
-    "codeop",
-    "bdb",
-    "zipimport",
-    "logging.currentframe",
-    "traceback.walk_stack",
-    "threading.settrace",
-    "threading.setprofile",
-    "timeit.template",
-    "timeit.main",
-    "timeit.reindent",
-    "os.kill",
-    "os.killpg",
-    "os.fork",
-    "os.forkpty",
-    "os.exec",
-    "os.spawn",
-    "os.posix_spawn",
-    "os.setpgrp",
-    "os.setsid",
-    "os.dup",
-    "os.dup2",
-    "os.close",
-    "os.closerange",
-    "os.open",
-    "os.fdopen",
-    "os.read",
-    "os.readv",
-    "os.pread",
-    "os.preadv",
-    "os.write",
-    "os.writev",
-    "os.pwrite",
-    "os.pwritev",
-    "os.sendfile",
-    "os.fstat",
-    "os.set_inheritable",
-    "os.get_inheritable",
-    "os.set_blocking",
-    "os.pidfd_open",
-    "os.register_at_fork",
-    "os.setuid",
-    "os.setgid",
-    "os.setresuid",
-    "os.setresgid",
-    "os.chroot",
-    "os.plock",
-    "os.splice",
-    "os.copy_file_range",
-    "os.pipe",
-    "posix",
-    "nt",
-    "_posixsubprocess",
-    "_socket",
-    "select",
-    "selectors",
-    "fcntl",
-    "pty",
-    "io.FileIO",
-    "_io",
-    "_pyio",
-)
-#: Attributes only an attack reads: a function's globals and closure cells, frames, the class tree's
-#: escape hatch, pickling hooks, the interpreter's loader and builtins.
-LIKELY_TAMPERING_ATTRIBUTES = (
-    "__globals__",
-    "__closure__",
-    "__subclasses__",
-    "__builtins__",
-    "__loader__",
-    "__reduce__",
-    "__reduce_ex__",
-    "__import__",
-    "cell_contents",
-    "tb_frame",
-    "f_back",
-    "f_globals",
-    "f_locals",
-    "f_builtins",
-    "f_code",
-    "gi_frame",
-    "gi_code",
-    "cr_frame",
-    "ag_frame",
-    "_getframe",
-    "_current_frames",
-    "meta_path",
-    "path_hooks",
-    "settrace",
-    "setprofile",
-    "addaudithook",
-)
-LIKELY_TAMPERING_BUILTINS = ("__builtins__", "__loader__")
-LIKELY_TAMPERING_STRINGS = ("/autograder", "/dev/fd")
-#: Finding names, written by the scan, that only an attack produces (a file descriptor opened by number,
-#: an attribute name spelled in pieces: ``getattr(os, "ki" + "ll")``).
-LIKELY_TAMPERING_PHRASES = (
-    "of a file descriptor number",
-    "a file descriptor passed as fileno=",
-    "built from pieces",
-    "a library function replaced",
-    "a class changed through an instance",
-)
 #: The suffixes of a write into a library: a function or class replaced (the grader's runtime calls the
 #: library in the same process: ``json.dumps``, ``numpy.save``, ``torch.Tensor.numpy``), or a setting.
 LIBRARY_FUNCTION_REPLACED = " (a library function replaced)"
@@ -506,7 +375,8 @@ MUTATING_METHODS = ("update", "setdefault", "pop", "popitem", "clear", "__setite
 
 
 def likely_tampering(finding: str) -> bool:
-    """Whether a tampering finding (its name, as :mod:`.scan` writes it) is one only an attack makes.
+    """Whether a tampering finding (its name, as :mod:`.scan` writes it) is one only an attack makes
+    (the tables: :mod:`.scan_labels`).
 
     ``"os.write"``, ``".f_back"``, ``"getattr(..., '__globals__')"``, ``"the string '/dev/fd'"`` -> True;
     ``"importlib.reload"``, ``"eval"``, ``"getattr() with a computed attribute name"`` -> False.
