@@ -44,6 +44,8 @@ from .guard import Tripwire, guarded
 from .messages import MPL_CACHE, MPL_CONFIG, SCRATCH, SCRATCH_ENV, Event
 
 CALL_PACKAGE = "mha_course.grading.calls."
+# the reply's functions, bound when the broker imports this module (before any learner code runs)
+_SEND, _RECV, _EXIT = wire.send, wire.recv, os._exit
 # Library modules every sandbox may import: the self-check helpers the lectures import next to `check`
 # (tolerances and assert_close compare what they are given and hold no answers); :mod:`mha_course.grading.walls.view` copies them.
 HELPERS = ("mha_course.testing",)
@@ -392,27 +394,34 @@ def _case_from_state(notebook: Any, channel: Any, namespace: dict, tripwire: Tri
     """A case process forked from the notebook process: the broker's request on ``channel``, one reply, then wait."""
     import signal
 
-    send, recv, exit_now = wire.send, wire.recv, os._exit
     try:
         notebook.close()  # the broker's channel to the notebook process is not this process's
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     except BaseException:
-        exit_now(1)
-    try:
+        _EXIT(1)
+
+    def case() -> tuple[dict, bytes]:
         torch = sys.modules.get("torch")
         if torch is not None:  # a cell may have asked for more threads: a case runs on one
             torch.set_num_threads(1)
-        request, blob = recv(channel)
-        inputs = wire.unpack(request["inputs"], blob)
-        reply, out = _run_case(request, namespace, inputs, tripwire, extra)
+        request, blob = _RECV(channel)
+        return _run_case(request, namespace, wire.unpack(request["inputs"], blob), tripwire, extra)
+
+    _reply_once(channel, case)
+
+
+def _reply_once(channel: Any, case: Any) -> None:
+    """Send what ``case()`` returns (or the error it raised) as the case's one reply; wait to be ended."""
+    try:
+        reply, out = case()
     except BaseException as exc:
         reply, out = {"ok": False, "kind": "error", "error": error_text(exc), "forbidden": []}, b""
     try:
-        send(channel, reply, out)
-        recv(channel)  # the broker looks at this process, then ends it
+        _SEND(channel, reply, out)
+        _RECV(channel)  # the broker looks at this process, then ends it
     except BaseException:
         pass
-    exit_now(0)
+    _EXIT(0)
 
 
 def _own_path(scratch: str) -> None:
@@ -483,22 +492,15 @@ def _future_flags(stmt: Any) -> int:
 def answer(sock: Any, config: dict, cells: list[tuple[int, str]], skip: set[int], request: dict, blob: bytes) -> None:
     """One case process: the definitions, then the one case of ``request``, one reply, then wait to be ended."""
     scratch = os.environ.get(SCRATCH_ENV, SCRATCH)
-    send, recv, exit_now = wire.send, wire.recv, os._exit
-    try:
+
+    def case() -> tuple[dict, bytes]:
         _own_path(scratch)
         tripwire, extra, _ = enter(config, scratch)
         namespace = _namespace()
         found = load_definitions(cells, skip, namespace)
-        inputs = wire.unpack(request["inputs"], blob)
-        reply, out = _run_case(request, namespace, inputs, tripwire, extra, found)
-    except BaseException as exc:
-        reply, out = {"ok": False, "kind": "error", "error": error_text(exc), "forbidden": []}, b""
-    try:
-        send(sock, reply, out)
-        recv(sock)  # the broker looks at this process, then ends it
-    except BaseException:
-        pass
-    exit_now(0)
+        return _run_case(request, namespace, wire.unpack(request["inputs"], blob), tripwire, extra, found)
+
+    _reply_once(sock, case)
 
 
 def main(argv: list[str] | None = None) -> None:
