@@ -195,3 +195,43 @@ def test_files_restore_writes_back_a_cell_file_a_case_changed_or_removed(tmp_pat
         (scratch / "d").chmod(0)
         files.restore()
     assert sorted(str(p.relative_to(scratch)) for p in scratch.rglob("*")) == ["d", "d/w.npy", "log.txt"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("smaps", [True, False], ids=["pss", "resident sizes (tier B)"])
+def test_memory_a_case_shares_with_the_notebook_is_counted_once(smaps, monkeypatch):
+    """The watch's measure: a forked case process holds the notebook's pages too, counted once."""
+    import builtins
+
+    import numpy as np
+    import psutil
+
+    from mha_course.grading.engine.process import proportional_size
+
+    held = np.ones(2**25)  # 256 MiB, written
+    if not smaps:  # as in tier B, where root without CAP_SYS_PTRACE reads no other uid's smaps
+        real_open = builtins.open
+
+        def no_smaps(path, *args, **kwargs):
+            if "smaps_rollup" in str(path):
+                raise PermissionError(path)
+            return real_open(path, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "open", no_smaps)
+    child = os.fork()
+    if child == 0:
+        import time
+
+        time.sleep(5)
+        os._exit(0)
+    try:
+        import time
+
+        time.sleep(0.3)
+        pids = [os.getpid(), child]
+        rss = sum(psutil.Process(p).memory_info().rss for p in pids)
+        counted = proportional_size(pids)
+        assert rss - counted > 0.8 * held.nbytes and counted > held.nbytes, (rss, counted)
+    finally:
+        os.kill(child, 9)
+        os.waitpid(child, 0)

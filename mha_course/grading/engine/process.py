@@ -111,6 +111,35 @@ class Died(Exception):
         self.reason, self.kind = reason, kind
 
 
+def proportional_size(pids: list[int]) -> int:
+    """The bytes ``pids`` hold together: each page shared by n of them counted 1/n (Linux's Pss).
+
+    A case process is forked from the notebook's, so both hold the notebook's pages: their resident sizes
+    added would count those twice. Where smaps_rollup cannot be read (tier B: root without
+    CAP_SYS_PTRACE reads no other uid's), the resident sizes are added and the one pair of a process and
+    its parent that overlap most is counted once: the child beyond its parent only. That undercounts by
+    at most one process's size, which RLIMIT_AS bounds.
+    """
+    import psutil
+
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+                total += next(int(line.split()[1]) * 1024 for line in f if line.startswith(b"Pss:"))
+        except (OSError, StopIteration, ValueError, IndexError):
+            break
+    else:
+        return total
+    rss, parent = {}, {}
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            process = psutil.Process(pid)
+            rss[pid], parent[pid] = process.memory_info().rss, process.ppid()
+    shared = max((min(size, rss[parent[pid]]) for pid, size in rss.items() if parent[pid] in rss), default=0)
+    return sum(rss.values()) - shared
+
+
 RUNTIME_ALLOWANCE_MB = 1024  # torch, numpy and the interpreter itself, before the learner allocates anything
 
 
@@ -154,11 +183,12 @@ class SubmissionProcess:
                 self.killed_for = (str(why), Status.MEMORY)
                 self.kill()
                 return
+            pids = list(self.sandbox.tasks()) if self.sandbox is not None else []
             rss = 0
-            for pid in self.sandbox.tasks() if self.sandbox is not None else ():
+            for pid in pids:
                 with contextlib.suppress(psutil.Error):
                     rss += psutil.Process(pid).memory_info().rss
-            if self.limits.memory_mb > 0 and rss > limit:
+            if self.limits.memory_mb > 0 and rss > limit and proportional_size(pids) > limit:
                 self.killed_for = (f"used more than {self.limits.memory_mb} MiB of memory", Status.MEMORY)
                 self.kill()
                 return
