@@ -16,6 +16,7 @@ import numpy as np
 from ..calls import a02_softmax as calls
 from ..engine import case_inputs
 from ..engine.spec import Assignment, Case, Exercise
+from ..inside import op_families
 from ..learner import hints
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -219,22 +220,7 @@ def _cases(call, call_unchanged, torch_version: bool):
     return tuple(cases)
 
 
-# torch's own softmax in every spelling (log_softmax(x).exp() and x - logsumexp(x) are the same shortcut)
-_TORCH_SHORTCUTS = (
-    "torch.softmax",
-    "torch.nn.functional.softmax",
-    "torch.special.softmax",
-    "torch.Tensor.softmax",
-    "torch.log_softmax",
-    "torch.nn.functional.log_softmax",
-    "torch.special.log_softmax",
-    "torch.Tensor.log_softmax",
-    "torch.logsumexp",
-    "torch.special.logsumexp",
-    "torch.Tensor.logsumexp",
-    "torch.nn.Softmax",
-    "torch.nn.LogSoftmax",
-)
+_TORCH_SHORTCUTS = op_families.TORCH_SOFTMAX_NAMES  # every spelling of torch's own softmax
 
 SOFTMAX_NP = Exercise(
     key="softmax_np",

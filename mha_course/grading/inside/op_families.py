@@ -87,25 +87,26 @@ _MHA_NAMES = frozenset(
 )
 _SDPA_NAMES = frozenset({"torch.nn.functional.scaled_dot_product_attention", *_MHA_NAMES})
 
+#: torch's own softmax in every spelling (log_softmax(x).exp() and x - logsumexp(x) are the same shortcut):
+#: what the softmax exercises forbid, and the torch half of the family's names
+TORCH_SOFTMAX_NAMES = (
+    "torch.softmax",
+    "torch.nn.functional.softmax",
+    "torch.special.softmax",
+    "torch.Tensor.softmax",
+    "torch.log_softmax",
+    "torch.nn.functional.log_softmax",
+    "torch.special.log_softmax",
+    "torch.Tensor.log_softmax",
+    "torch.logsumexp",
+    "torch.special.logsumexp",
+    "torch.Tensor.logsumexp",
+    "torch.nn.Softmax",
+    "torch.nn.LogSoftmax",
+)
+
 _SOFTMAX_NAMES = frozenset(
-    {
-        "torch.softmax",
-        "torch.nn.functional.softmax",
-        "torch.special.softmax",
-        "torch.Tensor.softmax",
-        "torch.log_softmax",
-        "torch.nn.functional.log_softmax",
-        "torch.special.log_softmax",
-        "torch.Tensor.log_softmax",
-        "torch.logsumexp",
-        "torch.special.logsumexp",
-        "torch.Tensor.logsumexp",
-        "torch.nn.Softmax",
-        "torch.nn.LogSoftmax",
-        "scipy.special.softmax",
-        "scipy.special.log_softmax",
-        "scipy.special.logsumexp",
-    }
+    {*TORCH_SOFTMAX_NAMES, "scipy.special.softmax", "scipy.special.log_softmax", "scipy.special.logsumexp"}
 )
 
 # NumPy ufunc methods that are a log-sum-exp (wrapped while a case runs: see guard.WatchedUfunc)
