@@ -228,13 +228,12 @@ def run(grader: socket.socket, scratch: str, sandbox: Any) -> None:
     if settings.get("strict"):  # definitions only: nothing that ran a cell outlives the cells
         notebook.close()
         _clean(me, scratch)
-        notebook_pid = -1
-        threads = 0
+        notebook_pid, threads, kept = -1, 0, None
     else:  # the notebook's state stays, in its process and its files; every other process goes
         end_others(me, notebook_pid)
         threads = max(0, thread_count(notebook_pid) - 1)
         notebook_pid = _settle(me, notebook_pid, notebook)
-    kept = _Files(scratch, me)
+        kept = _Files(scratch, me)
     wire.send(grader, {"event": Event.READY, "threads": threads})
     while True:
         try:
@@ -243,7 +242,7 @@ def run(grader: socket.socket, scratch: str, sandbox: Any) -> None:
             return
         if request.get("event") != Event.CASE:
             return
-        if notebook_pid < 0:
+        if kept is None:
             reply, out = _case(grader, me, request, blob, (cells, skip, settings, scratch), sandbox)
         else:
             reply, out = _case_from_notebook(grader, me, (notebook_pid, notebook), request, blob, kept)
