@@ -18,6 +18,7 @@ import os
 import re
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -33,14 +34,27 @@ def words(nb: nbformat.NotebookNode) -> int:
     return len(re.findall(r"[A-Za-z0-9][\w'’-]*", text))
 
 
-def run_time(path: Path, timeout: int) -> float:
-    """Seconds to execute every cell of ``path`` in a fresh kernel (started in the notebook's folder)."""
+def cell_seconds(cell: nbformat.NotebookNode) -> float:
+    """Seconds one executed code cell ran, from the timing nbclient records in its metadata."""
+    timing = cell.metadata.get("execution", {})
+    started, replied = timing.get("iopub.execute_input"), timing.get("shell.execute_reply")
+    if not (started and replied):
+        return 0.0
+    return (datetime.fromisoformat(replied) - datetime.fromisoformat(started)).total_seconds()
+
+
+def run_time(path: Path, timeout: int) -> tuple[float, float, int]:
+    """Seconds to execute every cell of ``path`` in a fresh kernel (started in the notebook's folder),
+    the longest cell's seconds and that cell's index among all cells."""
     nb = nbformat.read(path, as_version=4)
     start = time.perf_counter()
     NotebookClient(
         nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
     ).execute()
-    return time.perf_counter() - start
+    total = time.perf_counter() - start
+    per_cell = [(cell_seconds(cell), index) for index, cell in enumerate(nb.cells) if cell.cell_type == "code"]
+    longest, index = max(per_cell, default=(0.0, -1))
+    return total, longest, index
 
 
 def main() -> None:
@@ -58,20 +72,23 @@ def main() -> None:
     if args.only:
         items = [i for i in items if any(i[1].name.startswith(o) for o in args.only)]
     print(f"{os.cpu_count()} CPU cores; load average {os.getloadavg()[0]:.2f}; python {sys.version.split()[0]}")
-    print("| notebook | words | reading (min) | execution (s) |")
-    print("|---|---|---|---|")
+    print("| notebook | words | reading (min) | execution (s) | longest cell (s) | its index |")
+    print("|---|---|---|---|---|---|")
     rows = []
     for kind, shown, executed in items:
         count = words(nbformat.read(shown, as_version=4))
+        seconds = longest = index = None
         try:
-            seconds = round(run_time(executed, args.timeout), 1)
+            total, slowest, index = run_time(executed, args.timeout)
+            seconds, longest = round(total, 1), round(slowest, 1)
         except Exception as exc:  # noqa: BLE001 - a failing notebook is reported, the others still run
-            seconds = None
             print(f"<!-- {shown.name}: {type(exc).__name__}: {str(exc)[:200]} -->", flush=True)
-        row = {"kind": kind, "notebook": shown.name, "words": count, "seconds": seconds}
+        row = {"kind": kind, "notebook": shown.name, "words": count, "seconds": seconds,
+               "longest_cell_seconds": longest, "longest_cell_index": index}
         rows.append(row)
         print(
-            f"| {shown.stem} | {count} | {count / WORDS_PER_MINUTE:.0f} | {'failed' if seconds is None else seconds} |",
+            f"| {shown.stem} | {count} | {count / WORDS_PER_MINUTE:.0f} | {'failed' if seconds is None else seconds} "
+            f"| {'' if longest is None else longest} | {'' if index is None else index} |",
             flush=True,
         )
     if args.json:
