@@ -5,8 +5,10 @@ constants, sizes divisible by 16 and aligned pointers are marked); this module b
 arguments (:mod:`mha_course.kernels.registry`) for contiguous CPU tensors with the JITFunction's binder
 and compiles for a real target with Triton's options: the cubin a contiguous launch on that GPU builds.
 ``cuobjdump -res-usage`` reads its registers, local memory and stack, ``nvdisasm`` its SASS (spills as
-STL/LDL, the inner loop), and :func:`mha_course.kernels.ptx.throughput_bound` turns the steady-state
-loop into SM clocks per 128 x 128 block of scores for the tensor cores, instruction issue, the
+STL/LDL: the bytes stored and loaded, the figures ``ptxas -v`` prints; the bytes spilled are the stores),
+Triton's metadata the shared memory and (sm_100) the tensor memory a block allocates, both counted in the
+occupancy. The SASS also gives the inner loop (a branch back to a label that dominates it), and
+:func:`mha_course.kernels.ptx.throughput_bound` turns the steady-state loop into SM clocks per 128 x 128 block of scores for the tensor cores, instruction issue, the
 special-function unit (EX2) and shared memory; the largest is the limit. The bound is optimistic, for
 comparing kernels and configs (every unit at its peak in parallel, no stall, no global-memory traffic,
 only full tiles); the backward's is the dK/dV loop's plus the dQ loop's.
@@ -66,11 +68,13 @@ class Record:
     ok: bool
     variant: str = ""  # other constexprs of the config
     registers: int = 0
-    spill_stores: int = 0  # bytes per thread the SASS stores to local memory (STL), counted statically
-    spill_loads: int = 0  # bytes per thread it loads back (LDL)
+    spill_stores: int = 0  # bytes per thread the SASS stores to local memory (STL), counted statically: ptxas -v's
+    # "bytes spill stores" (the same figure for the same cubin)
+    spill_loads: int = 0  # bytes per thread it loads back (LDL): ptxas -v's "bytes spill loads"
     local_bytes: int = 0  # local memory per thread (cuobjdump LOCAL): 0 when nothing spills
     stack: int = 0
     shared_bytes: int = 0
+    tensor_memory_columns: int = 0  # sm_100: columns of the SM's 512 of tensor memory one block allocates
     tensor_cores: str = "none"
     warps_per_sm: int = 0
     occupancy: float = 0.0
@@ -92,7 +96,13 @@ class Record:
 
     @property
     def spill_bytes(self) -> int:
-        return self.spill_stores + self.spill_loads
+        """Bytes spilled per thread: the stores, ptxas's "bytes spill stores" (a spilled value is stored, then
+        loaded back once or more, so stores + loads would count it twice or more)."""
+        return self.spill_stores
+
+    @property
+    def spills(self) -> bool:
+        return bool(self.spill_stores or self.spill_loads or self.local_bytes)
 
     @property
     def config(self) -> str:
@@ -183,8 +193,11 @@ def _read(record: Record, compiled: Any, spec: Any, config: Any, start: float, k
     record.registers, record.stack, record.local_bytes = resources["registers"], resources["stack"], resources["local"]
     record.spill_stores, record.spill_loads = _local_bytes(sass, "STL"), _local_bytes(sass, "LDL")
     record.shared_bytes = int(getattr(compiled.metadata, "shared", 0) or 0)
+    record.tensor_memory_columns = int(getattr(compiled.metadata, "tmem_size", 0) or 0)
     record.tensor_cores = tensor_core_instruction(ptx)
-    record.warps_per_sm, record.occupancy = occupancy(target, record.registers, record.shared_bytes, record.num_warps)
+    record.warps_per_sm, record.occupancy = occupancy(
+        target, record.registers, record.shared_bytes, record.num_warps, record.tensor_memory_columns
+    )
     padded = constexprs(record.head_dim, record.head_dim, record.causal, getattr(torch, record.dtype))["BLOCK_D"]
     try:
         loop = steady_loop(sass_loops(sass))
@@ -243,7 +256,7 @@ def best_bounds(records: list[Record]) -> list[dict[str, Any]]:
     """Per (arch, dtype, D, causal): the forward's best config's bound and the backward's (best dK/dV + best dQ)."""
     groups: dict[tuple, dict[str, Record]] = {}
     for r in records:
-        if not (r.ok and math.isfinite(r.bound_clocks)) or r.spill_bytes or r.local_bytes:
+        if not (r.ok and math.isfinite(r.bound_clocks)) or r.spills:
             continue  # a config that spills is not shipped
         key = (r.arch, r.dtype, r.head_dim, r.causal)
         best = groups.setdefault(key, {})
@@ -326,7 +339,7 @@ def format_table(records: list[Record]) -> str:
     """A fixed-width table, one row per record; the bound's columns are SM clocks per 128 x 128 scores."""
     header = (
         f"{'kernel':7} {'arch':6} {'dtype':8} {'D':>4} {'causal':6} {'config (M, N, warps, stages)':28} "
-        f"{'regs':>4} {'spill B':>7} {'smem KiB':>8} {'tensor':8} {'occ.':>4} | {'tensor':>6} {'issue':>6} "
+        f"{'regs':>4} {'spill st/ld B':>13} {'smem KiB':>8} {'TMEM col':>8} {'tensor':8} {'occ.':>4} | {'tensor':>6} {'issue':>6} "
         f"{'mufu':>6} {'smem':>6} {'limit':6} {'instr/score':>11} {'mma x':>5}"
     )
     lines = [header, "-" * len(header)]
@@ -336,7 +349,8 @@ def format_table(records: list[Record]) -> str:
             lines.append(f"{head} FAILED: {r.error}")
             continue
         lines.append(
-            f"{head} {r.registers:>4} {r.spill_bytes:>7} {r.shared_bytes / 1024:>8.1f} {r.tensor_cores:8} "
+            f"{head} {r.registers:>4} {f'{r.spill_stores}/{r.spill_loads}':>13} {r.shared_bytes / 1024:>8.1f} "
+            f"{r.tensor_memory_columns:>8} {r.tensor_cores:8} "
             f"{r.occupancy:>4.0%} | {r.tensor_clocks:>6.0f} {r.issue_clocks:>6.0f} {r.mufu_clocks:>6.0f} "
             f"{r.shared_clocks:>6.0f} {r.limit:6} {r.instructions_per_score:>11.2f} {r.mma_redundancy:>5.2f}"
         )
@@ -353,6 +367,24 @@ def format_bounds(rows: list[dict[str, Any]]) -> str:
         if "backward" in row:
             text += f"  backward {row['backward']:6.0f} (dK/dV {row['dkdv_config']}, dQ {row['dq_config']})"
         lines.append(text)
+    return "\n".join(lines)
+
+
+def notes(archs: list[str]) -> str:
+    """What the table's columns count, and what they leave out, for these targets."""
+    lines = [
+        "spill st/ld B: bytes per thread stored to and loaded from local memory (ptxas -v's spill stores and loads); "
+        "the bytes spilled are the stores (a spilled value is stored, then loaded back once or more: adding the two "
+        "would count it twice or more)"
+    ]
+    if any(TARGETS[a].tensor_memory_columns for a in archs):
+        lines.append(
+            "sm_100: occupancy counts tensor memory (128 lanes x 512 columns of 32 bits per SM, 256 KiB): only the "
+            "blocks whose allocations (TMEM col) fit at once, as well as registers, shared memory and warps; the "
+            "tensor column of the bound is nan and the smem column leaves out the operands tcgen05 reads from shared "
+            "memory (UTCHMMA takes its shapes from descriptors the SASS does not show), so sm_100's limit is read "
+            "from issue, mufu and a lower bound of smem"
+        )
     return "\n".join(lines)
 
 
@@ -397,11 +429,17 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(records))
     bounds = best_bounds(records)
     print(format_bounds(bounds))
-    spilling = [r for r in records if r.ok and (r.spill_bytes or r.local_bytes)]
+    spilling = [r for r in records if r.ok and r.spills]
     print(
         f"{len(records)} kernels compiled for {', '.join(args.arch)}; {len(spilling)} spill; "
         f"{sum(not r.ok for r in records)} failed"
     )
+    for r in spilling:
+        print(
+            f"  spills: {r.kernel} {r.arch} {r.dtype} D={r.head_dim} causal={'yes' if r.causal else 'no'} {r.config}: "
+            f"{r.spill_stores} B spill stores, {r.spill_loads} B spill loads per thread (stack {r.stack} B)"
+        )
+    print(notes(args.arch))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         payload = {"records": [_as_json(r) for r in records], "bounds": bounds}

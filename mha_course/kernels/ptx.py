@@ -37,12 +37,16 @@ class Target:
     issue_per_clock: int = 4  # one warp instruction per scheduler, four schedulers
     mufu_per_clock: int = 16  # special-function results (ex2, rcp, lg2): 4 per scheduler
     shared_bytes_per_clock: int = 128  # shared-memory bandwidth
+    # Tensor memory (sm_100's tcgen05 accumulators): 128 lanes x 512 columns of 32-bit cells per SM, 256 KiB
+    # (NVIDIA PTX ISA, "Tensor Memory"); 0 where the GPU has none. A block takes whole columns
+    # (tcgen05.alloc: a power of two >= 32), and an alloc that does not fit waits until columns are freed.
+    tensor_memory_columns: int = 0
 
 
 TARGETS = {
     "sm_80": Target(80, "A100", shared_per_sm=164 * 1024),
     "sm_90": Target(90, "H100", tensor_fmas_per_clock=2048),
-    "sm_100": Target(100, "B200", tensor_fmas_per_clock=4096),
+    "sm_100": Target(100, "B200", tensor_fmas_per_clock=4096, tensor_memory_columns=512),
 }
 
 
@@ -57,13 +61,28 @@ def tensor_core_instruction(ptx: str) -> str:
     return "none"
 
 
-def occupancy(target: Target, registers: int, shared_bytes: int, num_warps: int) -> tuple[int, float]:
-    """(warps per SM, fraction of the SM's warp slots) for one block of ``num_warps`` warps."""
+def occupancy(
+    target: Target, registers: int, shared_bytes: int, num_warps: int, tensor_memory_columns: int = 0
+) -> tuple[int, float]:
+    """(warps per SM, fraction of the SM's warp slots) for one block of ``num_warps`` warps.
+
+    ``tensor_memory_columns``: the columns of tensor memory one block allocates (Triton's ``tmem_size``; 0 for
+    none). Only blocks whose allocations fit in the SM's columns at once are counted: a further block may
+    be resident, but its ``tcgen05.alloc`` waits until another block frees its columns, so it hides no latency.
+    """
+    if tensor_memory_columns < 0 or (tensor_memory_columns and not target.tensor_memory_columns):
+        raise ValueError(
+            f"tensor_memory_columns must be 0 on {target.name} (no tensor memory) and >= 0, got {tensor_memory_columns}"
+        )
     per_warp = math.ceil(max(registers, 1) * 32 / target.register_granule) * target.register_granule
     by_registers = target.registers_per_sm // (per_warp * num_warps)
     by_shared = target.shared_per_sm // (shared_bytes + target.shared_reserved_per_block)
     by_warps = target.max_warps_per_sm // num_warps
-    blocks = min(by_registers, by_shared, by_warps, target.max_blocks_per_sm)
+    by_tensor_memory = target.max_blocks_per_sm
+    if tensor_memory_columns:
+        allocated = max(32, 1 << (tensor_memory_columns - 1).bit_length())  # a power of two >= 32 columns
+        by_tensor_memory = target.tensor_memory_columns // allocated
+    blocks = min(by_registers, by_shared, by_warps, by_tensor_memory, target.max_blocks_per_sm)
     warps = blocks * num_warps
     return warps, warps / target.max_warps_per_sm
 
@@ -151,30 +170,126 @@ class Instruction:
 
 
 _SASS_LINE = re.compile(r"/\*[0-9a-f]+\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Za-z0-9_.]*)\s*([^;]*);")
-_BRANCH_TARGET = re.compile(r"BRA\s+`?\(?(\.L_x_\d+)\)?")
+# The target label of a branch, whatever comes before it: `BRA `(.L_x_1)`, `BRA.U !UP1, `(.L_x_17)`.
+_BRANCH_TARGET = re.compile(r"`?\(?(\.L_x_\d+)\)?\s*$")
+# Instructions after which control does not fall through when they execute unconditionally.
+_STOPS = ("EXIT", "RET", "BPT", "BRA")
 
 
-def sass_loops(sass: str) -> list[list[Instruction]]:
-    """The bodies of the SASS's loops: instructions from a label to a branch back to it, in program order."""
-    instructions: list[tuple[str | None, Instruction]] = []
-    label = None
+@dataclass(frozen=True)
+class _Flow:
+    """Where one instruction can send control: its branch target's index (None if none) and whether it may
+    also fall through to the next instruction."""
+
+    target: int | None
+    falls_through: bool
+
+
+def _parse_sass(sass: str) -> tuple[list[Instruction], dict[int, str], list[str]]:
+    """(instructions in program order, index -> the label in front of it, each instruction's predicate text)."""
+    instructions: list[Instruction] = []
+    labels: dict[int, str] = {}
+    predicates: list[str] = []
     for line in sass.splitlines():
         stripped = line.strip()
         if re.fullmatch(r"\.L_x_\d+:", stripped):
-            label = stripped[:-1]
+            labels[len(instructions)] = stripped[:-1]
             continue
         found = _SASS_LINE.search(line)
         if found:
             predicate = (found[1] or "").strip()
-            instructions.append((label, Instruction(found[2], found[3].strip(), never=predicate == "@!PT")))
-            label = None
-    starts = {lab: i for i, (lab, _) in enumerate(instructions) if lab}
-    loops = []
-    for end, (_, ins) in enumerate(instructions):
-        target = _BRANCH_TARGET.search(f"{ins.opcode} {ins.operands}") if ins.base == "BRA" else None
-        if target and target[1] in starts and starts[target[1]] <= end:
-            loops.append([i for _, i in instructions[starts[target[1]] : end + 1]])
-    return loops
+            predicates.append(predicate)
+            instructions.append(Instruction(found[2], found[3].strip(), never=predicate == "@!PT"))
+    return instructions, labels, predicates
+
+
+def _flows(instructions: list[Instruction], labels: dict[int, str], predicates: list[str]) -> list[_Flow]:
+    """Each instruction's successors. A branch is conditional when predicated (``@P0 BRA``) or when it names a
+    predicate before its target (``BRA.U !UP1, `(.L_x_17)``, Blackwell's uniform branches)."""
+    index = {label: i for i, label in labels.items()}
+    flows = []
+    for ins, predicate in zip(instructions, predicates, strict=True):
+        if ins.never or ins.base not in _STOPS:
+            flows.append(_Flow(None, True))
+            continue
+        parts = [p.strip() for p in ins.operands.split(",")]
+        conditional = predicate not in ("", "@PT") or (ins.base == "BRA" and len(parts) > 1 and parts[0] != "UPT")
+        target = None
+        if ins.base == "BRA":
+            found = _BRANCH_TARGET.search(ins.operands)
+            target = index.get(found[1]) if found else None
+        flows.append(_Flow(target, conditional))
+    return flows
+
+
+def _block_of(leaders: list[int], count: int) -> dict[int, int]:
+    """Instruction index -> the index of its basic block's first instruction."""
+    block_of = {}
+    for number, start in enumerate(leaders):
+        end = leaders[number + 1] if number + 1 < len(leaders) else count
+        block_of.update({i: start for i in range(start, end)})
+    return block_of
+
+
+def _dominators(flows: list[_Flow], leaders: list[int]) -> dict[int, set[int]]:
+    """Block leader -> the leaders of the blocks that dominate it (every path from the entry passes through
+    them). A block the entry does not reach dominates only itself."""
+    block_of = _block_of(leaders, len(flows))
+    successors: dict[int, set[int]] = {}
+    for number, start in enumerate(leaders):
+        last = (leaders[number + 1] if number + 1 < len(leaders) else len(flows)) - 1
+        flow, nexts = flows[last], set()
+        if flow.target is not None:
+            nexts.add(block_of[flow.target])
+        if flow.falls_through and last + 1 < len(flows):
+            nexts.add(block_of[last + 1])
+        successors[start] = nexts
+    reached, todo = {leaders[0]}, [leaders[0]]
+    while todo:
+        for nxt in successors[todo.pop()] - reached:
+            reached.add(nxt)
+            todo.append(nxt)
+    predecessors: dict[int, set[int]] = {b: set() for b in leaders}
+    for b, nexts in successors.items():
+        for nxt in nexts:
+            predecessors[nxt].add(b)
+    dom = {b: (set(reached) if b in reached else {b}) for b in leaders}
+    dom[leaders[0]] = {leaders[0]}
+    changed = True
+    while changed:
+        changed = False
+        for b in leaders[1:]:
+            if b not in reached:
+                continue
+            incoming = [dom[p] for p in predecessors[b] if p in reached]
+            new = set.intersection(*incoming) | {b} if incoming else {b}
+            if new != dom[b]:
+                dom[b], changed = new, True
+    return dom
+
+
+def sass_loops(sass: str) -> list[list[Instruction]]:
+    """The bodies of the SASS's loops, in program order: the instructions from a label to a branch back to it,
+    for every branch whose target dominates it (every path to the branch passes through the label).
+
+    The dominance test keeps out the jumps back from code placed out of line: on sm_100 a wait that
+    must retry (a barrier's phase not yet flipped) branches to a spin loop after the kernel's EXIT,
+    which then branches back into the kernel. That backward branch closes no loop, and a range from its
+    target to it would hold most of the kernel. The out-of-line retry paths of a real loop are not part
+    of its body here: the body is the loop's straight-line code, what a steady iteration runs.
+    """
+    instructions, labels, predicates = _parse_sass(sass)
+    if not instructions:
+        return []
+    flows = _flows(instructions, labels, predicates)
+    leaders = sorted({0, *labels, *(i + 1 for i, f in enumerate(flows) if f.target is not None or not f.falls_through)})
+    leaders = [i for i in leaders if i < len(instructions)]
+    dom, block_of = _dominators(flows, leaders), _block_of(leaders, len(instructions))
+    return [
+        instructions[flow.target : end + 1]
+        for end, flow in enumerate(flows)
+        if flow.target is not None and flow.target <= end and block_of[flow.target] in dom[block_of[end]]
+    ]
 
 
 # Tensor-core instructions and their (m, n, k) when the SASS names it. HGMMA is one per warpgroup (4 warps);

@@ -262,3 +262,141 @@ def test_the_cuda_tools_run_once_per_cubin(tmp_path, monkeypatch):
     assert pr._run_on_cubin("fake_tool", ["-x"], b"123456").strip() == "6"  # other bytes: the tool runs again
     assert calls.read_text().split() == ["run", "run"]
     assert len(list((tmp_path / "triton" / "mha_course_cuda_tools").glob("*.txt"))) == 2
+
+
+# --- the loop on sm_100, tensor memory, spills ---------------------------------------------------------------
+
+# The shape of sm_100's SASS: a loop closed by a uniform branch (BRA.U !UP1), a barrier wait inside it whose retry
+# path sits after EXIT and branches back into the loop, and a wait before the loop whose retry path branches back
+# to just after it: neither backward branch closes a loop.
+SASS_SM100 = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/              @!P4 BRA `(.L_x_7) ;
+.L_x_6:
+        /*0020*/                   FFMA R2, R3, R4, -R5 ;
+.L_x_17:
+        /*0030*/                   UTCHMMA gdesc[UR4], gdesc[UR12], tmem[UR9], tmem[UR20], idesc[UR21], !UPT ;
+        /*0040*/              @!P2 BRA `(.L_x_13) ;
+.L_x_38:
+        /*0050*/                   MUFU.EX2 R2, R2 ;
+        /*0060*/                   FSEL R3, R3, -INF , P1 ;
+        /*0070*/                   BRA.U !UP1, `(.L_x_17) ;
+        /*0080*/                   EXIT ;
+.L_x_7:
+        /*0090*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P4, [UR4], R0 ;
+        /*00a0*/              @!P4 BRA `(.L_x_7) ;
+        /*00b0*/                   BRA `(.L_x_6) ;
+.L_x_13:
+        /*00c0*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P2, [UR4], R0 ;
+        /*00d0*/              @!P2 BRA `(.L_x_13) ;
+        /*00e0*/                   BRA `(.L_x_38) ;
+.L_x_99:
+        /*00f0*/                   BRA `(.L_x_99);
+"""
+
+
+def test_only_branches_back_to_a_dominating_label_close_loops():
+    loops = pr.sass_loops(SASS_SM100)
+    bodies = [[ins.base for ins in loop] for loop in loops]
+    # the loop (closed by a uniform branch), the two spin waits, the trap loop; not the jumps back from out of line
+    assert bodies == [
+        ["UTCHMMA", "BRA", "MUFU", "FSEL", "BRA"],
+        ["SYNCS", "BRA"],
+        ["SYNCS", "BRA"],
+        ["BRA"],
+    ], bodies
+    assert pr.steady_loop(loops) is loops[0]
+
+
+def test_tensor_memory_bounds_occupancy_on_sm_100_only():
+    b200, h100 = pr.TARGETS["sm_100"], pr.TARGETS["sm_90"]
+    assert b200.tensor_memory_columns == 512 and h100.tensor_memory_columns == 0
+    # 64 registers, 4 warps, 16 KiB: 8 blocks by registers, 13 by shared memory, 16 by warps ...
+    assert pr.occupancy(b200, 64, 16 * 1024, 4) == (32, 32 / 64)
+    # ... but 256 columns each: two blocks hold their tensor memory at once; 512: one; 96 rounds up to 128: four
+    assert pr.occupancy(b200, 64, 16 * 1024, 4, tensor_memory_columns=256) == (8, 8 / 64)
+    assert pr.occupancy(b200, 64, 16 * 1024, 4, tensor_memory_columns=512) == (4, 4 / 64)
+    assert pr.occupancy(b200, 64, 16 * 1024, 4, tensor_memory_columns=96) == (16, 16 / 64)
+    with pytest.raises(ValueError, match="no tensor memory"):
+        pr.occupancy(h100, 64, 16 * 1024, 4, tensor_memory_columns=256)
+
+
+def test_spill_bytes_are_the_stores_not_stores_plus_loads():
+    record = gpu_report.Record("forward", "sm_100", "float16", 64, 128, 128, 8, 2, True, True)
+    assert not record.spills and record.spill_bytes == 0
+    record.spill_stores, record.spill_loads = 116, 136
+    assert record.spills and record.spill_bytes == 116
+    assert "116/136" in gpu_report.format_table([record])
+
+
+# Compiles the forward (float16, D = 64, first config) for sm_100 and sm_90, non-causal, and the causal one for
+# sm_100, and runs the wheel's ptxas on the causal PTX with Triton's flags to read its own spill figures.
+_SM100_SCRIPT = """
+import json, re, subprocess, tempfile
+from pathlib import Path
+from triton.backends.nvidia.compiler import get_ptxas
+from mha_course.kernels import gpu_report as g
+from mha_course.kernels.ptx import sass_loops, steady_loop
+spec = g.registry()["forward"]
+out = {}
+for arch, causal in (("sm_100", False), ("sm_90", False), ("sm_100", True)):
+    config = spec.configs(g.TARGETS[arch].arch, 64, causal)[0]
+    r = g.compile_record("forward", spec, arch, "float16", 64, config, causal, keep_ptx=True)
+    loops = sass_loops(r.sass)
+    loop = steady_loop(loops)
+    alloc = re.findall(r"tcgen05\\.alloc\\S*\\s+\\[%r\\d+\\],\\s*(\\d+);", r.ptx)
+    row = dict(ok=r.ok, loop=len(loop), mufu=sum(i.base == "MUFU" for i in loop),
+               fsel=sum(i.base == "FSEL" for i in loop), longest=max(map(len, loops)),
+               spill_stores=r.spill_stores, spill_loads=r.spill_loads, spill_bytes=r.spill_bytes,
+               tmem=r.tensor_memory_columns, alloc=[int(a) for a in alloc], warps=r.warps_per_sm,
+               bound=r.bound_clocks, limit=r.limit)
+    if causal:
+        with tempfile.TemporaryDirectory() as tmp:
+            ptx = Path(tmp) / "k.ptx"
+            ptx.write_text(r.ptx)
+            cmd = [get_ptxas(100).path, "-lineinfo", "-v", "--regAllocOptLevel=2", "--gpu-name=sm_100a", str(ptx),
+                   "-o", str(Path(tmp) / "k.o")]
+            log = subprocess.run(cmd, capture_output=True, text=True, check=True).stderr
+        found = re.search(r"(\\d+) bytes spill stores, (\\d+) bytes spill loads", log)
+        row["ptxas"] = [int(found[1]), int(found[2])]
+    out[f"{arch} {'causal' if causal else 'full'}"] = row
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def sm100():
+    proc = subprocess.run(
+        [sys.executable, "-c", _SM100_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=gpu_report._compiler_env(),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_sm_100s_bound_reads_the_inner_loop_as_sm_90s_does(sm100):
+    """sm_100's steady loop is the inner loop: about as long as sm_90's, one EX2 per score per thread as there
+    (128 x 128 scores over 256 threads: 64, plus the rescale), no masking select; not the kernel-long stretch
+    (thousands of instructions, every exponential and select of both loops) that out-of-line waits made look
+    like a loop."""
+    blackwell, hopper = sm100["sm_100 full"], sm100["sm_90 full"]
+    assert blackwell["ok"] and hopper["ok"]
+    assert hopper["fsel"] == blackwell["fsel"] == 0
+    assert abs(blackwell["mufu"] - hopper["mufu"]) <= 2 and 64 <= blackwell["mufu"] <= 68, (blackwell, hopper)
+    assert blackwell["loop"] < 1.25 * hopper["loop"], (blackwell, hopper)
+    assert blackwell["longest"] < 2 * hopper["longest"], "a loop spans more than the kernel's two loops"
+    assert math.isfinite(blackwell["bound"]) and blackwell["limit"] in ("issue", "mufu", "shared")
+
+
+@pytest.mark.slow
+def test_sm_100s_tensor_memory_and_spills_are_read_as_ptxas_reports_them(sm100):
+    blackwell, causal = sm100["sm_100 full"], sm100["sm_100 causal"]
+    assert blackwell["tmem"] > 0 and blackwell["alloc"] == [blackwell["tmem"]]  # Triton's tmem_size is the PTX's
+    assert sm100["sm_90 full"]["tmem"] == 0
+    # the spill figures read from the SASS are ptxas's own, and the bytes spilled are the stores
+    assert [causal["spill_stores"], causal["spill_loads"]] == causal["ptxas"]
+    assert causal["spill_bytes"] == causal["spill_stores"]

@@ -154,7 +154,8 @@ def _diagnose(got, expected, inputs):
     if fully_masked.any() and np.isnan(arr[fully_masked]).any():
         return (
             "softmax: NaN for a row that is entirely -inf (every key masked); the course's convention is a row "
-            "of zeros: when the row maximum is -inf, shift by 0 instead, and divide by 1 where the sum is 0"
+            "of zeros. Follow one such row through your code by hand: which step first gives NaN, and what must "
+            "it give instead?"
         )
     hint = hints.compare(arr, exp, "softmax", alternatives=_alternatives(inputs))
     if hint and "values differ" in hint:
