@@ -72,20 +72,25 @@ _PAGE_FACTS = """async () => {
 
 
 # The page's controls, read at the size the page is open at (a control is shown when it has a box).
-_CHROME_FACTS = """() => {
+_CHROME_FACTS = """async () => {
   const shown = e => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== 'hidden';
   const icons = new Set();
   for (const e of document.querySelectorAll('[class*="fa-"]')) {
     for (const c of e.classList) { if (/^fa-(?!solid$|brands$|regular$|lg$|fw$|xs$|sm$|xl$|2xl$)/.test(c)) icons.add(c); }
   }
-  return {
+  const facts = {
     searchBoxes: [...document.querySelectorAll('.search-button__button, .bd-search, form.search')].filter(shown).length,
     launchMenus: document.querySelectorAll('.course-launch, .dropdown-launch-buttons').length,
     launchGithub: [...document.querySelectorAll('.course-launch a, .course-run-locally a, .bd-header-article a')]
       .map(a => a.href).filter(h => h.startsWith('https://github.com/')),
-    pageText: document.body.innerText,
+    installCommands: [...document.body.textContent.matchAll(/(?:git\\+|git clone )(https?:\\/\\/[^\\s"'`@)]+)/g)]
+      .map(m => m[1]),
     icons: [...icons],
   };
+  // measuring the controls lays the page out, which may fetch a font only now: let it arrive before
+  // the next page is opened (leaving aborts it, a failed request though nothing is broken)
+  await document.fonts.ready;
+  return facts;
 }"""
 
 
@@ -194,6 +199,7 @@ def check_site(
                 page.goto(base + name, wait_until="networkidle")
                 facts[name] = page.evaluate(_PAGE_FACTS)
                 facts[name].update(page.evaluate(_CHROME_FACTS))
+                page.wait_for_load_state("networkidle")
                 if screenshots is not None and name in shots:
                     screenshots.mkdir(parents=True, exist_ok=True)
                     page.screenshot(path=str(screenshots / (name.replace("/", "_") + ".png")), full_page=True)
@@ -408,8 +414,6 @@ def _reader_checks(browser, base: str, pages: list[str], repository_url: str | N
 
 def _link_host_problems(base: str, facts: dict[str, dict], repository_url: str | None) -> list[str]:
     """Colab and Binder links, GitHub links in the launch box and install commands, against the repository."""
-    import re
-
     wanted = urlparse(repository_url).path.strip("/") if repository_url else None
     hosts = _launch_hosts()
     problems = []
@@ -420,7 +424,7 @@ def _link_host_problems(base: str, facts: dict[str, dict], repository_url: str |
                 problems.append(f"{name}: a launch link on a site built without a repository: {link}")
             elif f"/{wanted}/" not in urlparse(link).path + "/":
                 problems.append(f"{name}: a launch link not for {repository_url}: {link}")
-        for command in re.findall(r"(?:git\+|git clone )(https?://[^\s\"'`@)]+)", page.get("pageText", "")):
+        for command in page.get("installCommands", []):
             command = command.rstrip("/,.").removesuffix(".git")
             if wanted is None or command != repository_url:
                 problems.append(f"{name}: an install or clone command for {command}, not for {repository_url}")
