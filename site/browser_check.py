@@ -12,7 +12,16 @@ google-chrome on PATH) and reports, per page:
 - on a chapter (``notebooks/``): the figures among its outputs (none is a problem), and each
   interactive cell that shows nothing of its default setting (neither its figure nor what it prints);
 - on a chapter or exercise: the launch links (Colab, Binder, GitHub), for the caller to check;
-- and that the search page finds a word every chapter uses.
+- and that the search page finds a word every chapter uses;
+- the reader's controls (``_reader_checks``): at 390x844 on a touch phone, tapping ☰ opens the
+  chapter list and tapping the contents button opens the page's contents; on a desktop ☰ hides the
+  sidebar and shows it again; one search box and at most one launch menu per page; every icon is
+  one the site draws (``site_chrome.ICONS``: fontawesome.js is not shipped);
+- every external link's host against the site's repository (``_link_host_problems``): Colab and
+  Binder links, and GitHub links in the launch box, name that repository, and a site without one
+  has none of them;
+- the downloads: one chapter's notebook and the course's zip are fetched through their links and
+  opened (nbformat reads the notebook; the zip holds the course and no solution or test).
 
 Exits 1 when any problem was found; the JSON report holds everything it saw.
 """
@@ -29,6 +38,9 @@ import sys
 import threading
 from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlparse
+
+import repository
+import site_chrome
 
 SEARCH_WORD = "attention"
 
@@ -59,6 +71,29 @@ _PAGE_FACTS = """async () => {
 }"""
 
 
+# The page's controls, read at the size the page is open at (a control is shown when it has a box).
+_CHROME_FACTS = """async () => {
+  const shown = e => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== 'hidden';
+  const icons = new Set();
+  for (const e of document.querySelectorAll('[class*="fa-"]')) {
+    for (const c of e.classList) { if (/^fa-(?!solid$|brands$|regular$|lg$|fw$|xs$|sm$|xl$|2xl$)/.test(c)) icons.add(c); }
+  }
+  const facts = {
+    searchBoxes: [...document.querySelectorAll('.search-button__button, .bd-search, form.search')].filter(shown).length,
+    launchMenus: document.querySelectorAll('.course-launch, .dropdown-launch-buttons').length,
+    launchGithub: [...document.querySelectorAll('.course-launch a, .course-run-locally a, .bd-header-article a')]
+      .map(a => a.href).filter(h => h.startsWith('https://github.com/')),
+    installCommands: [...document.body.textContent.matchAll(/(?:git\\+|git clone )(https?:\\/\\/[^\\s"'`@)]+)/g)]
+      .map(m => m[1]),
+    icons: [...icons],
+  };
+  // measuring the controls lays the page out, which may fetch a font only now: let it arrive before
+  // the next page is opened (leaving aborts it, a failed request though nothing is broken)
+  await document.fonts.ready;
+  return facts;
+}"""
+
+
 def find_chromium() -> str | None:
     """The system's Chromium: ``$CHROMIUM``, else the first of chromium / chromium-browser / google-chrome on PATH."""
     if os.environ.get("CHROMIUM"):
@@ -85,13 +120,21 @@ def _serve(folder: Path) -> http.server.ThreadingHTTPServer:
     return server
 
 
-def check_site(html: Path, chromium: str, screenshots: Path | None = None, shots: tuple[str, ...] = ()) -> dict:
+def check_site(
+    html: Path,
+    chromium: str,
+    screenshots: Path | None = None,
+    shots: tuple[str, ...] = (),
+    repository_url: str | None = None,
+) -> dict:
     """Visits every ``*.html`` page under ``html``; returns ``{"pages": {page: facts}, "problems": [str]}``.
 
     Args:
         html: the built site (``index.html`` at its root).
         chromium: the Chromium executable Playwright drives.
         screenshots: folder for full-page PNGs of the pages named in ``shots`` (paths relative to ``html``).
+        repository_url: the site's repository (``https://github.com/OWNER/NAME``), None for a site
+            built without one: the external links are checked against it.
 
     Raises:
         ValueError: ``html`` has no ``index.html``, or a page in ``shots`` does not exist.
@@ -155,6 +198,8 @@ def check_site(html: Path, chromium: str, screenshots: Path | None = None, shots
                 # page while they are on their way aborts them (a failed request, though nothing is broken)
                 page.goto(base + name, wait_until="networkidle")
                 facts[name] = page.evaluate(_PAGE_FACTS)
+                facts[name].update(page.evaluate(_CHROME_FACTS))
+                page.wait_for_load_state("networkidle")
                 if screenshots is not None and name in shots:
                     screenshots.mkdir(parents=True, exist_ok=True)
                     page.screenshot(path=str(screenshots / (name.replace("/", "_") + ".png")), full_page=True)
@@ -165,11 +210,15 @@ def check_site(html: Path, chromium: str, screenshots: Path | None = None, shots
                     page.wait_for_selector("#search-results li", timeout=20_000)
                 except PlaywrightTimeout:
                     problems.append(f"search.html: searching {SEARCH_WORD!r} found nothing")
+            reader_problems, reader = _reader_checks(browser, base, pages, repository_url)
+            problems += reader_problems
             browser.close()
     finally:
         server.shutdown()
     problems += _page_problems(html, base, facts)
-    return {"pages": facts, "problems": problems}
+    problems += _link_host_problems(base, facts, repository_url)
+    problems += _chrome_problems(facts)
+    return {"pages": facts, "problems": problems, "reader": reader}
 
 
 def _page_problems(html: Path, base: str, facts: dict[str, dict]) -> list[str]:
@@ -202,6 +251,217 @@ def _page_problems(html: Path, base: str, facts: dict[str, dict]) -> list[str]:
     return problems
 
 
+# --- the reader's controls, the downloads and the launch links -------------------------------------
+
+PHONE = {"viewport": {"width": 390, "height": 844}, "is_mobile": True, "has_touch": True, "device_scale_factor": 3}
+ZIP_REQUIRED = ("README.md", "Makefile", "requirements.txt", "pyproject.toml", "mha_course/__init__.py")
+ZIP_FORBIDDEN_FOLDERS = ("solutions", "tests", "site", ".github")
+
+
+def site_repository(given: str | None = None) -> str | None:
+    """The repository the site is checked against: ``given`` (a URL, or ``none``), else as site/conf.py decides."""
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    settings = tomllib.loads((root / "site" / "site.toml").read_text(encoding="utf-8"))
+    environ = dict(os.environ)
+    if given is not None:
+        environ[repository.ENV] = given
+    return repository.course_repository(environ, settings, repository.git_origin(root))
+
+
+def _launch_hosts() -> set[str]:
+    import tomllib
+
+    settings = tomllib.loads((Path(__file__).resolve().parent / "site.toml").read_text(encoding="utf-8"))
+    return {"colab.research.google.com", "mybinder.org", urlparse(settings["binderhub_url"]).hostname or ""}
+
+
+def _opens(page, selector: str, timeout: float = 5_000) -> bool:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        page.wait_for_selector(selector, state="visible", timeout=timeout)
+    except PlaywrightTimeout:
+        return False
+    return True
+
+
+def _phone_menus(browser, base: str, name: str) -> tuple[list[str], dict]:
+    """Taps ☰ and the contents button of page ``name`` on a 390x844 touch screen; each must open its menu."""
+    context = browser.new_context(**PHONE)
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base) else route.abort())
+    page = context.new_page()
+    page.goto(base + name, wait_until="networkidle")
+    problems, seen = [], {}
+    for label, toggle, menu in (
+        ("☰ (the chapter list)", ".primary-toggle", "#pst-primary-sidebar-modal[open] .bd-docs-nav a"),
+        ("the contents button", ".secondary-toggle", "#pst-secondary-sidebar-modal[open] nav a"),
+    ):
+        buttons = page.locator(f"{toggle}:visible")
+        if buttons.count() != 1:
+            problems.append(f"{name}: at 390x844, {buttons.count()} visible {toggle} buttons for {label}, not 1")
+            continue
+        buttons.first.tap()
+        seen[toggle] = _opens(page, menu)
+        if not seen[toggle]:
+            problems.append(f"{name}: at 390x844 on a touch screen, tapping {label} did not open it")
+        page.keyboard.press("Escape")
+        page.wait_for_timeout(300)
+    searches = page.evaluate(_CHROME_FACTS)["searchBoxes"]
+    if searches != 1:
+        problems.append(f"{name}: at 390x844, {searches} search boxes shown, not 1")
+    context.close()
+    return problems, seen
+
+
+def _desktop_toggle(page, name: str) -> list[str]:
+    """On a desktop, ☰ hides the chapter list and a second click shows it again."""
+    hidden = "() => getComputedStyle(document.querySelector('#pst-primary-sidebar')).visibility === '{}'"
+    buttons = page.locator(".primary-toggle:visible")
+    if buttons.count() != 1:
+        return [f"{name}: on a desktop, {buttons.count()} visible ☰ buttons, not 1"]
+    problems = []
+    for state, says in (("hidden", "hide"), ("visible", "show")):
+        buttons.first.click()
+        try:
+            page.wait_for_function(hidden.format(state), timeout=5_000)
+        except Exception:
+            problems.append(f"{name}: on a desktop, clicking ☰ did not {says} the chapter list")
+            break
+    return problems
+
+
+def _check_notebook(path: Path, where: str, install_from: str | None) -> list[str]:
+    import nbformat
+
+    try:
+        notebook = nbformat.read(path, as_version=4)
+        nbformat.validate(notebook)
+    except Exception as error:  # any failure to read is the finding
+        return [f"{where}: not a notebook nbformat reads: {error}"]
+    problems = []
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    if any(cell.get("outputs") for cell in code):
+        problems.append(f"{where}: carries outputs")
+    if any("answers" in cell.get("metadata", {}).get("tags", []) for cell in notebook.cells):
+        problems.append(f"{where}: carries the cells tagged answers")
+    installs = [cell for cell in code if "pip install" in cell.source]
+    if install_from is None and any("git+" in cell.source for cell in installs):
+        problems.append(f"{where}: installs from a repository, but the site has none")
+    if install_from is not None and not any(f"git+{install_from}" in cell.source for cell in installs):
+        problems.append(f"{where}: no cell installs the course from {install_from}")
+    return problems
+
+
+def _downloads(page, base: str, name: str, chapters: list[str], install_from: str | None) -> tuple[list[str], dict]:
+    """Downloads page ``name``'s notebook and the course's zip through their links, and opens both."""
+    import tempfile
+    import zipfile
+
+    problems: list[str] = []
+    seen: dict = {}
+    page.goto(base + name, wait_until="networkidle")
+    with tempfile.TemporaryDirectory() as tmp:
+        for link, target in (("a.launch-download", "notebook.ipynb"), ("a.launch-zip", "course.zip")):
+            if page.locator(link).count() != 1:
+                problems.append(f"{name}: {page.locator(link).count()} {link} links, not 1")
+                continue
+            with page.expect_download(timeout=30_000) as download:
+                page.locator(link).click()
+            download.value.save_as(Path(tmp) / target)
+            seen[link] = download.value.suggested_filename
+        if (Path(tmp) / "notebook.ipynb").is_file():
+            problems += _check_notebook(Path(tmp) / "notebook.ipynb", f"{name}'s download", install_from)
+        if (Path(tmp) / "course.zip").is_file():
+            with zipfile.ZipFile(Path(tmp) / "course.zip") as archive:
+                entries = [entry.split("/", 1)[1] for entry in archive.namelist() if "/" in entry]
+                seen["zip_files"] = len(entries)
+                missing = [f for f in ZIP_REQUIRED if f not in entries]
+                missing += [
+                    f"notebooks/{Path(c).stem}.ipynb"
+                    for c in chapters
+                    if f"notebooks/{Path(c).stem}.ipynb" not in entries
+                ]
+                if missing:
+                    problems.append(f"the course's zip lacks {missing[:10]}")
+                forbidden = sorted({e.split("/")[0] for e in entries if e.split("/")[0] in ZIP_FORBIDDEN_FOLDERS})
+                if forbidden:
+                    problems.append(f"the course's zip holds {forbidden}/")
+                inside = next((e for e in archive.namelist() if e.endswith(".ipynb")), None)
+                if inside:
+                    archive.extract(inside, tmp)
+                    problems += _check_notebook(Path(tmp) / inside, f"the zip's {inside}", None)
+    return problems, seen
+
+
+def _reader_checks(browser, base: str, pages: list[str], repository_url: str | None) -> tuple[list[str], dict]:
+    """The menus at phone width and on a desktop, and the downloads, on the first chapter page."""
+    chapters = [name for name in pages if name.startswith("notebooks/")]
+    if not chapters:
+        return ["no chapter page (notebooks/) to check the menus and downloads on"], {}
+    name = chapters[0]
+    problems, phone = _phone_menus(browser, base, name)
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(base) else route.abort())
+    page = context.new_page()
+    page.goto(base + name, wait_until="networkidle")
+    problems += _desktop_toggle(page, name)
+    download_problems, downloads = _downloads(page, base, name, chapters, repository_url)
+    context.close()
+    return problems + download_problems, {"page": name, "phone_menus_opened": phone, "downloads": downloads}
+
+
+def _link_host_problems(base: str, facts: dict[str, dict], repository_url: str | None) -> list[str]:
+    """Colab and Binder links, GitHub links in the launch box and install commands, against the repository."""
+    wanted = urlparse(repository_url).path.strip("/") if repository_url else None
+    hosts = _launch_hosts()
+    problems = []
+    for name, page in facts.items():
+        launch = [link for link in page["links"] if urlparse(link).hostname in hosts] + page.get("launchGithub", [])
+        for link in launch:
+            if wanted is None:
+                problems.append(f"{name}: a launch link on a site built without a repository: {link}")
+            elif f"/{wanted}/" not in urlparse(link).path + "/":
+                problems.append(f"{name}: a launch link not for {repository_url}: {link}")
+        for command in page.get("installCommands", []):
+            command = command.rstrip("/,.").removesuffix(".git")
+            if wanted is None or command != repository_url:
+                problems.append(f"{name}: an install or clone command for {command}, not for {repository_url}")
+    return problems
+
+
+def _chrome_problems(facts: dict[str, dict]) -> list[str]:
+    problems = []
+    for name, page in facts.items():
+        if page.get("searchBoxes", 1) != 1 and name != "search.html":  # the search page has its query's box too
+            problems.append(f"{name}: {page['searchBoxes']} search boxes shown, not 1")
+        if page.get("launchMenus", 0) > 1:
+            problems.append(f"{name}: {page['launchMenus']} launch menus")
+        undrawn = sorted(set(page.get("icons", [])) - set(site_chrome.ICONS))
+        if undrawn:
+            problems.append(f"{name}: icons the site does not draw (site_chrome.ICONS): {undrawn}")
+    return problems
+
+
+def _reader_summary(report: dict) -> str:
+    reader = report.get("reader") or {}
+    phone = reader.get("phone_menus_opened", {})
+    downloads = reader.get("downloads", {})
+    external: dict[str, int] = {}
+    for page in report["pages"].values():
+        for link in page["links"]:
+            host = urlparse(link).hostname
+            if link.startswith("http") and host not in {"127.0.0.1", None}:
+                external[host] = external.get(host, 0) + 1
+    return (
+        f"on {reader.get('page')}: at 390x844 ☰ opened: {phone.get('.primary-toggle')}, contents opened: "
+        f"{phone.get('.secondary-toggle')}; downloaded {downloads.get('a.launch-download')} and "
+        f"{downloads.get('a.launch-zip')} ({downloads.get('zip_files')} files); repository: "
+        f"{report.get('repository')}; external links by host: {dict(sorted(external.items()))}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("html", type=Path, help="the built site, e.g. _build/html")
@@ -209,14 +469,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the full report here")
     parser.add_argument("--screenshots", type=Path, help="write full-page screenshots of --shots here")
     parser.add_argument("--shots", nargs="*", default=["index.html"], help="pages to screenshot")
+    parser.add_argument(
+        "--repository",
+        help="the repository the site was built for (https://github.com/OWNER/NAME, or none); "
+        "default: as site/conf.py decides (COURSE_REPOSITORY_URL, site/site.toml, the git origin)",
+    )
     args = parser.parse_args(argv)
     if not args.chromium:
         parser.error("no Chromium found: install it (apt-get install chromium) or pass --chromium")
-    report = check_site(args.html, args.chromium, args.screenshots, tuple(args.shots))
+    repository_url = site_repository(args.repository)
+    report = check_site(args.html, args.chromium, args.screenshots, tuple(args.shots), repository_url)
+    report["repository"] = repository_url
     if args.json:
         args.json.write_text(json.dumps(report, indent=1), encoding="utf-8")
     figures = sum(page["outputImages"] for name, page in report["pages"].items() if name.startswith("notebooks/"))
     print(f"{len(report['pages'])} pages visited in Chromium, {figures} figures on chapter pages")
+    print(_reader_summary(report))
     for problem in report["problems"]:
         print("PROBLEM", problem)
     return 1 if report["problems"] else 0

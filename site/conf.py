@@ -15,8 +15,10 @@ from pathlib import Path
 
 SITE = Path(__file__).resolve().parent
 ROOT = SITE.parent
-sys.path.insert(0, str(SITE))  # course_pages
+sys.path.insert(0, str(SITE))  # course_pages, downloads, repository, site_chrome
 sys.path.insert(0, str(ROOT))  # mha_course, for autodoc
+
+import repository  # noqa: E402
 
 settings = tomllib.loads((SITE / "site.toml").read_text(encoding="utf-8"))
 
@@ -33,10 +35,14 @@ extensions = [
     "sphinx_copybutton",
     "sphinx-mathjax-offline",  # MathJax 3 copied into _static: no CDN at reading time
     "course_pages",
+    "downloads",  # each notebook beside its page, and the course's zip
+    "site_chrome",  # one menu toggle per sidebar, one search box, the theme's icons without fontawesome.js
 ]
+templates_path = [str(SITE / "templates")]
 
-# The one repository URL every launch link is made from; the workflow overrides it for forks.
-course_repository_url = os.environ.get("COURSE_REPOSITORY_URL") or settings["repository_url"]
+# The one repository every launch link is made from (COURSE_REPOSITORY_URL, site.toml, or the git
+# origin; the workflow sets the variable, so a fork links to itself); "" for a site without launch links.
+course_repository_url = repository.course_repository(os.environ, settings, repository.git_origin(ROOT)) or ""
 course_branch = os.environ.get("COURSE_BRANCH") or settings["branch"]
 course_binderhub_url = settings["binderhub_url"]
 
@@ -71,19 +77,19 @@ highlight_language = "text"
 # --- HTML ------------------------------------------------------------------------------------------
 html_theme = "sphinx_book_theme"
 html_static_path = [str(SITE / "static")]
-html_css_files = ["course.css"]
+html_css_files = ["course.css", "icons.css"]
 html_copy_source = False  # the sources would carry what the pages leave out
 html_show_sourcelink = False
 html_last_updated_fmt = None
 # A first visit has no stored light/dark choice; without a default the theme logs a console error.
 html_context = {"default_mode": "light"}
+# The launch links are course_pages' box alone (the theme's launch and repository menus would be a
+# second one). navbar_persistent empty: the pydata header, hidden under this theme, then holds no
+# second ☰ and contents button, which the themes' scripts would bind instead of the visible ones,
+# and no second search box (the one search box: the sidebar's on a desktop, the header's on a phone).
 html_theme_options = {
-    "repository_url": course_repository_url,
-    "repository_branch": course_branch,
-    "path_to_docs": "",
-    "use_repository_button": True,
     "use_download_button": False,
-    "launch_buttons": {"colab_url": "https://colab.research.google.com", "binderhub_url": course_binderhub_url},
+    "navbar_persistent": [],
     "show_toc_level": 2,
     "home_page_in_toc": True,
 }

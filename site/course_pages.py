@@ -5,9 +5,10 @@ executes it, so the repository's notebooks stay untouched:
 
 - cells tagged ``answers`` (the answers to a chapter's "Check yourself" predictions) are dropped,
   so they reach neither the page nor the executed copy MyST-NB writes;
-- after the first cell (the title), a box with the launch links: run locally, Colab, Binder, made
-  from the one repository URL of ``site/site.toml``; and, on a chapter, links to the reference
-  entry of each library name the chapter is the first to use;
+- after the first cell (the title), a box with the notebook's download (``downloads``: the
+  ``.ipynb`` beside the page and the zip of the whole course) and, where the site has a repository
+  (``repository.course_repository``), the launch links: Colab, Binder, GitHub; and, on a chapter,
+  links to the reference entry of each library name the chapter is the first to use;
 - after each interactive cell (``interactive(...)``), a note that the page shows its default
   setting as a picture and the slider lives in the notebook.
 """
@@ -21,6 +22,7 @@ from urllib.parse import quote
 
 ANSWERS_TAG = "answers"
 LAUNCH_CLASS = "course-launch"
+COURSE_ZIP = "mha-course.zip"  # at the site's root, written by downloads.py
 
 
 def launch_urls(repository_url: str, branch: str, binderhub_url: str, path: str) -> dict[str, str]:
@@ -54,23 +56,41 @@ def _markdown_cell(text: str, after: int) -> dict:
     }
 
 
-def _launch_cell(urls: dict[str, str], path: str, first_used: list[str]) -> dict:
-    install = f'!pip install "mha_course[grading] @ git+{urls["clone"]}"'
+def _launch_cell(urls: dict[str, str] | None, path: str, first_used: list[str]) -> dict:
+    name = Path(path).name
+    links = [f'<a class="launch-download" href="{name}" download="{name}">Download this notebook</a>']
+    if urls is not None:
+        links += [
+            f'<a class="launch-colab" href="{urls["colab"]}">Open in Colab</a>',
+            f'<a class="launch-binder" href="{urls["binder"]}">Launch on Binder</a>',
+            f'<a class="launch-source" href="{urls["source"]}">Notebook on GitHub</a>',
+        ]
+    links.append(f'<a class="launch-zip" href="../{COURSE_ZIP}" download="{COURSE_ZIP}">The whole course (.zip)</a>')
+    locally = (
+        f"Locally: download <a href='../{COURSE_ZIP}'>the whole course</a> (or `git clone {urls['clone']}`), "
+        f"then `make lab` in its folder and open `{path}`."
+        if urls is not None
+        else f"Locally: download <a href='../{COURSE_ZIP}'>the whole course</a>, unzip it, then `make lab` in its folder "
+        f"and open `{path}`."
+    )
+    if urls is not None:
+        install = f'!pip install "mha_course[grading] @ git+{urls["clone"]}"'
+        locally += (
+            f" On Colab, first run `{install}` in a new cell (the notebook downloaded from this page "
+            "starts with that cell)."
+        )
     text = (
         f'<div class="{LAUNCH_CLASS}">\n'
-        f'<a class="launch-colab" href="{urls["colab"]}">Open in Colab</a>\n'
-        f'<a class="launch-binder" href="{urls["binder"]}">Launch on Binder</a>\n'
-        f'<a class="launch-source" href="{urls["source"]}">Notebook on GitHub</a>\n'
-        "</div>\n\n"
-        "```{admonition} Run this notebook\n"
-        ":class: tip course-run-locally\n"
-        f"Locally: `git clone {urls['clone']} && cd {urls['folder']}`, then `make lab` and open "
-        f"`{path}`. On Colab, first run `{install}` in a new cell.\n"
-        "```\n"
+        + "\n".join(links)
+        + "\n</div>\n\n"
+        + "```{admonition} Run this notebook\n"
+        + ":class: tip course-run-locally\n"
+        + locally
+        + "\n```\n"
     )
     if first_used:
-        links = ", ".join(f"{{py:obj}}`~mha_course.{name}`" for name in sorted(first_used, key=str.lower))
-        text += f"\n```{{admonition}} The library in this chapter\n:class: note course-first-use\nFirst used here: {links}.\n```\n"
+        links_ = ", ".join(f"{{py:obj}}`~mha_course.{name}`" for name in sorted(first_used, key=str.lower))
+        text += f"\n```{{admonition}} The library in this chapter\n:class: note course-first-use\nFirst used here: {links_}.\n```\n"
     return _markdown_cell(text, 0)
 
 
@@ -83,7 +103,7 @@ INTERACTIVE_NOTE = (
 )
 
 
-def rewrite_notebook(notebook: dict, path: str, urls: dict[str, str], first_used: list[str]) -> dict:
+def rewrite_notebook(notebook: dict, path: str, urls: dict[str, str] | None, first_used: list[str]) -> dict:
     """The notebook as the site shows it: answers dropped, launch box and interactive notes added."""
     cells = [cell for cell in notebook["cells"] if ANSWERS_TAG not in cell.get("metadata", {}).get("tags", [])]
     out = []
@@ -104,7 +124,11 @@ def _on_source_read(app, docname: str, source: list[str]) -> None:
     if not (Path(app.srcdir) / path).is_file():
         return
     config = app.config
-    urls = launch_urls(config.course_repository_url, config.course_branch, config.course_binderhub_url, path)
+    urls = (
+        launch_urls(config.course_repository_url, config.course_branch, config.course_binderhub_url, path)
+        if config.course_repository_url
+        else None
+    )
     uses_file = Path(app.srcdir) / "first_uses.json"
     uses = json.loads(uses_file.read_text(encoding="utf-8")) if uses_file.is_file() else {}
     notebook = json.loads(source[0])

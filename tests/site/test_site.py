@@ -2,9 +2,10 @@
 
 The mini-site is two chapters (00, 01) and one exercise (a01) built exactly as ``make site``
 builds all of them (site/prepare.py, then Sphinx with site/conf.py), executed through the same
-jupyter-cache (``_build/.jupyter_cache``: a machine that ran ``make site`` re-runs nothing). It
-needs the site's tools (.venv-site, ``make site-env``); the browser checks need Chromium and are
-skipped without it.
+jupyter-cache (``_build/.jupyter_cache``: a machine that ran ``make site`` re-runs nothing), for a
+made-up repository (:data:`TEST_REPOSITORY`); a second, smaller one (chapter 00) is built for no
+repository at all, as a checkout without a GitHub origin builds it. They need the site's tools
+(.venv-site, ``make site-env``); the browser checks need Chromium and are skipped without it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 import subprocess
 import sys
 import tomllib
+import zipfile
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
@@ -26,12 +28,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "site"))  # prepare
 import browser_check  # noqa: E402
 import course_pages  # noqa: E402
 import docstrings  # noqa: E402
+import downloads  # noqa: E402
 import prepare  # noqa: E402
+import repository  # noqa: E402
 import site_answers as answers  # noqa: E402
+import site_chrome  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE_PYTHON = ROOT / ".venv-site" / "bin" / "python"
 MINI = ("00", "01", "a01")
+TEST_REPOSITORY = "https://github.com/course-test/attention-course"
 CHROMIUM = browser_check.find_chromium()
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Chromium is not installed (make browser)")
 
@@ -44,23 +50,22 @@ def _site_python() -> Path:
     pytest.skip("the site's tools are not installed (make site-env)")
 
 
-def _env() -> dict[str, str]:
+def _env(repository_url: str = TEST_REPOSITORY) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env[repository.ENV] = repository_url
     return env
 
 
-@pytest.fixture(scope="module")
-def mini_site(tmp_path_factory) -> tuple[Path, str]:
-    """The built mini-site's folder and Sphinx's warnings."""
+def _build(work: Path, only: tuple[str, ...], repository_url: str) -> tuple[Path, str]:
     python = _site_python()
-    work = tmp_path_factory.mktemp("site")
     src, html = work / "src", work / "html"
-    subprocess.run([python, "site/prepare.py", src, "--only", *MINI], cwd=ROOT, env=_env(), check=True, timeout=120)
+    env = _env(repository_url)
+    subprocess.run([python, "site/prepare.py", src, "--only", *only], cwd=ROOT, env=env, check=True, timeout=120)
     build = subprocess.run(
         [python, "-m", "sphinx", "-b", "html", "-c", "site", "-d", work / "doctrees", "-q", src, html],
         cwd=ROOT,
-        env=_env(),
+        env=env,
         capture_output=True,
         text=True,
         timeout=900,
@@ -69,10 +74,21 @@ def mini_site(tmp_path_factory) -> tuple[Path, str]:
     return html, build.stderr
 
 
+@pytest.fixture(scope="module")
+def mini_site(tmp_path_factory) -> tuple[Path, str]:
+    """The built mini-site's folder and Sphinx's warnings (built for TEST_REPOSITORY)."""
+    return _build(tmp_path_factory.mktemp("site"), MINI, TEST_REPOSITORY)
+
+
+@pytest.fixture(scope="module")
+def site_without_repository(tmp_path_factory) -> Path:
+    """Chapter 00 built as a checkout without a GitHub origin builds it."""
+    return _build(tmp_path_factory.mktemp("site-norepo"), ("00",), repository.NONE)[0]
+
+
 def _site_settings() -> tuple[str, str, str]:
     settings = tomllib.loads((ROOT / "site" / "site.toml").read_text(encoding="utf-8"))
-    url = os.environ.get("COURSE_REPOSITORY_URL") or settings["repository_url"]
-    owner, repo = url.rstrip("/").removesuffix(".git").split("/")[-2:]
+    owner, repo = TEST_REPOSITORY.split("/")[-2:]
     return owner, repo, os.environ.get("COURSE_BRANCH") or settings["branch"]
 
 
@@ -170,7 +186,7 @@ def test_mini_site_in_chromium(mini_site, tmp_path):
     run = subprocess.run(
         [_site_python(), "site/browser_check.py", html, "--chromium", CHROMIUM, "--json", report_path],
         cwd=ROOT,
-        env=_env(),
+        env=_env(),  # the check takes the repository from the environment, as the build did
         capture_output=True,
         text=True,
         timeout=600,
@@ -179,6 +195,11 @@ def test_mini_site_in_chromium(mini_site, tmp_path):
     report = json.loads(report_path.read_text(encoding="utf-8"))
     assert not report["problems"], "\n".join(report["problems"])
     assert run.returncode == 0, run.stdout + run.stderr[-3000:]
+    assert report["repository"] == TEST_REPOSITORY
+    reader = report["reader"]
+    assert reader["phone_menus_opened"] == {".primary-toggle": True, ".secondary-toggle": True}, reader
+    assert reader["downloads"]["a.launch-download"] == "00_start_here.ipynb", reader
+    assert reader["downloads"]["a.launch-zip"] == "mha-course.zip" and reader["downloads"]["zip_files"] > 100, reader
     pages = report["pages"]
     for chapter in ("notebooks/00_start_here.html", "notebooks/01_dot_products.html"):
         assert pages[chapter]["outputImages"] > 0, f"{chapter} shows no figure"
@@ -200,6 +221,110 @@ def test_mini_site_in_chromium(mini_site, tmp_path):
 
 @pytest.mark.slow
 @needs_chromium
+def test_site_without_a_repository_has_no_launch_links(site_without_repository, tmp_path):
+    html = site_without_repository
+    page = (html / "notebooks" / "00_start_here.html").read_text(encoding="utf-8")
+    for host in ("colab.research.google.com", "mybinder.org", "github.com", "git+"):
+        assert host not in page, f"{host} on a site built without a repository"
+    assert 'class="launch-download"' in page and (html / "notebooks" / "00_start_here.ipynb").is_file()
+    report_path = tmp_path / "report.json"
+    run = subprocess.run(
+        [_site_python(), "site/browser_check.py", html, "--chromium", CHROMIUM, "--json", report_path],
+        cwd=ROOT,
+        env=_env(repository.NONE),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    report = json.loads(report_path.read_text(encoding="utf-8"))
+    assert not report["problems"] and run.returncode == 0, "\n".join(report["problems"]) + run.stderr[-2000:]
+    assert report["repository"] is None and report["reader"]["phone_menus_opened"][".primary-toggle"] is True
+
+
+def _unzipped(zip_path: Path, into: Path) -> Path:
+    with zipfile.ZipFile(zip_path) as archive:
+        archive.extractall(into)
+    return into / downloads.ZIP_FOLDER
+
+
+def _zip_problems(course: Path) -> list[str]:
+    """What the unpacked course zip must hold and must not: the files make lab needs; no solution,
+    test, answer or hidden case."""
+    names = {p.relative_to(course).as_posix() for p in course.rglob("*") if p.is_file()}
+    problems = [
+        f"missing {name}"
+        for name in (
+            "Makefile",
+            "README.md",
+            "requirements.txt",
+            "pyproject.toml",
+            "jupyter/overrides.json",
+            "mha_course/__init__.py",
+        )
+        if name not in names
+    ]
+    chapters = {f"notebooks/{p.name}" for p in (ROOT / "notebooks").glob("*.ipynb")}
+    exercises = {f"exercises/{p.name}" for p in (ROOT / "exercises").glob("*.ipynb")}
+    problems += [f"missing {name}" for name in sorted((chapters | exercises) - names)]
+    problems += [f"holds {name}" for name in names if name.split("/")[0] in {"solutions", "tests", "site", ".github"}]
+    for name in sorted(n for n in names if n.endswith(".ipynb")):
+        cells = json.loads((course / name).read_text(encoding="utf-8"))["cells"]
+        if any(cell.get("outputs") for cell in cells):
+            problems.append(f"{name} carries outputs")
+    # The grader's exercise modules stay in the zip (the learner's check() runs their public cases),
+    # cut of their hidden cases; what they share with a solution is the public cases' reference code,
+    # which `pip install` of the course (the Colab route) installs as well. Anywhere else, and any
+    # hidden case anywhere, is a leak.
+    modules = downloads.HIDDEN_CASE_MODULES + "/"
+    problems += [
+        leak
+        for leak in answers.leaks(course, answers.secret_strings())
+        if not (leak.startswith(modules) and "(from solutions/" in leak)
+    ]
+    for path in (course / "mha_course" / "grading" / "exercises").glob("*.py"):
+        if "hidden=True" in path.read_text(encoding="utf-8"):
+            problems.append(f"{path.name} keeps a hidden case")
+    return problems
+
+
+@pytest.mark.slow
+def test_the_mini_sites_zip_starts_the_course_and_publishes_no_secret(mini_site, tmp_path):
+    html, _ = mini_site
+    course = _unzipped(html / course_pages.COURSE_ZIP, tmp_path)
+    assert not _zip_problems(course), _zip_problems(course)
+    # the library in the zip imports, and its self-check knows every public case and no hidden one
+    probe = (
+        "import json; from mha_course.grading.engine.registry import assignments, discovery_errors;"
+        "print(json.dumps({'errors': discovery_errors(), 'cases': sorted(f'{a.key}/{e.key}/{c.name}/{c.hidden}'"
+        " for a in assignments() for e in a.exercises for c in e.cases)}))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(course)}
+    zipped = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", probe], cwd=course, env=env, capture_output=True, text=True, check=True, timeout=120
+        ).stdout
+    )
+    env["PYTHONPATH"] = str(ROOT)
+    full = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", probe], cwd=ROOT, env=env, capture_output=True, text=True, check=True, timeout=120
+        ).stdout
+    )
+    assert zipped["errors"] == {} == full["errors"]
+    assert zipped["cases"] == [case for case in full["cases"] if case.endswith("/False")]
+    assert any(case.endswith("/True") for case in full["cases"]), "no hidden case in the repository to cut out"
+
+
+def test_no_answer_or_hidden_test_reaches_the_full_sites_zip(tmp_path):
+    zip_path = ROOT / "_build" / "html" / course_pages.COURSE_ZIP
+    if not zip_path.is_file():
+        pytest.skip("no full site built here (make site)")
+    problems = _zip_problems(_unzipped(zip_path, tmp_path))
+    assert not problems, problems[:20]
+
+
+@pytest.mark.slow
+@needs_chromium
 def test_browser_check_reports_what_is_broken(tmp_path):
     """The browser check on a hand-made broken site: each fault it exists to find is reported."""
     site = tmp_path / "html"
@@ -207,6 +332,7 @@ def test_browser_check_reports_what_is_broken(tmp_path):
     (site / "index.html").write_text(
         '<html><body><a href="notebooks/ch.html">ok</a> <a href="missing.html">gone</a>'
         ' <a href="notebooks/ch.html#nowhere">no anchor</a> <img src="no.png">'
+        ' <a href="https://mybinder.org/v2/gh/o/r/main">a launch link, but the site has no repository</a>'
         '<span class="math">\\(x^2\\)</span><script>throw new Error("boom")</script></body></html>'
     )
     (site / "notebooks" / "ch.html").write_text(
@@ -216,7 +342,8 @@ def test_browser_check_reports_what_is_broken(tmp_path):
         '<div class="course-interactive">printed, so shown</div></body></html>'
     )
     run = subprocess.run(
-        [_site_python(), "site/browser_check.py", site, "--chromium", CHROMIUM, "--json", tmp_path / "report.json"],
+        [_site_python(), "site/browser_check.py", site, "--chromium", CHROMIUM, "--json", tmp_path / "report.json"]
+        + ["--repository", "none"],
         cwd=ROOT,
         env=_env(),
         capture_output=True,
@@ -233,6 +360,9 @@ def test_browser_check_reports_what_is_broken(tmp_path):
         "1 of 1 formulas not typeset",
         "notebooks/ch.html: a chapter page without figures",
         "notebooks/ch.html: interactive cell 1 shows nothing of its default setting",
+        "notebooks/ch.html: at 390x844, 0 visible .primary-toggle buttons",  # no menu to tap: a problem
+        "notebooks/ch.html: 0 a.launch-download links, not 1",
+        "index.html: a launch link on a site built without a repository: https://mybinder.org/v2/gh/o/r/main",
     ):
         assert expected in problems, f"{expected!r} not reported; got:\n{problems}"
     assert "interactive cell 2" not in problems, "an interactive cell that prints its result was reported"
@@ -269,6 +399,173 @@ def test_rewrite_notebook_drops_answers_and_adds_launch_box_and_notes():
     assert "course-interactive" in sources[3] and "course-interactive" in sources[5]
     ids = [cell["id"] for cell in cells if "id" in cell]
     assert len(ids) == 3 and len(set(ids)) == 3, ids  # the two identical notes get ids of their own
+
+
+def test_rewrite_notebook_without_a_repository_has_only_the_downloads():
+    notebook = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# 01 Title"}], "metadata": {}}
+    box = course_pages.rewrite_notebook(notebook, "notebooks/01_x.ipynb", None, [])["cells"][1]["source"]
+    assert 'href="01_x.ipynb"' in box and f"../{course_pages.COURSE_ZIP}" in box
+    for absent in ("colab", "binder", "github", "git clone", "pip install"):
+        assert absent not in box.lower(), absent
+
+
+@pytest.mark.parametrize(
+    "remote",
+    [
+        "https://github.com/o-1/r.x",
+        "https://github.com/o-1/r.x.git",
+        "https://github.com/o-1/r.x/",
+        "http://github.com/o-1/r.x",
+        "https://user:secret@github.com/o-1/r.x.git",
+        "git@github.com:o-1/r.x.git",
+        "github.com:o-1/r.x",
+        "ssh://git@github.com/o-1/r.x.git",
+        "ssh://git@github.com:22/o-1/r.x",
+        "git://github.com/o-1/r.x.git",
+        "  https://github.com/o-1/r.x.git\n",
+    ],
+)
+def test_github_url_reads_every_spelling_of_a_github_remote(remote):
+    assert repository.github_url(remote) == "https://github.com/o-1/r.x"
+
+
+@pytest.mark.parametrize(
+    "remote",
+    [
+        "https://gitlab.com/o/r.git",
+        "git@gitlab.com:o/r.git",
+        "https://github.com/o",
+        "https://github.com/o/r/tree/main",
+        "https://github.com.evil.org/o/r",
+        "https://evil.org/github.com/o/r",
+        "/srv/git/course.git",
+        "https://github.com/o/.git",
+        "",
+    ],
+)
+def test_github_url_refuses_what_is_not_a_github_repository(remote):
+    assert repository.github_url(remote) is None
+
+
+def test_github_url_refuses_what_is_not_a_string():
+    with pytest.raises(TypeError, match="str"):
+        repository.github_url(None)  # type: ignore[arg-type]
+
+
+def test_course_repository_takes_the_environment_then_site_toml_then_the_origin():
+    origin = "git@github.com:from/origin.git"
+    toml = {"repository_url": "https://github.com/from/toml"}
+    env = {repository.ENV: "https://github.com/from/env.git"}
+    assert repository.course_repository(env, toml, origin) == "https://github.com/from/env"
+    assert repository.course_repository({repository.ENV: ""}, toml, origin) == "https://github.com/from/toml"
+    assert repository.course_repository({}, {"repository_url": ""}, origin) == "https://github.com/from/origin"
+    assert repository.course_repository({}, {}, origin) == "https://github.com/from/origin"
+    # none: no launch links, even where the origin is on GitHub
+    assert repository.course_repository({repository.ENV: "none"}, toml, origin) is None
+    assert repository.course_repository({}, {"repository_url": "none"}, origin) is None
+    # an origin that is not on GitHub, or none at all: no launch links
+    assert repository.course_repository({}, {}, "https://gitlab.com/o/r.git") is None
+    assert repository.course_repository({}, {}, None) is None
+
+
+def test_course_repository_refuses_a_configured_repository_that_is_not_on_github():
+    with pytest.raises(ValueError, match=repository.ENV):
+        repository.course_repository({repository.ENV: "https://gitlab.com/o/r"}, {}, None)
+    with pytest.raises(ValueError, match="site.toml"):
+        repository.course_repository({}, {"repository_url": "https://example.org/o/r"}, None)
+
+
+@pytest.mark.slow
+def test_git_origin_of_a_folder_without_git_is_none(tmp_path):
+    assert repository.git_origin(tmp_path) is None
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    assert repository.git_origin(tmp_path) is None
+    subprocess.run(["git", "-C", str(tmp_path), "remote", "add", "origin", "git@github.com:o/r.git"], check=True)
+    assert repository.git_origin(tmp_path) == "git@github.com:o/r.git"
+
+
+def test_learner_notebook_strips_outputs_and_answers_and_adds_the_install_cell():
+    notebook = {
+        "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": "# 01 Title"},
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "source": "1 + 1",
+                "execution_count": 3,
+                "outputs": [{"output_type": "execute_result", "data": {"text/plain": "2"}}],
+            },
+            {"cell_type": "markdown", "metadata": {"tags": ["answers"]}, "source": "1. (b) because ..."},
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    plain = downloads.learner_notebook(notebook)
+    assert [c["source"] for c in plain["cells"]] == ["# 01 Title", "1 + 1"]
+    assert plain["cells"][1]["outputs"] == [] and plain["cells"][1]["execution_count"] is None
+    assert notebook["cells"][1]["outputs"], "the original was changed"
+    install = downloads.install_cell("https://github.com/o/r", "main")
+    cells = downloads.learner_notebook(notebook, install)["cells"]
+    assert cells[1] is install and "git+https://github.com/o/r.git@main" in install["source"]
+    assert 'find_spec("mha_course") is None' in install["source"]  # a no-op where the course is installed
+
+
+def test_without_hidden_cases_cuts_each_hidden_case_and_refuses_what_it_cannot_cut():
+    source = (
+        "CASES = (\n"
+        "    case('public', 1, D=2),\n"
+        "    case(\n"
+        "        'hidden over lines', 1, hidden=True,\n"
+        "    ),\n"
+        "    case('hidden', 1, hidden=True),  # a comment\n"
+        "    case('also public', 1, hidden=False),\n"
+        ")\n"
+    )
+    out = downloads.without_hidden_cases(source)
+    assert "hidden over lines" not in out and "'hidden'" not in out
+    assert "'public'" in out and "'also public'" in out
+    compile(out, "cases.py", "exec")
+    with pytest.raises(ValueError, match="line of its own"):
+        downloads.without_hidden_cases("CASES = (case('a', 1), case('b', 1, hidden=True))\n")
+    with pytest.raises(ValueError, match="outside a tuple or list"):
+        downloads.without_hidden_cases("ONE = case('b', 1, hidden=True)\n")
+
+
+def test_every_exercise_module_loses_its_hidden_cases_and_stays_python():
+    modules = sorted((ROOT / downloads.HIDDEN_CASE_MODULES).glob("*.py"))
+    hidden = 0
+    for path in modules:
+        source = path.read_text(encoding="utf-8")
+        hidden += source.count("hidden=True")
+        out = downloads.without_hidden_cases(source, path.name)
+        assert "hidden=True" not in out, path.name
+        compile(out, path.name, "exec")
+    assert hidden > 20, f"only {hidden} hidden cases found: is HIDDEN_CASE_MODULES right?"
+
+
+@pytest.mark.slow  # two zips of the course: 1-3 s
+def test_course_zip_holds_what_make_lab_needs_and_nothing_secret(tmp_path):
+    names = downloads.write_course_zip(tmp_path / "course.zip")
+    assert {"Makefile", "requirements.txt", "pyproject.toml", "jupyter/overrides.json"} <= set(names)
+    assert not [n for n in names if n.split("/")[0] in {"solutions", "tests", "site"} or "__pycache__" in n]
+    first = (tmp_path / "course.zip").read_bytes()
+    downloads.write_course_zip(tmp_path / "again.zip")
+    assert (tmp_path / "again.zip").read_bytes() == first, "the same sources made a different zip"
+
+
+def test_icons_css_draws_every_icon_site_chrome_names():
+    css = (ROOT / "site" / "static" / "icons.css").read_text(encoding="utf-8")
+    drawn = set(re.findall(r"^\.(fa-[a-z-]+) \{ --course-icon", css, re.M))
+    assert drawn == set(site_chrome.ICONS)
+
+
+def test_without_fontawesome_removes_the_script_and_refuses_a_head_without_it():
+    head = '<link href="a.css"/>\n  <script defer src="../_static/scripts/fontawesome.js?digest=1"></script>\n  <link rel="preload"/>'
+    assert "fontawesome" not in site_chrome.without_fontawesome(head)
+    assert '<link href="a.css"/>' in site_chrome.without_fontawesome(head)
+    with pytest.raises(ValueError, match="found 0"):
+        site_chrome.without_fontawesome("<link/>")
 
 
 def test_launch_urls_refuses_a_repository_url_that_is_not_github():
