@@ -8,8 +8,17 @@ and gives each request a *block table*: its logical block b lives in physical bl
     position s of a request  ->  physical block table[s // P], slot s % P
 
 A request takes a new block only when its last one is full, so at most P - 1 slots per request
-are ever wasted, and a finished request's blocks go straight back to the free list. Attention reads
-the keys through the table; the result equals attention over a contiguous cache.
+are ever wasted, and a finished request's blocks go straight back to the free list.
+
+Two ways to attend over the pages, with equal results:
+
+* :func:`paged_attention` *copies*: ``k_pool[block_tables]`` gathers every request's blocks into one
+  contiguous (B, G, n*P, D) tensor (and the same for V), then runs ordinary attention. Simple, but it
+  allocates the contiguous K/V the paging was meant to avoid, on every decoding step.
+* :func:`paged_attention_blockwise` does what a paged kernel (vLLM's) does: a loop over the table's
+  logical blocks that reads block b of every request from the pool *inside* the loop
+  (``k_pool[block_tables[:, b]]``, P positions each), scores it and folds it into a running max, sum
+  and weighted sum (the online softmax): it never holds more than one block of K/V per request.
 """
 
 from __future__ import annotations
@@ -80,6 +89,40 @@ def gather_pages(pool: torch.Tensor, block_table: torch.Tensor, length: int) -> 
     return pages.transpose(0, 1).reshape(G, n * P, D)[:, :length]  # (G, n*P, D) -> (G, S, D)
 
 
+def _check_paged_inputs(q, k_pool, v_pool, block_tables, lengths, scale) -> tuple[torch.Tensor, float]:
+    """Validate paged_attention's arguments; return lengths as a (B,) long tensor and the scale."""
+    require_tensor(q, "q")
+    require_rank(q, 4, "q", "(B, H, T, D)")
+    for name, pool in (("k_pool", k_pool), ("v_pool", v_pool)):
+        require_tensor(pool, name)
+        require_rank(pool, 4, name, "(N, G, P, D)")
+    require_tensor(block_tables, "block_tables")
+    require_rank(block_tables, 2, "block_tables", "(B, n)")
+    B, H, T, D = q.shape
+    G, P = k_pool.shape[1], k_pool.shape[2]
+    if v_pool.shape[:3] != k_pool.shape[:3] or k_pool.shape[3] != D:
+        raise ValueError(
+            f"need k_pool (N, G, P, D={D}) and v_pool (N, G, P, Dv) of one (N, G, P), got "
+            f"{tuple(k_pool.shape)} and {tuple(v_pool.shape)}"
+        )
+    if G == 0 or H % G:
+        raise ValueError(f"the pools' G={G} key/value heads must divide the H={H} query heads")
+    if block_tables.shape[0] != B:
+        raise ValueError(f"block_tables must have one row per request (B={B}), got {tuple(block_tables.shape)}")
+    if block_tables.is_floating_point() or block_tables.dtype == torch.bool:
+        raise TypeError(f"block_tables must hold integer block ids, got dtype {block_tables.dtype}")
+    N = k_pool.shape[0]
+    if block_tables.numel() and (int(block_tables.min()) < 0 or int(block_tables.max()) >= N):
+        raise ValueError(f"block ids must be in [0, N={N}), got {block_tables.tolist()}")
+    lengths = torch.as_tensor(lengths)
+    if lengths.shape != (B,) or lengths.is_floating_point() or lengths.dtype == torch.bool:
+        raise ValueError(f"lengths must be (B,) = ({B},) ints, got {lengths.tolist()}")
+    n = block_tables.shape[1]
+    if B and (int(lengths.min()) < T or int(lengths.max()) > n * P):
+        raise ValueError(f"every length must be in [T={T}, n*P={n * P}], got {lengths.tolist()}")
+    return lengths.long(), resolve_scale(scale, D)
+
+
 def paged_attention(
     q: torch.Tensor,
     k_pool: torch.Tensor,
@@ -88,10 +131,13 @@ def paged_attention(
     lengths,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """Attention of each request's newest T queries over its keys and values stored in pages.
+    """Attention of each request's newest T queries over its keys and values stored in pages, by copying.
 
     Request b has ``lengths[b]`` positions; its queries are the last T of them (T = 1 when decoding),
-    so query i sees keys j <= lengths[b] - T + i. Equal to attention over the contiguous cache.
+    so query i sees keys j <= lengths[b] - T + i. Equal to attention over the contiguous cache, because
+    it builds one: ``k_pool[block_tables]`` copies every request's n blocks into a contiguous
+    (B, G, n*P, D) tensor (V too), masks the unwritten slots and runs ordinary attention.
+    :func:`paged_attention_blockwise` computes the same without that copy.
 
     Args:
         q: (B, H, T, D).
@@ -106,35 +152,60 @@ def paged_attention(
     Raises:
         TypeError / ValueError: shapes that disagree, or lengths out of range.
     """
-    require_tensor(q, "q")
-    require_rank(q, 4, "q", "(B, H, T, D)")
-    for name, pool in (("k_pool", k_pool), ("v_pool", v_pool)):
-        require_tensor(pool, name)
-        require_rank(pool, 4, name, "(N, G, P, D)")
-    require_tensor(block_tables, "block_tables")
-    require_rank(block_tables, 2, "block_tables", "(B, n)")
+    lengths, scale = _check_paged_inputs(q, k_pool, v_pool, block_tables, lengths, scale)
     B, H, T, D = q.shape
-    N, G, P, _ = k_pool.shape
-    if v_pool.shape[:3] != k_pool.shape[:3] or k_pool.shape[3] != D:
-        raise ValueError(
-            f"need k_pool (N, G, P, D={D}) and v_pool (N, G, P, Dv) of one (N, G, P), got "
-            f"{tuple(k_pool.shape)} and {tuple(v_pool.shape)}"
-        )
-    if block_tables.shape[0] != B:
-        raise ValueError(f"block_tables must have one row per request (B={B}), got {tuple(block_tables.shape)}")
-    lengths = torch.as_tensor(lengths)
-    if lengths.shape != (B,) or lengths.is_floating_point():
-        raise ValueError(f"lengths must be (B,) = ({B},) ints, got {lengths.tolist()}")
+    G, P = k_pool.shape[1], k_pool.shape[2]
     n = block_tables.shape[1]
-    if int(lengths.min()) < T or int(lengths.max()) > n * P:
-        raise ValueError(f"every length must be in [T={T}, n*P={n * P}], got {lengths.tolist()}")
-    resolve_scale(scale, D)
-    k = k_pool[block_tables.long()].permute(0, 2, 1, 3, 4).reshape(B, G, n * P, D)  # (B, G, S_max, D)
+    k = k_pool[block_tables.long()].permute(0, 2, 1, 3, 4).reshape(B, G, n * P, D)  # (B, G, S_max, D): a copy
     v = v_pool[block_tables.long()].permute(0, 2, 1, 3, 4).reshape(B, G, n * P, -1)  # (B, G, S_max, Dv)
     key_pos = torch.arange(n * P, device=q.device)  # (S_max,)
     query_pos = lengths.to(q.device)[:, None] - T + torch.arange(T, device=q.device)[None, :]  # (B, T)
     mask = key_pos[None, None, :] <= query_pos[:, :, None]  # (B, T, S_max): causal, and unwritten slots out
     return grouped_query_attention(q, k.to(q.dtype), v.to(q.dtype), mask=mask[:, None], scale=scale)[0]
+
+
+def paged_attention_blockwise(
+    q: torch.Tensor,
+    k_pool: torch.Tensor,
+    v_pool: torch.Tensor,
+    block_tables: torch.Tensor,
+    lengths,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """:func:`paged_attention` as a paged kernel computes it: block by block through the tables, no copy.
+
+    For each logical block b (up to the longest request's last), the loop reads physical block
+    ``block_tables[:, b]`` of every request from the pool, scores its P keys, and folds them into a
+    running max m, sum l and weighted sum of values (the online softmax of chapter 12):
+
+        m' = max(m, max_j s_j),  l' = l e^(m - m') + sum_j e^(s_j - m'),  acc' = acc e^(m - m') + sum_j e^(s_j - m') v_j
+
+    and returns acc / l. Extra memory: one block of K and V per request, plus (B, H, T) statistics and
+    the (B, H, T, Dv) accumulator, whatever the requests' lengths. Same arguments, result and errors as
+    :func:`paged_attention`; block 0 holds position 0, which every query sees, so no row is ever empty.
+    """
+    lengths, scale = _check_paged_inputs(q, k_pool, v_pool, block_tables, lengths, scale)
+    B, H, T, D = q.shape
+    G, P, Dv = k_pool.shape[1], k_pool.shape[2], v_pool.shape[3]
+    groups = q.reshape(B, G, H // G, T, D)  # (B, G, H/G, T, D): each key/value head serves H/G query heads
+    query_pos = (lengths.to(q.device)[:, None] - T + torch.arange(T, device=q.device))[:, None, None, :, None]
+    m = torch.full((B, G, H // G, T, 1), float("-inf"), dtype=q.dtype, device=q.device)
+    l = torch.zeros_like(m)
+    acc = torch.zeros(B, G, H // G, T, Dv, dtype=q.dtype, device=q.device)
+    tables = block_tables.long().to(k_pool.device)
+    for b in range(math.ceil(int(lengths.max()) / P) if B else 0):
+        k_block = k_pool[tables[:, b]].to(q.dtype)[:, :, None]  # (B, G, 1, P, D): block b of each request
+        v_block = v_pool[tables[:, b]].to(q.dtype)[:, :, None]  # (B, G, 1, P, Dv)
+        scores = groups @ k_block.transpose(-2, -1) * scale  # (B, G, H/G, T, P)
+        key_pos = b * P + torch.arange(P, device=q.device)  # (P,)
+        scores = scores.masked_fill(key_pos > query_pos, float("-inf"))  # causal, and unwritten slots out
+        m_new = torch.maximum(m, scores.amax(-1, keepdim=True))  # finite from block 0 on (position 0 is seen)
+        p = torch.exp(scores - m_new)  # (B, G, H/G, T, P)
+        rescale = torch.exp(m - m_new)  # 0 on block 0 (m = -inf)
+        l = l * rescale + p.sum(-1, keepdim=True)
+        acc = acc * rescale + p @ v_block
+        m = m_new
+    return (acc / l).reshape(B, H, T, Dv)
 
 
 class PagedKVCache:
@@ -283,4 +354,11 @@ def memory_report(lengths, max_len: int, block_size: int) -> dict[str, float]:
     }
 
 
-__all__ = ["physical_slot", "gather_pages", "paged_attention", "PagedKVCache", "memory_report"]
+__all__ = [
+    "physical_slot",
+    "gather_pages",
+    "paged_attention",
+    "paged_attention_blockwise",
+    "PagedKVCache",
+    "memory_report",
+]

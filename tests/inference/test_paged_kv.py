@@ -1,11 +1,19 @@
 """The paged KV cache: lookups through the block table, attention over pages equal to attention over
-a contiguous cache, blocks returned on release, and the memory report."""
+a contiguous cache (by copying, and block by block as a paged kernel reads them), blocks returned on
+release, and the memory report."""
 
 import pytest
 import torch
 
 from mha_course import attention_loop_reference, causal_mask
-from mha_course.inference.paged_kv import PagedKVCache, gather_pages, memory_report, paged_attention, physical_slot
+from mha_course.inference.paged_kv import (
+    PagedKVCache,
+    gather_pages,
+    memory_report,
+    paged_attention,
+    paged_attention_blockwise,
+    physical_slot,
+)
 from mha_course.testing import assert_close
 
 
@@ -53,6 +61,70 @@ def test_requests_of_different_lengths_share_one_pool_and_attend_exactly():
     assert_close(out2[0], ref2)
 
 
+def _scattered_pool(lengths, G, P, D, Dv, seed, dtype=torch.float64):
+    """Pools holding each request's blocks at shuffled places, tables padded with block 0."""
+    generator = torch.Generator().manual_seed(seed)
+    blocks = [-(-n // P) for n in lengths]
+    order = torch.randperm(sum(blocks) + 3, generator=generator).tolist()  # 3 blocks nobody owns
+    tables = torch.zeros(len(lengths), max(blocks), dtype=torch.long)
+    for b, n_b in enumerate(blocks):
+        tables[b, :n_b], order = torch.tensor(order[:n_b]), order[n_b:]
+    k_pool = torch.randn(sum(blocks) + 3, G, P, D, generator=generator, dtype=dtype)
+    v_pool = torch.randn(sum(blocks) + 3, G, P, Dv, generator=generator, dtype=dtype)
+    return k_pool, v_pool, tables, torch.tensor(lengths)
+
+
+@pytest.mark.parametrize(("T", "G", "Dv"), [(1, 2, 8), (1, 1, 5), (3, 4, 8), (2, 2, 3)])
+def test_the_blockwise_loop_equals_the_copy_and_the_reference(T, G, Dv):
+    B, H, D, P = 4, 4, 8, 4
+    lengths = [T, 4, 13, 16]  # shorter than a block, exactly one block, across blocks, exactly four blocks
+    k_pool, v_pool, tables, lens = _scattered_pool(lengths, G, P, D, Dv, seed=T + G)
+    q = torch.randn(B, H, T, D, dtype=torch.float64)
+    blockwise = paged_attention_blockwise(q, k_pool, v_pool, tables, lens)
+    assert blockwise.shape == (B, H, T, Dv)
+    assert_close(blockwise, paged_attention(q, k_pool, v_pool, tables, lens))
+    for b, n in enumerate(lengths):
+        keys, values = gather_pages(k_pool, tables[b], n), gather_pages(v_pool, tables[b], n)  # (G, S, D)
+        ref, _ = attention_loop_reference(
+            q[b],
+            keys.repeat_interleave(H // G, 0),
+            values.repeat_interleave(H // G, 0),
+            mask=causal_mask(T, n, diagonal=n - T),  # the last T of n positions
+        )
+        assert_close(blockwise[b], ref)
+    assert_close(
+        paged_attention_blockwise(q, k_pool, v_pool, tables, lens, scale=0.3),
+        paged_attention(q, k_pool, v_pool, tables, lens, scale=0.3),
+    )
+
+
+class _PoolReads(torch.Tensor):
+    """A pool that notes the shape of every read out of it by indexing (and of reads of those reads)."""
+
+    reads: list[tuple[int, ...]] = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        out = super().__torch_function__(func, types, args, kwargs or {})
+        if func is torch.Tensor.__getitem__ and isinstance(out, torch.Tensor):
+            cls.reads.append(tuple(out.shape))
+        return out
+
+
+def test_the_blockwise_loop_reads_one_block_per_request_at_a_time_and_the_copy_reads_all():
+    B, H, G, D, P = 3, 2, 1, 4, 2
+    k_pool, v_pool, tables, lens = _scattered_pool([5, 8, 3], G, P, D, D, seed=7)
+    q = torch.randn(B, H, 1, D, dtype=torch.float64)
+    k_seen, v_seen = k_pool.as_subclass(_PoolReads), v_pool.as_subclass(_PoolReads)
+    _PoolReads.reads = []
+    paged_attention_blockwise(q, k_seen, v_seen, tables, lens)
+    largest = max(torch.Size(shape).numel() for shape in _PoolReads.reads)
+    assert _PoolReads.reads and largest == B * G * P * D  # one block of every request, never the whole table
+    _PoolReads.reads = []
+    paged_attention(q, k_seen, v_seen, tables, lens)
+    assert (B, tables.shape[1], G, P, D) in _PoolReads.reads  # the copy: every block of every request at once
+
+
 def test_release_returns_blocks_and_a_full_pool_says_so():
     cache = PagedKVCache(num_blocks=3, block_size=2, num_kv_heads=1, head_dim=2)
     a, b = cache.add_request(), cache.add_request()
@@ -88,6 +160,15 @@ def test_bad_inputs_name_what_was_expected():
         physical_slot([0, 1], 4, 2)
     with pytest.raises(ValueError, match=r"in \[T=1"):
         paged_attention(torch.zeros(1, 1, 1, 3), pool, pool, torch.tensor([[0]]), [3])
+    for attend in (paged_attention, paged_attention_blockwise):
+        with pytest.raises(ValueError, match=r"in \[T=1"):
+            attend(torch.zeros(1, 1, 1, 3), pool, pool, torch.tensor([[0]]), [3])
+        with pytest.raises(ValueError, match=r"block ids must be in \[0, N=4\)"):
+            attend(torch.zeros(1, 1, 1, 3), pool, pool, torch.tensor([[4]]), [1])
+        with pytest.raises(ValueError, match="must divide the H=3"):
+            attend(torch.zeros(1, 3, 1, 3), torch.zeros(4, 2, 2, 3), torch.zeros(4, 2, 2, 3), torch.tensor([[0]]), [1])
+        with pytest.raises(TypeError, match="integer block ids"):
+            attend(torch.zeros(1, 1, 1, 3), pool, pool, torch.tensor([[0.0]]), [1])
     with pytest.raises(ValueError, match="max_len"):
         memory_report([5, 20], 16, 4)
     with pytest.raises(TypeError, match="integers"):

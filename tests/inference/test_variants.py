@@ -161,20 +161,3 @@ def test_interleaved_local_and_global_layers_cache_the_window_in_local_layers():
     assert interleaved_kv_cache_numbers(64, 4, 1, 7, 1, 1) == 2 * (2 * 8 + 2 * 64)  # Gemma 2's 1 : 1
     with pytest.raises(ValueError, match="window"):
         interleaved_kv_cache_numbers(64, 4, 1, -1, 1, 1)
-
-
-def test_qk_norm_bounds_the_scores_whatever_the_size_of_q_and_k():
-    from mha_course.inference.qk_norm import qk_norm
-
-    torch.manual_seed(0)
-    q, k = torch.randn(3, 16, 8, dtype=torch.float64), torch.randn(3, 16, 8, dtype=torch.float64)
-    normed = qk_norm(q)
-    assert float((normed.pow(2).mean(-1) - 1).abs().max()) < 1e-4  # RMS 1 (eps = 1e-6 aside)
-    assert float((qk_norm(100 * q) - normed).abs().max()) < 1e-4  # the size of the projection no longer matters
-    gain = torch.linspace(0.5, 2.0, 8, dtype=torch.float64)
-    scores = qk_norm(q, gain) @ qk_norm(k, gain).transpose(-2, -1)
-    assert float(scores.abs().max()) <= 8 * 2.0 * 2.0
-    with pytest.raises(ValueError, match=r"\(D,\)"):
-        qk_norm(q, torch.ones(3, dtype=torch.float64))
-    with pytest.raises(TypeError, match="floating"):
-        qk_norm(torch.ones(2, 4, dtype=torch.long))
