@@ -15,8 +15,9 @@ What (``format`` 1), readable and editable by hand::
                                                  "at": "2026-11-29T10:30:00Z"}}}}
 
 A verdict is ``right``, ``wrong`` or ``not yet``; a later check of the same name replaces it. Each write
-goes to a temporary file that then replaces the old one, under a lock where the system has one, so a
-crash or a second kernel leaves either the old file or the new one, never half of one.
+goes to a temporary file that then replaces the old one, under a lock where the system has one (an
+empty ``progress.json.lock`` beside it), so a crash or a second kernel leaves either the old file or
+the new one, never half of one.
 """
 
 from __future__ import annotations

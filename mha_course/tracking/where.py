@@ -43,7 +43,7 @@ def _user_namespace() -> dict:
     ipython = sys.modules.get("IPython")
     try:
         shell = ipython.get_ipython() if ipython is not None else None
-        return dict(shell.user_ns) if shell is not None else {}
+        return shell.user_ns if shell is not None else {}
     except Exception:  # an IPython without a shell: no names
         return {}
 
