@@ -72,7 +72,16 @@ def record_check(name: str, verdict: str) -> bool:
 
 
 def record_selfcheck(assignment: str, exercise: str, score: float, checked: float, hidden: float) -> bool:
-    """Record an assignment's self-check: ``score`` of the ``checked`` points, ``hidden`` more when graded."""
+    """Record an assignment's self-check: ``score`` of the ``checked`` points, ``hidden`` more when graded.
+
+    Not from a chapter's notebook: chapter 00 shows the self-check on a softmax of its own, which is not
+    the learner's assignment.
+    """
+    try:
+        if where.chapter_of_path(where.notebook_path()) is not None:
+            return False
+    except Exception:
+        return False
 
     def change(data: dict) -> None:
         data["assignments"].setdefault(assignment, {})[exercise] = {

@@ -167,7 +167,7 @@ def test_inside_the_grader_nothing_is_recorded(progress_file, monkeypatch):
     assert not progress_file.exists()
 
 
-def test_the_self_check_records_its_score_and_the_hidden_points(progress_file):
+def test_the_self_check_records_its_score_and_the_hidden_points(progress_file, monkeypatch):
     def softmax_np(x, axis=-1):  # without the all -inf row's convention: one public case fails
         with np.errstate(all="ignore"):
             e = np.exp(x - x.max(axis=axis, keepdims=True))
@@ -180,6 +180,10 @@ def test_the_self_check_records_its_score_and_the_hidden_points(progress_file):
     assert result.hidden_points > 0 and f"{result.hidden_points:g} more points by hidden tests" in str(result)
     selfcheck.check("softmax_np", softmax_np, include_hidden=True, show=False)  # the solutions' own run: not recorded
     assert json.loads(progress_file.read_text())["assignments"]["a02_softmax"]["softmax_np"] == entry
+    monkeypatch.setenv("JPY_SESSION_NAME", "notebooks/00_start_here.ipynb")  # chapter 00's demonstration
+    assert not record.record_selfcheck("a02_softmax", "softmax_np", 0, 10, 4)
+    monkeypatch.setenv("JPY_SESSION_NAME", "exercises/a02_softmax.ipynb")
+    assert record.record_selfcheck("a02_softmax", "softmax_np", 0, 10, 4)
 
 
 def test_the_listing_counts_each_chapters_checks_and_each_assignments_points(progress_file, tmp_path):
@@ -213,6 +217,7 @@ def test_the_listing_counts_each_chapters_checks_and_each_assignments_points(pro
 def test_reset_forgets_a_chapter_an_assignment_or_everything(progress_file, monkeypatch):
     monkeypatch.setenv("JPY_SESSION_NAME", "02_softmax.ipynb")
     check_prediction("my_prediction", 1, 1)
+    monkeypatch.setenv("JPY_SESSION_NAME", "a02_softmax.ipynb")
     record.record_selfcheck("a02_softmax", "softmax", 1, 2, 3)
     assert record.reset("2") == ["02"]
     with pytest.raises(ValueError, match="nothing recorded for '02'"):
