@@ -63,6 +63,7 @@ def main() -> None:
     parser.add_argument("--timeout", type=int, default=600, help="seconds per cell")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows as JSON")
     args = parser.parse_args()
+    os.environ.setdefault("MHA_COURSE_PROGRESS", "off")  # a timing run is no learner's progress
 
     chapters = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     assignments = sorted((ROOT / "exercises").glob("a*.ipynb"))
@@ -83,8 +84,14 @@ def main() -> None:
             seconds, longest = round(total, 1), round(slowest, 1)
         except Exception as exc:  # noqa: BLE001 - a failing notebook is reported, the others still run
             print(f"<!-- {shown.name}: {type(exc).__name__}: {str(exc)[:200]} -->", flush=True)
-        row = {"kind": kind, "notebook": shown.name, "words": count, "seconds": seconds,
-               "longest_cell_seconds": longest, "longest_cell_index": index}
+        row = {
+            "kind": kind,
+            "notebook": shown.name,
+            "words": count,
+            "seconds": seconds,
+            "longest_cell_seconds": longest,
+            "longest_cell_index": index,
+        }
         rows.append(row)
         print(
             f"| {shown.stem} | {count} | {count / WORDS_PER_MINUTE:.0f} | {'failed' if seconds is None else seconds} "

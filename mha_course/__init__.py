@@ -57,6 +57,8 @@ _EXPORTS = {
     "answer_digest": "predict",
     # self-check inside notebooks (assignments)
     "check": "grading.learner.selfcheck",
+    # the learner's progress across chapters and assignments (the checks above record it)
+    "progress": "grading.learner.progress",
 }
 
 __all__ = sorted(_EXPORTS)

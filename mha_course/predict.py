@@ -14,7 +14,16 @@ Every chapter asks the learner to predict before it shows. The rule the notebook
 
 While a prediction is still ``None`` a check prints "make your prediction first" and returns
 False without raising, so a notebook still runs top to bottom. A wrong prediction gets a hint of
-what kind of mistake it is (a factor of 2, the sign, the order of magnitude), never the value.
+what kind of mistake it is, never the value, nor a step that turns it into the value: "wrong sign",
+"too large by a whole factor (2 to 16)", "too large by a power of ten", "about 2 orders of magnitude
+too small", per entry for a shape or a list. An exact factor ("4 times too large"), the size alone
+("right size, wrong sign") or "the right numbers in the wrong order" would let the learner divide,
+negate or reorder their way to the answer without the idea.
+
+A check returns a :class:`Verdict`, true when right: ``if check_exercise(...):`` reads as before, and a
+check on a cell's last line shows nothing more than its message (a bare ``False`` under each check
+cell told the learner nothing). Each verdict is also recorded in the learner's progress file
+(:mod:`mha_course.tracking`; ``mha_course.progress()`` lists it); recording never raises.
 """
 
 from __future__ import annotations
@@ -31,8 +40,44 @@ import numpy as np
 # Part of every digest, so that a table of sha256("GRU") does not read the notebooks' answers.
 _SALT = "mha_course/predict/v1"
 _DIGEST = re.compile(r"[0-9a-f]{16}")
-# Ratios tried for "off by a factor of k": the slips people make with powers, halves and heads.
-_FACTORS = (2, 3, 4, 8, 16)
+# Ratios recognised as "off by a whole factor": the slips people make with halves, heads and powers of 2.
+# The message names the range, never the factor, so dividing by it is not a way to the answer.
+_FACTORS = range(2, 17)
+_POWERS_OF_TEN = range(1, 13)
+
+
+class Verdict(int):
+    """A check's verdict: true when right, false otherwise (``if check_prediction(...):`` works).
+
+    In Jupyter it shows nothing when it is a cell's last value (the check has printed its message);
+    elsewhere it reads ``True`` or ``False``. ``Verdict(True) == True`` and ``sum(verdicts)`` counts the
+    right ones; only ``is True`` differs from a bool.
+    """
+
+    def __new__(cls, right: Any) -> Verdict:
+        return super().__new__(cls, bool(right))
+
+    def __repr__(self) -> str:
+        return "True" if self else "False"
+
+    __str__ = __repr__
+
+    def _ipython_display_(self) -> None:
+        """Nothing: the check's printed message is the verdict the learner reads."""
+
+
+def _verdict(name: str, right: bool, verdict: str | None = None) -> Verdict:
+    """``right`` as a :class:`Verdict`, recorded in the progress file (never raising) under ``name``."""
+    try:
+        from .tracking.record import RIGHT, WRONG, record_check
+
+        record_check(name, verdict or (RIGHT if right else WRONG))
+    except Exception:  # a package without tracking/ (the grader's view of it), or anything else: no record
+        pass
+    return Verdict(right)
+
+
+_NOT_YET = "not yet"
 
 
 def _require_name(name: Any) -> None:
@@ -96,7 +141,7 @@ def _not_yet(name: str, predicted: Any) -> bool:
     return False
 
 
-def check_choice(name: str, predicted: Any, digest: str) -> bool:
+def check_choice(name: str, predicted: Any, digest: str) -> Verdict:
     """Say whether a conceptual answer is right, checking it against ``answer_digest(name, answer)``.
 
     Args:
@@ -105,8 +150,8 @@ def check_choice(name: str, predicted: Any, digest: str) -> bool:
         digest: the 16 hex digits :func:`answer_digest` gave for the right answer.
 
     Returns:
-        True when right; False when wrong or not yet predicted (never raises for those, so the
-        notebook runs on).
+        a :class:`Verdict`: true when right; false when wrong or not yet predicted (never raises for
+        those, so the notebook runs on).
 
     Raises:
         TypeError: ``name`` is not an identifier str, or ``digest`` is not a str.
@@ -118,17 +163,17 @@ def check_choice(name: str, predicted: Any, digest: str) -> bool:
     if not _DIGEST.fullmatch(digest):
         raise ValueError(f"digest must be 16 lower-case hex digits from answer_digest(), got {digest!r}")
     if _not_yet(name, predicted):
-        return False
+        return _verdict(name, False, _NOT_YET)
     try:
         right = answer_digest(name, predicted) == digest
     except TypeError:
         print(f"{name}: not right: give a word, a number or True/False, not a {type(predicted).__name__}")
-        return False
+        return _verdict(name, False)
     if right:
         print(f"{name}: right")
     else:
         print(f"{name}: not right; check the spelling against the question's options, then think again")
-    return right
+    return _verdict(name, right)
 
 
 def _as_numbers(value: Any) -> np.ndarray | None:
@@ -145,27 +190,31 @@ def _as_numbers(value: Any) -> np.ndarray | None:
 
 
 def _kind_of_miss(p: float, a: float, close) -> str:
-    """What kind of mistake ``p`` is against ``a``, in words that do not give ``a`` away."""
+    """What kind of mistake ``p`` is against ``a``, in words that neither give ``a`` away nor a step to it.
+
+    No exact factor, no "right size": a learner told "4 times too large" divides by 4 and is right
+    without the idea. A whole factor is named by its range, a power of ten by its kind; an order of
+    magnitude is named only when dividing by it does not land on the answer (not within tolerance).
+    """
     if a == 0 or p == 0:
         return "too large" if p > a else "too small"
-    if close(-p, a):
-        return "right size, wrong sign"
     if (p < 0) != (a < 0):
         return "wrong sign"
     ratio = p / a
-    for k in _FACTORS:
-        if close(p, a * k):
-            return f"a factor of {k} too large"
-        if close(p * k, a):
-            return f"a factor of {k} too small"
+    direction = "large" if ratio > 1 else "small"
+    if any(close(p, a * k) or close(p * k, a) for k in _FACTORS):
+        question = "is a count in it that does not belong" if ratio > 1 else "is a count missing"
+        return f"too {direction} by a whole factor (2 to 16): {question} (heads, batch, bytes per number)?"
+    if any(close(p, a * 10.0**n) or close(p * 10.0**n, a) for n in _POWERS_OF_TEN):
+        return f"too {direction} by a power of ten: check the units (k, M, G; bits and bytes; ms and s)"
     magnitude = math.log10(abs(ratio))
     if abs(magnitude) >= 1:
         orders = round(abs(magnitude))
-        return f"about {orders} order{'s' if orders > 1 else ''} of magnitude too {'large' if ratio > 1 else 'small'}"
-    return "too large" if ratio > 1 else "too small"
+        return f"about {orders} order{'s' if orders > 1 else ''} of magnitude too {direction}"
+    return f"too {direction}"
 
 
-def check_prediction(name: str, predicted: Any, actual: Any, rel_tol: float = 0.05, abs_tol: float = 0.0) -> bool:
+def check_prediction(name: str, predicted: Any, actual: Any, rel_tol: float = 0.05, abs_tol: float = 0.0) -> Verdict:
     """Say whether a prediction matches what the notebook measured, within a tolerance.
 
     ``actual`` comes from the notebook's own experiment, shown when the cell runs, so it is not
@@ -181,7 +230,7 @@ def check_prediction(name: str, predicted: Any, actual: Any, rel_tol: float = 0.
         abs_tol: absolute tolerance, >= 0, for answers near zero.
 
     Returns:
-        True when right; False when wrong or not yet predicted (never raises for those).
+        a :class:`Verdict`: true when right; false when wrong or not yet predicted (never raises for those).
 
     Raises:
         TypeError: ``name`` is not an identifier str, or a tolerance is not a real number.
@@ -194,7 +243,7 @@ def check_prediction(name: str, predicted: Any, actual: Any, rel_tol: float = 0.
         if not math.isfinite(tol) or tol < 0:
             raise ValueError(f"{label} must be finite and >= 0, got {tol}")
     if _not_yet(name, predicted):
-        return False
+        return _verdict(name, False, _NOT_YET)
 
     def close(p: float, a: float) -> bool:
         return abs(p - a) <= max(rel_tol * abs(a), abs_tol)
@@ -203,31 +252,29 @@ def check_prediction(name: str, predicted: Any, actual: Any, rel_tol: float = 0.
     if p_arr is None or a_arr is None or isinstance(predicted, bool) or isinstance(actual, bool):
         right = normalise_answer(predicted) == normalise_answer(actual) if _plain(predicted, actual) else False
         print(f"{name}: right" if right else f"{name}: not what the notebook found")
-        return right
+        return _verdict(name, right)
     if p_arr.shape != a_arr.shape:
         p_n, a_n = p_arr.size, a_arr.size
         hint = f"it has {p_n} entr{'y' if p_n == 1 else 'ies'}, the answer has {a_n}" if p_n != a_n else "wrong shape"
         print(f"{name}: not right: {hint}")
-        return False
+        return _verdict(name, False)
     p_flat, a_flat = p_arr.ravel(), a_arr.ravel()
     if np.isnan(p_flat).any():
         print(f"{name}: not right: the prediction contains NaN")
-        return False
+        return _verdict(name, False)
     wrong = [
         i for i, (p, a) in enumerate(zip(p_flat, a_flat, strict=True)) if not (p == a or close(float(p), float(a)))
     ]
     if not wrong:
         print(f"{name}: right")
-        return True
+        return _verdict(name, True)
     if a_arr.ndim == 0:
         print(f"{name}: not right: {_kind_of_miss(float(p_flat[0]), float(a_flat[0]), close)}")
-    elif np.array_equal(np.sort(p_flat), np.sort(a_flat)):
-        print(f"{name}: not right: the right numbers, in the wrong order")
-    else:
-        shown = ", ".join(f"entry {i} {_kind_of_miss(float(p_flat[i]), float(a_flat[i]), close)}" for i in wrong[:3])
-        more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
-        print(f"{name}: not right: {shown}{more}")
-    return False
+    else:  # per entry, each in the same words (no "right numbers, wrong order": that is a reordering away)
+        shown = "; ".join(f"entry {i} {_kind_of_miss(float(p_flat[i]), float(a_flat[i]), close)}" for i in wrong[:3])
+        more = f"; and {len(wrong) - 3} more" if len(wrong) > 3 else ""
+        print(f"{name}: not right: {len(wrong)} of {p_flat.size} entries: {shown}{more}")
+    return _verdict(name, False)
 
 
 def _plain(*values: Any) -> bool:
@@ -239,7 +286,7 @@ def _plain(*values: Any) -> bool:
     return True
 
 
-def check_exercise(name: str, function: Any, reference: Any, cases: Sequence[tuple]) -> bool:
+def check_exercise(name: str, function: Any, reference: Any, cases: Sequence[tuple]) -> Verdict:
     """Run the learner's ``function`` on each case and compare it with ``reference``, never raising.
 
     For the "write it yourself" cells: the cell ships with a body that raises
@@ -255,7 +302,7 @@ def check_exercise(name: str, function: Any, reference: Any, cases: Sequence[tup
         cases: argument tuples; each is passed as ``function(*case)`` and ``reference(*case)``.
 
     Returns:
-        True when every case agrees; False otherwise (the first problem is printed).
+        a :class:`Verdict`: true when every case agrees; false otherwise (the first problem is printed).
 
     Raises:
         TypeError: ``name`` is not an identifier, ``function``/``reference`` not callable, or
@@ -274,19 +321,19 @@ def check_exercise(name: str, function: Any, reference: Any, cases: Sequence[tup
             mine = function(*case)
         except NotImplementedError:
             print(f"{name}: write it first: its body still raises NotImplementedError")
-            return False
+            return _verdict(name, False, _NOT_YET)
         except Exception as error:  # the learner's bug: say what, and let the notebook run on
             print(f"{name}: raised {type(error).__name__} on case {number}: {error}")
-            return False
+            return _verdict(name, False)
         if mine is None:
             print(f"{name}: write it first: it returns None (is the body still `...`, or is `return` missing?)")
-            return False
+            return _verdict(name, False, _NOT_YET)
         problem = _disagreement(mine, reference(*case))
         if problem:
             print(f"{name}: case {number}: {problem}")
-            return False
+            return _verdict(name, False)
     print(f"{name}: right on all {len(cases)} case{'s' if len(cases) > 1 else ''}")
-    return True
+    return _verdict(name, True)
 
 
 def _disagreement(mine: Any, expected: Any) -> str | None:
@@ -368,6 +415,7 @@ def prediction_names(source: str) -> list[str]:
 
 
 __all__ = [
+    "Verdict",
     "answer_digest",
     "check_choice",
     "check_exercise",

@@ -1,5 +1,5 @@
 """Shared pytest set-up: a headless matplotlib backend for this process only, Triton's interpreter on CPU,
-and the ``slow`` mark kept honest.
+a progress file of the run's own, and the ``slow`` mark kept honest.
 
 MPLBACKEND is deliberately not set in the environment: notebook kernels inherit it and their
 figures would vanish from the outputs.
@@ -11,8 +11,13 @@ in a run that deselects ``slow`` (so the fast run stays fast) and is listed afte
 over the limit is listed in both.
 """
 
+import atexit
 import multiprocessing.process
+import os
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 
 import matplotlib
 import pytest
@@ -24,6 +29,14 @@ matplotlib.use("Agg")
 from mha_course.device import choose_triton_backend  # noqa: E402
 
 choose_triton_backend()
+
+# Every check records the learner's progress (mha_course.tracking.store): the checks these tests and their
+# notebook kernels run (which inherit this environment) record into a file of this run, never into the
+# progress file of whoever runs the tests.
+if "MHA_COURSE_PROGRESS" not in os.environ:
+    _progress_folder = tempfile.mkdtemp(prefix="mha-course-progress-")
+    os.environ["MHA_COURSE_PROGRESS"] = str(Path(_progress_folder) / "progress.json")
+    atexit.register(shutil.rmtree, _progress_folder, ignore_errors=True)
 
 FAST_LIMIT_S = 2.0
 # Audit events of a new process (subprocess, fork, exec, spawn). multiprocessing's spawn and forkserver

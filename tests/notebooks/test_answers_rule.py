@@ -48,8 +48,8 @@ SECTION_START = re.compile(r"check yourself|\b(build|write)\b[^\n]*\byourself\b"
 
 
 def test_no_prediction_yet_prints_and_returns_false_without_raising(capsys):
-    assert check_prediction("x", None, 0.693) is False
-    assert check_choice("x", None, answer_digest("x", "GRU")) is False
+    assert check_prediction("x", None, 0.693) == False  # noqa: E712 - a Verdict, equal to the bool
+    assert check_choice("x", None, answer_digest("x", "GRU")) == False  # noqa: E712
     out = capsys.readouterr().out
     assert out.count("make your prediction first") == 2 and "0.693" not in out and "gru" not in out.lower()
 
@@ -64,30 +64,55 @@ def test_a_right_prediction_is_right_within_its_tolerance(capsys):
     assert capsys.readouterr().out.count("right") == 7
 
 
+WHOLE_LARGE = "too large by a whole factor (2 to 16)"
+WHOLE_SMALL = "too small by a whole factor (2 to 16)"
+
+
 @pytest.mark.parametrize(
     ("predicted", "actual", "kind"),
     [
-        (1.386, 0.693, "a factor of 2 too large"),
-        (0.3465, 0.693, "a factor of 2 too small"),
-        (-0.693, 0.693, "right size, wrong sign"),
+        (1.386, 0.693, WHOLE_LARGE),
+        (2.772, 0.693, WHOLE_LARGE),
+        (0.3465, 0.693, WHOLE_SMALL),
+        (0.693 / 16, 0.693, WHOLE_SMALL),
+        (-0.693, 0.693, "wrong sign"),
         (-5.0, 0.693, "wrong sign"),
-        (69.3, 0.693, "2 orders of magnitude too large"),
+        (69.3, 0.693, "too large by a power of ten"),
+        (0.000693, 0.693, "too small by a power of ten"),
+        (60.0, 0.693, "about 2 orders of magnitude too large"),
         (0.5, 0.693, "too small"),
-        ((3, 4, 8, 6), (3, 4, 6, 8), "the right numbers, in the wrong order"),
-        ((3, 4, 12, 8), (3, 4, 6, 8), "entry 2 a factor of 2 too large"),
+        ((3, 4, 8, 6), (3, 4, 6, 8), "2 of 4 entries: entry 2 too large; entry 3 too small"),
+        ((3, 4, 12, 8), (3, 4, 6, 8), f"1 of 4 entries: entry 2 {WHOLE_LARGE}"),
         ((3, 4), (3, 4, 6, 8), "2 entries, the answer has 4"),
     ],
 )
 def test_a_wrong_prediction_says_what_kind_of_mistake_never_the_answer(capsys, predicted, actual, kind):
-    assert check_prediction("x", predicted, actual, rel_tol=0.01) is False
+    assert not check_prediction("x", predicted, actual, rel_tol=0.01)
     out = capsys.readouterr().out
     assert kind in out, out
     assert str(actual) not in out and "0.693" not in out, out
 
 
+@pytest.mark.parametrize("factor", [2, 3, 4, 5, 8, 10, 16, 100, 1000])
+@pytest.mark.parametrize("actual", [0.693, 4096.0, -3.0])
+def test_no_message_is_one_step_from_the_answer(capsys, factor, actual):
+    """Neither a division, a negation nor a reordering the message suggests turns a wrong prediction right.
+
+    A message that names the factor ("4 times too large") or the kind exactly ("right size, wrong sign",
+    "the right numbers, in the wrong order") would; the message may name the mistake's kind only.
+    """
+    for predicted in (actual * factor, actual / factor, -actual):
+        assert not check_prediction("x", predicted, actual, rel_tol=0.01)
+        out = capsys.readouterr().out
+        assert not re.search(rf"\b{factor}\b(?! to 16)", out.replace("2 to 16", "")), out
+        assert "right size" not in out and "factor of" not in out, out
+    assert not check_prediction("x", [actual, 2 * actual], [2 * actual, actual], rel_tol=0.01)
+    assert "order" not in capsys.readouterr().out
+
+
 def test_a_wrong_choice_gives_no_answer_away(capsys):
-    assert check_choice("fell_behind", "transformer", answer_digest("fell_behind", "GRU")) is False
-    assert check_choice("fell_behind", 2.5j, answer_digest("fell_behind", "GRU")) is False
+    assert not check_choice("fell_behind", "transformer", answer_digest("fell_behind", "GRU"))
+    assert not check_choice("fell_behind", 2.5j, answer_digest("fell_behind", "GRU"))
     assert "gru" not in capsys.readouterr().out.lower()
 
 
@@ -136,12 +161,12 @@ def test_check_exercise_waits_for_the_learner_then_judges(capsys):
         return stable(x)
 
     cases = [(np.array([1.0, 2.0]),), (np.array([1000.0, 0.0]),)]
-    assert check_exercise("s", unwritten, reference, cases) is False
-    assert check_exercise("s", lambda x: None, reference, cases) is False
+    assert not check_exercise("s", unwritten, reference, cases)
+    assert not check_exercise("s", lambda x: None, reference, cases)
     with np.errstate(over="ignore", invalid="ignore"):
-        assert check_exercise("s", naive, reference, cases) is False
-    assert check_exercise("s", lambda x: x[:1], reference, cases) is False
-    assert check_exercise("s", stable, reference, cases) is True
+        assert not check_exercise("s", naive, reference, cases)
+    assert not check_exercise("s", lambda x: x[:1], reference, cases)
+    assert check_exercise("s", stable, reference, cases) == True  # noqa: E712
     out = capsys.readouterr().out.splitlines()
     assert "write it first" in out[0] and "write it first" in out[1]
     assert "not finite" in out[2] and "shape (1,), expected (2,)" in out[3] and "right on all 2" in out[4]

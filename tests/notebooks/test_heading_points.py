@@ -5,6 +5,10 @@ and that number must equal the grader's maximum for the exercise (its cases' poi
 included: ``mha_course.grading.engine.registry``). The heading that owns an exercise is the last ``## ``
 heading above the first ``check("key", ...)`` of that exercise. Checked in ``solutions/`` and in
 the generated ``exercises/`` (what learners read).
+
+The self-check runs only the public cases, so a heading also says which part of its points the learner
+can check and which the grader's hidden cases hold: ``(14 points: 10 checked here, 4 by hidden tests
+when graded)``, each number the registry's. (The self-check's table ends with the same split.)
 """
 
 import re
@@ -26,6 +30,17 @@ POINTS = re.compile(r"\((\d+) points?\b(?:\s*\+\s*(\d+) bonus)?[^)]*\)")
 # "1 of the 11 points": the total named must be an exercise's or the assignment's
 OF_THE = re.compile(r"\bof the (\d+) points\b")
 CHECK = re.compile(r"""\bcheck\(\s*["'](\w+)["']""")
+# "(14 points: 10 checked here, 4 by hidden tests when graded)"
+SPLIT = re.compile(r"\((\d+) points?: (\d+) checked here, (\d+) by hidden tests when graded\)")
+
+
+def split_heading(exercise) -> str:
+    """What an exercise's heading states: its points, the self-checked part, the hidden part."""
+    checked = sum(c.points for c in exercise.cases if not c.hidden)
+    hidden = sum(c.points for c in exercise.cases if c.hidden)
+    if not hidden:
+        return f"({exercise.max_points:g} points)"
+    return f"({exercise.max_points:g} points: {checked:g} checked here, {hidden:g} by hidden tests when graded)"
 
 
 def _heading_points(heading: str) -> int | None:
@@ -70,9 +85,26 @@ def test_each_exercise_heading_states_the_graders_points(path):
     owned = {owner[e.key] for e in assignment.exercises}
     assert [h for h in with_points if h not in owned] == [], "a heading states points but owns no exercise"
     assert sum(_heading_points(h) for h in owned) == assignment.max_points
+    split = [
+        f"{owner[e.key]!r} must say {split_heading(e)}"
+        for e in assignment.exercises
+        if split_heading(e) not in owner[e.key]
+    ]
+    assert split == [], "\n".join(split)
     totals = {e.max_points for e in assignment.exercises} | {assignment.max_points}
     for total in OF_THE.findall(markdown):
         assert int(total) in totals, f"'of the {total} points' matches no exercise or assignment total"
+
+
+def test_the_split_is_the_registrys_and_adds_up():
+    """Every exercise has hidden cases, and the heading's split adds up to its points (whole numbers)."""
+    for assignment in registry.assignments():
+        for exercise in assignment.exercises:
+            match = SPLIT.search(split_heading(exercise))
+            assert match is not None, f"{exercise.key}: no hidden cases, so the heading cannot name a hidden part"
+            total, checked, hidden = (int(g) for g in match.groups())
+            assert total == checked + hidden == exercise.max_points
+            assert _heading_points(f"## 1. X {match[0]}") == total
 
 
 def test_the_heading_parser_reads_every_form():

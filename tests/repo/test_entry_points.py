@@ -18,6 +18,7 @@ SHORT_NAMES = {
     "train": "mha_course.models.train",
     "bench": "mha_course.timing.bench",
     "gpu_report": "mha_course.kernels.gpu_report",
+    "progress": "mha_course.grading.learner.progress",
 }
 
 

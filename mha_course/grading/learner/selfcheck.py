@@ -15,6 +15,10 @@ notebooks' own hidden-test cells).
 
 Inside the grader's submission process ``check`` does nothing and returns None: the grader sets
 ``GRADING = True`` there, so a submission cannot use the self-check to reach reference code.
+
+The table's last line says what the self-check cannot: how many more points the hidden cases carry
+when graded ("4 more points by hidden tests when graded: 14 in all"). Each check of the public cases is
+recorded in the learner's progress file (:mod:`mha_course.tracking`), which ``mha_course.progress()`` lists.
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ class CheckResult:
     key: str
     title: str
     rows: list[Row] = field(default_factory=list)
+    hidden_points: float = 0  # the hidden cases' points, not run here (0 when they are among the rows)
     _shown: bool = field(default=False, repr=False)
 
     @property
@@ -68,6 +73,14 @@ class CheckResult:
     def passed(self) -> bool:
         return all(r.passed for r in self.rows)
 
+    @property
+    def hidden_line(self) -> str:
+        """What the grader adds: "4 more points by hidden tests when graded: 14 in all" ("" when nothing)."""
+        if not self.hidden_points:
+            return ""
+        total = self.max_score + self.hidden_points
+        return f"{_fmt(self.hidden_points)} more points by hidden tests when graded: {_fmt(total)} in all"
+
     def __str__(self) -> str:
         lines = [f"{self.title} ({self.key}): {_fmt(self.score)} / {_fmt(self.max_score)} points"]
         for r in self.rows:
@@ -75,6 +88,8 @@ class CheckResult:
             lines.append(
                 f"  [{mark}] {_fmt(r.score)}/{_fmt(r.points)}  {r.case}" + (f"\n         -> {r.hint}" if r.hint else "")
             )
+        if self.hidden_line:
+            lines.append(f"  ({self.hidden_line})")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -95,7 +110,10 @@ class CheckResult:
             f"<p><b>{html.escape(self.title)}</b> (<code>{html.escape(self.key)}</code>): "
             f"{_fmt(self.score)} / {_fmt(self.max_score)} points</p>"
             "<table><tr><th style='text-align:left'>case</th><th>points</th><th>result</th>"
-            "<th style='text-align:left'>hint</th></tr>" + "".join(cells) + "</table>"
+            "<th style='text-align:left'>hint</th></tr>"
+            + "".join(cells)
+            + "</table>"
+            + (f"<p>{html.escape(self.hidden_line)}</p>" if self.hidden_line else "")
         )
 
     def _ipython_display_(self) -> None:
@@ -285,12 +303,14 @@ def check(key: str, obj: Any, include_hidden: bool = False, show: bool = True) -
 
     exercise = find_exercise(key)
     result = CheckResult(exercise.key, exercise.title)
+    if not include_hidden:
+        result.hidden_points = sum(case.points for case in exercise.cases if case.hidden)
     if not callable(obj):  # check("softmax", None), or a value where the function belongs
         hint = (
             f"check got {type(obj).__name__}, not a function or class: run the cell that defines "
             f"{exercise.target}, then check({exercise.key!r}, {exercise.target})"
         )
-        return _every_case_fails(result, exercise, hint, include_hidden, show)
+        return _recorded(_every_case_fails(result, exercise, hint, include_hidden, show), exercise, include_hidden)
     reached = library_reach(obj, _provided(exercise))
     if reached:  # the grader's sandbox cannot import it: say so now, with the grade the grader will give
         hint = (
@@ -298,10 +318,25 @@ def check(key: str, obj: Any, include_hidden: bool = False, show: bool = True) -
             "check, assert_close and the building blocks this assignment provides), so this case gets 0 points "
             "there: write it yourself"
         )
-        return _every_case_fails(result, exercise, hint, include_hidden, show)
-    result, figures = run_exercise(exercise, obj, include_hidden, pictures=show)
+        return _recorded(_every_case_fails(result, exercise, hint, include_hidden, show), exercise, include_hidden)
+    checked, figures = run_exercise(exercise, obj, include_hidden, pictures=show)
+    result.rows = checked.rows
     if show:
         _show(result, figures)
+    return _recorded(result, exercise, include_hidden)
+
+
+def _recorded(result: CheckResult, exercise: Any, include_hidden: bool) -> CheckResult:
+    """``result``, recorded in the learner's progress file (public cases only; never raising)."""
+    if not include_hidden:
+        try:
+            from ...tracking.record import record_selfcheck
+
+            assignment = _assignment_of(exercise)
+            if assignment is not None:
+                record_selfcheck(assignment.key, exercise.key, result.score, result.max_score, result.hidden_points)
+        except Exception:  # progress is a convenience: the table above is the self-check
+            pass
     return result
 
 
@@ -341,13 +376,19 @@ def run_exercise(exercise: Any, obj: Any, include_hidden: bool = False, pictures
 ALWAYS_IMPORTABLE = ("mha_course.grading", "mha_course.testing")  # check, assert_close: in the sandbox too
 
 
-def _provided(exercise: Any) -> tuple[str, ...]:
+def _assignment_of(exercise: Any) -> Any:
+    """The registered assignment that holds ``exercise``, or None."""
     from ..engine.registry import assignments
 
     for assignment in assignments():
         if any(e is exercise for e in assignment.exercises):
-            return tuple(assignment.provided)
-    return ()
+            return assignment
+    return None
+
+
+def _provided(exercise: Any) -> tuple[str, ...]:
+    assignment = _assignment_of(exercise)
+    return tuple(assignment.provided) if assignment is not None else ()
 
 
 def library_reach(obj: Any, provided: tuple[str, ...] = ()) -> str | None:

@@ -302,7 +302,13 @@ TAMPERING_ATTRIBUTES = (
 ATTRIBUTE_BUILTINS = ("getattr", "setattr", "delattr", "hasattr")
 # strings that name the grader's files or other processes
 TAMPERING_STRINGS = ("results.json", "/proc/", "/autograder", "/dev/fd", "mha_course.grading")
-ALLOWED_GRADING = ("mha_course.check", "mha_course.grading.check", "mha_course.grading.learner.selfcheck.check")
+# the self-check, and the progress listing (both no-ops in the sandbox's view of the package)
+ALLOWED_GRADING = (
+    "mha_course.check",
+    "mha_course.grading.check",
+    "mha_course.grading.learner.selfcheck.check",
+    "mha_course.progress",
+)
 
 
 def matches(name: str, prefixes: tuple[str, ...] | list[str]) -> str | None:

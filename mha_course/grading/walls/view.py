@@ -6,7 +6,8 @@ assignment's call functions, the building blocks it declares in ``provided`` (an
 modules those import), the self-check helpers (:data:`HELPERS`: ``assert_close``), a package
 ``__init__`` that exports only those, a ``check`` that does nothing, and the grader's matplotlib
 font list (``mplcache/``, so no sandbox scans the fonts again). solutions/, the exercise modules
-(hidden tests), the reference implementations and the grader are simply not in it.
+(hidden tests), the reference implementations and the grader are simply not in it. ``progress`` (the
+learner's progress listing) is a no-op there too, so a notebook that lists its progress grades as it runs.
 
 :func:`mount_args` is the rest of what the sandbox sees: the system and the Python installation
 read-only, the view over the package, every other copy of the course in those trees covered
@@ -67,10 +68,16 @@ for _name, _module in EXPORTS.items():  # bound now, as the real package does (a
     globals()[_name] = getattr(importlib.import_module("mha_course." + _module), _name)
 
 
+def _no_progress(*args, **kwargs):
+    return None
+
+
 def __getattr__(name):
     if name == "check":
         from .grading.learner.selfcheck import check
         return check
+    if name == "progress":  # the learner's progress listing: nothing to list, nothing recorded, while grading
+        return _no_progress
     raise AttributeError(
         f"mha_course.{{name}} is not available while grading: it holds the course's reference answers, and this "
         "assignment asks you to write the code yourself (only `check`, `assert_close` and the building blocks this assignment "
