@@ -33,6 +33,7 @@ extensions = [
     "sphinx_copybutton",
     "sphinx-mathjax-offline",  # MathJax 3 copied into _static: no CDN at reading time
     "course_pages",
+    "course_content",  # the pages' text for the web, chapter <-> assignment links, figures' alt, code wrapping
 ]
 
 # The one repository URL every launch link is made from; the workflow overrides it for forks.
@@ -72,6 +73,7 @@ highlight_language = "text"
 html_theme = "sphinx_book_theme"
 html_static_path = [str(SITE / "static")]
 html_css_files = ["course.css"]
+html_favicon = str(SITE / "static" / "favicon.ico")  # course_content also puts it at the root, where browsers look
 html_copy_source = False  # the sources would carry what the pages leave out
 html_show_sourcelink = False
 html_last_updated_fmt = None
