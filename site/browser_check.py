@@ -248,6 +248,10 @@ def content_facts(page) -> dict:
         page.set_viewport_size(DESKTOP)
         facts["desktop"] = page.evaluate(_CODE_SCROLL)
         page.set_viewport_size(PHONE)
+        # loaded afresh at the phone's width: a page resized from a desktop's is caught mid-transition
+        page.reload(wait_until="networkidle")
+        if page.evaluate("!!(window.MathJax && MathJax.startup && MathJax.startup.promise)"):
+            page.evaluate("MathJax.startup.promise.then(() => true)")
         facts["phone"] = page.evaluate(_PAGE_WIDTH)
     finally:
         if size:
