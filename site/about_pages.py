@@ -22,7 +22,7 @@ HOW_TO_RUN = """# How to run the course
 Each chapter and assignment page shows its notebook as it ran when this site was built. To change the
 code, move the sliders, answer "Check yourself" and do the assignments, run the notebooks yourself:
 download one from its page (the download button at the top; a chapter's "Check yourself" links it too),
-or get the whole course (its repository: the GitHub button at the top of each page).
+or get the whole course: clone its repository, or download the course's zip from this site.
 
 ## On your own machine
 
@@ -33,8 +33,8 @@ make lab    # creates .venv, installs the pinned packages, opens the course in J
 ```
 
 The first run installs everything from `requirements.txt` into `.venv` (a few minutes; PyTorch is the
-CPU build) and opens `notebooks/00_start_here.ipynb`. Every chapter runs on a laptop CPU in about a
-minute. `make test` runs the course's tests. With an NVIDIA GPU, install the CUDA build of the same
+CPU build) and opens `notebooks/00_start_here.ipynb`. No GPU is needed: every chapter is measured at
+under a minute on 2 CPU cores (`python benchmarks/chapter_times.py`). `make test` runs the course's tests. With an NVIDIA GPU, install the CUDA build of the same
 PyTorch version first (`pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128`
 or the index your driver needs); chapter 13 then runs its Triton kernel on the GPU.
 
@@ -53,7 +53,7 @@ and a GPU runtime (Runtime → Change runtime type). An assignment needs nothing
 ## On a JupyterHub or a cluster
 
 - **JupyterHub**: in the user environment (or the image the hub starts), `pip install -r requirements.txt`
-  and `pip install -e .` in the course's folder; nothing is downloaded while the notebooks run (every
+  in the course's folder (it installs the course's library too); nothing is downloaded while the notebooks run (every
   data set is generated in code), so a hub without internet access works. Instructors hand out
   `exercises/` and collect the notebooks for the grader (`python -m mha_course.grading.grade`).
 - **A cluster node** (Slurm or similar): the same environment on a shared filesystem, then

@@ -179,8 +179,8 @@ def check_site(html: Path, chromium: str, screenshots: Path | None = None, shots
 
 # --- what a page says and how it fits: alt texts, buttons' names, unpublished answers, widths ---------
 
-DESKTOP = {"width": 1366, "height": 900}
-PHONE = {"width": 390, "height": 844}
+WIDE_VIEWPORT = {"width": 1366, "height": 900}
+NARROW_VIEWPORT = {"width": 390, "height": 844}
 # A page must not point at what the site does not publish (course_content.UNPUBLISHED_PHRASES).
 UNPUBLISHED_PHRASES = ("collapsed cell", "make your prediction first", "still raises NotImplementedError")
 
@@ -245,9 +245,9 @@ def content_facts(page) -> dict:
     facts = page.evaluate(_CONTENT_FACTS, list(UNPUBLISHED_PHRASES))
     size = page.viewport_size
     try:
-        page.set_viewport_size(DESKTOP)
+        page.set_viewport_size(WIDE_VIEWPORT)
         facts["desktop"] = page.evaluate(_CODE_SCROLL)
-        page.set_viewport_size(PHONE)
+        page.set_viewport_size(NARROW_VIEWPORT)
         # loaded afresh at the phone's width: a page resized from a desktop's is caught mid-transition
         page.reload(wait_until="networkidle")
         if page.evaluate("!!(window.MathJax && MathJax.startup && MathJax.startup.promise)"):
@@ -272,11 +272,11 @@ def content_problems(facts: dict[str, dict]) -> list[str]:
         if content["solutionText"]:
             problems.append(f"{name}: points at solutions/, which the site does not publish")
         for line in content["desktop"]["code"]:
-            problems.append(f"{name}: a code block scrolls sideways at {DESKTOP['width']} px: {line!r}")
+            problems.append(f"{name}: a code block scrolls sideways at {WIDE_VIEWPORT['width']} px: {line!r}")
         phone = content["phone"]
         if phone["over"] > 1:
             problems.append(
-                f"{name}: {phone['over']} px wider than a {PHONE['width']}-px phone screen: {'; '.join(phone['culprits'])}"
+                f"{name}: {phone['over']} px wider than a {NARROW_VIEWPORT['width']}-px phone screen: {'; '.join(phone['culprits'])}"
             )
     return problems
 
