@@ -598,6 +598,10 @@ def test_full_site_says_only_what_it_has():
             for a in re.findall(r'<img[^>]*\balt="([^"]*)"', text)
             if not a or re.fullmatch(r"\S*/\S*", a)  # empty, or a path: what a browser shows without one
         ]
+    # the notebooks a reader downloads beside the pages promise no answer cell either
+    for notebook in sorted([*html.glob("notebooks/*.ipynb"), *html.glob("exercises/*.ipynb")]):
+        text = _markdown(json.loads(notebook.read_text(encoding="utf-8")))
+        problems += [f"{notebook.relative_to(html)}: {p!r}" for p in course_content.UNPUBLISHED_PHRASES if p in text]
     assert not problems, "\n".join(problems[:20])
 
 
