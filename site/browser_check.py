@@ -21,7 +21,10 @@ google-chrome on PATH) and reports, per page:
   Binder links, and GitHub links in the launch box, name that repository, and a site without one
   has none of them;
 - the downloads: one chapter's notebook and the course's zip are fetched through their links and
-  opened (nbformat reads the notebook; the zip holds the course and no solution or test).
+  opened (nbformat reads the notebook; the zip holds the course and no solution or test);
+- every image's alt text (present, not a file path), every button's accessible name, no sentence or
+  link pointing at the answers the site leaves out, no code block scrolling sideways at 1366 px
+  (printed outputs may: they keep their columns), and no page wider than a 390-px phone screen.
 
 Exits 1 when any problem was found; the JSON report holds everything it saw.
 """
@@ -200,6 +203,7 @@ def check_site(
                 facts[name] = page.evaluate(_PAGE_FACTS)
                 facts[name].update(page.evaluate(_CHROME_FACTS))
                 page.wait_for_load_state("networkidle")
+                facts[name]["content"] = content_facts(page)
                 if screenshots is not None and name in shots:
                     screenshots.mkdir(parents=True, exist_ok=True)
                     page.screenshot(path=str(screenshots / (name.replace("/", "_") + ".png")), full_page=True)
@@ -216,9 +220,114 @@ def check_site(
     finally:
         server.shutdown()
     problems += _page_problems(html, base, facts)
+    problems += content_problems(facts)
     problems += _link_host_problems(base, facts, repository_url)
     problems += _chrome_problems(facts)
     return {"pages": facts, "problems": problems, "reader": reader}
+
+
+# --- what a page says and how it fits: alt texts, buttons' names, unpublished answers, widths ---------
+
+WIDE_VIEWPORT = {"width": 1366, "height": 900}
+NARROW_VIEWPORT = {"width": 390, "height": 844}
+# A page must not point at what the site does not publish (course_content.UNPUBLISHED_PHRASES).
+UNPUBLISHED_PHRASES = ("collapsed cell", "make your prediction first", "still raises NotImplementedError")
+
+_CONTENT_FACTS = r"""(phrases) => {
+  // a file's path or name, or a hash: what a browser shows when an image has no alt of its own
+  const pathLike = alt => /^\S*[\\/]\S*$|\.(png|jpe?g|gif|svg|webp)$|^[0-9a-f]{16,}/i.test(alt.trim());
+  const badAlt = [...document.images].filter(i => !i.alt || !i.alt.trim() || pathLike(i.alt))
+    .map(i => `${i.src.split('/').pop()} (alt ${JSON.stringify(i.getAttribute('alt'))})`);
+  const named = b => (b.getAttribute('aria-label') || '').trim() || (b.innerText || '').trim() || (b.title || '').trim()
+    || [...b.querySelectorAll('img[alt]')].some(i => i.alt.trim())
+    || (b.getAttribute('aria-labelledby') || '').split(/\s+/).some(id => id && document.getElementById(id)
+        && document.getElementById(id).textContent.trim());
+  const unnamedButtons = [...document.querySelectorAll('button, [role=button]')].filter(b => !named(b))
+    .map(b => b.outerHTML.slice(0, 120));
+  const text = document.body.innerText;
+  return {
+    badAlt, unnamedButtons,
+    phrases: phrases.filter(p => text.includes(p)),
+    solutionLinks: [...document.querySelectorAll('a[href]')].map(a => a.getAttribute('href'))
+      .filter(h => /(^|\/)solutions\//.test(h)),
+    solutionText: /(^|[\s`(])solutions\/[\w*]/.test(text),
+    images: document.images.length,
+  };
+}"""
+
+# Code blocks whose lines are cut off (they scroll sideways) at the current width; printed outputs keep
+# their columns and may scroll, so they are counted apart and are no problem.
+_CODE_SCROLL = r"""() => {
+  const cut = sel => [...document.querySelectorAll(sel)].filter(e => e.scrollWidth > e.clientWidth + 1)
+    .map(e => (e.innerText.split('\n').find(l => l.length > 60) || e.innerText).slice(0, 100));
+  return {code: cut('.bd-article div.highlight pre'), outputs: cut('.bd-article div.cell_output pre').length};
+}"""
+
+# How much wider than the screen the page is, and the elements that make it so (those that stick out
+# without an ancestor that scrolls or clips them).
+_PAGE_WIDTH = r"""() => {
+  const width = document.documentElement.clientWidth;
+  const over = Math.max(document.documentElement.scrollWidth, document.body.scrollWidth) - width;
+  const culprits = [];
+  if (over > 1) {
+    for (const e of document.body.querySelectorAll('*')) {
+      const r = e.getBoundingClientRect();
+      if (r.width === 0 || r.right <= width + 1) continue;
+      // a box inside one that scrolls or clips, or a fixed one (an off-screen drawer), widens nothing
+      let clipped = getComputedStyle(e).position === 'fixed';
+      for (let a = e.parentElement; !clipped && a && a !== document.body; a = a.parentElement) {
+        const style = getComputedStyle(a);
+        if (style.overflowX !== 'visible' || style.position === 'fixed') { clipped = true; }
+      }
+      if (!clipped) culprits.push(`${e.tagName.toLowerCase()}.${[...e.classList].join('.')} ` +
+        `"${(e.innerText || '').trim().slice(0, 50)}" right=${Math.round(r.right)}`);
+      if (culprits.length >= 3) break;
+    }
+  }
+  return {over: Math.round(over), culprits};
+}"""
+
+
+def content_facts(page) -> dict:
+    """What the reader meets on the open page: alt texts, buttons' names, pointers at unpublished answers,
+    and the layout at a desktop width (code cut off) and at a phone's (the page wider than the screen)."""
+    facts = page.evaluate(_CONTENT_FACTS, list(UNPUBLISHED_PHRASES))
+    size = page.viewport_size
+    try:
+        page.set_viewport_size(WIDE_VIEWPORT)
+        facts["desktop"] = page.evaluate(_CODE_SCROLL)
+        page.set_viewport_size(NARROW_VIEWPORT)
+        # loaded afresh at the phone's width: a page resized from a desktop's is caught mid-transition
+        page.reload(wait_until="networkidle")
+        if page.evaluate("!!(window.MathJax && MathJax.startup && MathJax.startup.promise)"):
+            page.evaluate("MathJax.startup.promise.then(() => true)")
+        facts["phone"] = page.evaluate(_PAGE_WIDTH)
+    finally:
+        if size:
+            page.set_viewport_size(size)
+    return facts
+
+
+def content_problems(facts: dict[str, dict]) -> list[str]:
+    problems = []
+    for name, page in facts.items():
+        content = page.get("content")
+        if not content:
+            continue
+        problems += [f"{name}: image without a meaningful alt text: {image}" for image in content["badAlt"]]
+        problems += [f"{name}: button without an accessible name: {button}" for button in content["unnamedButtons"]]
+        problems += [f"{name}: says {phrase!r}, which the site does not have" for phrase in content["phrases"]]
+        problems += [f"{name}: links to the unpublished {href}" for href in content["solutionLinks"]]
+        if content["solutionText"]:
+            problems.append(f"{name}: points at solutions/, which the site does not publish")
+        for line in content["desktop"]["code"]:
+            problems.append(f"{name}: a code block scrolls sideways at {WIDE_VIEWPORT['width']} px: {line!r}")
+        phone = content["phone"]
+        if phone["over"] > 1:
+            problems.append(
+                f"{name}: {phone['over']} px wider than a {NARROW_VIEWPORT['width']}-px phone screen: {'; '.join(phone['culprits'])}"
+            )
+    return problems
 
 
 def _page_problems(html: Path, base: str, facts: dict[str, dict]) -> list[str]:

@@ -37,6 +37,7 @@ extensions = [
     "course_pages",
     "downloads",  # each notebook beside its page, and the course's zip
     "site_chrome",  # one menu toggle per sidebar, one search box, the theme's icons without fontawesome.js
+    "course_content",  # the pages' text for the web, chapter <-> assignment links, figures' alt, code wrapping
 ]
 templates_path = [str(SITE / "templates")]
 
@@ -78,6 +79,7 @@ highlight_language = "text"
 html_theme = "sphinx_book_theme"
 html_static_path = [str(SITE / "static")]
 html_css_files = ["course.css", "icons.css"]
+html_favicon = str(SITE / "static" / "favicon.ico")  # course_content also puts it at the root, where browsers look
 html_copy_source = False  # the sources would carry what the pages leave out
 html_show_sourcelink = False
 html_last_updated_fmt = None

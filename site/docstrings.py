@@ -5,7 +5,8 @@ table set off by indentation (the shape legend, ``out = softmax(q k^T / sqrt(D))
 a block quote whose lines run together. Before Napoleon reads the Google-style sections, each such
 indented block is turned into a literal block, so it keeps its lines. Section bodies (``Args:``,
 ``Returns:``, ...), list items' continuation lines and blocks already introduced by ``::`` are left
-as they are.
+as they are. A ``Returns:`` section is then written as a ``:returns:`` field, so Napoleon does not read
+its first words as a return type.
 """
 
 from __future__ import annotations
@@ -62,8 +63,47 @@ def literal_blocks(lines: list[str]) -> list[str]:
     return out
 
 
+_RETURNS = re.compile(r"^(\s*)Returns?\s*:\s*$")
+
+
+def returns_as_field(lines: list[str]) -> list[str]:
+    """``lines`` with each Google-style ``Returns:`` section written as a ``:returns:`` field.
+
+    Napoleon reads the first line of a ``Returns:`` section up to its colon as the return *type*:
+    ``out: (B, T, E); weights: (B, H, T, S).`` became "Return type: out". The course's docstrings
+    describe what is returned in words and shapes, never a bare type, so the whole section is the
+    description; Napoleon leaves a field it did not write as it is.
+    """
+    out: list[str] = []
+    index = 0
+    while index < len(lines):
+        match = _RETURNS.match(lines[index])
+        if match is None:
+            out.append(lines[index])
+            index += 1
+            continue
+        indent = len(match.group(1))
+        end = index + 1
+        while end < len(lines) and (not lines[end].strip() or _indent(lines[end]) > indent):
+            end += 1
+        body = lines[index + 1 : end]
+        while body and not body[-1].strip():
+            body.pop()
+        if not body:  # an empty section: leave it to Napoleon
+            out += lines[index:end]
+            index = end
+            continue
+        base = min(_indent(line) for line in body if line.strip())
+        text = [line[base:] if line.strip() else "" for line in body]
+        out.append(" " * indent + ":returns: " + text[0])
+        out += [(" " * (indent + 3) + line) if line else "" for line in text[1:]]
+        out += lines[index + 1 + len(body) : end]  # the blank lines after the section
+        index = end
+    return out
+
+
 def _process(app, what, name, obj, options, lines: list[str]) -> None:
-    lines[:] = literal_blocks(lines)
+    lines[:] = returns_as_field(literal_blocks(lines))
 
 
 def setup(app):

@@ -22,6 +22,7 @@ import re
 import zipfile
 from pathlib import Path
 
+from course_content import DOWNLOAD_CHECK, _source, web_text
 from course_pages import ANSWERS_TAG, COURSE_ZIP
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,6 +74,8 @@ def learner_notebook(notebook: dict, install: dict | None = None) -> dict:
         if ANSWERS_TAG in cell.get("metadata", {}).get("tags", []):
             continue
         cell = dict(cell)
+        if cell["cell_type"] == "markdown":  # no sentence promising the answer cells left out
+            cell["source"] = web_text(_source(cell), "", DOWNLOAD_CHECK)
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None
         cells.append(cell)

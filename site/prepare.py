@@ -5,8 +5,9 @@
 - ``notebooks/*.ipynb`` and ``exercises/*.ipynb``: copies of the repository's own files (never
   ``solutions/``), so the site shows exactly what a learner opens (copies, not symbolic links:
   MyST resolves a link between pages through the real path, which would leave the source folder);
-- ``index.md``: the README's syllabus table as the home page, and the navigation (chapters,
-  exercises, library reference) in the syllabus's order;
+- ``index.md``: the README's syllabus table as the home page, and the navigation in reading order
+  (each chapter followed by its assignments, then the library reference and the pages about the course);
+- ``how_to_run.md``, ``references.md``, ``cite.md``: the pages about the course (site/about_pages.py);
 - ``reference.md``: every public name of ``mha_course`` (its lazy export map), rendered by autodoc
   from the docstrings, each with the chapter that first uses it;
 - ``first_uses.json``: chapter -> the public names it uses first, read by ``course_pages`` to link
@@ -23,9 +24,13 @@ import json
 import os
 import re
 import shutil
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "site"))
+
+import about_pages as about  # noqa: E402  (the pages about the course: how to run, references, citing)
 
 # A syllabus row: | NN | [title](notebooks/NN_x.ipynb) | question | assignment cell |
 _ROW = re.compile(r"^\|\s*(\d\d)\s*\|\s*\[[^\]]*\]\((notebooks/[^)]+\.ipynb)\)\s*\|")
@@ -111,7 +116,8 @@ def _write(target: Path, text: str) -> None:
         target.write_text(text, encoding="utf-8")
 
 
-def _index(title: str, header: str, rows: list[str], chapters: list[str], exercises: list[str]) -> str:
+def _index(title: str, header: str, rows: list[str], order: list[str]) -> str:
+    """The home page: the syllabus, and the navigation in reading order (each chapter, then its assignments)."""
     return "\n".join(
         [
             f"# {title}",
@@ -132,20 +138,15 @@ def _index(title: str, header: str, rows: list[str], chapters: list[str], exerci
             *rows,
             "",
             "The [library reference](reference.md) lists every public function and class of `mha_course`",
-            "with its shapes and errors.",
+            "with its shapes and errors; [How to run](how_to_run.md) says how to run the notebooks on your",
+            "machine, on Colab or on a JupyterHub; the [papers](references.md) the chapters cite are listed with",
+            "links, and [Cite this course](cite.md) says how to cite it.",
             "",
             "```{toctree}",
             ":hidden:",
-            ":caption: Chapters",
+            ":caption: Chapters and assignments",
             "",
-            *[path.removesuffix(".ipynb") for path in chapters],
-            "```",
-            "",
-            "```{toctree}",
-            ":hidden:",
-            ":caption: Exercises",
-            "",
-            *[path.removesuffix(".ipynb") for path in exercises],
+            *[path.removesuffix(".ipynb") for path in order],
             "```",
             "",
             "```{toctree}",
@@ -153,6 +154,13 @@ def _index(title: str, header: str, rows: list[str], chapters: list[str], exerci
             ":caption: Library",
             "",
             "reference",
+            "```",
+            "",
+            "```{toctree}",
+            ":hidden:",
+            ":caption: About the course",
+            "",
+            *[page.removesuffix(".md") for page in about.ABOUT_PAGES],
             "```",
             "",
         ]
@@ -220,7 +228,7 @@ def prepare(out: Path, only: list[str] | None = None) -> dict[str, list[str]]:
     settings = tomllib.loads((ROOT / "site" / "site.toml").read_text(encoding="utf-8"))
     header, rows, parsed = syllabus((ROOT / "README.md").read_text(encoding="utf-8"))
     all_chapters = [chapter for chapter, _ in parsed]
-    kept_rows, chapters, exercises = [], [], []
+    kept_rows, chapters, exercises, order = [], [], [], []
     for row, (chapter, row_exercises) in zip(rows, parsed, strict=True):
         if not _keep(chapter, only):
             continue
@@ -230,6 +238,7 @@ def prepare(out: Path, only: list[str] | None = None) -> dict[str, list[str]]:
                 row = re.sub(rf"\[([^\]]*)\]\({re.escape(path)}\)", r"\1", row)
         kept_rows.append(row)
         chapters.append(chapter)
+        order += [chapter, *[path for path in kept if path not in exercises]]  # each assignment after its chapter
         exercises += [path for path in kept if path not in exercises]
     if not chapters:
         raise ValueError(f"--only {only} keeps no chapter of the syllabus")
@@ -238,7 +247,7 @@ def prepare(out: Path, only: list[str] | None = None) -> dict[str, list[str]]:
             raise ValueError(f"the syllabus links {path}, which does not exist")
 
     out.mkdir(parents=True, exist_ok=True)
-    pages = {"index.md", "reference.md", "first_uses.json", *chapters, *exercises}
+    pages = {"index.md", "reference.md", "first_uses.json", *about.ABOUT_PAGES, *chapters, *exercises}
     for old in [p for p in out.rglob("*") if p.is_file() and p.relative_to(out).as_posix() not in pages]:
         old.unlink()  # a chapter renamed or left out since the last build
     for path in chapters + exercises:
@@ -249,7 +258,9 @@ def prepare(out: Path, only: list[str] | None = None) -> dict[str, list[str]]:
     uses = {name: path for name, path in first_uses([ROOT / c for c in all_chapters], list(names)).items()}
     titles = {path: f"chapter {Path(path).stem[:2]}" for path in all_chapters}
     uses_here = {name: path for name, path in uses.items() if path in chapters}
-    _write(out / "index.md", _index(settings["title"], header, kept_rows, chapters, exercises))
+    _write(out / "index.md", _index(settings["title"], header, kept_rows, order))
+    for page, text in about.about_pages(all_chapters, chapters).items():
+        _write(out / page, text)
     _write(out / "reference.md", _reference(names, uses_here, titles))
     by_chapter: dict[str, list[str]] = {}
     for name, path in uses_here.items():

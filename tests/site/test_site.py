@@ -646,3 +646,293 @@ def test_missing_figures_finds_a_figure_left_as_text(tmp_path):
     (tmp_path / "notebooks" / "b.html").write_text("<p>no picture at all</p>")
     (tmp_path / "notebooks" / "c.html").write_text('<img src="../_images/y.png">')
     assert [line.split(":")[0] for line in _missing_figures(tmp_path)] == ["a.html", "b.html"]
+
+
+# --- the pages written for the web (site/course_content.py, site/about_pages.py) ---------------------
+
+import about_pages  # noqa: E402
+import course_content  # noqa: E402
+
+
+def _web_notebook(path: str) -> dict:
+    """A repository notebook as its page shows it: course_pages' then course_content's rewrite."""
+    notebook = json.loads((ROOT / path).read_text(encoding="utf-8"))
+    urls = course_pages.launch_urls("https://github.com/o/r", "main", "https://mybinder.org", path)
+    notebook = course_pages.rewrite_notebook(notebook, path, urls, [])
+    to_assignments, to_chapter = course_content._pairs(ROOT)
+    title = course_content._notebook_title
+    assignments = [(a, title(ROOT, a)) for a in to_assignments.get(path, [])]
+    chapter = (to_chapter[path], title(ROOT, to_chapter[path])) if path in to_chapter else None
+    return course_content.rewrite_notebook(notebook, path, assignments, chapter)
+
+
+def _markdown(notebook: dict) -> str:
+    return "\n".join(course_content._source(c) for c in notebook["cells"] if c["cell_type"] == "markdown")
+
+
+ALL_PAGES = sorted(
+    p.relative_to(ROOT).as_posix() for p in [*ROOT.glob("notebooks/*.ipynb"), *ROOT.glob("exercises/*.ipynb")]
+)
+
+
+@pytest.mark.parametrize("path", ALL_PAGES)
+def test_no_page_points_at_the_answers_the_site_leaves_out(path):
+    notebook = _web_notebook(path)
+    text = _markdown(notebook)
+    said = [phrase for phrase in course_content.UNPUBLISHED_PHRASES if phrase in text]
+    assert not said, f"{path} still says {said}: course_content.web_text must rewrite the sentence"
+    assert "Answers — open after you have tried" not in text
+    original = _markdown(json.loads((ROOT / path).read_text(encoding="utf-8")))
+    if "## Check yourself" in original and "collapsed cell" in original:
+        name = Path(path).name
+        assert f'href="{name}" download' in text, f"{path}: its Check yourself does not say how to check on the web"
+    checks = [
+        c
+        for c in notebook["cells"]
+        if c["cell_type"] == "code"
+        and course_content._CHECK_CALL.search(c["source"] if isinstance(c["source"], str) else "".join(c["source"]))
+    ]
+    notes = [c for c in notebook["cells"] if "course-check-note" in course_content._source(c)]
+    assert len(notes) == len(checks), f"{path}: {len(checks)} check cells, {len(notes)} notes"
+
+
+@pytest.mark.parametrize("path", ALL_PAGES)
+def test_the_downloadable_notebook_has_no_answers_and_does_not_promise_them(path):
+    notebook = json.loads((ROOT / path).read_text(encoding="utf-8"))
+    copy = downloads.learner_notebook(notebook)
+    assert not [c for c in copy["cells"] if course_pages.ANSWERS_TAG in c.get("metadata", {}).get("tags", [])]
+    text = _markdown(copy)
+    assert not [phrase for phrase in course_content.UNPUBLISHED_PHRASES if phrase in text], path
+    code = [c for c in notebook["cells"] if c["cell_type"] == "code"]
+    assert [c for c in copy["cells"] if c["cell_type"] == "code"] == code  # every code cell, as it is
+
+
+def test_code_cells_are_left_as_they_are_so_the_executed_outputs_stay_cached():
+    for path in ALL_PAGES:
+        original = json.loads((ROOT / path).read_text(encoding="utf-8"))
+        code = [(c["source"], c["metadata"]) for c in original["cells"] if c["cell_type"] == "code"]
+        web = [(c["source"], c["metadata"]) for c in _web_notebook(path)["cells"] if c["cell_type"] == "code"]
+        assert web == code, f"{path}: a code cell changed (jupyter-cache would run the chapter again)"
+
+
+def test_every_chapter_links_its_assignments_and_each_assignment_its_chapter():
+    _, _, rows = prepare.syllabus((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert sum(len(a) for _, a in rows) == len(list(ROOT.glob("exercises/*.ipynb")))
+    for chapter, assignments in rows:
+        text = _markdown(_web_notebook(chapter))
+        if not assignments:
+            assert "course-next-assignment" not in text
+        for assignment in assignments:
+            number = Path(assignment).stem.split("_")[0]
+            assert "course-next-assignment" in text and f"](../{assignment})" in text, (
+                f"{chapter} does not link {assignment}"
+            )
+            assert number in text.split("course-next-assignment")[0].rsplit("```{admonition}", 1)[1]
+            back = _markdown(_web_notebook(assignment))
+            assert f"Read chapter {Path(chapter).stem[:2]} first" in back and f"](../{chapter})" in back
+
+
+def test_the_navigation_puts_each_assignment_after_its_chapter(tmp_path):
+    prepare.prepare(tmp_path / "src", ["02", "a02", "03", "a03", "04"])
+    index = (tmp_path / "src" / "index.md").read_text(encoding="utf-8")
+    toc = index.split(":caption: Chapters and assignments\n\n")[1].split("```")[0].split()
+    assert toc == [
+        "notebooks/02_softmax",
+        "exercises/a02_softmax",
+        "notebooks/03_scaled_dot_product_attention",
+        "exercises/a03_attention",
+        "notebooks/04_masks",
+    ], toc
+    for page in about_pages.ABOUT_PAGES:
+        assert (tmp_path / "src" / page).is_file() and page.removesuffix(".md") in index
+
+
+def test_figure_alt_comes_from_the_cell_and_is_never_a_path():
+    assert course_content.figure_alt('ax.set_title("softmax over keys")\nfig.suptitle(f"T={T}")', "") == (
+        "Figure: softmax over keys; T=…"
+    )
+    assert course_content.figure_alt("ax.plot(x)\nax.set_xlabel('key j')\nax.set_ylabel('weight')", "") == (
+        "Figure plotting weight against key j"
+    )
+    assert course_content.figure_alt("# the weights of head 0\nplt.imshow(w)", "") == "Figure: the weights of head 0"
+    assert course_content.figure_alt("plt.imshow(w)", "Some text. The **causal** mask hides the future:") == (
+        "Figure: The causal mask hides the future"
+    )
+    # computed titles are completed by the text before the cell
+    assert "(The mask halves the work.)" in course_content.figure_alt(
+        'ax.set_title(f"{n}: {k}")', "The mask halves the work."
+    )
+    for path in ALL_PAGES:
+        for alt in course_content.figure_alts(json.loads((ROOT / path).read_text(encoding="utf-8"))).values():
+            assert alt.startswith("Figure") and len(alt) > 10 and "_images/" not in alt, (path, alt)
+
+
+@pytest.mark.slow  # starts the site's Python: docutils and Sphinx live in .venv-site, not in the course's .venv
+def test_the_checks_that_need_the_sites_tools_pass_in_the_sites_python():
+    here = Path(__file__).resolve().parent
+    run = subprocess.run(
+        [
+            _site_python(),
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            here,
+            here / "site_tools_checks.py",
+        ],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout and " failed" not in run.stdout, run.stdout[-2000:]
+
+
+def test_every_paper_of_the_reference_list_is_cited_by_a_chapter_and_linked():
+    chapters = [p.relative_to(ROOT).as_posix() for p in sorted(ROOT.glob("notebooks/*.ipynb"))]
+    for entry in about_pages.papers():
+        assert entry["url"].startswith("https://"), entry
+        assert about_pages.citing_chapters(entry, chapters), (
+            f"no chapter cites {entry['title']!r} ({entry['cited_as']})"
+        )
+    page = about_pages.references_page(chapters, chapters)
+    assert page.count("](https://") == len(about_pages.papers())
+    # a citation written "(Name et al., YYYY)" in a chapter has its entry
+    cited = set()
+    for chapter in chapters:
+        cited |= set(
+            re.findall(r"([A-Z][a-z]+) et al\.", _markdown(json.loads((ROOT / chapter).read_text(encoding="utf-8"))))
+        )
+    listed = " ".join(e["authors"] + " " + e["cited_as"] for e in about_pages.papers())
+    assert not [name for name in cited if name not in listed], sorted(cited)
+
+
+def test_citation_file_and_cite_page_agree_with_the_library():
+    import yaml
+
+    import mha_course
+
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text(encoding="utf-8"))
+    assert cff["cff-version"] == "1.2.0" and cff["version"] == mha_course.__version__
+    page = about_pages.cite_page()
+    assert "@software{mha_course," in page and cff["title"] in page
+
+
+@pytest.mark.slow
+def test_mini_site_joins_chapter_and_assignment_and_says_only_what_it_has(mini_site):
+    html, _ = mini_site
+    chapter = (html / "notebooks" / "01_dot_products.html").read_text(encoding="utf-8")
+    assignment = (html / "exercises" / "a01_dot_products.html").read_text(encoding="utf-8")
+    assert 'href="../exercises/a01_dot_products.html"' in chapter.split("course-next-assignment")[1]
+    assert 'href="../notebooks/01_dot_products.html"' in assignment.split("course-read-chapter")[1]
+    # reading order: 01 -> a01
+    next_link = re.search(r'class="right-next"\s+href="([^"]+)"', chapter)
+    assert next_link and next_link.group(1) == "../exercises/a01_dot_products.html", next_link
+    prev_link = re.search(r'class="left-prev"\s+href="([^"]+)"', assignment)
+    assert prev_link and prev_link.group(1) == "../notebooks/01_dot_products.html", prev_link
+    for page in ("notebooks/00_start_here.html", "notebooks/01_dot_products.html", "exercises/a01_dot_products.html"):
+        text = (html / page).read_text(encoding="utf-8")
+        plain = re.sub(r"<[^>]+>", "", text)
+        said = [phrase for phrase in course_content.UNPUBLISHED_PHRASES if phrase in plain]
+        assert not said, f"{page} says {said}"
+        assert not re.search(r'href="[^"]*solutions/', text)
+    assert (
+        'href="01_dot_products.ipynb" download' in chapter and (html / "notebooks" / "01_dot_products.ipynb").is_file()
+    )
+    for page in ("how_to_run.html", "references.html", "cite.html"):
+        assert (html / page).is_file(), page
+    assert (html / "favicon.ico").is_file()
+
+
+@pytest.mark.slow
+def test_mini_site_figures_have_alt_texts_and_the_reference_no_made_up_return_type(mini_site):
+    html, _ = mini_site
+    for page in (html / "notebooks").glob("*.html"):
+        figures = re.findall(r'<img[^>]*src="\.\./_images/[^>]*>', page.read_text(encoding="utf-8"))
+        alts = [re.search(r'\balt="([^"]*)"', figure) for figure in figures]
+        assert figures and all(alts), f"{page.name}: a figure without alt"
+        alts = [alt.group(1) for alt in alts]
+        assert all(alt.startswith("Figure") and "_images" not in alt for alt in alts), alts
+    reference = (html / "reference.html").read_text(encoding="utf-8")
+    assert not re.search(r"Return type:.*?<p>out</p>", reference, re.S), "Napoleon read 'out:' as a return type"
+
+
+def test_full_site_says_only_what_it_has():
+    html = ROOT / "_build" / "html"
+    if not (html / "index.html").is_file():
+        pytest.skip("no full site built here (make site)")
+    problems = []
+    for page in sorted(html.rglob("*.html")):
+        if page.relative_to(html).parts[0] == "_static":
+            continue
+        text = page.read_text(encoding="utf-8")
+        plain = re.sub(r"<[^>]+>", "", text)
+        problems += [f"{page.relative_to(html)}: {p!r}" for p in course_content.UNPUBLISHED_PHRASES if p in plain]
+        problems += [f"{page.relative_to(html)}: links solutions/" for _ in re.findall(r'href="[^"]*solutions/', text)]
+        problems += [
+            f"{page.relative_to(html)}: img alt {a!r}"
+            for a in re.findall(r'<img[^>]*\balt="([^"]*)"', text)
+            if not a or re.fullmatch(r"\S*/\S*", a)  # empty, or a path: what a browser shows without one
+        ]
+    # the notebooks a reader downloads beside the pages promise no answer cell either
+    for notebook in sorted([*html.glob("notebooks/*.ipynb"), *html.glob("exercises/*.ipynb")]):
+        text = _markdown(json.loads(notebook.read_text(encoding="utf-8")))
+        problems += [f"{notebook.relative_to(html)}: {p!r}" for p in course_content.UNPUBLISHED_PHRASES if p in text]
+    assert not problems, "\n".join(problems[:20])
+
+
+@pytest.mark.slow
+@needs_chromium
+def test_browser_check_reports_what_a_reader_cannot_read(tmp_path):
+    """Alt texts, buttons' names, pointers at unpublished answers, cut-off code, a page wider than a phone."""
+    site = tmp_path / "html"
+    site.mkdir()
+    (tmp_path / "html" / "pic.png").write_bytes((ROOT / "site" / "static" / "favicon.ico").read_bytes())
+    (site / "favicon.ico").write_bytes((ROOT / "site" / "static" / "favicon.ico").read_bytes())
+    (site / "index.html").write_text(
+        '<html><body><div class="bd-article"><img src="pic.png" alt="_images/ab12.png"><img src="pic.png">'
+        '<button class="copybtn"></button><button aria-label="Search">⌕</button>'
+        '<p>The answers are in the collapsed cell at the end.</p><a href="solutions/a01.ipynb">answers</a>'
+        '<div class="highlight"><pre>' + "x = 1  # " + "a" * 300 + "</pre></div>"
+        '<p><code style="white-space: nowrap">' + "torch.nn.functional." * 12 + "</code></p></div></body></html>"
+    )
+    run = subprocess.run(
+        [_site_python(), "site/browser_check.py", site, "--chromium", CHROMIUM, "--json", tmp_path / "report.json"],
+        cwd=ROOT,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 1, f"the check passed a broken page:\n{run.stdout}\n{run.stderr[-3000:]}"
+    problems = "\n".join(json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))["problems"])
+    for expected in (
+        'image without a meaningful alt text: pic.png (alt "_images/ab12.png")',
+        "image without a meaningful alt text: pic.png (alt null)",
+        'button without an accessible name: <button class="copybtn">',
+        "says 'collapsed cell'",
+        "links to the unpublished solutions/a01.ipynb",
+        "a code block scrolls sideways at 1366 px",
+        "wider than a 390-px phone screen",
+    ):
+        assert expected in problems, f"{expected!r} not reported; got:\n{problems}"
+    assert "Search" not in problems
+
+
+def test_full_site_reads_each_assignment_after_its_chapter():
+    html = ROOT / "_build" / "html"
+    if not (html / "index.html").is_file():
+        pytest.skip("no full site built here (make site)")
+    _, _, rows = prepare.syllabus((ROOT / "README.md").read_text(encoding="utf-8"))
+    order = [page for chapter, assignments in rows for page in (chapter, *assignments)]
+    for here, there in zip(order[:-1], order[1:], strict=True):
+        text = (html / here.replace(".ipynb", ".html")).read_text(encoding="utf-8")
+        link = re.search(r'class="right-next"\s+href="([^"]+)"', text)
+        assert link, f"{here} has no Next link"
+        target = (Path(here).parent / link.group(1)).as_posix()
+        target = os.path.normpath(target)
+        assert target == there.replace(".ipynb", ".html"), f"{here}: Next is {target}, not {there}"
