@@ -7,8 +7,12 @@ Sources (github.com/huggingface/transformers), not in the package:
 - ``src/transformers/models/llama4/modeling_llama4.py`` (the stored version at commit
   63210d0e3b74c2119b7998ff65bc6a2729283626): ``Llama4TextAttention.forward``'s
   ``attn_temperature_tuning`` block;
-- ``src/transformers/models/llama4/configuration_llama4.py``: ``Llama4TextConfig``'s default
-  ``no_rope_layers`` and ``layer_types`` ("chunked_attention" where RoPE is used, else "full_attention").
+- ``src/transformers/models/llama4/configuration_llama4.py`` (the stored version at commit
+  b17cfe48c5a9631dcf9f57f3865a055903800f81): ``Llama4TextConfig``'s default ``no_rope_layers``
+  (1 = RoPE), and ``layer_types`` ("chunked_attention" where RoPE is used, else "full_attention"), which
+  ``Llama4TextModel.forward`` (same modeling file) maps to ``create_chunked_causal_mask`` and
+  ``create_causal_mask``. (In that modeling file a NoPE layer also skips QK-norm: ``use_qk_norm and
+  use_rope``.)
 """
 
 import pytest
