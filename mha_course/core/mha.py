@@ -90,6 +90,7 @@ class MultiHeadAttention(nn.Module):
         if self.training and self.dropout.p > 0:
             heads = torch.matmul(self.dropout(weights), v)  # (B, H, T, D)
         heads = gate_heads(heads, self.head_gate)  # ablation: zero switched-off heads
+        heads = self.gate_head_outputs(heads, query)  # a hook: unchanged here, gated in GatedMultiHeadAttention
         return self.out_proj(merge_heads(heads)), weights  # (B, T, E), (B, H, T, S)
 
     def place_queries_and_keys(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -98,6 +99,14 @@ class MultiHeadAttention(nn.Module):
         Unchanged here (positions, if any, were added to the embeddings); rotary attention rotates both.
         """
         return q, k
+
+    def gate_head_outputs(self, heads: torch.Tensor, query: torch.Tensor) -> torch.Tensor:
+        """What each head passes to the output projection, for subclasses: heads (B, H, T, D) in and out.
+
+        Unchanged here; :class:`mha_course.inference.gated_attention.GatedMultiHeadAttention` multiplies
+        by a sigmoid gate computed from query (B, T, E).
+        """
+        return heads
 
     def _check_inputs(self, query, key, value, mask):
         """(key, value, mask) with defaults filled in, after checking types, ranks, sizes and the mask."""
