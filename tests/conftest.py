@@ -123,11 +123,12 @@ def pytest_itemcollected(item):  # only for items under tests/ (nbval's cells ar
         item.add_marker(pytest.mark.slow)
 
 
-# tests/notebooks/test_interactive_replay.py runs a whole notebook in a kernel, every cell checked to run
-# without error (what nbval --nbval-lax checks where no cell asks for more), then moves its sliders.
-# Where that test is selected for a notebook, nbval's run of the same notebook is left out: it would
-# execute the same cells a second time.
-REPLAY_TEST = "test_every_slider_works_after_the_notebook_has_run"
+# Tests that run a whole notebook in a kernel, every cell checked to run without error (what nbval
+# --nbval-lax checks where no cell asks for more), and then do more: test_interactive_replay.py moves the
+# sliders, test_answer_keys.py (which replays the sliders of the chapters it runs) feeds the answers cell
+# to the checks. Where one of them is selected for a notebook, nbval's run of the same notebook is left
+# out: it would execute the same cells a second time.
+NOTEBOOK_RUNS = frozenset({"test_every_slider_works_after_the_notebook_has_run", "test_every_answer_key_is_right"})
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m: nbval's cells (under notebooks/, solutions/) are slow
@@ -138,14 +139,14 @@ def pytest_collection_modifyitems(items):
 
 
 class _NbvalOnce:
-    """Leaves out nbval's cells of a chapter whose replay is selected; runs after -m and -k."""
+    """Leaves out nbval's cells of a notebook that one of NOTEBOOK_RUNS runs; runs after -m and -k."""
 
-    @pytest.hookimpl(trylast=True)  # only a replay that will run stands in for nbval
+    @pytest.hookimpl(trylast=True)  # only a run that will happen stands in for nbval
     def pytest_collection_modifyitems(self, config, items):
         replayed = {
             item.callspec.params["path"].resolve()
             for item in items
-            if getattr(item, "originalname", None) == REPLAY_TEST and hasattr(item, "callspec")
+            if getattr(item, "originalname", None) in NOTEBOOK_RUNS and hasattr(item, "callspec")
         }
         # a notebook with an NBVAL_* cell comment (compare this output, expect this error) keeps its nbval run
         replayed = {path for path in replayed if "NBVAL_" not in path.read_text(encoding="utf-8")}
