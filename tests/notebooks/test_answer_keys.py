@@ -52,18 +52,8 @@ CHECK_CALL = re.compile(r"\bcheck_(?:prediction|choice|exercise)\(\s*[\"'](?P<na
 NOT_YET = re.compile(r"^\s*\w+: (?:make your prediction first|write it first)\b.*$", re.M)
 
 # Known problems, each owned elsewhere: (chapter, prediction, "shown" or "wrong") -> what it is. The test
-# xfails while exactly these remain and fails once one is gone, so that its entry is removed.
-_CH01_SCORES = "cell 27 prints every key's score while my_best_key is None: the largest names the answer"
-_CH03_STDS = "cell 38 prints the measured standard deviations while the predictions are None"
-_CH12_STEPS = "cell 21 prints m, l and the corrections while the predictions are None"
-KNOWN: dict[tuple[str, str, str], str] = {
-    ("01_dot_products", "my_best_key", "shown"): _CH01_SCORES,
-    ("03_scaled_dot_product_attention", "my_std_unscaled", "shown"): _CH03_STDS,
-    ("03_scaled_dot_product_attention", "my_std_scaled", "shown"): _CH03_STDS,
-    ("12_flash_attention_idea", "my_m", "shown"): _CH12_STEPS,
-    ("12_flash_attention_idea", "my_l", "shown"): _CH12_STEPS,
-    ("12_flash_attention_idea", "my_corrections", "shown"): _CH12_STEPS,
-}
+# xfails while exactly these remain and fails once one is gone, so that its entry is removed. None today.
+KNOWN: dict[tuple[str, str, str], str] = {}
 
 # --- reading an answer as a value --------------------------------------------------------------------
 
