@@ -136,9 +136,9 @@ def gated_delta_rule_recurrent(
         state = state * g[:, :, t].exp().unsqueeze(-1)  # alpha_t S_{t-1}: row d (key channel d) decays by alpha_t,d
         error = v[:, :, t]  # (B, H, Dv)
         if delta:  # what the state recalls for k_t, subtracted: only the difference is written
-            error = error - torch.einsum("bhk,bhkv->bhv", k_t, state)
+            error = error - (k_t.unsqueeze(-2) @ state).squeeze(-2)
         state = state + k_t.unsqueeze(-1) * (beta[:, :, t, None] * error).unsqueeze(-2)  # (B, H, Dk, Dv)
-        outputs.append(torch.einsum("bhk,bhkv->bhv", q[:, :, t], state))
+        outputs.append((q[:, :, t].unsqueeze(-2) @ state).squeeze(-2))
     return torch.stack(outputs, dim=2), state  # (B, H, T, Dv), (B, H, Dk, Dv)
 
 
@@ -176,7 +176,7 @@ def gated_delta_rule_chunked(
     Raises:
         TypeError / ValueError: as :func:`gated_delta_rule_recurrent`, or chunk_size < 1.
 
-    The per-channel decays are held as a (B, H, T / C, C, C, Dk) tensor: plain and exact (every
+    Per-channel gates hold their decays as a (B, H, T / C, C, C, Dk) tensor: plain and exact (every
     exponent is <= 0), sized for the course's small models rather than for speed.
     """
     beta, g, state = _check_inputs(q, k, v, beta, g, initial_state)
@@ -184,7 +184,7 @@ def gated_delta_rule_chunked(
     if normalize_qk:
         q, k = l2_normalize(q), l2_normalize(k)
     q = q * resolve_scale(scale, q.shape[-1])
-    B, H, T, Dk = q.shape
+    B, H, T, _ = q.shape
     pad = -T % C
     N = (T + pad) // C
 
@@ -193,13 +193,19 @@ def gated_delta_rule_chunked(
 
     q_c, k_c, v_c = chunks(q), chunks(k), chunks(v)
     beta_c = chunks(beta.unsqueeze(-1))  # (B, H, N, C, 1)
-    gamma = chunks(g.expand(B, H, T, Dk)).cumsum(-2)  # (B, H, N, C, Dk): log-decay from the chunk's start
+    gamma = chunks(g).cumsum(-2)  # (B, H, N, C, 1 or Dk): log-decay from the chunk's start
     causal = torch.ones(C, C, dtype=torch.bool, device=q.device).tril()  # (C, C): [i, j] True for j <= i
     decay = (gamma.unsqueeze(-2) - gamma.unsqueeze(-3)).masked_fill(~causal.unsqueeze(-1), float("-inf")).exp()
-    # decay (B, H, N, C, C, Dk): Gamma_i / Gamma_j per channel for j <= i, 0 above the diagonal
-    scores = torch.einsum("bhnid,bhnjd,bhnijd->bhnij", q_c, k_c, decay)  # (B, H, N, C, C), causal
+    # decay (B, H, N, C, C, 1 or Dk): Gamma_i / Gamma_j (per channel) for j <= i, 0 above the diagonal
+
+    def decayed_products(a, b):  # (B, H, N, C, C): sum_d a_id b_jd Gamma_id / Gamma_jd
+        if decay.shape[-1] == 1:  # one gate per head: the decay factors out of the dot product
+            return (a @ b.transpose(-1, -2)) * decay.squeeze(-1)
+        return (a.unsqueeze(-2) * b.unsqueeze(-3) * decay).sum(-1)
+
+    scores = decayed_products(q_c, k_c)  # (B, H, N, C, C), causal
     if delta:
-        kk = torch.einsum("bhnid,bhnjd,bhnijd->bhnij", k_c, k_c, decay)  # (B, H, N, C, C)
+        kk = decayed_products(k_c, k_c)  # (B, H, N, C, C)
         unit_lower = torch.eye(C, dtype=q.dtype, device=q.device) + beta_c * kk.tril(-1)  # I + A
 
         def solve(rhs):

@@ -520,3 +520,18 @@ def test_cache_bytes_refuses_unknown_kinds_and_missing_sizes():
         cache_bytes("mha", -1, 8, 64)
     with pytest.raises(TypeError, match="value_dim"):
         cache_bytes("gated_delta", 10, 8, 64, value_dim=1.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("gate", ["head", "channel"])
+def test_strong_gates_stay_finite_in_both_forms_and_their_gradients(dtype, gate):
+    """Every exponent the chunked form takes is <= 0: a gate of exp(-30) per token underflows to 0, never to inf."""
+    q, k, v, beta, g, s0 = _inputs(T=19, gate=gate, dtype=dtype)
+    g = (g - 30).requires_grad_()
+    o_rec, s_rec = gated_delta_rule_recurrent(q, k, v, beta, g, initial_state=s0)
+    o_chk, s_chk = gated_delta_rule_chunked(q, k, v, beta, g, initial_state=s0, chunk_size=8)
+    tol = F64 if dtype == torch.float64 else dict(atol=1e-5, rtol=1e-5)
+    assert_close(o_chk, o_rec, **tol)
+    assert_close(s_chk, s_rec, **tol)
+    (o_chk.sum() + s_chk.sum()).backward()
+    assert torch.isfinite(g.grad).all()
