@@ -30,6 +30,8 @@ class GatedDeltaNet(nn.Module):
 
     Args:
         embed_dim: E. num_heads: H (must divide E); Dk = Dv = E / H. chunk_size: C of the chunked form.
+        delta: False drops the delta rule's read-back (gated linear attention), for comparison.
+        gate: False drops the decay (alpha = 1: the plain delta rule, DeltaNet), for comparison.
 
     forward(query (B, T, E), key=None, value=None, mask=None): self-attention only (key and value, if
     given, must be query itself); always causal, so ``mask`` must be None. Returns no attention weights:
@@ -39,7 +41,7 @@ class GatedDeltaNet(nn.Module):
         TypeError / ValueError: sizes that are not positive ints, H not dividing E, cross-attention, a mask.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, chunk_size: int = 16):
+    def __init__(self, embed_dim: int, num_heads: int, chunk_size: int = 16, delta: bool = True, gate: bool = True):
         super().__init__()
         require_positive_int(embed_dim, "embed_dim")
         require_positive_int(num_heads, "num_heads")
@@ -47,11 +49,13 @@ class GatedDeltaNet(nn.Module):
         if embed_dim % num_heads:
             raise ValueError(f"num_heads={num_heads} must divide embed_dim={embed_dim}")
         self.num_heads, self.head_dim = num_heads, embed_dim // num_heads
+        self.delta, self.gate = bool(delta), bool(gate)
         self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim, bias=False)
         self.beta_proj = nn.Linear(embed_dim, num_heads)
-        self.decay_proj = nn.Linear(embed_dim, num_heads, bias=False)
-        self.dt_bias = nn.Parameter(torch.zeros(num_heads))
-        self.A_log = nn.Parameter(torch.log(torch.linspace(1.0, 16.0, num_heads)))  # per head, as Mamba-2
+        if self.gate:
+            self.decay_proj = nn.Linear(embed_dim, num_heads, bias=False)
+            self.dt_bias = nn.Parameter(torch.zeros(num_heads))
+            self.A_log = nn.Parameter(torch.log(torch.linspace(1.0, 16.0, num_heads)))  # per head, as Mamba-2
         self.gate_proj = nn.Linear(embed_dim, embed_dim, bias=False)
         self.norm = nn.RMSNorm(self.head_dim)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=False)
@@ -70,9 +74,11 @@ class GatedDeltaNet(nn.Module):
 
         q, k, v = (heads(y) for y in F.silu(self.qkv_proj(x)).chunk(3, dim=-1))  # (B, H, T, D) each
         beta = torch.sigmoid(self.beta_proj(x)).transpose(1, 2)  # (B, H, T)
-        g = -self.A_log.exp() * F.softplus(self.decay_proj(x) + self.dt_bias)  # (B, T, H), <= 0
+        g = None
+        if self.gate:
+            g = (-self.A_log.exp() * F.softplus(self.decay_proj(x) + self.dt_bias)).transpose(1, 2)  # (B, H, T), <= 0
         o, _ = gated_delta_rule_chunked(
-            q, k, v, beta, g.transpose(1, 2), chunk_size=self.chunk_size, normalize_qk=True
+            q, k, v, beta, g, chunk_size=self.chunk_size, normalize_qk=True, delta=self.delta
         )  # (B, H, T, D)
         o = self.norm(o.transpose(1, 2)) * F.silu(heads(self.gate_proj(x)).transpose(1, 2))  # (B, T, H, D)
         return self.out_proj(o.reshape(B, T, H * D)), None
@@ -84,7 +90,8 @@ class HybridTransformer(TinyTransformer):
     Args:
         as TinyTransformer (always causal), and full_every: layer i is full attention when
             (i + 1) % full_every == 0 (4: three linear layers then one full, Qwen3-Next's ratio; more
-            than num_layers: no full layer at all); chunk_size: C of the linear layers.
+            than num_layers: no full layer at all); chunk_size, delta, gate: the linear layers' (see
+            :class:`GatedDeltaNet`).
 
     forward(tokens (B, T) long) -> (logits (B, T, V), attention of the full layers (F, B, H, T, T), or
     None when there are none). ``full_layers`` lists their indices.
@@ -104,13 +111,15 @@ class HybridTransformer(TinyTransformer):
         positions: str = "rotary",
         mlp_ratio: int = 4,
         chunk_size: int = 16,
+        delta: bool = True,
+        gate: bool = True,
     ):
         require_positive_int(full_every, "full_every")
         super().__init__(vocab_size, max_len, embed_dim, num_heads, num_layers, positions, True, mlp_ratio)
         self.full_layers = tuple(i for i in range(num_layers) if (i + 1) % full_every == 0)
         for i, block in enumerate(self.blocks):
             if i not in self.full_layers:
-                block.attn = GatedDeltaNet(embed_dim, num_heads, chunk_size)
+                block.attn = GatedDeltaNet(embed_dim, num_heads, chunk_size, delta, gate)
 
     def forward(self, tokens: torch.Tensor, mask: torch.Tensor | None = None):
         if mask is not None:

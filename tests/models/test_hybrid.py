@@ -41,6 +41,26 @@ def test_gated_delta_net_on_a_prefix_equals_its_output_on_the_whole():
     torch.testing.assert_close(layer(x[:, :7])[0], whole[:, :7], atol=1e-12, rtol=1e-10)
 
 
+def test_the_linear_layers_can_drop_the_delta_rule_or_the_gate_for_comparison():
+    torch.manual_seed(2)
+    x = torch.randn(1, 9, 16, dtype=torch.float64)
+    layers = {
+        (d, g): GatedDeltaNet(16, 2, chunk_size=4, delta=d, gate=g).double()
+        for d in (True, False)
+        for g in (True, False)
+    }
+    for layer in list(layers.values())[1:]:
+        layer.load_state_dict(layers[True, True].state_dict(), strict=False)  # the same weights where shared
+    outputs = {key: layer(x)[0] for key, layer in layers.items()}
+    assert not hasattr(layers[True, False], "A_log") and hasattr(layers[False, True], "A_log")
+    keys = list(outputs)
+    for i, a in enumerate(keys):
+        for b in keys[i + 1 :]:
+            assert not torch.allclose(outputs[a], outputs[b]), (a, b)
+    model = HybridTransformer(12, 16, embed_dim=16, num_heads=2, num_layers=4, delta=False, gate=False)
+    assert [block.attn.delta for block in model.blocks[:3]] == [False] * 3
+
+
 def test_hybrid_trains_with_the_course_loop():
     torch.manual_seed(0)
     model = HybridTransformer(12, 16, embed_dim=16, num_heads=2, num_layers=4, chunk_size=4)
