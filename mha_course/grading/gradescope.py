@@ -297,8 +297,11 @@ def simulate(
     timeout: float = 1800,
     setup: bool = True,
     container: bool = True,
-) -> tuple[dict, list[str], Path]:
-    """Run the autograder like Gradescope: (results.json data, problems, root used).
+) -> tuple[dict, list[str], Path, int]:
+    """Run the autograder like Gradescope: (results.json data, problems, root used, run_autograder's exit status).
+
+    A non-zero exit status with a results.json is the grader refusing to grade (exit 3: no isolation):
+    the file is valid, and says so to the student, yet nothing was graded.
 
     ``root`` (default: a new temporary folder) gets source/, submission/, results/, run_autograder;
     setup.sh and run_autograder run with ``AUTOGRADER_ROOT=root`` from an unrelated working directory.
@@ -340,6 +343,7 @@ def simulate(
         if reuse_packages and setup:
             _plant_packages(root / "venv")
         elsewhere = tempfile.mkdtemp(prefix="cwd-")
+        status = 0
         for script in ((source / "setup.sh",) if setup else ()) + (root / "run_autograder",):
             argv = ["bash", str(script)]
             if container:
@@ -349,6 +353,8 @@ def simulate(
             done = subprocess.run(argv, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=timeout)
             # a grader that refused (exit 3) still wrote the results.json Gradescope shows the student
             wrote = script.name == "run_autograder" and (root / "results" / "results.json").is_file()
+            if script.name == "run_autograder":
+                status = done.returncode
             if done.returncode != 0 and not wrote:
                 raise RuntimeError(
                     f"{script.name} failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -356,9 +362,9 @@ def simulate(
         shutil.rmtree(elsewhere, ignore_errors=True)
         results = root / "results" / "results.json"
         if not results.is_file():
-            return {}, ["run_autograder wrote no results/results.json"], root
+            return {}, ["run_autograder wrote no results/results.json"], root, status
         data = json.loads(results.read_text())
-        return data, validate_results(data), root
+        return data, validate_results(data), root, status
     finally:
         if own and not keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -429,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path}: {len(z.namelist())} files for {args.assignment} (no solutions/, exercises/, tests/)")
         return 0
     try:
-        data, problems, root = simulate(
+        data, problems, root, status = simulate(
             args.bundle,
             args.submission,
             args.root,
@@ -444,9 +450,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(data.get('tests', []))} tests; results.json " + ("valid" if not problems else "INVALID:"))
     for p in problems:
         print(f"  - {p}")
+    if status != 0:
+        print(
+            f"error: the grader refused to grade this submission (run_autograder exit {status}): "
+            "the results.json above is what the student would see, and it holds no grade",
+            file=sys.stderr,
+        )
     if args.keep or args.root:
         print(f"autograder folder: {root}")
-    return 1 if problems else 0
+    return status if status != 0 else (1 if problems else 0)
 
 
 if __name__ == "__main__":
