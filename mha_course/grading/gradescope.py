@@ -343,7 +343,6 @@ def simulate(
         if reuse_packages and setup:
             _plant_packages(root / "venv")
         elsewhere = tempfile.mkdtemp(prefix="cwd-")
-        status = 0
         for script in ((source / "setup.sh",) if setup else ()) + (root / "run_autograder",):
             argv = ["bash", str(script)]
             if container:
@@ -353,8 +352,7 @@ def simulate(
             done = subprocess.run(argv, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=timeout)
             # a grader that refused (exit 3) still wrote the results.json Gradescope shows the student
             wrote = script.name == "run_autograder" and (root / "results" / "results.json").is_file()
-            if script.name == "run_autograder":
-                status = done.returncode
+            status = done.returncode  # the last script run is run_autograder
             if done.returncode != 0 and not wrote:
                 raise RuntimeError(
                     f"{script.name} failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -447,15 +445,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(json.dumps({k: data.get(k) for k in ("score", "execution_time", "output")}, indent=2))
-    print(f"{len(data.get('tests', []))} tests; results.json " + ("valid" if not problems else "INVALID:"))
+    refused = f"; but the grader REFUSED to grade (run_autograder exit {status}): no grade" if status else ""
+    print(f"{len(data.get('tests', []))} tests; results.json " + ("valid" if not problems else "INVALID:") + refused)
     for p in problems:
         print(f"  - {p}")
-    if status != 0:
-        print(
-            f"error: the grader refused to grade this submission (run_autograder exit {status}): "
-            "the results.json above is what the student would see, and it holds no grade",
-            file=sys.stderr,
-        )
     if args.keep or args.root:
         print(f"autograder folder: {root}")
     return status if status != 0 else (1 if problems else 0)

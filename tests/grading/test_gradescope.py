@@ -126,4 +126,4 @@ def test_simulate_exits_non_zero_when_the_grader_refused(tmp_path, monkeypatch, 
     status = gradescope.main(["simulate", str(tmp_path / "b.zip"), str(tmp_path), "--no-container"])
     out = capsys.readouterr()
     assert status == 3, out
-    assert "refused to grade" in out.err and "exit 3" in out.err
+    assert "REFUSED to grade" in out.out and "exit 3" in out.out
