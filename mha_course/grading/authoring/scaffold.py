@@ -215,6 +215,10 @@ def _readme_line(readme: Path, key: str, title: str) -> None:
     readme.write_text("\n".join(lines), encoding="utf-8")
 
 
+#: The note on a workshop slot the scaffold adds (the next scaffolded assignment follows it on the same day).
+NEW_SLOT = "(new: move it to its lecture's day)"
+
+
 def _table_end(lines: list[str], start: int) -> int:
     """Index of the last row of the first Markdown table at or after ``start``."""
     at = next(i for i in range(start, len(lines)) if lines[i].startswith("|"))
@@ -265,13 +269,16 @@ def _record_time(root: Path, key: str, row: dict) -> None:
         heading = next((i for i, line in enumerate(lines) if line.startswith("## A workshop")), None)
         if heading is not None:
             at = _table_end(lines, heading)
-            day = re.match(r"\| day (\d+),", lines[at])
+            last = re.match(r"\| day (\d+), \d+:\d\d–(\d+):(\d\d) ", lines[at])
+            # after the plan's last day, or after the slot of the assignment scaffolded before this one
+            day, start = (int(last[1]) + 1, 9 * 60) if last else (3, 9 * 60)
+            if last and NEW_SLOT in lines[at]:
+                day, start = int(last[1]), int(last[2]) * 60 + int(last[3])
             # the plan's rule: reading at 200 words a minute, running every cell once, 10 minutes of work at least
             need = row["words"] / 200 + row["seconds"] / 60 + 10
-            minutes = max(30, 5 * (int(need) // 5 + 2))
-            end = 9 * 60 + minutes
-            slot = f"day {int(day[1]) + 1 if day else 3}, 9:00–{end // 60}:{end % 60:02d}"
-            lines.insert(at + 1, f"| {slot} | | {key} | | {key.split('_', 1)[0]} (new: move it to its lecture's day) |")
+            end = start + max(30, 5 * (int(need) // 5 + 2))
+            slot = f"day {day}, {start // 60}:{start % 60:02d}–{end // 60}:{end % 60:02d}"
+            lines.insert(at + 1, f"| {slot} | | {key} | | {key.split('_', 1)[0]} {NEW_SLOT} |")
             guide.write_text("\n".join(lines), encoding="utf-8")
 
 
