@@ -17,7 +17,7 @@ SITE_HTML := _build/html
 # The pages screenshotted by `make site` (kept in _build/screenshots as build artefacts).
 SITE_SHOTS := index.html notebooks/03_scaled_dot_product_attention.html exercises/a03_attention.html
 
-.PHONY: lab test test-fast lint format sandbox nbgrader gpu-check clean-venv site site-env browser
+.PHONY: lab test test-fast lint format sandbox nbgrader nbgrader-course nbgrader-generate nbgrader-autograde gpu-check clean-venv site site-env browser
 
 # JupyterLab reads $(VENV)/share/jupyter/lab/settings/overrides.json as the defaults of this installation:
 # ours turns off the "official Jupyter news?" prompt (the course needs no network) without touching the learner's own settings.
@@ -61,6 +61,36 @@ $(NBGRADER_STAMP): requirements-nbgrader.txt $(STAMP) Makefile
 	@touch $(NBGRADER_STAMP)
 
 nbgrader: $(NBGRADER_STAMP)
+
+# The nbgrader route (docs/INSTRUCTORS.md, "nbgrader"), in nbgrader's own course folder NBGRADER_COURSE:
+#   make nbgrader-generate ASSIGNMENT=a02_softmax   solutions/ -> source/, then release/ACCOUNT/ for students
+#   make nbgrader-autograde ASSIGNMENT=a02_softmax  submitted/STUDENT/ASSIGNMENT/ -> autograded/, grades.csv
+# nbgrader runs `alembic` (its gradebook's migrations) by name: the environment's bin/ goes first on PATH,
+# so the commands work without activating it.
+NBGRADER_COURSE ?= _build/nbgrader
+ASSIGNMENT ?=
+NBGRADER_RUN = cd "$(NBGRADER_COURSE)" && PATH="$(abspath $(NBGRADER_VENV))/bin:$$PATH" "$(abspath $(NBGRADER_VENV))/bin/nbgrader"
+
+nbgrader-course: $(NBGRADER_STAMP)
+	@test -n "$(ASSIGNMENT)" || { echo "name the assignment: make $(MAKECMDGOALS) ASSIGNMENT=a02_softmax"; exit 2; }
+	@test -f "solutions/$(ASSIGNMENT).ipynb" || { echo "no solutions/$(ASSIGNMENT).ipynb"; exit 2; }
+	@mkdir -p "$(NBGRADER_COURSE)/source/$(ASSIGNMENT)"
+	cp "solutions/$(ASSIGNMENT).ipynb" "$(NBGRADER_COURSE)/source/$(ASSIGNMENT)/"
+	@test -f "$(NBGRADER_COURSE)/nbgrader_config.py" || printf '%s\n' 'c = get_config()' \
+		'c.CourseDirectory.course_id = "mha_course"' \
+		'c.CourseDirectory.db_url = "sqlite:///$(abspath $(NBGRADER_COURSE))/gradebook.db"' \
+		> "$(NBGRADER_COURSE)/nbgrader_config.py"
+
+nbgrader-generate: nbgrader-course
+	$(NBGRADER_RUN) generate_assignment "$(ASSIGNMENT)" --force
+	@echo "release notebooks for students: $(NBGRADER_COURSE)/release/$(ASSIGNMENT)/"
+
+nbgrader-autograde: nbgrader-course
+	@ls "$(NBGRADER_COURSE)"/submitted/*/"$(ASSIGNMENT)"/*.ipynb >/dev/null 2>&1 || \
+		{ echo "no submissions: put each student's notebook in $(NBGRADER_COURSE)/submitted/STUDENT/$(ASSIGNMENT)/ (nbgrader collect does)"; exit 2; }
+	$(NBGRADER_RUN) autograde "$(ASSIGNMENT)" --force --create
+	$(NBGRADER_RUN) export --to grades.csv
+	@echo "autograded notebooks: $(NBGRADER_COURSE)/autograded/; nbgrader's gradebook: $(NBGRADER_COURSE)/grades.csv"
 
 # The website's tools (requirements-site.txt) in an environment of their own that sees .venv's packages,
 # like .venv-nbgrader: Sphinx and Playwright stay out of the learner's .venv.

@@ -73,15 +73,26 @@ def _new(argv: list[str]) -> int:
     parser.add_argument("name", help="lowercase identifier, e.g. row_shift (the key becomes aNN_row_shift)")
     parser.add_argument("--title", help="the assignment's title (default: the name in words)")
     parser.add_argument("--root", type=Path, default=Path("."), help="the course's folder (default: here)")
+    parser.add_argument(
+        "--no-measure",
+        action="store_true",
+        help="do not run the new solution to record its time (benchmarks/RESULTS.md, the workshop plan)",
+    )
     args = parser.parse_args(argv)
     try:
-        written = new_assignment(args.root, args.name, args.title)
+        written = new_assignment(args.root, args.name, args.title, measure=not args.no_measure)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     for path in written:
         print(f"wrote {path}")
     key = written[0].stem
+    if not any(path.name == "RESULTS.md" for path in written):
+        print(
+            f"NOTE: {key} was not measured; the tests want every notebook's time: run "
+            f"python benchmarks/chapter_times.py --only {key}, add its row to benchmarks/RESULTS.md "
+            "and give it a slot in the workshop plan of docs/INSTRUCTORS.md"
+        )
     print(f"""
 Next:
   1. the answer and the prose: solutions/{key}.ipynb (answers between the solution markers);
@@ -89,7 +100,10 @@ Next:
      belongs in the library module your lecture uses (e.g. mha_course/core/softmax.py), imported inside
      _reference, never at the module's top (the sandbox must not see it);
   3. how the sandbox calls the student's function: mha_course/grading/calls/{key}.py;
-  4. python -m mha_course.grading.assign   (regenerates exercises/), then make test.""")
+  4. python -m mha_course.grading.assign   (regenerates exercises/), then make test;
+  5. README.md lists it in the syllabus's last chapter row, and the workshop plan of docs/INSTRUCTORS.md
+     gives it a slot after the last day: move both to your lecture's place, and after editing measure it
+     again with python benchmarks/chapter_times.py --only {key} (its row in benchmarks/RESULTS.md).""")
     return 0
 
 

@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
 def _write_grades(args, results: list[SubmissionResult], roster: Roster) -> None:
     """``--grades-out``: the roster with a grade column per assignment (and feedback comments)."""
     grades = bookkeeping.grades(results)
+    excused = bookkeeping.excused(results)
     if len(grades) > 1:  # several assignments: a column each, never one summed grade
         columns: dict[str, dict[str, float | None]] = {key: dict(grades[key]) for key in sorted(grades)}
         note = (
@@ -207,6 +208,7 @@ def _write_grades(args, results: list[SubmissionResult], roster: Roster) -> None
     else:
         column = grade_column(args, roster)
         columns = {column: dict(next(iter(grades.values()), {}))}
+        excused = {column: set().union(*excused.values())}
         note = f"column {column!r}"
         if results and results[0].lms_max is not None:
             note += f", out of {results[0].lms_max:g}"
@@ -217,7 +219,7 @@ def _write_grades(args, results: list[SubmissionResult], roster: Roster) -> None
             f"{', '.join(r.student_id for r in flagged[:10])}{' ...' if len(flagged) > 10 else ''}"
         )
     comments = {r.student_id: feedback_summary(r) for r in reversed(results) if r.student_id and not r.error}
-    write_grade_columns(args.grades_out, roster, columns, write_atomic, comments)
+    write_grade_columns(args.grades_out, roster, columns, write_atomic, comments, excused)
     print(f"grades for import: {args.grades_out} ({note})")
 
 

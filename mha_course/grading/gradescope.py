@@ -297,8 +297,11 @@ def simulate(
     timeout: float = 1800,
     setup: bool = True,
     container: bool = True,
-) -> tuple[dict, list[str], Path]:
-    """Run the autograder like Gradescope: (results.json data, problems, root used).
+) -> tuple[dict, list[str], Path, int]:
+    """Run the autograder like Gradescope: (results.json data, problems, root used, run_autograder's exit status).
+
+    A non-zero exit status with a results.json is the grader refusing to grade (exit 3: no isolation):
+    the file is valid, and says so to the student, yet nothing was graded.
 
     ``root`` (default: a new temporary folder) gets source/, submission/, results/, run_autograder;
     setup.sh and run_autograder run with ``AUTOGRADER_ROOT=root`` from an unrelated working directory.
@@ -349,6 +352,7 @@ def simulate(
             done = subprocess.run(argv, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=timeout)
             # a grader that refused (exit 3) still wrote the results.json Gradescope shows the student
             wrote = script.name == "run_autograder" and (root / "results" / "results.json").is_file()
+            status = done.returncode  # the last script run is run_autograder
             if done.returncode != 0 and not wrote:
                 raise RuntimeError(
                     f"{script.name} failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -356,9 +360,9 @@ def simulate(
         shutil.rmtree(elsewhere, ignore_errors=True)
         results = root / "results" / "results.json"
         if not results.is_file():
-            return {}, ["run_autograder wrote no results/results.json"], root
+            return {}, ["run_autograder wrote no results/results.json"], root, status
         data = json.loads(results.read_text())
-        return data, validate_results(data), root
+        return data, validate_results(data), root, status
     finally:
         if own and not keep:
             shutil.rmtree(root, ignore_errors=True)
@@ -429,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path}: {len(z.namelist())} files for {args.assignment} (no solutions/, exercises/, tests/)")
         return 0
     try:
-        data, problems, root = simulate(
+        data, problems, root, status = simulate(
             args.bundle,
             args.submission,
             args.root,
@@ -441,12 +445,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     print(json.dumps({k: data.get(k) for k in ("score", "execution_time", "output")}, indent=2))
-    print(f"{len(data.get('tests', []))} tests; results.json " + ("valid" if not problems else "INVALID:"))
+    refused = f"; but the grader REFUSED to grade (run_autograder exit {status}): no grade" if status else ""
+    print(f"{len(data.get('tests', []))} tests; results.json " + ("valid" if not problems else "INVALID:") + refused)
     for p in problems:
         print(f"  - {p}")
     if args.keep or args.root:
         print(f"autograder folder: {root}")
-    return 1 if problems else 0
+    return status if status != 0 else (1 if problems else 0)
 
 
 if __name__ == "__main__":

@@ -92,7 +92,8 @@ def test_simulated_gradescope_installs_and_grades_from_anywhere(bundle, tmp_path
     upload.mkdir()
     shutil.copy(ROOT / "solutions" / "a02_softmax.ipynb", upload / "my homework.ipynb")
     (upload / "notes.txt").write_text("a stray file")
-    data, problems, root = gradescope.simulate(bundle, upload, tmp_path / "autograder")
+    data, problems, root, status = gradescope.simulate(bundle, upload, tmp_path / "autograder")
+    assert status == 0
     INSTALLED["root"] = root  # the next test grades another upload with this set-up, as Gradescope would
     assert problems == [], problems
     assert data["score"] == data["extra_data"]["max_score"] > 0
@@ -112,7 +113,17 @@ def test_simulated_gradescope_reports_a_wrong_assignment(bundle, tmp_path):
     upload = tmp_path / "upload"
     upload.mkdir()
     shutil.copy(ROOT / "solutions" / "a01_dot_products.ipynb", upload / "a02_softmax.ipynb")
-    data, problems, _ = gradescope.simulate(bundle, upload, INSTALLED["root"], setup=False)
+    data, problems, _, _status = gradescope.simulate(bundle, upload, INSTALLED["root"], setup=False)
     assert problems == [] and data["score"] == 0
     assert "wrong assignment a01_dot_products, expected a02_softmax" in data["output"]
     json.dumps(data, allow_nan=False)
+
+
+def test_simulate_exits_non_zero_when_the_grader_refused(tmp_path, monkeypatch, capsys):
+    """A valid results.json written by a grader that refused (run_autograder exit 3) is no grade: say so, exit 3."""
+    refused = {"score": 0.0, "output": "not graded: no isolation is available", "tests": []}
+    monkeypatch.setattr(gradescope, "simulate", lambda *args, **kwargs: (refused, [], tmp_path, 3))
+    status = gradescope.main(["simulate", str(tmp_path / "b.zip"), str(tmp_path), "--no-container"])
+    out = capsys.readouterr()
+    assert status == 3, out
+    assert "REFUSED to grade" in out.out and "exit 3" in out.out

@@ -113,3 +113,41 @@ def test_real_nbgrader_autogrades_a_course_notebook_end_to_end(course, tmp_path)
         assert not errors, (cell["id"], errors)
     printed = json.dumps([o for c in checks for o in c.get("outputs", [])])
     assert "passed" in printed and "failed" not in printed.replace("0 failed", ""), printed[-2000:]
+
+
+@pytest.mark.slow
+def test_the_guides_make_targets_release_and_autograde_without_activating_the_environment(tmp_path):
+    """`make nbgrader-generate` / `make nbgrader-autograde` as docs/INSTRUCTORS.md gives them, with nbgrader's
+    environment not on PATH (nbgrader runs `alembic` by name: FileNotFoundError unless the target puts it first)."""
+    _nbgrader()
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    course = tmp_path / "nbgrader"
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if ".venv-nbgrader" not in p)
+    env = dict(os.environ, PATH=path)
+    env.pop("PYTHONPATH", None)
+    # the environments exist already (the test's precondition): do not remake them from their stamps
+    make = ["make", "-s", "-o", ".venv/.installed-stamp", "-o", ".venv-nbgrader/.installed-stamp"]
+    where = [f"NBGRADER_COURSE={course}", "ASSIGNMENT=a02_softmax"]
+
+    def run(target: str) -> str:
+        done = subprocess.run(
+            [*make, target, *where], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False
+        )
+        assert done.returncode == 0, target + "\n" + done.stdout[-2000:] + done.stderr[-3000:]
+        return done.stdout + done.stderr
+
+    assert "alembic" not in run("nbgrader-generate").lower().replace("alembic_version", "")
+    release = course / "release" / "a02_softmax" / "a02_softmax.ipynb"
+    assert "YOUR CODE HERE" in release.read_text() and "BEGIN SOLUTION" not in release.read_text()
+    missing = subprocess.run([*make, "nbgrader-autograde", *where], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert missing.returncode != 0 and "no submissions" in missing.stdout + missing.stderr
+    submitted = course / "submitted" / "student1" / "a02_softmax"
+    submitted.mkdir(parents=True)
+    shutil.copy(ROOT / "solutions" / "a02_softmax.ipynb", submitted)
+    run("nbgrader-autograde")
+    assert (course / "autograded" / "student1" / "a02_softmax" / "a02_softmax.ipynb").is_file()
+    assert "a02_softmax,,,student1," in (course / "grades.csv").read_text()
+    unnamed = subprocess.run([*make, "nbgrader-generate", f"NBGRADER_COURSE={course}"], cwd=ROOT, env=env,
+                             capture_output=True, text=True)  # fmt: skip
+    assert unnamed.returncode != 0 and "ASSIGNMENT=" in unnamed.stdout + unnamed.stderr

@@ -39,6 +39,50 @@ def course(tmp_path_factory):
     return root, env
 
 
+# The suite's tests that check every assignment: hints, the timing table and workshop plan, the README's
+# syllabus and the site made from it, heading points, the exercises' sync with their solutions.
+ASSIGNMENT_WIDE = (
+    "tests/grading/test_report_feedback.py",
+    "tests/grading/test_exercises_content.py",
+    "tests/site/test_site.py",
+    "tests/notebooks/test_heading_points.py",
+    "tests/notebooks/test_assign_sync.py",
+    "tests/notebooks/test_answers_rule.py",
+    "tests/notebooks/test_leftover_words.py",
+    "tests/repo/test_structure.py",
+)
+
+
+@pytest.mark.slow
+def test_a_new_assignment_passes_the_suites_assignment_wide_tests(tmp_path):
+    """Scaffold into a copy of the repository's tracked files, then run the tests that check every assignment there."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=False)
+    if tracked.returncode != 0:
+        pytest.skip("not a git checkout: the tracked files are unknown")
+    root = tmp_path / "course"
+    for name in tracked.stdout.split("\0"):
+        if name and (ROOT / name).is_file():
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, root / name)
+    env = dict(os.environ, PYTHONPATH=str(root))
+    new = subprocess.run(
+        [sys.executable, "-m", "mha_course.grading.assign", "new", "row_shift", "--root", str(root)],
+        cwd=root, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert new.returncode == 0, new.stdout + new.stderr
+    assert "not measured" not in new.stdout, new.stdout
+    key = f"a{int(next_number(ROOT)):02d}_row_shift"
+    for path in ("README.md", "benchmarks/RESULTS.md", "docs/INSTRUCTORS.md"):
+        assert key in (root / path).read_text(encoding="utf-8"), path
+    suite = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-m", "not slow", "-p", "no:cacheprovider", *ASSIGNMENT_WIDE],
+        cwd=root, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert suite.returncode == 0, suite.stdout[-6000:] + suite.stderr[-2000:]
+    # the new assignment's own hints were among those checked
+    assert f"test_no_hint_hands_over_code[{key}.py] PASSED" in suite.stdout
+
+
 def _grade(course, notebook):
     root, env = course
     out = root / "out.json"

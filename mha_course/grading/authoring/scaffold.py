@@ -11,8 +11,10 @@ mha_course/grading/exercises/aNN_NAME.py        ``ASSIGNMENT``: the exercise, it
                                                 reference and hints (runs only in the grader)
 mha_course/grading/calls/aNN_NAME.py            how the sandbox calls the student's function
 exercises/aNN_NAME.ipynb                        generated from the solution (never edited by hand)
-README.md                                       a row at the end of the syllabus table (a test wants
-                                                every exercise listed)
+README.md                                       a link in the syllabus table's last chapter row (a
+                                                test wants every exercise listed; move it to your
+                                                lecture's row)
+benchmarks/RESULTS.md, docs/INSTRUCTORS.md      its measured time, and a slot in the workshop plan
 =============================================== ==================================================
 
 The example exercise is ``NAME(scores)``: subtract each row's maximum (the first step of a stable
@@ -84,10 +86,12 @@ def _diagnose(got, expected, inputs):
         alternatives=[
             (
                 lambda: scores - scores.max(),
-                "you subtracted the largest score of the whole array; subtract each "
-                "row's own maximum (max(axis=-1, keepdims=True))",
+                "you subtracted the largest score of the whole array; subtract from each row its own maximum",
             ),
-            (lambda: scores - scores.max(axis=0, keepdims=True), "you subtracted each column's maximum; use axis=-1"),
+            (
+                lambda: scores - scores.max(axis=0, keepdims=True),
+                "you subtracted each column's maximum; a row's maximum runs along the last axis",
+            ),
         ],
     )
 
@@ -185,14 +189,15 @@ def next_number(root: Path) -> str:
 
 
 def _readme_line(readme: Path, key: str, title: str) -> None:
-    """A row for ``key`` at the end of the README's syllabus table (or, without one, a list under a heading)."""
+    """A link to ``key`` in the assignment cell of the last chapter row of the README's syllabus table
+    (the site's navigation needs every row to start with a chapter; the instructor moves the link to
+    the lecture's own row), or, without a table, a list under a heading."""
     if not readme.is_file():
         return
     text = readme.read_text(encoding="utf-8")
     if f"exercises/{key}.ipynb" in text:
         return
-    number = key.split("_", 1)[0]
-    row = f"| {number[1:]} | (your chapter, or — ) | {title} | [{number}](exercises/{key}.ipynb) {title} |"
+    link = f"[{key.split('_', 1)[0]}](exercises/{key}.ipynb) {title}"
     lines = text.split("\n")
     try:
         start = lines.index("## Syllabus")
@@ -203,8 +208,78 @@ def _readme_line(readme: Path, key: str, title: str) -> None:
     end = header
     while end + 1 < len(lines) and lines[end + 1].startswith("|"):
         end += 1
-    lines.insert(end + 1, row)
+    cells = lines[end].rstrip().rstrip("|").rsplit("|", 1)
+    last = cells[1].strip()
+    cells[1] = f" {link} " if last in {"", "—", "-"} else f" {last}; {link} "
+    lines[end] = "|".join(cells) + "|"
     readme.write_text("\n".join(lines), encoding="utf-8")
+
+
+#: The note on a workshop slot the scaffold adds (the next scaffolded assignment follows it on the same day).
+NEW_SLOT = "(new: move it to its lecture's day)"
+
+
+def _table_end(lines: list[str], start: int) -> int:
+    """Index of the last row of the first Markdown table at or after ``start``."""
+    at = next(i for i in range(start, len(lines)) if lines[i].startswith("|"))
+    while at + 1 < len(lines) and lines[at + 1].startswith("|"):
+        at += 1
+    return at
+
+
+def _measure(root: Path, key: str) -> dict | None:
+    """Words and execution seconds of the new assignment, by the course's own measuring command
+    (``benchmarks/chapter_times.py``: the solution run once in a fresh kernel); None where it cannot run."""
+    import subprocess
+    import sys
+    import tempfile
+
+    script = root / "benchmarks" / "chapter_times.py"
+    if not script.is_file():
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "times.json"
+        done = subprocess.run(
+            [sys.executable, str(script), "--only", key, "--json", str(out)],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        rows = json.loads(out.read_text()) if done.returncode == 0 and out.is_file() else []
+    row = next((r for r in rows if r["notebook"] == f"{key}.ipynb"), None)
+    return row if row and row["seconds"] is not None else None
+
+
+def _record_time(root: Path, key: str, row: dict) -> None:
+    """The measured row in benchmarks/RESULTS.md's table of chapter and assignment times, and a slot of
+    its own in the workshop plan of docs/INSTRUCTORS.md (after the plan's last day: move it where it belongs)."""
+    results = root / "benchmarks" / "RESULTS.md"
+    if results.is_file():
+        lines = results.read_text(encoding="utf-8").split("\n")
+        heading = next((i for i, line in enumerate(lines) if line.startswith("## Chapter and assignment times")), None)
+        if heading is not None:
+            words = row["words"]
+            lines.insert(_table_end(lines, heading) + 1, f"| {key} | {words} | {words / 200:.0f} | {row['seconds']} |")
+            results.write_text("\n".join(lines), encoding="utf-8")
+    guide = root / "docs" / "INSTRUCTORS.md"
+    if guide.is_file():
+        lines = guide.read_text(encoding="utf-8").split("\n")
+        heading = next((i for i, line in enumerate(lines) if line.startswith("## A workshop")), None)
+        if heading is not None:
+            at = _table_end(lines, heading)
+            last = re.match(r"\| day (\d+), \d+:\d\d–(\d+):(\d\d) ", lines[at])
+            # after the plan's last day, or after the slot of the assignment scaffolded before this one
+            day, start = (int(last[1]) + 1, 9 * 60) if last else (3, 9 * 60)
+            if last and NEW_SLOT in lines[at]:
+                day, start = int(last[1]), int(last[2]) * 60 + int(last[3])
+            # the plan's rule: reading at 200 words a minute, running every cell once, 10 minutes of work at least
+            need = row["words"] / 200 + row["seconds"] / 60 + 10
+            end = start + max(30, 5 * (int(need) // 5 + 2))
+            slot = f"day {day}, {start // 60}:{start % 60:02d}–{end // 60}:{end % 60:02d}"
+            lines.insert(at + 1, f"| {slot} | | {key} | | {key.split('_', 1)[0]} {NEW_SLOT} |")
+            guide.write_text("\n".join(lines), encoding="utf-8")
 
 
 def _format(paths: list[Path]) -> None:
@@ -217,8 +292,11 @@ def _format(paths: list[Path]) -> None:
     )
 
 
-def new_assignment(root: Path, name: str, title: str | None = None) -> list[Path]:
+def new_assignment(root: Path, name: str, title: str | None = None, measure: bool = True) -> list[Path]:
     """Create assignment ``aNN_name`` under the project ``root``; returns the files written.
+
+    With ``measure``, the new solution is run once by ``benchmarks/chapter_times.py`` and its time is
+    recorded where the course keeps them (benchmarks/RESULTS.md, the workshop plan of docs/INSTRUCTORS.md).
 
     Raises ValueError for a name that is not a lowercase Python identifier or already used.
     """
@@ -246,4 +324,9 @@ def new_assignment(root: Path, name: str, title: str | None = None) -> list[Path
         if generated.solution == paths["solution"]:
             written.append(generated.exercise)
     _readme_line(root / "README.md", key, title)
-    return written + [root / "README.md"]
+    written.append(root / "README.md")
+    row = _measure(root, key) if measure else None
+    if row is not None:
+        _record_time(root, key, row)
+        written += [root / "benchmarks" / "RESULTS.md", root / "docs" / "INSTRUCTORS.md"]
+    return written

@@ -94,3 +94,12 @@ def grades(results: list[SubmissionResult]) -> dict[str, dict[str, float]]:
         if r.student_id and not r.error and r.assignment and r.lms_score is not None:
             grades.setdefault(r.assignment, {}).setdefault(r.student_id, round(r.lms_score, 2))
     return grades
+
+
+def excused(results: list[SubmissionResult]) -> dict[str, set[str]]:
+    """Assignment key -> ids of the students excused from it (an override waived the whole assignment)."""
+    found: dict[str, set[str]] = {}
+    for r in results:
+        if r.student_id and not r.error and r.assignment and r.max_score <= 0:
+            found.setdefault(r.assignment, set()).add(r.student_id)
+    return found

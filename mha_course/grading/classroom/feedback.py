@@ -26,7 +26,7 @@ from pathlib import Path
 from ..engine.verdicts import Status, SubmissionResult, TestResult
 from ..static.scan import parse
 from . import review_flags
-from .safe_text import clean, code_span
+from .safe_text import clean, code_span, shorten
 from .safe_text import markdown as md
 
 #: Hints that only say *that* something is wrong, not what: shown after the specific ones.
@@ -149,18 +149,18 @@ def root_causes(result: SubmissionResult) -> list[Cause]:
 def summary(result: SubmissionResult) -> str:
     """One line for a grades export's comment column: the score, the first cause, the top hint."""
     if result.error:
-        return f"not graded: {clean(result.error)[:200]}"
+        return f"not graded: {shorten(clean(result.error), 200)}"
     parts = [f"{result.score:g} / {result.max_score:g} points"]
     causes = root_causes(result)
-    cell = next((c for c in causes if c.kind == CauseKind.CELL_ERROR), None)
+    cell = next((c for c in causes if c.kind == CauseKind.CELL_ERROR and c.tests), None)
     if cell is not None:
-        parts.append(f"first fix {clean(cell.example)[:160]} ({len(cell.tests)} test(s) fail because of it)")
+        parts.append(f"first fix {shorten(clean(cell.example), 160)} ({len(cell.tests)} test(s) fail because of it)")
     top = next((c for c in causes if c.kind == CauseKind.MISTAKE), None)
     if top is not None:
-        parts.append(f"{top.exercise}: {clean(top.text)[:160]}")
-    elif cell is None and not causes:
+        parts.append(f"{top.exercise}: {shorten(clean(top.text), 160)}")
+    elif cell is None and not any(c.tests for c in causes):
         parts.append("all tests pass")
-    parts += [clean(sentence)[:240].rstrip(".") for sentence in review_flags.learner_sentences(result)]
+    parts += [shorten(clean(sentence), 240).rstrip(".") for sentence in review_flags.learner_sentences(result)]
     return "; ".join(parts)
 
 
@@ -209,7 +209,8 @@ def feedback_markdown(
         lines += ["## For review", "", *[md(sentence) for sentence in review], ""]
     where = defining_cells(cells or [], list((targets or {}).values()))
     causes = root_causes(result)
-    first = next((c for c in causes if c.kind == CauseKind.CELL_ERROR), None)
+    # a cell that raised without failing any test is no first fix: the notes below still name it
+    first = next((c for c in causes if c.kind == CauseKind.CELL_ERROR and c.tests), None)
     if first is not None:
         # the real cause before its consequences: every NameError below follows from it
         names = md(", ".join(t.name + (" (hidden)" if t.hidden else "") for t in first.tests)) or "none"

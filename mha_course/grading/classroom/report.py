@@ -50,8 +50,14 @@ class Section:
     copied: list[tuple[str, str]] = field(default_factory=list)  # student, line
 
     @property
+    def excused(self) -> list[SubmissionResult]:
+        """Graded submissions excused as a whole (an override waived every exercise): no score to count."""
+        return [r for r in self.graded if r.max_score <= 0]
+
+    @property
     def scores(self) -> list[float]:
-        return [r.score for r in self.graded]
+        """The scores of the graded submissions, excused ones left out (they are no 0)."""
+        return [r.score for r in self.graded if r.max_score > 0]
 
     @property
     def max_score(self) -> float:
@@ -81,6 +87,8 @@ def sections(results: list[SubmissionResult]) -> list[Section]:
         for r in graded:
             for t in r.tests:
                 titles.setdefault(t.exercise, t.exercise_title)
+            if r.max_score <= 0:  # excused: no exercise mark to average
+                continue
             for exercise, (got, most) in r.raw_exercise_scores().items():
                 per_exercise[exercise].append((got, most))
         for exercise, pairs in per_exercise.items():
@@ -95,7 +103,13 @@ def sections(results: list[SubmissionResult]) -> list[Section]:
             )
         students: dict[str, dict[tuple[str, str], set[str]]] = defaultdict(lambda: defaultdict(set))
         for r in graded:
+            counted: set[tuple[str, str]] = set()
             for cause in root_causes(r):
+                # a student counts once per exercise and kind, under the first (main) cause: the variants
+                # of one mistake across cases would otherwise put one student on several lines
+                if cause.kind == CauseKind.MISTAKE and (cause.kind, cause.exercise) in counted:
+                    continue
+                counted.add((cause.kind, cause.exercise))
                 students[cause.kind][(cause.exercise, cause.text)].add(_who(r))
 
         section.first_causes, section.misconceptions, section.not_run = (
@@ -153,7 +167,10 @@ def histogram_png(section: Section) -> bytes:
     ax.set_ylabel("students")
     # the default locator is a MaxNLocator, which takes integer= (the stubs type it as the base Locator)
     ax.yaxis.get_major_locator().set_params(integer=True)  # type: ignore[call-arg]
-    ax.set_title(f"{section.key}: {len(section.graded)} graded")
+    ax.set_title(
+        f"{section.key}: {len(section.scores)} graded"
+        + (f", {len(section.excused)} excused" if section.excused else "")
+    )
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
@@ -161,13 +178,19 @@ def histogram_png(section: Section) -> bytes:
     return buf.getvalue()
 
 
+def excused_note(section: Section) -> str:
+    """ "; N excused (left out of the mean and the histogram)", or "" when nobody was."""
+    n = len(section.excused)
+    return f"; {n} excused (left out of the mean and the histogram)" if n else ""
+
+
 def _summary(section: Section) -> str:
     scores = section.scores
     if not scores:
-        return "no submission could be graded"
+        return "no submission could be graded" + excused_note(section)
     return (
         f"{len(scores)} graded, mean {statistics.fmean(scores):.1f} / {section.max_score:g}, "
-        f"median {statistics.median(scores):g}, min {min(scores):g}, max {max(scores):g}"
+        f"median {statistics.median(scores):g}, min {min(scores):g}, max {max(scores):g}" + excused_note(section)
     )
 
 

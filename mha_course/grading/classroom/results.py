@@ -27,8 +27,8 @@ from pathlib import Path
 from ..engine.verdicts import CASES_SEE, Status, SubmissionResult
 from ..walls.tier_a import WallKind
 from . import review_flags
-from .report import sections
-from .safe_text import clean, csv_cell
+from .report import excused_note, sections
+from .safe_text import clean, csv_cell, shorten
 from .seeds import reproduce_line
 
 
@@ -325,16 +325,23 @@ def class_summary(results: list[SubmissionResult], limit: int = 8) -> str:
         )
         lines.append(
             f"{section.key}: {len(scores)} graded, mean {sum(scores) / len(scores):.1f} / "
-            f"{section.max_score:g}, median {median:g}"
+            f"{section.max_score:g}, median {median:g}" + excused_note(section)
         )
         for key, _title, mean, most, full in section.exercises:
             lines.append(f"  {key}: mean {mean:.1f} / {most:g}, full marks {full:.0%}")
         if not section.misconceptions:
-            lines.append("  every graded test passed in every submission")
+            lost = [r for r in section.graded if any(t.status != Status.PASSED for t in r.tests)]
+            if not lost:
+                lines.append("  every graded test passed in every submission")
+            else:
+                lines.append(
+                    f"  no wrong result to group, yet {len(lost)} submission(s) lost points: to cells that raised "
+                    "or to tests that did not run (see --report)"
+                )
             continue
-        lines.append("  commonest mistakes (students: exercise: hint):")
+        lines.append("  commonest mistakes (students, each counted once per exercise: exercise: hint):")
         for exercise, cause, who in section.misconceptions[:limit]:
-            lines.append(f"  {len(who):>3}  {exercise}: {cause[:140]}")
+            lines.append(f"  {len(who):>3}  {exercise}: {shorten(cause, 140)}")
         if len(section.misconceptions) > limit:
             lines.append(f"  ... and {len(section.misconceptions) - limit} more (see --report)")
     return "\n".join(lines)

@@ -205,14 +205,17 @@ def write_grade_columns(
     columns: dict[str, dict[str, float | None]],
     write,
     comments: dict[str, str] | None = None,
+    excused: dict[str, set[str]] | None = None,
 ) -> None:
     """The roster as it came, with one grade column per entry of ``columns`` (column -> student id -> points).
 
     Rows without an id (Canvas's "Points Possible") stay where they were, as they were. ``comments``
     (student id -> one line) fills the roster's feedback-comments column when it has one (Moodle's
     worksheet: "Feedback comments"). Every cell is written through :func:`.safe_text.csv_cell`: none
-    can start a spreadsheet formula.
+    can start a spreadsheet formula. ``excused`` (column -> student ids) writes Canvas's ``EX`` in a
+    Canvas gradebook (one with a "Points Possible" row or SIS columns); elsewhere the cell stays empty.
     """
+    canvas = bool(roster.points_possible) or any(c.startswith("SIS ") for c in roster.columns)
     names = roster.columns + [c for c in columns if c not in roster.columns]
     comment_col = next((c for c in roster.columns if _norm(c) in {"feedback comments", "feedback"}), None)
     rows: list[dict[str, str]] = []
@@ -220,7 +223,10 @@ def write_grade_columns(
         row = dict(s.row)
         for column, grades in columns.items():
             grade = grades.get(s.student_id)
-            row[column] = "" if grade is None else f"{grade:g}"
+            # no grade: empty, or the platform's own "-" (Moodle's "no grade yet") as it came
+            row[column] = ("-" if (s.row.get(column) or "").strip() == "-" else "") if grade is None else f"{grade:g}"
+            if grade is None and canvas and s.student_id in (excused or {}).get(column, set()):
+                row[column] = "EX"
         if comment_col and comments and s.student_id in comments:
             row[comment_col] = comments[s.student_id]
         rows.append(row)

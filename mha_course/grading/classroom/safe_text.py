@@ -52,10 +52,27 @@ def clean(text: object) -> str:
     return _CONTROL.sub(_control, _SURROGATE.sub(_surrogate, text))
 
 
+def shorten(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters at a word boundary, with an ellipsis when cut.
+
+    >>> shorten("the weights do not sum to one", 20)
+    'the weights do not…'
+    """
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    space = cut.rfind(" ")
+    cut = cut[:space] if space > limit // 2 else cut
+    return cut.rstrip(" ,;:.") + "…"
+
+
 def csv_cell(value: object) -> str:
-    """A CSV cell a spreadsheet shows as text: clean, and ``'`` before a leading ``= + - @``, tab or CR."""
+    """A CSV cell a spreadsheet shows as text: clean, and ``'`` before a leading ``= + - @``, tab or CR.
+
+    A lone ``-`` (Moodle's "no grade") is no formula and stays as it is.
+    """
     text = value if isinstance(value, str) else str(value)
-    if text.startswith(_FORMULA) and not _NUMBER.fullmatch(text):
+    if text.startswith(_FORMULA) and not _NUMBER.fullmatch(text) and text != "-":
         text = "'" + text
     return _SURROGATE.sub(_surrogate, text)
 

@@ -24,6 +24,13 @@ from .scoring import judge
 from .spec import Case, Exercise
 from .verdicts import STOPPED, Limits, Status, TestResult
 
+#: What a case that passed its published inputs and failed fresh ones tells the learner. Most such
+#: failures are honest bugs that the published example happens not to show: the words accuse nobody.
+FRESH_INPUTS_FAILED = (
+    "passes with the published inputs but not with fresh random inputs of the same kind: the code is "
+    "right on the published example, not yet in general (try other sizes and values); on the fresh inputs: "
+)
+
 
 class Job(NamedTuple):
     """One case to grade: ``case``, the ``case_index``-th of ``exercise``'s cases."""
@@ -226,11 +233,7 @@ class NotebookRun:
                 case,
                 0,
                 Status.FAILED,
-                (
-                    "passes with the published inputs but not with fresh random inputs of the same kind (the "
-                    "grader draws new numbers, so answers that depend on the exact published values fail): "
-                    + again.output
-                )[:1000],
+                (FRESH_INPUTS_FAILED + again.output)[:1000],
             )
         return again
 
