@@ -15,10 +15,14 @@ Two ways to attend over the pages, with equal results:
 * :func:`paged_attention` *copies*: ``k_pool[block_tables]`` gathers every request's blocks into one
   contiguous (B, G, n*P, D) tensor (and the same for V), then runs ordinary attention. Simple, but it
   allocates the contiguous K/V the paging was meant to avoid, on every decoding step.
-* :func:`paged_attention_blockwise` does what a paged kernel (vLLM's) does: a loop over the table's
-  logical blocks that reads block b of every request from the pool *inside* the loop
+* :func:`paged_attention_blockwise` reads the pages where they lie, as a paged kernel does: a loop over
+  the table's logical blocks that reads block b of every request from the pool *inside* the loop
   (``k_pool[block_tables[:, b]]``, P positions each), scores it and folds it into a running max, sum
-  and weighted sum (the online softmax): it never holds more than one block of K/V per request.
+  and weighted sum (the online softmax): it never holds more than one block of K/V per request. This
+  one-pass loop is what the paged FlashAttention and FlashInfer kernels (vLLM's current backends) do.
+  vLLM's original PagedAttention kernel reads the blocks in two passes instead: it keeps the whole
+  context's scores in on-chip shared memory, takes their max and sum, then goes over the blocks again
+  for V (its second version splits a long context into partitions and merges their results).
 """
 
 from __future__ import annotations
@@ -172,7 +176,11 @@ def paged_attention_blockwise(
     lengths,
     scale: float | None = None,
 ) -> torch.Tensor:
-    """:func:`paged_attention` as a paged kernel computes it: block by block through the tables, no copy.
+    """:func:`paged_attention` as a one-pass paged kernel computes it: block by block through the tables, no copy.
+
+    This is the loop of the paged FlashAttention and FlashInfer kernels (vLLM's current backends);
+    vLLM's original PagedAttention kernel instead keeps all the scores of a context in shared memory and
+    makes a second pass over the blocks for V.
 
     For each logical block b (up to the longest request's last), the loop reads physical block
     ``block_tables[:, b]`` of every request from the pool, scores its P keys, and folds them into a

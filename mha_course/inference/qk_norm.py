@@ -18,9 +18,15 @@ coordinate, bounds every score. Released models do it in one of two places:
 
   H times the per-head bound with G = H, and which heads get the size depends on the others.
 
-Both compute in float32 (float64 stays float64) and cast back before the gain, as Hugging Face's
-RMSNorm classes do, so bfloat16 inputs do not lose the mean of squares. Gemma 3 stores its gain as
-w with the scale 1 + w; pass ``1 + w`` as ``gain``.
+Both compute the mean of squares in float32 (float64 stays float64), so bfloat16 inputs do not lose it.
+Where the gain is applied differs between Hugging Face's RMSNorm classes, which changes bfloat16 results:
+
+* Qwen3 (LlamaRMSNorm): cast back to the input dtype, *then* times the gain (``gain_before_cast=False``,
+  the default per head);
+* OLMo 2 (Olmo2RMSNorm): times the gain in float32, *then* cast back (``gain_before_cast=True``, the
+  default over the projection);
+* Gemma 3 (Gemma3RMSNorm): stores w and multiplies by 1 + w in float32, then casts back: pass
+  ``gain=1 + w.float()`` and ``gain_before_cast=True``.
 """
 
 from __future__ import annotations
@@ -36,18 +42,27 @@ WHOLE_PROJECTION = "projection"  # OLMo 2
 OVER = (PER_HEAD, WHOLE_PROJECTION)
 
 
-def _rms_normalise(x: torch.Tensor, gain: torch.Tensor | None, eps: float) -> torch.Tensor:
-    """x / sqrt(mean(x^2) + eps) over the last dim, computed in float32 (or float64), cast back, times gain."""
+def _rms_normalise(x: torch.Tensor, gain: torch.Tensor | None, eps: float, gain_before_cast: bool) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) over the last dim, computed in float32 (or float64), times gain.
+
+    ``gain_before_cast``: multiply by the gain in float32, then cast back (OLMo 2, Gemma 3); else cast back,
+    then multiply (Llama, Qwen3). In bfloat16 the two round differently.
+    """
     if not eps > 0:
         raise ValueError(f"eps must be positive, got {eps}")
+    if not isinstance(gain_before_cast, bool):
+        raise TypeError(f"gain_before_cast must be a bool, got {type(gain_before_cast).__name__}")
+    if gain is not None:
+        require_tensor(gain, "gain")
+        if gain.shape != (x.shape[-1],):
+            raise ValueError(f"gain must be ({x.shape[-1]},), one per normalised feature, got {tuple(gain.shape)}")
     wide = x.to(torch.float64 if x.dtype == torch.float64 else torch.float32)
-    normed = (wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    normed = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + eps)
     if gain is None:
-        return normed
-    require_tensor(gain, "gain")
-    if gain.shape != (x.shape[-1],):
-        raise ValueError(f"gain must be ({x.shape[-1]},), one per normalised feature, got {tuple(gain.shape)}")
-    return normed * gain
+        return normed.to(x.dtype)
+    if gain_before_cast:
+        return (normed * gain.to(normed.dtype)).to(x.dtype)
+    return normed.to(x.dtype) * gain
 
 
 def _require_floating(x: torch.Tensor, name: str) -> None:
@@ -56,12 +71,16 @@ def _require_floating(x: torch.Tensor, name: str) -> None:
         raise TypeError(f"{name} must be a floating tensor, got {x.dtype}")
 
 
-def qk_norm(x: torch.Tensor, gain: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
+def qk_norm(
+    x: torch.Tensor, gain: torch.Tensor | None = None, eps: float = 1e-6, gain_before_cast: bool = False
+) -> torch.Tensor:
     """RMS-normalise queries or keys per head (Gemma 3, Qwen3): x / sqrt(mean(x^2) + eps) * gain over D.
 
     Args:
         x: (..., D) queries or keys, one head per row (e.g. (B, H, T, D)).
         gain: (D,) learned scale (default ones).
+        gain_before_cast: False (Qwen3): cast back to x's dtype, then times the gain; True (Gemma 3, with
+            ``gain=1 + w.float()``): times the gain in float32, then cast back.
 
     Returns:
         (..., D): each row of RMS 1 (norm sqrt(D)) before the gain, so a score of two normalised rows
@@ -73,7 +92,7 @@ def qk_norm(x: torch.Tensor, gain: torch.Tensor | None = None, eps: float = 1e-6
     """
     _require_floating(x, "x")
     require_min_rank(x, 1, "x", "(..., D)")
-    return _rms_normalise(x, gain, eps)
+    return _rms_normalise(x, gain, eps, gain_before_cast)
 
 
 def qk_norm_heads(
@@ -82,6 +101,7 @@ def qk_norm_heads(
     over: str = PER_HEAD,
     gain: torch.Tensor | None = None,
     eps: float = 1e-6,
+    gain_before_cast: bool | None = None,
 ) -> torch.Tensor:
     """Normalise a query or key projection and split it into heads, where a given model normalises.
 
@@ -92,6 +112,9 @@ def qk_norm_heads(
             shared by the heads. ``"projection"`` (OLMo 2): normalise the H*D features as one vector,
             then split; ``gain`` is (H*D,).
         gain: the learned scale (default ones).
+        gain_before_cast: multiply by the gain in float32 and then cast back to projected's dtype (True), or
+            cast back and then multiply (False). Default: as the model that normalises there does, True over
+            the projection (OLMo 2), False per head (Qwen3); pass True per head for Gemma 3.
 
     Returns:
         (B, H, T, D). Per head, a score of two such outputs obeys |q . k| <= D max|g_q| max|g_k|;
@@ -112,10 +135,12 @@ def qk_norm_heads(
         raise ValueError(f"num_heads={num_heads} must divide the projection's width {width}")
     if over not in OVER:
         raise ValueError(f"over must be one of {OVER}, got {over!r}")
+    if gain_before_cast is None:
+        gain_before_cast = over == WHOLE_PROJECTION
     if over == WHOLE_PROJECTION:
-        projected = _rms_normalise(projected, gain, eps)  # (B, T, H*D): one vector per token
+        projected = _rms_normalise(projected, gain, eps, gain_before_cast)  # (B, T, H*D): one vector per token
     heads = projected.reshape(B, T, num_heads, width // num_heads).transpose(1, 2)  # (B, H, T, D)
-    return _rms_normalise(heads, gain, eps) if over == PER_HEAD else heads
+    return _rms_normalise(heads, gain, eps, gain_before_cast) if over == PER_HEAD else heads
 
 
 def score_bound(

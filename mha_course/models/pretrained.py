@@ -163,6 +163,11 @@ def pretrained(
 # --- the recipes ------------------------------------------------------------------------------------------
 
 
+ROTARY_STEPS = 200  # recent_digit_rotary trains this many steps
+SHORT_MAX_STEPS = 400  # the recent_digit16_* models train at most this many steps,
+SHORT_TARGET_ACCURACY = 0.99  # stopping once their held-out accuracy reaches this
+
+
 def _recent_digit_rotary() -> nn.Module:
     task = get_task("recent_digit", length=32)
     torch.manual_seed(0)
@@ -172,13 +177,14 @@ def _recent_digit_rotary() -> nn.Module:
 
 def _fit_recent_digit_rotary(model: nn.Module) -> TrainResult:
     task = get_task("recent_digit", length=32)
-    return train(model, task, steps=200, seed=0, target_accuracy=None, eval_every=200, eval_size=500, progress=False)
+    return train(model, task, steps=ROTARY_STEPS, seed=0, target_accuracy=None, eval_every=ROTARY_STEPS,
+                 eval_size=500, progress=False)  # fmt: skip
 
 
 register(Recipe("recent_digit_rotary", _recent_digit_rotary, _fit_recent_digit_rotary,
                 lambda: get_task("recent_digit", length=32),
                 "chapter 16: causal, rotary, E = 32, 4 heads, 2 layers; the recent-digit task of 32 tokens, "
-                "200 steps"))  # fmt: skip
+                f"{ROTARY_STEPS} steps"))  # fmt: skip
 
 EXTRAPOLATION_MAX_LEN = 65  # the short-task models are run on up to 64 tokens after <s>
 
@@ -196,14 +202,15 @@ def _short_model(kind: str) -> Callable[[], nn.Module]:
 
 def _fit_short(model: nn.Module) -> TrainResult:
     task = get_task("recent_digit", length=16)
-    return train(model, task, steps=400, seed=0, target_accuracy=0.99, eval_every=25, eval_size=500, progress=False)
+    return train(model, task, steps=SHORT_MAX_STEPS, seed=0, target_accuracy=SHORT_TARGET_ACCURACY, eval_every=25,
+                 eval_size=500, progress=False)  # fmt: skip
 
 
 for _kind in ("learned", "rotary", "alibi"):
     register(Recipe(f"recent_digit16_{_kind}", _short_model(_kind), _fit_short,
                     lambda: get_task("recent_digit", length=16),
                     f"chapter 16: causal, {_kind} positions, E = 32, 4 heads, 2 layers, room for 65 positions; "
-                    "the recent-digit task of 16 tokens, up to 400 steps (stops at 0.99)"))  # fmt: skip
+                    f"the recent-digit task of 16 tokens, up to {SHORT_MAX_STEPS} steps (stops at {SHORT_TARGET_ACCURACY})"))  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

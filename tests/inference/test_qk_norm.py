@@ -12,8 +12,8 @@ from mha_course.inference.qk_norm import qk_norm, qk_norm_heads, score_bound
 # --- what transformers computes, written here from its modelling code's behaviour ----------------------------
 
 
-class HFRMSNorm(nn.Module):
-    """LlamaRMSNorm, which Olmo2RMSNorm and Qwen3RMSNorm are: mean of squares in float32, cast back, then
+class LlamaRMSNorm(nn.Module):
+    """LlamaRMSNorm, which Qwen3RMSNorm is: mean of squares in float32, cast back to the input dtype, *then*
     ``weight * x``."""
 
     def __init__(self, width: int, eps: float = 1e-6):
@@ -28,8 +28,18 @@ class HFRMSNorm(nn.Module):
         return self.weight * wide.to(dtype)
 
 
-class GemmaRMSNorm(HFRMSNorm):
-    """Gemma3RMSNorm: the weight is stored as w and scales by (1 + w), multiplied in float32."""
+class Olmo2RMSNorm(LlamaRMSNorm):
+    """Olmo2RMSNorm: as Llama's, except that weight and x are multiplied (in float32) *before* the cast back."""
+
+    def forward(self, x):
+        dtype = x.dtype
+        wide = x.to(torch.float32)
+        wide = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (self.weight * wide).to(dtype)
+
+
+class GemmaRMSNorm(LlamaRMSNorm):
+    """Gemma3RMSNorm: the weight is stored as w and scales by (1 + w), multiplied in float32, then cast back."""
 
     def forward(self, x):
         wide = x.float()
@@ -60,7 +70,7 @@ def _layer(E, H, D, dtype, seed):
 def test_whole_projection_is_olmo2s_qk_norm(dtype):
     E, H, D = 32, 4, 8
     hidden, q_proj = _layer(E, H, D, dtype, 0)
-    norm = HFRMSNorm(H * D).to(dtype)
+    norm = Olmo2RMSNorm(H * D).to(dtype)
     with torch.no_grad():
         norm.weight.copy_(torch.linspace(0.5, 1.5, H * D))
         expected = olmo2_queries(hidden, q_proj, norm, D)
@@ -73,7 +83,7 @@ def test_whole_projection_is_olmo2s_qk_norm(dtype):
 def test_per_head_is_qwen3s_qk_norm(dtype):
     E, H, D = 32, 4, 8
     hidden, q_proj = _layer(E, H, D, dtype, 1)
-    norm = HFRMSNorm(D).to(dtype)
+    norm = LlamaRMSNorm(D).to(dtype)
     with torch.no_grad():
         norm.weight.copy_(torch.linspace(0.5, 1.5, D))
         expected = qwen3_queries(hidden, q_proj, norm, D)
@@ -82,15 +92,38 @@ def test_per_head_is_qwen3s_qk_norm(dtype):
     assert torch.equal(ours, expected) and torch.equal(rows, expected)
 
 
-def test_per_head_is_gemma3s_qk_norm_with_gain_one_plus_w():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_per_head_is_gemma3s_qk_norm_with_gain_one_plus_w(dtype):
     E, H, D = 32, 4, 8
-    hidden, q_proj = _layer(E, H, D, torch.float32, 2)
-    norm = GemmaRMSNorm(D)
+    hidden, q_proj = _layer(E, H, D, dtype, 2)
+    norm = GemmaRMSNorm(D).to(dtype)
     with torch.no_grad():
         norm.weight.copy_(torch.linspace(-0.5, 0.5, D))
         expected = qwen3_queries(hidden, q_proj, norm, D)
-        ours = qk_norm_heads(q_proj(hidden), H, over="head", gain=1 + norm.weight)
-    assert float((ours - expected).abs().max()) < 1e-6
+        ours = qk_norm_heads(q_proj(hidden), H, over="head", gain=1 + norm.weight.float(), gain_before_cast=True)
+        rows = qk_norm(q_proj(hidden).view(2, 5, H, D), 1 + norm.weight.float(), gain_before_cast=True)
+    assert ours.dtype == dtype
+    assert torch.equal(ours, expected) and torch.equal(rows.transpose(1, 2), expected)
+
+
+def test_in_bfloat16_where_the_gain_is_applied_changes_the_result():
+    # the reason the three models need their own order: the two orders round differently in bfloat16
+    hidden, q_proj = _layer(32, 4, 8, torch.bfloat16, 5)
+    gain = torch.linspace(0.3, 1.7, 32).to(torch.bfloat16)
+    with torch.no_grad():
+        projected = q_proj(hidden)
+        before = qk_norm_heads(projected, 4, over="projection", gain=gain)
+        after = qk_norm_heads(projected, 4, over="projection", gain=gain, gain_before_cast=False)
+        per_head_before = qk_norm_heads(projected, 4, over="head", gain=gain[:8], gain_before_cast=True)
+        per_head_after = qk_norm_heads(projected, 4, over="head", gain=gain[:8])
+    assert not torch.equal(before, after) and not torch.equal(per_head_before, per_head_after)
+    assert float((before.float() - after.float()).abs().max()) < 0.05  # rounding, not a different norm
+    # in float64 the order does not matter
+    x64 = projected.double()
+    assert torch.allclose(
+        qk_norm_heads(x64, 4, over="projection", gain=gain.double()),
+        qk_norm_heads(x64, 4, over="projection", gain=gain.double(), gain_before_cast=False),
+    )
 
 
 def test_the_two_places_differ_unless_every_head_has_the_same_size():
@@ -162,6 +195,8 @@ def test_bad_inputs_name_what_was_expected():
         qk_norm_heads(torch.randn(2, 4, 5, 8), 4)
     with pytest.raises(ValueError, match="eps must be positive"):
         qk_norm(q, eps=0.0)
+    with pytest.raises(TypeError, match="gain_before_cast must be a bool"):
+        qk_norm_heads(q, 4, gain_before_cast="yes")
     with pytest.raises(ValueError, match=">= 0"):
         score_bound(8, max_gain_q=-1.0)
     with pytest.raises(ValueError, match="over must be one of"):
