@@ -12,7 +12,7 @@ Table 1) put it as three numbers per layer, for T positions of width D:
     dilated convolutional      k T D^2           1                   log_k(T)
     self-attention, window r   r T D             1                   T / r
 
-(log_k(T) assumes *dilated* convolutions; a plain stack of kernel-k convolutions needs T / (k - 1) layers.)
+(log_k(T) assumes *dilated* convolutions; a plain stack of causal kernel-k convolutions needs T / (k - 1) layers.)
 :func:`path_table` computes that table for given sizes; :class:`GRUTagger` is a GRU with the
 course's model interface (it trains with :func:`mha_course.models.train.train`), and
 :func:`input_sensitivity` measures how strongly one output depends on each input token;
