@@ -43,10 +43,11 @@ Without `make`: `python -m venv .venv`, activate it, `pip install -r requirement
 
 ## On Colab
 
-Open a chapter with the "Open in Colab" link at the top of its page, or upload a downloaded notebook
-(File → Upload notebook). The notebook needs the course's library: in a new cell at the top, run the
-`!pip install "mha_course[grading] @ git+…"` line that the page's "Run this notebook" box gives (it
-names the course's repository), then run the notebook from the top. Colab already has PyTorch, Triton
+Open a chapter with the "Open in Colab" link at the top of its page, or upload the notebook downloaded
+from the page (File → Upload notebook). The notebook needs the course's library: the downloaded copy, and
+the copy Colab opens where the site publishes one, start with the cell that installs it; otherwise run, in a
+new cell at the top, the `!pip install "mha_course[grading] @ git+…"` line that the page's "Run this
+notebook" box gives (it names the course's repository). Then run the notebook from the top. Colab already has PyTorch, Triton
 and a GPU runtime (Runtime → Change runtime type). An assignment needs nothing else: its self-check
 (`check(...)`) is part of the library.
 

@@ -45,6 +45,9 @@ templates_path = [str(SITE / "templates")]
 # origin; the workflow sets the variable, so a fork links to itself); "" for a site without launch links.
 course_repository_url = repository.course_repository(os.environ, settings, repository.git_origin(ROOT)) or ""
 course_branch = os.environ.get("COURSE_BRANCH") or settings["branch"]
+# The branch Colab opens (the workflow publishes there the notebooks with their install cell); "" opens
+# course_branch's own notebooks, which have none.
+course_colab_branch = os.environ.get("COURSE_COLAB_BRANCH") or settings.get("colab_branch", "")
 course_binderhub_url = settings["binderhub_url"]
 
 root_doc = "index"

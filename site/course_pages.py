@@ -25,8 +25,12 @@ LAUNCH_CLASS = "course-launch"
 COURSE_ZIP = "mha-course.zip"  # at the site's root, written by downloads.py
 
 
-def launch_urls(repository_url: str, branch: str, binderhub_url: str, path: str) -> dict[str, str]:
-    """The launch links of the notebook at ``path`` (relative to the repository's root).
+def launch_urls(
+    repository_url: str, branch: str, binderhub_url: str, path: str, colab_branch: str = ""
+) -> dict[str, str]:
+    """The launch links of the notebook at ``path`` (relative to the repository's root). Colab opens
+    ``colab_branch`` where one is given: the site's workflow publishes there each notebook as the site
+    offers it for download, starting with the cell that installs the course (Colab opens only GitHub files).
 
     Raises:
         ValueError: ``repository_url`` is not ``https://github.com/OWNER/REPO``.
@@ -36,7 +40,8 @@ def launch_urls(repository_url: str, branch: str, binderhub_url: str, path: str)
         raise ValueError(f"repository_url must look like https://github.com/OWNER/REPO, got {repository_url!r}")
     owner, repo = parts[3], parts[4]
     return {
-        "colab": f"https://colab.research.google.com/github/{owner}/{repo}/blob/{branch}/{path}",
+        "colab": f"https://colab.research.google.com/github/{owner}/{repo}/blob/{colab_branch or branch}/{path}",
+        "colab_installs": "yes" if colab_branch else "",
         "binder": f"{binderhub_url.rstrip('/')}/v2/gh/{owner}/{repo}/{branch}?labpath={quote(path, safe='')}",
         "source": f"https://github.com/{owner}/{repo}/blob/{branch}/{path}",
         "clone": f"https://github.com/{owner}/{repo}.git",
@@ -76,7 +81,9 @@ def _launch_cell(urls: dict[str, str] | None, path: str, first_used: list[str]) 
     if urls is not None:
         install = f'!pip install "mha_course[grading] @ git+{urls["clone"]}"'
         locally += (
-            f" On Colab, first run `{install}` in a new cell (the notebook downloaded from this page "
+            " On Colab the notebook starts with the cell that installs the course; run it first."
+            if urls["colab_installs"]
+            else f" On Colab, first run `{install}` in a new cell (the notebook downloaded from this page "
             "starts with that cell)."
         )
     text = (
@@ -125,7 +132,13 @@ def _on_source_read(app, docname: str, source: list[str]) -> None:
         return
     config = app.config
     urls = (
-        launch_urls(config.course_repository_url, config.course_branch, config.course_binderhub_url, path)
+        launch_urls(
+            config.course_repository_url,
+            config.course_branch,
+            config.course_binderhub_url,
+            path,
+            config.course_colab_branch,
+        )
         if config.course_repository_url
         else None
     )
@@ -138,6 +151,7 @@ def _on_source_read(app, docname: str, source: list[str]) -> None:
 def setup(app):
     app.add_config_value("course_repository_url", "", "env")
     app.add_config_value("course_branch", "main", "env")
+    app.add_config_value("course_colab_branch", "", "env")
     app.add_config_value("course_binderhub_url", "https://mybinder.org", "env")
     # Sphinx re-reads a page when its source or an "env" config value changes; this value changes
     # with this file, so a change to what the pages add re-reads every notebook (outputs stay cached).

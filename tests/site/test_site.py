@@ -573,6 +573,26 @@ def test_launch_urls_refuses_a_repository_url_that_is_not_github():
         course_pages.launch_urls("https://example.org/o/r", "main", "https://mybinder.org", "notebooks/x.ipynb")
 
 
+def test_colab_opens_the_published_copies_with_their_install_cell_where_a_colab_branch_is_set():
+    plain = course_pages.launch_urls("https://github.com/o/r", "main", "https://mybinder.org", "notebooks/x.ipynb")
+    published = course_pages.launch_urls(
+        "https://github.com/o/r", "main", "https://mybinder.org", "notebooks/x.ipynb", colab_branch="colab"
+    )
+    assert plain["colab"].endswith("/o/r/blob/main/notebooks/x.ipynb") and not plain["colab_installs"]
+    assert published["colab"].endswith("/o/r/blob/colab/notebooks/x.ipynb") and published["colab_installs"]
+    assert published["binder"] == plain["binder"] and published["source"] == plain["source"]  # the sources stay
+    box = course_pages._launch_cell(published, "notebooks/x.ipynb", [])["source"]
+    assert "starts with the cell that installs the course" in box and "pip install" not in box
+    assert "pip install" in course_pages._launch_cell(plain, "notebooks/x.ipynb", [])["source"]
+    # the workflow that sets the branch is the one that publishes it, from the notebooks the site offers
+    workflow = (ROOT / ".github" / "workflows" / "site.yml").read_text(encoding="utf-8")
+    assert "COURSE_COLAB_BRANCH: colab" in workflow and "contents: write" in workflow
+    assert (
+        "find notebooks exercises -name '*.ipynb'" in workflow
+        and '${TOKEN}@github.com/${GITHUB_REPOSITORY}.git" colab' in workflow
+    )
+
+
 def test_syllabus_needs_the_readme_table():
     with pytest.raises(ValueError, match="Syllabus"):
         prepare.syllabus("# A README without one\n")
