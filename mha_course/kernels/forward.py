@@ -157,8 +157,9 @@ def _flash_forward_kernel(
 
 
 def _configs(capability: int, head_dim: int, causal: bool):
-    """The (BLOCK_M, BLOCK_N, warps, stages) shipped for a GPU and head dim; none spills (``python -m
-    mha_course.kernels.gpu_report``). Hopper's wgmma gives each warpgroup (4 warps) 64 rows of the accumulator,
+    """The (BLOCK_M, BLOCK_N, warps, stages) shipped for a GPU and head dim, for the autotuner to choose from;
+    ``python -m mha_course.kernels.gpu_report`` says which spill (on sm_90, (128, 128, 8, 2) in the causal
+    D = 128 kernel: a few bytes per thread, which its best-configuration pick leaves out). Hopper's wgmma gives each warpgroup (4 warps) 64 rows of the accumulator,
     so 8 warps need BLOCK_M = 128: with 64 rows both warpgroups would compute the same scores. Ampere's
     mma.sync keeps the (BLOCK_M, D) accumulator and q in registers: 64-wide key blocks at D = 128."""
     if capability >= 90:
