@@ -84,9 +84,34 @@ def _diagnose_softmax(got, expected, inputs):
     return hint
 
 
+def _float32_error_bound(inputs) -> float:
+    """How far a correct float32 kernel may land from the float64 reference on these inputs.
+
+    The kernel exponentiates scores of size up to max|s| (times log2(e)): each carries a relative rounding
+    error of a few float32 epsilons of that size, so each weight, and the output built from values of size
+    up to max|v|, moves by about eps32 * max|s| * max|v|. With large scores this exceeds float32's usual
+    tolerance on outputs near zero, and a correct kernel would fail on some draws of the inputs.
+    """
+    from mha_course.core.softmax import LOG2E
+
+    q, k, v = (inputs[n].astype(np.float64) for n in "qkv")
+    largest_score = float(np.abs(q @ k.T).max()) * LOG2E / math.sqrt(q.shape[-1])
+    return 8 * float(np.finfo(np.float32).eps) * max(1.0, largest_score) * max(1.0, float(np.abs(v).max()))
+
+
+def _within_float32_rounding(got, expected, inputs) -> bool:
+    arr, hint = hints.as_array(got, "output")
+    if hint or arr.shape != np.shape(expected) or arr.dtype != np.float32 or not np.isfinite(arr).all():
+        return False
+    atol = max(1e-5, _float32_error_bound(inputs))
+    return bool(np.allclose(arr.astype(np.float64), np.asarray(expected, dtype=np.float64), atol=atol, rtol=1e-4))
+
+
 def _diagnose_attention(got, expected, inputs):
     from mha_course.core.softmax import LOG2E
 
+    if _within_float32_rounding(got, expected, inputs):
+        return None
     q, k, v = (inputs[n].astype(np.float64) for n in "qkv")
     D = q.shape[-1]
     alternatives = [
