@@ -40,7 +40,7 @@ import sys
 from pathlib import Path
 
 from . import grade_options
-from .classroom import bookkeeping
+from .classroom import bookkeeping, kept
 from .classroom.bookkeeping import apply_policy, grade_column, identify, picker
 from .classroom.collect import collect, one_per_student
 from .classroom.feedback import feedback_markdown
@@ -61,7 +61,7 @@ from .classroom.results import (
 from .classroom.review_flags import policy_line
 from .classroom.roster import Roster, read_roster, write_grade_columns
 from .classroom.safe_text import clean
-from .classroom.seeds import choose_seed, class_key, record_seed
+from .classroom.seeds import choose_seed, class_identity, class_key, path_key, record_seed
 from .engine import notebook, registry
 from .engine.pipeline import MAX_CODE_BYTES, grade_many, new_seed
 from .engine.process import Isolator
@@ -139,8 +139,9 @@ def main(argv: list[str] | None = None) -> int:
         skipped: list[str] = []
         pick = picker(read_picks(args.pick), roster)
         rows = collect(args.submissions, args.assignment, args.one_submission, names, pick, skip, skipped)
-        seed_file, key = bookkeeping.seed_file(args), class_key(args.submissions, args.assignment)
-        seed, how = choose_seed(seed_file, key, args.seed, args.new_seed, new_seed)
+        seed_file, key = bookkeeping.seed_file(args), class_key(args.submissions, args.assignment, args.class_id)
+        old_key = path_key(args.submissions, args.assignment)
+        seed, how = choose_seed(seed_file, key, args.seed, args.new_seed, new_seed, old_key)
     except (FileNotFoundError, ValueError, KeyError, OSError) as exc:
         message = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
         print(f"error: {message}", file=sys.stderr)
@@ -152,6 +153,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     missing = identify(rows, roster)
     rows = one_per_student(rows, names)
+    try:
+        to_grade, earlier = _partial(args, rows, roster, seed_file, key, seed)
+    except ValueError as exc:
+        print(f"error: {clean(exc)}", file=sys.stderr)
+        return 2
     if skipped:
         print(f"skipped the instructor's folder(s): {clean(', '.join(skipped))}")
     limits = Limits(
@@ -172,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     _announce(args, isolator)
     try:
         results = grade_many(
-            rows,
+            to_grade,
             limits,
             workers=args.workers,
             progress=not args.quiet and len(rows) > 1,
@@ -182,17 +188,72 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         isolator.close()
+    if earlier is not None and seed_file is not None:  # (--only needs a seed file)
+        results = kept.merge(rows, earlier, results, args.exercise)
+        print(
+            f"regraded {', '.join(clean(r.key) for r in to_grade)}; the others as kept in {kept.results_file(seed_file)}"
+        )
+    failed = _keep(args, seed_file, key, results)  # as graded: the policy is applied again on every run
     apply_policy(args, results, rows, overrides, roster)
-    failed = _write_outputs(args, results, roster, missing)
+    failed += _write_outputs(args, results, roster, missing)
     if seed_file is not None:
         try:
-            record_seed(seed_file, key, seed, write_atomic)
+            record_seed(seed_file, key, seed, write_atomic, old_key)
         except OSError as exc:
             failed += 1
             print(f"error: could not record the seed in {seed_file} ({clean(exc)})", file=sys.stderr)
     where = f"; kept in {seed_file}" if seed_file is not None else ""
-    print(f"fresh inputs drawn with --seed {seed} ({how}{where})")  # also with --quiet: it reproduces the run
+    identity, source = class_identity(args.submissions, args.class_id)
+    # also with --quiet: it reproduces the run
+    print(f"fresh inputs drawn with --seed {seed} ({how}{where}) for class {clean(identity)!r} ({source})")
     return 1 if failed else 0
+
+
+def _partial(args, rows, roster, seed_file, key, seed):
+    """(the rows to grade, the kept results to merge them into or None): all rows, unless --only or --exercise."""
+    if not args.only and not args.exercise:
+        return rows, None
+    if args.new_seed:
+        raise ValueError("--only and --exercise regrade with the class's seed: drop --new-seed")
+    known = {
+        e.key for a in registry.assignments() if a.key == args.assignment or not args.assignment for e in a.exercises
+    }
+    kept.check_exercises(args.exercise, known)
+    settings = _settings(args)
+    earlier = kept.read_kept(kept.results_file(seed_file), key, settings) if seed_file is not None else None
+    if earlier is None:
+        raise ValueError(
+            f"no kept results of class {key!r}: grade the whole class (without --only and --exercise) first"
+        )
+    if {r.seed for r in earlier if r.seed is not None} - {seed}:
+        raise ValueError(
+            f"the kept results were graded with another seed than {seed}: drop --seed or grade the whole class"
+        )
+    to_grade = kept.select(rows, args.only, roster) if args.only else rows
+    kept.check_complete(rows, earlier, {row.key for row in to_grade})
+    return to_grade, earlier
+
+
+def _settings(args) -> dict:
+    """What a part regrade must share with the class's run: the limits and the scan's policy."""
+    names = ("case_timeout", "cell_timeout", "notebook_timeout", "memory_mb", "submission_timeout")
+    return {
+        **{n: getattr(args, n) for n in names},
+        "strict_definitions": args.strict_definitions,
+        "on_tamper": args.on_tamper,
+    }
+
+
+def _keep(args, seed_file: Path | None, key: str, results: list[SubmissionResult]) -> int:
+    """Keep the class's results beside its seed (for --only); 1 when they could not be written."""
+    if seed_file is None or args.one_submission:  # one upload is no class to regrade in part
+        return 0
+    try:
+        kept.keep(kept.results_file(seed_file), key, results, write_atomic, _settings(args))
+    except OSError as exc:
+        print(f"error: could not keep the results in {kept.results_file(seed_file)} ({clean(exc)})", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _write_grades(args, results: list[SubmissionResult], roster: Roster) -> None:

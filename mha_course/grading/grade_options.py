@@ -168,6 +168,28 @@ def parser() -> argparse.ArgumentParser:
         "--seed-file", type=Path, help=f"where the grading seed is kept (default: {SEED_FILE} beside the first output)"
     )
     options.add_argument(
+        "--class-id",
+        metavar="NAME",
+        help="the class's name for its seed, e.g. ml101-fall26 (default: the class folder's name; never its path, "
+        "so a copy or a new download of the class draws the same inputs)",
+    )
+    options.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="STUDENT",
+        help="regrade this student (folder, id, username, email or name; repeatable) with the class's seed and "
+        "merge into the class's outputs; everyone else keeps the result kept by the last full run",
+    )
+    options.add_argument(
+        "--exercise",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="take only this exercise's cases from the regrade (repeatable); the others keep the kept result. "
+        "With --only for one student, else for the whole class",
+    )
+    options.add_argument(
         "--min-isolation",
         choices=("A", "B", "C"),
         default="B",
