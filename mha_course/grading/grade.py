@@ -258,7 +258,9 @@ def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None,
             "the class report",
             lambda: write_report(args.report, results, missing, write_atomic, write_atomic, args.anonymise),
         )
-        print(f"class report: {args.report} (and {args.report.with_suffix('.md')})")
+        print(
+            f"class report: {args.report} (and {args.report.with_suffix('.md')}, {args.report.stem}-similarity.md/.json)"
+        )
     if args.grades_out and roster is not None:
         step("the grades for import", lambda: _write_grades(args, results, roster))
     elif args.grades_out:
