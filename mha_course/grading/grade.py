@@ -40,7 +40,7 @@ import sys
 from pathlib import Path
 
 from . import grade_options
-from .classroom import bookkeeping
+from .classroom import bookkeeping, manual
 from .classroom.bookkeeping import apply_policy, grade_column, identify, picker
 from .classroom.collect import collect, one_per_student
 from .classroom.feedback import feedback_markdown
@@ -128,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
             registry.get_assignment(args.assignment)
         roster = read_roster(args.roster) if args.roster else None
         overrides = read_overrides(args.overrides) if args.overrides else []
+        written = manual.read_manual(args.manual_grades) if getattr(args, "manual_grades", None) else None
         if args.late_penalty:
             LatePolicy.parse(args.late_penalty, args.due)  # a usage error before grading, not after
         elif args.due:
@@ -182,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         isolator.close()
+    if written is not None:  # before the overrides and the penalty: they apply to the whole score
+        for warning in manual.merge(results, written):
+            print(f"warning: {warning}", file=sys.stderr)
     apply_policy(args, results, rows, overrides, roster)
     failed = _write_outputs(args, results, roster, missing)
     if seed_file is not None:

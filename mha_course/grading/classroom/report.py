@@ -318,7 +318,7 @@ def markdown_report(
     missing: Sequence[str] = (),
     image_names: dict[str, str] | None = None,
     anonymise: bool = False,
-    similar: list[similar_pairs.SimilarPair] | None = None,
+    similar: list[similar_pairs.SimilarPair] | None = None,  # computed when None
 ) -> str:
     """The report as Markdown; ``image_names`` maps assignment keys to histogram files beside it.
 
@@ -327,8 +327,7 @@ def markdown_report(
     # learner text (names, keys, hints quoting exceptions) goes through md() or code_span(): no raw HTML
     lines = ["# Class report", "", *[f"{md(line)}  " for line in _header(results, list(missing), anonymise)], ""]
     lines += _review_markdown(results, anonymise)
-    pairs = similar_pairs.similar_pairs(results) if similar is None else similar
-    lines += similar_pairs.markdown_section(pairs, anonymise)
+    lines += similar_pairs.markdown_section(similar_pairs.given(results, similar), anonymise)
     for s in sections(results):
         lines += [f"## {md(s.title)} ({code_span(s.key)})", "", _summary(s), ""]
         if image_names and s.key in image_names:
@@ -371,17 +370,12 @@ def markdown_report(
     return "\n".join(lines)
 
 
-def html_report(
-    results: list[SubmissionResult],
-    missing: Sequence[str] = (),
-    anonymise: bool = False,
-    similar: list[similar_pairs.SimilarPair] | None = None,
-) -> str:
+def html_report(results: list[SubmissionResult], missing: Sequence[str] = (), anonymise: bool = False) -> str:
     """The report as one self-contained HTML page (histograms embedded as PNG); ``anonymise`` as in Markdown."""
     e = html.escape
     body = ["<h1>Class report</h1>", *[f"<p>{e(line)}</p>" for line in _header(results, list(missing), anonymise)]]
     body += _review_html(results, anonymise)
-    body += similar_pairs.html_section(similar_pairs.similar_pairs(results) if similar is None else similar, anonymise)
+    body += similar_pairs.html_section(similar_pairs.given(results, None), anonymise)
     for s in sections(results):
         body += [
             f"<section id='{e(s.key)}'><h2>{e(s.title)} (<code>{e(s.key)}</code>)</h2>",
@@ -450,12 +444,11 @@ def write_report(
     write_bytes,
     anonymise: bool = False,
 ) -> list[Path]:
-    """Write ``path`` (HTML), its Markdown twin (``.md``, with PNG histograms beside it) and the similarity report
-    (``<stem>-similarity.md`` and ``.json``, :mod:`.similar_pairs`); returns the files."""
+    """Write ``path`` (HTML), its Markdown twin (``.md``, PNG histograms beside it), ``<stem>-similarity.md/.json``."""
     path = Path(path)
     written = [path]
-    similar = similar_pairs.similar_pairs(results)
-    write_text(path, html_report(results, missing, anonymise, similar))
+    similar = similar_pairs.given(results, None)
+    write_text(path, html_report(results, missing, anonymise))
     images = {}
     for s in sections(results):
         if s.graded:
