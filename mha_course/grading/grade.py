@@ -40,7 +40,7 @@ import sys
 from pathlib import Path
 
 from . import grade_options
-from .classroom import bookkeeping, kept
+from .classroom import bookkeeping, kept, manual
 from .classroom.bookkeeping import apply_policy, grade_column, identify, picker
 from .classroom.collect import collect, one_per_student
 from .classroom.feedback import feedback_markdown
@@ -112,6 +112,21 @@ def _own_arguments() -> list[str]:
         _parser().error(str(exc))
 
 
+def _as_graded(args, rows, to_grade, earlier, seed_file, key, results, written):
+    """The class's results before its policy: a partial regrade merged into the kept ones, kept again
+    (the policy is applied again on every run), then the hand-graded written answers; and the failures."""
+    if earlier is not None and seed_file is not None:  # (--only needs a seed file)
+        results = kept.merge(rows, earlier, results, args.exercise)
+        print(
+            f"regraded {', '.join(clean(r.key) for r in to_grade)}; the others as kept in {kept.results_file(seed_file)}"
+        )
+    failed = _keep(args, seed_file, key, results)
+    if written is not None:  # before the overrides and the penalty: they apply to the whole score
+        for warning in manual.merge(results, written):
+            print(f"warning: {warning}", file=sys.stderr)
+    return results, failed
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line (``argv``, else this process's, moved off it by :func:`.hidden_argv.hide_command_line`); returns the exit status."""
     args = _parser().parse_args(_own_arguments() if argv is None else argv)
@@ -128,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             registry.get_assignment(args.assignment)
         roster = read_roster(args.roster) if args.roster else None
         overrides = read_overrides(args.overrides) if args.overrides else []
+        written = manual.read_manual(args.manual_grades) if getattr(args, "manual_grades", None) else None
         if args.late_penalty:
             LatePolicy.parse(args.late_penalty, args.due)  # a usage error before grading, not after
         elif args.due:
@@ -188,12 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     finally:
         isolator.close()
-    if earlier is not None and seed_file is not None:  # (--only needs a seed file)
-        results = kept.merge(rows, earlier, results, args.exercise)
-        print(
-            f"regraded {', '.join(clean(r.key) for r in to_grade)}; the others as kept in {kept.results_file(seed_file)}"
-        )
-    failed = _keep(args, seed_file, key, results)  # as graded: the policy is applied again on every run
+    results, failed = _as_graded(args, rows, to_grade, earlier, seed_file, key, results, written)
     apply_policy(args, results, rows, overrides, roster)
     failed += _write_outputs(args, results, roster, missing)
     if seed_file is not None:
@@ -319,7 +330,9 @@ def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None,
             "the class report",
             lambda: write_report(args.report, results, missing, write_atomic, write_atomic, args.anonymise),
         )
-        print(f"class report: {args.report} (and {args.report.with_suffix('.md')})")
+        print(
+            f"class report: {args.report} (and {args.report.with_suffix('.md')}, {args.report.stem}-similarity.md/.json)"
+        )
     if args.grades_out and roster is not None:
         step("the grades for import", lambda: _write_grades(args, results, roster))
     elif args.grades_out:

@@ -54,6 +54,13 @@ def parser() -> argparse.ArgumentParser:
         "flag with 'accept' or points, and a reason)",
     )
     options.add_argument(
+        "--manual-grades",
+        type=Path,
+        help="CSV of student,question,points,max_points,comment rows: written answers graded by hand, merged as "
+        "exercises 'written:<question>' (an empty points is pending); python -m "
+        "mha_course.grading.classroom.manual rubric KEY writes the rubric and the sheet",
+    )
+    options.add_argument(
         "--on-tamper",
         choices=ON_TAMPER,
         default="review",

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..engine.verdicts import Status, SubmissionResult, TestResult
 from ..static.scan import parse
-from . import review_flags
+from . import manual, review_flags
 from .safe_text import clean, code_span, shorten
 from .safe_text import markdown as md
 
@@ -129,7 +129,7 @@ def root_causes(result: SubmissionResult) -> list[Cause]:
             "", f"a cell raised {cause_of(first[1])}", f"cell {first[0]} raised {first[1]}", [], CauseKind.CELL_ERROR
         )
     for t in result.tests:
-        if t.status == Status.PASSED:
+        if t.status == Status.PASSED or t.exercise.startswith(manual.PREFIX):  # graded by hand: no cause
             continue
         if cell_cause is not None and follows_cell_error(t):
             cell_cause.tests.append(t)
@@ -160,6 +160,8 @@ def summary(result: SubmissionResult) -> str:
         parts.append(f"{top.exercise}: {shorten(clean(top.text), 160)}")
     elif cell is None and not any(c.tests for c in causes):
         parts.append("all tests pass")
+    if manual.pending(result):
+        parts.append(f"written answers pending ({len(manual.pending(result))})")
     parts += [shorten(clean(sentence), 240).rstrip(".") for sentence in review_flags.learner_sentences(result)]
     return "; ".join(parts)
 
@@ -227,6 +229,11 @@ def feedback_markdown(
         title = next(t.exercise_title for t in result.tests if t.exercise == exercise)
         adjusted = result.adjustments.get(exercise, got) if exercise in result.adjustments else got
         status = "waived" if adjusted is None else f"{adjusted:g} / {most:g}"
+        if exercise.startswith(manual.PREFIX):  # graded by hand: the points and comment, or pending
+            status = manual.PENDING if exercise in manual.pending(result) and adjusted is not None else status
+            said = [md(t.output) for t in result.tests if t.exercise == exercise]
+            lines += [f"## {md(title)} ({code_span(exercise)}): {status}", *said, ""]
+            continue
         lines.append(f"## {md(title)} ({code_span(exercise)}): {status}")
         mine = [c for c in causes if c.exercise == exercise]
         after_cell = [t for t in (first.tests if first else []) if t.exercise == exercise]

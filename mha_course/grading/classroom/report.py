@@ -29,7 +29,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from ..engine.verdicts import SubmissionResult
-from . import review_flags
+from . import review_flags, similar_pairs
 from .feedback import CauseKind, root_causes
 from .safe_text import clean, code_span
 from .safe_text import markdown as md
@@ -318,6 +318,7 @@ def markdown_report(
     missing: Sequence[str] = (),
     image_names: dict[str, str] | None = None,
     anonymise: bool = False,
+    similar: list[similar_pairs.SimilarPair] | None = None,  # computed when None
 ) -> str:
     """The report as Markdown; ``image_names`` maps assignment keys to histogram files beside it.
 
@@ -326,6 +327,7 @@ def markdown_report(
     # learner text (names, keys, hints quoting exceptions) goes through md() or code_span(): no raw HTML
     lines = ["# Class report", "", *[f"{md(line)}  " for line in _header(results, list(missing), anonymise)], ""]
     lines += _review_markdown(results, anonymise)
+    lines += similar_pairs.markdown_section(similar_pairs.given(results, similar), anonymise)
     for s in sections(results):
         lines += [f"## {md(s.title)} ({code_span(s.key)})", "", _summary(s), ""]
         if image_names and s.key in image_names:
@@ -373,6 +375,7 @@ def html_report(results: list[SubmissionResult], missing: Sequence[str] = (), an
     e = html.escape
     body = ["<h1>Class report</h1>", *[f"<p>{e(line)}</p>" for line in _header(results, list(missing), anonymise)]]
     body += _review_html(results, anonymise)
+    body += similar_pairs.html_section(similar_pairs.given(results, None), anonymise)
     for s in sections(results):
         body += [
             f"<section id='{e(s.key)}'><h2>{e(s.title)} (<code>{e(s.key)}</code>)</h2>",
@@ -425,7 +428,7 @@ def html_report(results: list[SubmissionResult], missing: Sequence[str] = (), an
     style = (
         "body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.4}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:left}"
-        "img.histogram{display:block;margin:1em 0}"
+        "img.histogram{display:block;margin:1em 0}table.similar td{vertical-align:top}pre{font-size:.8em}"
     )
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>Class report</title>"
@@ -441,9 +444,10 @@ def write_report(
     write_bytes,
     anonymise: bool = False,
 ) -> list[Path]:
-    """Write ``path`` (HTML) and its Markdown twin (``.md``, with PNG histograms beside it); returns the files."""
+    """Write ``path`` (HTML), its Markdown twin (``.md``, PNG histograms beside it), ``<stem>-similarity.md/.json``."""
     path = Path(path)
     written = [path]
+    similar = similar_pairs.given(results, None)
     write_text(path, html_report(results, missing, anonymise))
     images = {}
     for s in sections(results):
@@ -453,6 +457,6 @@ def write_report(
             images[s.key] = name
             written.append(path.with_name(name))
     md = path.with_suffix(".md")
-    write_text(md, markdown_report(results, missing, images, anonymise))
+    write_text(md, markdown_report(results, missing, images, anonymise, similar))
     written.append(md)
-    return written
+    return written + similar_pairs.write_similarity(path, similar, write_text, anonymise)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..engine.verdicts import CASES_SEE, Status, SubmissionResult
 from ..walls.tier_a import WallKind
-from . import review_flags
+from . import manual, review_flags
 from .report import excused_note, sections
 from .safe_text import clean, csv_cell, shorten
 from .seeds import reproduce_line
@@ -267,6 +267,7 @@ def gradebook_rows(results: list[SubmissionResult]) -> tuple[list[str], list[dic
             "assignment": r.assignment or "",
             "version": r.version or "",
             **{k: f"{scores[k]:g}" if k in scores else ("waived" if k in waived else "") for k in exercises},
+            **{k: manual.PENDING for k in manual.pending(r) if k in exercises and k not in r.adjustments},
             "raw": f"{r.raw_score:g}",
             "adjustments": "; ".join(r.adjustment_log),
             "final": f"{r.score:g}",

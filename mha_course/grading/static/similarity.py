@@ -13,7 +13,10 @@ function and class of the library and of the assignments' references, after norm
   changing those changes what the code does);
 * the normalised AST is compared as a sequence of node tokens: equal is reported as "identical",
   at least :data:`NEAR` similar as "nearly identical". Short definitions (under
-  :data:`MIN_TOKENS` tokens, e.g. ``return a @ b.T``) are never reported: everyone writes those alike.
+  :data:`MIN_TOKENS` tokens, e.g. ``return a @ b.T``) are never reported: everyone writes those alike;
+* a definition that matches nothing so is compared once more with its validation lines removed, on
+  both sides (:mod:`.fingerprints`): a reference pasted without its ``raise``/``require_*`` lines is
+  reported as "identical (names and validation lines ignored)" or nearly so.
 """
 
 from __future__ import annotations
@@ -27,6 +30,10 @@ from pathlib import Path
 from .scan import parse
 
 MIN_TOKENS = 40  # a definition shorter than this is too small to tell copying from writing it
+#: Tokens a definition keeps once its validation lines are gone, from which it is compared without them:
+#: below it are the one- and two-line bodies independent answers share (``x.transpose(1, 2).reshape(...)``:
+#: 56 tokens; the honest corpus of tests/grading/honest has 6 such matches under 80, none above).
+MIN_STRIPPED_TOKENS = 80
 NEAR = 0.9  # SequenceMatcher ratio from which a definition is reported as nearly identical
 
 _LIBRARY = Path(__file__).resolve().parents[2]  # mha_course/
@@ -77,6 +84,29 @@ def tokens(node: ast.AST) -> tuple[str, ...]:
             children += [item for item in items if isinstance(item, ast.AST)]
         stack.extend(reversed(children))
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=1)
+def library_without_validation() -> dict[str, tuple[str, ...]]:
+    """:func:`library_definitions`, each definition's validation lines removed (:func:`.fingerprints.normalised`)."""
+    from . import fingerprints  # it builds on this module's tokens()
+
+    found: dict[str, tuple[str, ...]] = {}
+    for path in sorted(_LIBRARY.rglob("*.py")):
+        parts = path.relative_to(_LIBRARY).with_suffix("").parts
+        if parts[0] == "grading" and parts[:2] != ("grading", "exercises"):
+            continue
+        try:
+            tree = parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, OSError, UnicodeDecodeError):
+            continue
+        module = ".".join(("mha_course", *parts))
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef):
+                stripped = fingerprints.normalised(node)
+                if len(stripped) >= MIN_STRIPPED_TOKENS:
+                    found[f"{module}.{node.name}"] = stripped
+    return found
 
 
 @functools.lru_cache(maxsize=1)
@@ -191,4 +221,28 @@ def find_copies(cells: list[tuple[int, str]], targets: list[str]) -> list[str]:
         if best_ratio >= NEAR:
             alike = min(99, int(best_ratio * 100))  # never "100%" for what is not identical
             report.append(f"{label} is nearly identical to {best} ({alike}% alike, names ignored)")
+            continue
+        if line := _without_validation(node, label):
+            report.append(line)
     return report
+
+
+def _without_validation(node: ast.AST, label: str) -> str | None:
+    """The report line of a definition equal or near to a reference once both lose their validation lines."""
+    from . import fingerprints
+
+    try:
+        mine = fingerprints.normalised(node)
+    except (RecursionError, ValueError):
+        return None
+    if len(mine) < MIN_STRIPPED_TOKENS:
+        return None
+    stripped = library_without_validation()
+    for ref_name, ref in stripped.items():
+        if ref == mine:
+            return f"{label} is identical to {ref_name} (names and validation lines ignored)"
+    best, best_ratio = _closest(mine, stripped)
+    if best_ratio >= NEAR:
+        alike = min(99, int(best_ratio * 100))
+        return f"{label} is nearly identical to {best} ({alike}% alike, names and validation lines ignored)"
+    return None
