@@ -76,6 +76,55 @@ def test_a_time_without_a_zone_is_read_in_the_due_dates_zone_and_moodles_dash_is
         parse_time("last friday")
 
 
+def _stamped(root: Path, roster_text: str | None, tmp_path: Path) -> dict[str, tuple[float | None, str]]:
+    from mha_course.grading.classroom.bookkeeping import identify
+    from mha_course.grading.classroom.roster import read_roster
+    from mha_course.grading.classroom.submitted_at import stamp
+
+    roster = None
+    if roster_text is not None:
+        (tmp_path / "roster.csv").write_text(roster_text, encoding="utf-8")
+        roster = read_roster(tmp_path / "roster.csv")
+    rows = collect([root], "zz_fake", notebook_names=NAMES)
+    identify(rows, roster)
+    assert stamp(rows, [root], roster) == []
+    return {row.student: (row.submitted_at, row.time_source) for row in rows}
+
+
+def test_a_time_file_a_student_uploads_is_not_believed(tmp_path):
+    """A Moodle folder holding a forged timestamp.txt and submission_metadata.json: neither is nbgrader's or
+    Gradescope's place, so the worksheet's time counts (and without it, none: the file time, with a warning)."""
+    root = tmp_path / "submissions"
+    for name in ("Bob Li_2345_assignsubmission_file_", "Cy Ng_3456_assignsubmission_file_"):
+        (root / name).mkdir(parents=True)
+        write_submission(root / name / "zz_fake.ipynb", GOOD_ADD)
+        (root / name / "timestamp.txt").write_text("2026-11-01 00:00:00 UTC")
+        (root / name / "submission_metadata.json").write_text('{"created_at": "2026-11-01T00:00:00Z"}')
+    got = _stamped(
+        root,
+        MOODLE_COLUMNS
+        + 'Participant 2345,Bob Li,bob@example.org,Submitted,,6,Yes,"Sunday, 22 November 2026, 10:00 AM",,-,\n',
+        tmp_path,
+    )
+    assert got["Bob Li_2345_assignsubmission_file_"] == (
+        datetime(2026, 11, 22, 10, 0, tzinfo=UTC).timestamp(),
+        "the roster's 'Last modified (submission)'",
+    )
+    assert got["Cy Ng_3456_assignsubmission_file_"] == (None, "")
+
+
+def test_a_canvas_export_with_a_submission_time_is_read(tmp_path):
+    root = tmp_path / "canvas"
+    root.mkdir()
+    write_submission(root / "martinalice_99_3_zz_fake.ipynb", GOOD_ADD)
+    roster = 'Student,ID,SIS User ID,Submitted at\n"Martin, Alice",99,s99,2026-11-21T08:00:00Z\n'
+    got = _stamped(root, roster, tmp_path)
+    assert got["martinalice_99"] == (
+        datetime(2026, 11, 21, 8, 0, tzinfo=UTC).timestamp(),
+        "the roster's 'Submitted at'",
+    )
+
+
 # --- duplicates: the newest draft is graded ---------------------------------------------------------------
 
 

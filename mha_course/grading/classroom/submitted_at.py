@@ -4,13 +4,13 @@ A plain ``cp -r`` or an unzip gives every file a new modification time, so the l
 choice among a student's notebooks read the platform's own record first, in this order:
 
 ======================= ===============================================================================
-nbgrader                ``timestamp.txt`` in the submission folder (``2026-11-20 23:59:59.123456 UTC``)
-Gradescope              ``submission_metadata.json`` beside the submission (``created_at``), as the
-                        autograder finds it in ``/autograder/``
 Moodle, Canvas, others  the roster's ``Last modified (submission)`` column (Moodle's grading worksheet),
                         or a ``Submitted at`` / ``submitted_at`` / ``Submission time`` column (Canvas's
                         submissions export; its gradebook CSV holds no time: there only the ``_LATE_``
                         marker of the download's file names tells)
+nbgrader                ``timestamp.txt`` in ``submitted/<student>/<assignment>/`` (``... 23:59:59.1 UTC``)
+Gradescope              ``submission_metadata.json`` beside the folder given (``created_at``), as the
+                        autograder finds it in ``/autograder/``, outside the student's upload
 ======================= ===============================================================================
 
 A time without a zone (Moodle writes the instructor's local time) is read in ``zone``, the due
@@ -21,6 +21,7 @@ used and the row says so (:data:`FILE_TIME_WARNING`): the grader prints it and t
 from __future__ import annotations
 
 import json
+import os
 import re
 from datetime import UTC, datetime, tzinfo
 from pathlib import Path
@@ -70,30 +71,21 @@ def parse_time(text: str, zone: tzinfo = UTC) -> float | None:
     return (when if when.tzinfo else when.replace(tzinfo=zone)).timestamp()
 
 
-def _folders(path: Path, roots: list[Path]) -> list[Path]:
-    """The notebook's folder and those above it up to the class folder given, and its parent (Gradescope's)."""
-    out, folder = [], path.parent
-    tops = {r.resolve() for r in roots if r.is_dir()}
-    while True:
-        out.append(folder)
-        if folder.resolve() in tops or folder.parent == folder:
-            break
-        folder = folder.parent
-    if folder.resolve() in tops:
-        out.append(folder.parent)
-    return out
+def _from_files(path: Path, assignment: str, roots: list[Path], zone: tzinfo) -> tuple[float | None, str]:
+    """(time, source) from nbgrader's timestamp or Gradescope's metadata, only where the platform writes them.
 
-
-def _from_files(path: Path, roots: list[Path], zone: tzinfo) -> tuple[float | None, str]:
-    """(time, source) from nbgrader's timestamp or Gradescope's metadata nearest the notebook."""
-    for folder in _folders(path, roots):
-        stamp = folder / NBGRADER_FILE
-        if stamp.is_file() and not stamp.is_symlink():
-            return parse_time(
-                stamp.read_text(encoding="utf-8", errors="replace")[:200], zone
-            ), f"nbgrader's {stamp.name}"
-        meta = folder / GRADESCOPE_FILE
-        if meta.is_file() and not meta.is_symlink():
+    A student can upload a file named ``timestamp.txt`` or ``submission_metadata.json`` with any date in it,
+    so neither is read from anywhere else: nbgrader's sits in the folder named after the assignment
+    (``submitted/<student>/<assignment>/``), Gradescope's beside the folder given (``/autograder/``), outside
+    the upload. Links are never read.
+    """
+    stamp = path.parent / NBGRADER_FILE
+    if assignment and path.parent.name == assignment and stamp.is_file() and not stamp.is_symlink():
+        return parse_time(stamp.read_text(encoding="utf-8", errors="replace")[:200], zone), f"nbgrader's {stamp.name}"
+    for root in roots:
+        meta = root.parent / GRADESCOPE_FILE
+        inside = Path(os.path.abspath(root)) in Path(os.path.abspath(path)).parents
+        if root.is_dir() and inside and meta.is_file() and not meta.is_symlink():
             created = json.loads(meta.read_text(encoding="utf-8")).get("created_at", "")
             return parse_time(str(created), zone), "Gradescope's submission metadata"
     return None, ""
@@ -122,10 +114,10 @@ def stamp(rows: list[Submission], roots: list[str | Path], roster, zone: tzinfo 
     for row in rows:
         if row.path is None:
             continue
-        try:
-            when, source = _from_files(Path(row.path), paths, zone)
+        try:  # the instructor's export first: a file in a download may be the student's
+            when, source = _from_roster(by_id.get(row.student_id), zone)
             if when is None:
-                when, source = _from_roster(by_id.get(row.student_id), zone)
+                when, source = _from_files(Path(row.path), row.assignment or row.grade_as or "", paths, zone)
         except (ValueError, OSError, AttributeError) as exc:
             problems.append(f"{row.key}: {exc}")
             continue
