@@ -266,7 +266,8 @@ def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None,
     elif args.grades_out:
         print("--grades-out needs --roster (the platform's class list, written back with the grades)", file=sys.stderr)
     if args.summary:
-        step("the class summary", lambda: write_atomic(args.summary, class_summary(results) + "\n"))
+        tail = "".join(f"\n{line}" for line in late_days.summary_lines(results))  # several notebooks, file times
+        step("the class summary", lambda: write_atomic(args.summary, class_summary(results) + tail + "\n"))
         print(f"class summary: {args.summary}")
     if args.json:  # last: nothing a submission wrote can replace it (none of its processes is left)
         step("results.json", lambda: write_json(args.json, merged_gradescope(results)))

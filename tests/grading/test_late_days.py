@@ -147,6 +147,24 @@ def test_the_newer_draft_is_graded_over_the_one_named_like_the_assignment(fake, 
     assert any(n.startswith("also submitted Dan Wu_4567_assignsubmission_file_/zz_fake.ipynb") for n in row.notes)
 
 
+@pytest.mark.parametrize(
+    ("names", "graded"),
+    [
+        (["zz_fake.ipynb", "zz_fake_final.ipynb"], "zz_fake_final.ipynb"),
+        (["zz_fake.ipynb", "zz_fake (1).ipynb", "zz_fake (2).ipynb"], "zz_fake (2).ipynb"),
+        (["zz_fake_v2.ipynb", "zz_fake.ipynb"], "zz_fake_v2.ipynb"),
+        (["draft.ipynb", "zz_fake.ipynb"], "zz_fake.ipynb"),
+    ],
+)
+def test_cp_r_leaves_equal_times_and_the_name_tells_the_later_draft(fake, tmp_path, names, graded):
+    folder = tmp_path / "Dan Wu_4567_assignsubmission_file_"
+    folder.mkdir()
+    for name in names:
+        os.utime(write_submission(folder / name, GOOD_ADD), (1_800_000_000, 1_800_000_000))
+    (row,) = collect([tmp_path], "zz_fake", notebook_names=NAMES)
+    assert row.path == folder / graded
+
+
 # --- Moodle: the worksheet's "Last modified (submission)" --------------------------------------------------
 
 MOODLE_COLUMNS = (
@@ -194,7 +212,7 @@ def moodle_class(fake, tmp_path_factory):
     out = base / "out"
     args = [root, "--assignment", "zz_fake", "--roster", worksheet, "--late-penalty", "10%/day", "--due", DUE]
     args += ["--csv", out / "grades.csv", "--report", out / "report.html", "--feedback-dir", out / "feedback"]
-    args += ["--grades-out", out / "moodle.csv", "--results-dir", out / "results"]
+    args += ["--grades-out", out / "moodle.csv", "--results-dir", out / "results", "--summary", out / "summary.txt"]
     return base, out, _run(args)
 
 
@@ -237,6 +255,8 @@ def test_several_notebooks_the_newest_is_graded_and_listed_at_the_top_of_the_rep
     assert "2 student(s) submitted several notebooks (the newest is graded)" in top
     assert "Dan Wu graded" in top and "Eve Stone graded" in top
     assert "1 submission(s) timed by the file's modification time" in top and "Carol Diaz" in top
+    summary = (out / "summary.txt").read_text(encoding="utf-8")
+    assert "2 student(s) submitted several notebooks" in summary and "Carol Diaz" in summary
 
 
 # --- nbgrader: timestamp.txt; extensions and late-day tokens ------------------------------------------------

@@ -18,7 +18,7 @@ prefix, as its folders are. Checkpoints (``.ipynb_checkpoints/``) and copies (``
 
 **One notebook per student and assignment.** Among several, the newest is graded: by the time the
 platform recorded (:mod:`.submitted_at`, set before :func:`one_per_student`), then by the file's
-time (whole seconds), then the one named as the assignment's notebook; each other one is named in a
+time (whole seconds), then by its name (``_final``, ``(1)``), then the assignment's own name; each other one is named in a
 note of the row (``also submitted ...``), never graded or added. :func:`one_per_student` applies the same
 rule across rows that the roster says are one student.
 
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,12 +66,28 @@ class Submission:
     closeness: int = 0  # how closely the folder matched its roster row (roster.Roster.find_closeness; 0 exact)
 
 
+_LATER = re.compile(r"(?:\((\d+)\)|[ _-]v(\d+)|[ _-](final))\.ipynb$", re.IGNORECASE)
+
+
+def later_by_name(name: str) -> tuple[int, int]:
+    """How much later a file name says it is: ``final`` first, then the number of ``(2)`` or ``_v2`` (0: plain).
+
+    Used only when the times tie (``cp -r`` gives every file the same second).
+    """
+    match = _LATER.search(name)
+    if not match:
+        return (0, 0)
+    return (1 if match[3] else 0, int(match[1] or match[2] or 0))
+
+
 def _rank(rel: str, path: Path, notebook_name: str | None, platform_time: float | None = None) -> tuple:
     """The order of :func:`_pick`: the newest by the platform's time, then by the file's (whole seconds: a copy
-    made in one go differs by less), then the assignment's own file name, then by path."""
+    made in one go differs by less), then by what the name says (``_final``, ``(1)``, ``_v2``), then the
+    assignment's own file name, then by path."""
     named = notebook_name is not None and original_name(rel) == notebook_name
     mtime = float(int(os.lstat(path).st_mtime)) if os.path.lexists(path) else 0.0
-    return (-(platform_time or 0.0), -mtime, not named, rel)
+    final, number = later_by_name(original_name(rel))
+    return (-(platform_time or 0.0), -mtime, -final, -number, not named, rel)
 
 
 def _pick(candidates: list[File], notebook_name: str | None) -> tuple[File, list[File]]:
