@@ -40,13 +40,13 @@ import sys
 from pathlib import Path
 
 from . import grade_options
-from .classroom import bookkeeping, kept, manual
+from .classroom import bookkeeping, kept, late_days, manual, submitted_at
 from .classroom.bookkeeping import apply_policy, grade_column, identify, picker
 from .classroom.collect import collect, one_per_student
 from .classroom.feedback import feedback_markdown
 from .classroom.feedback import summary as feedback_summary
 from .classroom.picks import read_picks
-from .classroom.policy import LatePolicy, read_overrides
+from .classroom.policy import read_overrides
 from .classroom.report import write_report
 from .classroom.results import (
     class_summary,
@@ -144,10 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         roster = read_roster(args.roster) if args.roster else None
         overrides = read_overrides(args.overrides) if args.overrides else []
         written = manual.read_manual(args.manual_grades) if getattr(args, "manual_grades", None) else None
-        if args.late_penalty:
-            LatePolicy.parse(args.late_penalty, args.due)  # a usage error before grading, not after
-        elif args.due:
-            raise ValueError("--due is the deadline of --late-penalty; give the penalty too (e.g. 10%/day)")
+        late_days.check(args, bookkeeping.seed_file(args))  # a usage error before grading, not after
         if args.lms_max is not None and not 0 < args.lms_max < float("inf"):
             raise ValueError(f"--lms-max must be a positive number; got {args.lms_max:g}")
         names = {a.key: a.notebook for a in registry.assignments()}
@@ -168,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         fail_json("No notebook was found in the submission.")
         return 2
     missing = identify(rows, roster)
+    for problem in submitted_at.stamp(rows, args.submissions, roster, late_days.zone(args)):
+        print(f"warning: {clean(problem)}", file=sys.stderr)
     rows = one_per_student(rows, names)
     try:
         to_grade, earlier = _partial(args, rows, roster, seed_file, key, seed)
@@ -205,8 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         isolator.close()
     results, failed = _as_graded(args, rows, to_grade, earlier, seed_file, key, results, written)
-    apply_policy(args, results, rows, overrides, roster)
+    apply_policy(args, results, rows, overrides, roster, write_atomic)
+    if args.late_penalty and not args.quiet:
+        print(f"late penalty: {late_days.describe(args)}")
     failed += _write_outputs(args, results, roster, missing)
+    sys.stdout.writelines(f"{clean(line)}\n" for line in late_days.summary_lines(results))
     if seed_file is not None:
         try:
             record_seed(seed_file, key, seed, write_atomic, old_key)
@@ -338,7 +340,8 @@ def _write_outputs(args, results: list[SubmissionResult], roster: Roster | None,
     elif args.grades_out:
         print("--grades-out needs --roster (the platform's class list, written back with the grades)", file=sys.stderr)
     if args.summary:
-        step("the class summary", lambda: write_atomic(args.summary, class_summary(results) + "\n"))
+        tail = "".join(f"\n{line}" for line in late_days.summary_lines(results))  # several notebooks, file times
+        step("the class summary", lambda: write_atomic(args.summary, class_summary(results) + tail + "\n"))
         print(f"class summary: {args.summary}")
     if args.json:  # last: nothing a submission wrote can replace it (none of its processes is left)
         step("results.json", lambda: write_json(args.json, merged_gradescope(results)))

@@ -71,10 +71,37 @@ def parser() -> argparse.ArgumentParser:
     options.add_argument(
         "--late-penalty",
         metavar="P%[/day]",
-        help="take P%% of the points per day late ('10%%/day') or once ('20%%'); late: --due vs the file's "
-        "time, or the platform's late marker (Canvas's _LATE_: one day without --due)",
+        help="take P%% of the maximum points per day late ('10%%/day') or once ('20%%'), as Canvas and Moodle "
+        "do; late: --due (or the student's extension) vs the time the platform recorded (Moodle's worksheet "
+        "column 'Last modified (submission)', Gradescope's submission_metadata.json, nbgrader's timestamp.txt; "
+        "else the file's time, with a warning), or the platform's late marker (Canvas's _LATE_: one day at least)",
     )
     options.add_argument("--due", metavar="ISO", help="the due date and time (UTC unless given), for --late-penalty")
+    options.add_argument(
+        "--late-penalty-of",
+        choices=("max", "points"),
+        default="max",
+        help="the %% of --late-penalty is of the maximum points (default, as Canvas and Moodle) or of the points "
+        "scored after overrides; printed in every output",
+    )
+    options.add_argument(
+        "--extensions",
+        type=Path,
+        help="CSV of student,due[,assignment] rows: a student's own due date (a roster column 'Due' works too)",
+    )
+    options.add_argument(
+        "--late-tokens",
+        type=int,
+        default=0,
+        metavar="N",
+        help="late-day tokens: each student's budget of days late without penalty over the term, spent "
+        "automatically and kept in --tokens-file for the next assignment",
+    )
+    options.add_argument(
+        "--tokens-file",
+        type=Path,
+        help="the CSV (student,assignment,days) of late-day tokens spent (default: late-tokens.csv beside the gradebook)",
+    )
     options.add_argument(
         "--lms-max",
         type=float,

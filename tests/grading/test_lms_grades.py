@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import shlex
 import shutil
@@ -127,9 +126,17 @@ def test_late_penalty_per_day_flat_and_from_the_marker():
     after = policy.due.timestamp() + 86400 + 60  # a day and a minute late: two days started
     assert policy.days_late(after, False) == 2 and policy.days_late(policy.due.timestamp() - 5, False) == 0
     r = _result({"a": (10, 10), "b": (10, 16)})
-    policy.apply(r, after, False)
-    assert (r.late_days, r.late_penalty, r.raw_score, r.score) == (2, 4.0, 20, 16)
-    assert r.adjustment_log == ["late 2 day(s), 10%/day: -4"]
+    policy.apply(r, after, False)  # of the maximum (26), as Canvas and Moodle: 20% of 26
+    assert (r.late_days, r.late_penalty, r.raw_score, r.score) == (2, 5.2, 20, 14.8)
+    assert r.adjustment_log == ["late 2 day(s), 10%/day of the maximum points: -5.2"]
+    assert r.late_note == "handed in 2 day(s) late: late penalty -5.2 points (10%/day of the maximum points)"
+    of_points = _result({"a": (10, 10), "b": (10, 16)})
+    LatePolicy.parse("10%/day", due, of="points").apply(of_points, after, False)
+    assert (of_points.late_penalty, of_points.score) == (4.0, 16)
+    assert of_points.adjustment_log == ["late 2 day(s), 10%/day of the points scored: -4"]
+    low = _result({"a": (1, 10)})
+    LatePolicy.parse("50%").apply(low, None, True)  # half of the maximum, but never below 0
+    assert (low.late_penalty, low.score) == (1, 0)
     flat = _result({"a": (10, 10)})
     LatePolicy.parse("25%").apply(flat, None, True)  # Canvas's _LATE_ marker, no due date: one day
     assert (flat.late_days, flat.score) == (1, 7.5)
@@ -393,18 +400,14 @@ def test_the_guides_regrade_examples_run_as_written(tmp_path, monkeypatch):
     assert len(commands) == 2 and "overrides.csv" in files
     for name, text in files.items():
         _write(text, tmp_path / name)
-    due = 1795219140  # 2026-11-20T23:59Z, the guide's --due
-    for folder, when in (
-        ("Bob Li_2345_assignsubmission_file_", due - 3600),
-        ("Dan Wu_4567_assignsubmission_file_", due + 3600),
-    ):
+    for folder in ("Bob Li_2345_assignsubmission_file_", "Dan Wu_4567_assignsubmission_file_"):
         (tmp_path / "submissions" / folder).mkdir(parents=True)
-        notebook = tmp_path / "submissions" / folder / "a04_masks.ipynb"
-        shutil.copy(ROOT / "solutions" / "a04_masks.ipynb", notebook)
-        os.utime(notebook, (when, when))
+        shutil.copy(ROOT / "solutions" / "a04_masks.ipynb", tmp_path / "submissions" / folder)  # files: now
+    # Moodle's worksheet says when each was handed in (the guide's --due is 2026-11-20T23:59Z)
     _write(
-        "Identifier,Full name,Email address,Status,Grade,Maximum Grade\n"
-        "Participant 2345,Bob Li,bob@uni.edu,Submitted,,26.00\nParticipant 4567,Dan Wu,dan@uni.edu,Submitted,,26.00\n",
+        "Identifier,Full name,Email address,Status,Grade,Maximum Grade,Last modified (submission)\n"
+        'Participant 2345,Bob Li,bob@uni.edu,Submitted,,26.00,"Friday, 20 November 2026, 10:59 PM"\n'
+        'Participant 4567,Dan Wu,dan@uni.edu,Submitted,,26.00,"Saturday, 21 November 2026, 12:59 AM"\n',
         tmp_path / "roster.csv",
     )
     monkeypatch.chdir(tmp_path)
@@ -415,11 +418,14 @@ def test_the_guides_regrade_examples_run_as_written(tmp_path, monkeypatch):
     rows = {r["name"]: r for r in _csv(tmp_path / "grades.csv").values()}
     bob, dan = rows["Bob Li"], rows["Dan Wu"]
     assert (bob["masked_sdpa"], bob["final"], bob["max_score"], bob["lms_grade"]) == ("waived", "12", "12", "26")
-    assert (dan["raw"], dan["late_days"], dan["final"]) == ("26", "1", "18")  # capped at 20, then 10% for a day
-    assert dan["adjustments"] == "total: cap 20 (late: capped at 20); late 1 day(s), 10%/day: -2"
+    # capped at 20, then 10% of the maximum (26) for a day
+    assert (dan["raw"], dan["late_days"], dan["final"]) == ("26", "1", "17.4")
+    assert (
+        dan["adjustments"] == "total: cap 20 (late: capped at 20); late 1 day(s), 10%/day of the maximum points: -2.6"
+    )
     assert bob["seed"] == first[bob["student"]]["seed"]  # the regrade drew the recorded seed
     moodle = {r["Identifier"]: r["Grade"] for r in csv.DictReader((tmp_path / "moodle_grades.csv").open())}
-    assert moodle == {"Participant 2345": "26", "Participant 4567": "18"}
+    assert moodle == {"Participant 2345": "26", "Participant 4567": "17.4"}
 
 
 def test_each_students_fresh_inputs_come_from_the_class_seed_and_their_identity(monkeypatch, tmp_path):

@@ -126,7 +126,7 @@ def hostile_class(tmp_path_factory):
     (root / "folder_thief").symlink_to(root / "honest", target_is_directory=True)
     first = _write(root / "Paul Roe_1234_assignsubmission_file_a02_softmax.ipynb", _notebook())
     second = _write(root / "Paul Roe_1234_assignsubmission_file_v2.ipynb", _notebook())
-    os.utime(first, (time.time() - 3600, time.time() - 3600))  # v2 is newer, but not the assignment's name
+    os.utime(first, (time.time() - 3600, time.time() - 3600))  # v2 is newer: graded, though not the assignment's name
     os.utime(second, (time.time(), time.time()))
     _write(root / "wrapper" / "a02_softmax.ipynb", _notebook(define={"softmax": WRAPPED_REFERENCE}))
     # injection into the instructor's outputs
@@ -223,8 +223,8 @@ def test_class_folder_earns_no_undeserved_points(hostile_class):
     assert thief["total"] == "0" and "honest/a02_softmax.ipynb, another student's file" in thief["status"]
     assert rows["folder_thief"]["total"] == "0" and "links are not followed" in rows["folder_thief"]["status"]
     paul = [r for r in rows.values() if r["student_id"] == "Participant 1234"]
-    assert len(paul) == 1 and paul[0]["submission"].endswith("_a02_softmax.ipynb")
-    assert "also submitted Paul Roe_1234_assignsubmission_file_v2.ipynb" in paul[0]["notes"]
+    assert len(paul) == 1 and paul[0]["submission"].endswith("_v2.ipynb")
+    assert "also submitted Paul Roe_1234_assignsubmission_file_a02_softmax.ipynb" in paul[0]["notes"]
     moodle = {r["Identifier"]: r for r in csv.DictReader((out / "moodle.csv").open(encoding="utf-8"))}
     assert moodle["Participant 1234"]["Grade"] == f"{FULL:g}" == moodle["Participant 1234"]["Maximum Grade"]
     assert (
@@ -354,7 +354,14 @@ def test_moodle_flat_download_is_one_student_with_one_notebook(tmp_path):
     for row in rows:
         row.student_id = "Participant 1234"
     (kept,) = one_per_student(rows, NAMES)
-    assert kept.key == "other/a02_softmax.ipynb" and "named a02_softmax.ipynb" in kept.notes[-1]
+    assert kept.key == "other/a02_softmax.ipynb" and "the newest" in kept.notes[-1]  # written last
+    # the time the platform recorded wins over the files' times (a copy gives every file a new one)
+    rows = collect([tmp_path], "a02_softmax", notebook_names=NAMES)
+    for row in rows:
+        row.student_id = "Participant 1234"
+        row.submitted_at = 2.0 if row.key == newer.name else 1.0
+    (kept,) = one_per_student(rows, NAMES)
+    assert kept.key == newer.name
 
 
 def test_text_filters():

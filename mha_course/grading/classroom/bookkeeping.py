@@ -12,8 +12,9 @@ from pathlib import Path
 
 from ..engine.verdicts import SubmissionResult
 from .collect import Submission
+from .late_days import apply_late
 from .lms_names import nfc
-from .policy import LatePolicy, apply_overrides
+from .policy import apply_overrides
 from .roster import Roster
 from .seeds import SEED_FILE
 
@@ -65,22 +66,18 @@ def grade_column(args, roster: Roster | None) -> str:
     return args.grade_column or ("Grade" if roster and "Grade" in roster.columns else (args.assignment or "grade"))
 
 
-def apply_policy(args, results, rows, overrides, roster: Roster | None) -> None:
-    """Overrides, then the late penalty, then the platform's maximum, on every result (see grading.policy)."""
+def apply_policy(args, results, rows, overrides, roster: Roster | None, write=None) -> list[str]:
+    """Overrides, then the late penalty (:mod:`.late_days`), then the platform's maximum, on every result
+    (see grading.policy); returns the warnings to print (submissions timed by their files)."""
     by_id = {s.student_id: s for s in roster.students} if roster else {}
     apply_overrides(results, overrides, lambda r: by_id[r.student_id].identities() if r.student_id in by_id else set())
-    if args.late_penalty:
-        late = LatePolicy.parse(args.late_penalty, args.due)
-        subs = {row.key: row for row in rows}
-        for r in results:
-            sub = subs.get(r.key)
-            if sub is not None:
-                late.apply(r, sub.file_time, sub.late_marked)
+    warnings = apply_late(args, results, rows, roster, write) if args.late_penalty else []
     lms_max = args.lms_max
     if lms_max is None and roster is not None:
         lms_max = roster.max_for(grade_column(args, roster))
     for r in results:
         r.lms_max = lms_max
+    return warnings
 
 
 def grades(results: list[SubmissionResult]) -> dict[str, dict[str, float]]:

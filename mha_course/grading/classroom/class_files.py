@@ -21,7 +21,8 @@ from .lms_names import student_of
 #: Files a platform or an OS adds that no student chose to submit; skipped without a note.
 NOISE = {".DS_Store", "Thumbs.db", "desktop.ini", "__MACOSX"}
 #: Jupyter's and file managers' copies: graded only when the student submitted nothing else.
-_COPY = re.compile(r"(-Copy\d*|[ _-]copy\d*| \(\d+\))\.ipynb$|^Copy of ", re.IGNORECASE)
+# a browser's second download ``name (1).ipynb`` is often the newer upload: a notebook, not a copy
+_COPY = re.compile(r"(-Copy\d*|[ _-]copy\d*)\.ipynb$|^Copy of ", re.IGNORECASE)
 #: A notebook larger than this is not opened to find its assignment (the grader refuses it anyway).
 PEEK_LIMIT = MAX_FILE_BYTES
 

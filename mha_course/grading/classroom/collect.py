@@ -13,13 +13,13 @@ becomes one :class:`Submission` keyed by its path relative to the folder given, 
       Carol_7_.../report.pdf           ->  "Carol_7_..."            no notebook submitted (found: report.pdf)
 
 Moodle's flat download (``Alice Martin_1234_assignsubmission_file_a02.ipynb``) is grouped by that
-prefix, as its folders are. Within a student's files, checkpoint files (``.ipynb_checkpoints/``,
-``-checkpoint.ipynb``) and copies (``-Copy1.ipynb``, ``Copy of ...``, ``name (1).ipynb``) are used
-only when nothing else was submitted; other files are listed in a note.
+prefix, as its folders are. Checkpoints (``.ipynb_checkpoints/``) and copies (``-Copy1.ipynb``,
+``Copy of ...``; not ``name (1).ipynb``, a second download) are used only when nothing else was submitted.
 
-**One notebook per student and assignment.** Among several, the one named as the assignment's
-notebook (after the platform's prefix) is graded, else the newest (modification time); each other
-one is named in a note of the row, never graded or added. :func:`one_per_student` applies the same
+**One notebook per student and assignment.** Among several, the newest is graded: by the time the
+platform recorded (:mod:`.submitted_at`, set before :func:`one_per_student`), then by the file's
+time (whole seconds), then by its name (``_final``, ``(1)``), then the assignment's own name; each other one is named in a
+note of the row (``also submitted ...``), never graded or added. :func:`one_per_student` applies the same
 rule across rows that the roster says are one student.
 
 **Only regular files are read, and links are never followed** (a link to a classmate's notebook or
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,13 +61,33 @@ class Submission:
     student_name: str = ""
     late_marked: bool = False  # the platform's file name says late (Canvas's ``_LATE_``)
     file_time: float | None = None  # the graded file's modification time (for a due date)
+    submitted_at: float | None = None  # the time the platform recorded (see .submitted_at); None: not found
+    time_source: str = ""  # where submitted_at came from ("Moodle's worksheet", ...)
     closeness: int = 0  # how closely the folder matched its roster row (roster.Roster.find_closeness; 0 exact)
 
 
-def _rank(rel: str, path: Path, notebook_name: str | None) -> tuple:
-    """The order of :func:`_pick`: the assignment's own file name first, then the newest, then by path."""
+_LATER = re.compile(r"(?:\((\d+)\)|[ _-]v(\d+)|[ _-](final))\.ipynb$", re.IGNORECASE)
+
+
+def later_by_name(name: str) -> tuple[int, int]:
+    """How much later a file name says it is: ``final`` first, then the number of ``(2)`` or ``_v2`` (0: plain).
+
+    Used only when the times tie (``cp -r`` gives every file the same second).
+    """
+    match = _LATER.search(name)
+    if not match:
+        return (0, 0)
+    return (1 if match[3] else 0, int(match[1] or match[2] or 0))
+
+
+def _rank(rel: str, path: Path, notebook_name: str | None, platform_time: float | None = None) -> tuple:
+    """The order of :func:`_pick`: the newest by the platform's time, then by the file's (whole seconds: a copy
+    made in one go differs by less), then by what the name says (``_final``, ``(1)``, ``_v2``), then the
+    assignment's own file name, then by path."""
     named = notebook_name is not None and original_name(rel) == notebook_name
-    return (not named, -os.lstat(path).st_mtime if os.path.lexists(path) else 0.0, rel)
+    mtime = float(int(os.lstat(path).st_mtime)) if os.path.lexists(path) else 0.0
+    final, number = later_by_name(original_name(rel))
+    return (-(platform_time or 0.0), -mtime, -final, -number, not named, rel)
 
 
 def _pick(candidates: list[File], notebook_name: str | None) -> tuple[File, list[File]]:
@@ -77,7 +98,7 @@ def _pick(candidates: list[File], notebook_name: str | None) -> tuple[File, list
 
 def _also(other: str, key: str, chosen: str, notebook_name: str | None, exact: bool = False) -> str:
     """The note on a notebook that is not graded because another one of the same assignment is."""
-    rule = f"named {notebook_name}" if notebook_name and original_name(chosen) == notebook_name else "the newest"
+    rule = "the newest"
     rule = "its folder names the student exactly: check who submitted the other" if exact else rule
     return f"also submitted {other} for {key}: not graded (one notebook per student and assignment; graded {chosen}, {rule})"
 
@@ -104,7 +125,8 @@ def one_per_student(rows: list[Submission], notebook_names: dict[str, str] | Non
         if gradable:
             # the folder naming the student most exactly first: ALICE/ cannot displace alice/ by being newer
             ordered = sorted(
-                gradable, key=lambda r: (r.closeness, *_rank(r.key, paths[id(r)], notebook_names.get(key)))
+                gradable,
+                key=lambda r: (r.closeness, *_rank(r.key, paths[id(r)], notebook_names.get(key), r.submitted_at)),
             )
             chosen = ordered[0]
             for other in ordered[1:]:

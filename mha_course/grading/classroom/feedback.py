@@ -151,6 +151,8 @@ def summary(result: SubmissionResult) -> str:
     if result.error:
         return f"not graded: {shorten(clean(result.error), 200)}"
     parts = [f"{result.score:g} / {result.max_score:g} points"]
+    if result.late_note:
+        parts.append(result.late_note)
     causes = root_causes(result)
     cell = next((c for c in causes if c.kind == CauseKind.CELL_ERROR and c.tests), None)
     if cell is not None:
@@ -206,6 +208,9 @@ def feedback_markdown(
         f"version {result.version}). Tests marked *hidden* ran only in the grader.",
         "",
     ]
+    if result.late_note:
+        before = f" ({result.adjusted_score:g} points before the penalty)" if result.late_penalty else ""
+        lines += [f"**Late:** {md(result.late_note)}{before}.", ""]
     review = review_flags.learner_sentences(result)
     if review:
         lines += ["## For review", "", *[md(sentence) for sentence in review], ""]

@@ -11,9 +11,12 @@ CSV's ``adjustments`` column, the feedback, results.json):
    scan's review flags (a reason is required): ``accept`` keeps the score the tests gave, a number (``0``,
    ``cap 10``, ``-2``) acts on the total as a ``*`` row does; it applies only to a flagged submission
    (a resubmission the scan no longer flags gets a note, not the old decision), and before ``*`` rows.
-2. **Late penalty** (:class:`LatePolicy`): a percentage of the points after overrides, per day late
-   (``10%/day``) or once (``20%``); days late come from the due date and the file's time, or from
-   the platform's marker (Canvas's ``_LATE_``: one day when no due date is given).
+2. **Late penalty** (:class:`LatePolicy`): a percentage of the maximum points (as Canvas and Moodle;
+   ``--late-penalty-of points``: of the points after overrides), per day late (``10%/day``) or once
+   (``20%``); days late come from the due date (or the student's extension) and the time the platform
+   recorded (:mod:`.submitted_at`; the file's time with a warning), or from the platform's marker
+   (Canvas's ``_LATE_``: one day when no due date is given); late-day tokens excuse days first
+   (:mod:`.late_days`).
 3. **The platform's scale**: ``lms_max`` (``--lms-max``, or the maximum the platform's grade sheet
    carries) rescales the final score for the grade export: final / maximum * lms_max.
 """
@@ -191,47 +194,80 @@ def _resolve_review(r, o: Override) -> None:
     r.notes.append(f"instructor review: {o.action} -> {r.adjusted_score:g} points ({o.reason})")
 
 
+PENALTY_OF = ("max", "points")
+
+
 @dataclass(frozen=True)
 class LatePolicy:
-    """A percentage of the points taken per day late (``per_day``) or once (not ``per_day``)."""
+    """A percentage taken per day late (``per_day``) or once (not ``per_day``), of the maximum (``of="max"``,
+    as Canvas's and Moodle's late policies take a % of the points possible) or of the points scored
+    (``of="points"``, after overrides). The final score never goes below 0."""
 
     percent: float
     per_day: bool
     due: datetime | None = None  # the deadline; None: only the platform's late marker counts
+    of: str = "max"
 
     @classmethod
-    def parse(cls, spec: str, due: str | None = None) -> LatePolicy:
+    def parse(cls, spec: str, due: str | None = None, of: str = "max") -> LatePolicy:
         """``10%/day`` or ``20%`` (flat), with an optional ISO due date (UTC unless it names a zone)."""
         match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*%\s*(/\s*day)?\s*", spec or "")
         if not match or not 0 <= float(match[1]) <= 100:
             raise ValueError(f"--late-penalty must be 'P%/day' or 'P%' with 0 <= P <= 100; got {spec!r}")
-        when = None
-        if due:
-            try:
-                when = datetime.fromisoformat(due)
-            except ValueError:
-                raise ValueError(f"--due must be an ISO date and time (2026-11-20T23:59); got {due!r}") from None
-            when = when if when.tzinfo else when.replace(tzinfo=UTC)
-        return cls(float(match[1]), bool(match[2]), when)
+        if of not in PENALTY_OF:
+            raise ValueError(f"--late-penalty-of must be one of {', '.join(PENALTY_OF)}; got {of!r}")
+        return cls(float(match[1]), bool(match[2]), parse_due(due, "--due") if due else None, of)
 
-    def days_late(self, file_time: float | None, marked_late: bool) -> int:
-        """Whole days (started) after the due date; a platform's late marker counts at least one."""
+    def rule(self) -> str:
+        """The policy in words, as every output prints it: ``10%/day of the maximum``."""
+        base = "of the maximum points" if self.of == "max" else "of the points scored"
+        return f"{self.percent:g}%{'/day' if self.per_day else ''} {base}"
+
+    def days_late(self, file_time: float | None, marked_late: bool, due: datetime | None = None) -> int:
+        """Whole days (started) after the due date (``due``: a student's extension); a platform's late marker
+        counts at least one day."""
         days = 0
-        if self.due is not None and file_time is not None:
-            seconds = file_time - self.due.timestamp()
+        due = due or self.due
+        if due is not None and file_time is not None:
+            seconds = file_time - due.timestamp()
             days = math.ceil(seconds / 86400) if seconds > 0 else 0
         return max(days, 1 if marked_late else 0)
 
-    def apply(self, result, file_time: float | None, marked_late: bool) -> None:
-        """Record the days late and the penalty on ``result`` (none when an override waived lateness)."""
-        days = self.days_late(file_time, marked_late)
+    def apply(
+        self,
+        result,
+        file_time: float | None,
+        marked_late: bool,
+        due: datetime | None = None,
+        tokens_left: int = 0,
+    ) -> int:
+        """Record the days late and the penalty on ``result`` (none when an override waived lateness);
+        up to ``tokens_left`` late-day tokens excuse whole days first. Returns the tokens spent."""
+        days = self.days_late(file_time, marked_late, due)
         if days == 0 or result.error:
-            return
+            return 0
         result.late_days = days
         if "late" in result.adjustments:
             result.adjustment_log.append(f"late {days} day(s): penalty waived")
-            return
-        share = min(100.0, self.percent * (days if self.per_day else 1)) / 100
-        result.late_penalty = round(result.adjusted_score * share, 6)
-        rule = f"{self.percent:g}%/day" if self.per_day else f"{self.percent:g}%"
-        result.adjustment_log.append(f"late {days} day(s), {rule}: -{result.late_penalty:g}")
+            result.late_note = f"handed in {days} day(s) late; the penalty is waived"
+            return 0
+        spent = max(0, min(days, tokens_left))
+        charged = days - spent
+        share = min(100.0, self.percent * (charged if self.per_day else (1 if charged else 0))) / 100
+        base = result.max_score if self.of == "max" else result.adjusted_score
+        result.late_penalty = round(min(base * share, result.adjusted_score), 6)
+        tokens = f", {spent} late-day token(s) used" if spent else ""
+        result.adjustment_log.append(f"late {days} day(s){tokens}, {self.rule()}: -{result.late_penalty:g}")
+        result.late_note = (
+            f"handed in {days} day(s) late{tokens}: late penalty -{result.late_penalty:g} points ({self.rule()})"
+        )
+        return spent
+
+
+def parse_due(text: str, what: str) -> datetime:
+    """An ISO date and time (UTC unless it names a zone); raises ValueError naming ``what`` and the text."""
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"{what} must be an ISO date and time (2026-11-20T23:59); got {text!r}") from None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)

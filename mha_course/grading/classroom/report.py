@@ -29,7 +29,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from ..engine.verdicts import SubmissionResult
-from . import review_flags, similar_pairs
+from . import late_days, review_flags, similar_pairs
 from .feedback import CauseKind, root_causes
 from .safe_text import clean, code_span
 from .safe_text import markdown as md
@@ -207,7 +207,7 @@ def _header(results: list[SubmissionResult], missing: list[str], anonymise: bool
     if missing:
         who = "" if anonymise else f": {', '.join(missing)}"
         lines.append(f"{len(missing)} student(s) of the roster submitted nothing{who}")
-    return lines
+    return lines + late_days.summary_lines(results, anonymise)
 
 
 def _overrides(r: SubmissionResult) -> str:

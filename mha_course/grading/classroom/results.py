@@ -83,7 +83,7 @@ def gradescope(result: SubmissionResult) -> dict:
         }
         for t, number in zip(result.tests, _numbers(result), strict=True)
     ]
-    lines = [headline(result)]
+    lines = [headline(result)] + ([f"- late: {result.late_note}"] if result.late_note else [])
     lines += [f"- {sentence}" for sentence in review_flags.learner_sentences(result)]
     lines += [f"- {note}" for note in result.notes]
     if result.tests and result.input_seed is not None:
@@ -128,6 +128,7 @@ def provenance(result: SubmissionResult) -> dict:
         "adjustments": list(result.adjustment_log),
         "late_days": result.late_days,
         "late_penalty": result.late_penalty,
+        "late": result.late_note,
         "lms_max": result.lms_max,
         "lms_score": result.lms_score,
     }

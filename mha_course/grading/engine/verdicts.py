@@ -138,6 +138,7 @@ class SubmissionResult:
     adjustment_log: list[str] = field(default_factory=list)  # each override and penalty, in the order applied
     late_days: int = 0  # days late (0: on time), from the platform's marker or the due date
     late_penalty: float = 0.0  # points taken for lateness, after the overrides
+    late_note: str = ""  # the days late and the penalty in words, shown wherever the score is (policy.LatePolicy)
     lms_max: float | None = None  # the platform's maximum: lms_score rescales the final score to it
     # The static scan's findings for review (at most MAX_FLAGS kept; flag_count counts them all), the run's
     # policy for them, and the instructor's resolution ("" while open; set by an override row "review").
