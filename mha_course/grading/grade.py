@@ -63,6 +63,8 @@ from .classroom.roster import Roster, read_roster, write_grade_columns
 from .classroom.safe_text import clean
 from .classroom.seeds import choose_seed, class_key, record_seed
 from .engine import notebook, registry
+from .engine.dask_executor import ClusterError, parse_address
+from .engine.executors import executor_for
 from .engine.pipeline import MAX_CODE_BYTES, grade_many, new_seed
 from .engine.process import Isolator
 from .engine.verdicts import CASES_SEE, Limits, SubmissionResult
@@ -132,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             LatePolicy.parse(args.late_penalty, args.due)  # a usage error before grading, not after
         elif args.due:
             raise ValueError("--due is the deadline of --late-penalty; give the penalty too (e.g. 10%/day)")
+        if args.dask:
+            parse_address(args.dask)  # a usage error before grading
         if args.lms_max is not None and not 0 < args.lms_max < float("inf"):
             raise ValueError(f"--lms-max must be a positive number; got {args.lms_max:g}")
         names = {a.key: a.notebook for a in registry.assignments()}
@@ -171,15 +175,22 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     _announce(args, isolator)
     try:
-        results = grade_many(
-            rows,
-            limits,
-            workers=args.workers,
-            progress=not args.quiet and len(rows) > 1,
-            seed=seed,
-            isolator=isolator,
-            on_tamper=args.on_tamper,
-        )
+        with executor_for(args.dask, args.workers) as executor:
+            results = grade_many(
+                rows,
+                limits,
+                progress=not args.quiet and len(rows) > 1,
+                seed=seed,
+                unsafe_no_isolation=args.unsafe_no_isolation,
+                isolator=isolator,
+                on_tamper=args.on_tamper,
+                executor=executor,
+                min_isolation=args.min_isolation,
+            )
+    except ClusterError as exc:  # nothing graded: --dask names no cluster that can grade this run
+        print(f"error: {exc}", file=sys.stderr)
+        fail_json(f"Could not grade: {exc}")
+        return 3 if exc.isolation else 2
     finally:
         isolator.close()
     apply_policy(args, results, rows, overrides, roster)
