@@ -122,7 +122,8 @@ def parser() -> argparse.ArgumentParser:
         metavar="ADDRESS",
         help="grade each submission as a task on a Dask cluster: its scheduler's address (tcp://HOST:8786), or "
         "local:N for N worker processes here; every worker holds the same course and bubblewrap and sees the "
-        "class folder at the same path (docs/INSTRUCTORS.md). Outputs are those of grading here",
+        "class folder at the same path (docs/INSTRUCTORS.md); --workers is then the workers' own (dask worker "
+        "--nthreads). Outputs are those of grading here",
     )
     options.add_argument(
         "--case-timeout",

@@ -17,11 +17,10 @@ For one submission (:func:`grade_notebook`)::
         a hang, a crash or too much memory costs that case only: the next case gets a fresh sandbox
         (after ``max_crashes`` in one exercise, its other cases are not run)
 
-:func:`grade_many` grades a list of notebooks with an executor (:mod:`.executors`: a pool of worker
-threads, each driving one submission process at a time, or a Dask cluster's workers) and a progress
-bar. Grading never raises for a bad submission: every failure becomes a failed test with a message,
-and :class:`SubmissionResult` is always returned (``error`` set when the notebook could not be graded
-at all).
+:func:`grade_many` grades a list of notebooks with an executor (:mod:`.executors`: worker threads, or
+a Dask cluster's workers) and a progress bar. Grading never raises for a bad submission: every failure
+becomes a failed test with a message, and :class:`SubmissionResult` is always returned (``error`` set
+when the notebook could not be graded at all).
 
 This module is the orchestration; one notebook's run of its cases is :mod:`.notebook_run`'s, the
 sandboxes, the socket and the watchdog :mod:`.process`'s, the result types :mod:`.verdicts`'
