@@ -203,3 +203,35 @@ def test_a_row_the_grader_fails_on_keeps_its_student_and_notes_once(monkeypatch)
         assert result.error == "the grader failed on this submission (RuntimeError: the grader's own bug)"
         assert (result.student, result.key, result.seed, result.on_tamper) == ("ada", "ada/a01.ipynb", 3, "zero")
         assert result.notes == ["also submitted x"] and result.assignment == ASSIGNMENT
+
+
+def _dies_on_bob(item, batch, isolator):
+    """A grade_item stand-in whose worker process dies on one row (as one killed by the kernel would)."""
+    import os
+
+    from mha_course.grading.engine.verdicts import SubmissionResult
+
+    if "bob" in str(item):
+        os._exit(3)
+    return SubmissionResult(path=str(item), seed=batch.seed)
+
+
+@pytest.mark.slow
+def test_a_worker_that_dies_costs_its_row_only():
+    import dask
+
+    batch = Batch(Limits(), seed=5, unsafe_no_isolation=True)
+    # no retry, and a worker holds only the task it runs (a death takes no queued row with it)
+    config = {"distributed.scheduler.allowed-failures": 0, "distributed.scheduler.worker-saturation": 1.0}
+    with dask.config.set(config), DaskExecutor("local:1") as executor:
+        done = []
+        results = executor.map(
+            _dies_on_bob, ["ada.ipynb", "bob.ipynb", "cy.ipynb"], batch, _Isolator(), lambda: done.append(1)
+        )  # type: ignore[arg-type]
+    assert [r.path for r in results] == ["ada.ipynb", "bob.ipynb", "cy.ipynb"] and len(done) == 3
+    assert results[0].error is None and results[2].error is None
+    assert (
+        results[1].error
+        == "the grader's worker failed on this submission (KilledWorker); it was not graded: grade it again"
+    )
+    assert results[1].seed == 5 and results[1].isolation["kind"] == "stub"  # the walls: the grader's

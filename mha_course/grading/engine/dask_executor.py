@@ -173,15 +173,11 @@ class DaskExecutor:
             if future.status == "finished":
                 results.append(future.result())
             else:  # the worker died under it (KilledWorker) or the task could not run: its row says so
-                error = future.exception()
-                results.append(
-                    failed_item(
-                        item,
-                        batch,
-                        isolator,
-                        f"the grader's worker failed on this submission ({type(error).__name__}: {error})",
-                    )
-                )
+                why = type(
+                    future.exception()
+                ).__name__  # Dask's own message names its internals, not the student's work
+                error = f"the grader's worker failed on this submission ({why}); it was not graded: grade it again"
+                results.append(failed_item(item, batch, isolator, error))
         return results
 
 
