@@ -63,6 +63,8 @@ from .classroom.roster import Roster, read_roster, write_grade_columns
 from .classroom.safe_text import clean
 from .classroom.seeds import choose_seed, class_identity, class_key, path_key, record_seed
 from .engine import notebook, registry
+from .engine.dask_executor import ClusterError, parse_address
+from .engine.executors import executor_for
 from .engine.pipeline import MAX_CODE_BYTES, grade_many, new_seed
 from .engine.process import Isolator
 from .engine.verdicts import CASES_SEE, Limits, SubmissionResult
@@ -127,6 +129,15 @@ def _as_graded(args, rows, to_grade, earlier, seed_file, key, results, written):
     return results, failed
 
 
+def _usage_errors(args) -> None:
+    """Raise ValueError for options that cannot work together, before anything is graded."""
+    late_days.check(args, bookkeeping.seed_file(args))
+    if args.dask:
+        parse_address(args.dask)
+    if args.lms_max is not None and not 0 < args.lms_max < float("inf"):
+        raise ValueError(f"--lms-max must be a positive number; got {args.lms_max:g}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line (``argv``, else this process's, moved off it by :func:`.hidden_argv.hide_command_line`); returns the exit status."""
     args = _parser().parse_args(_own_arguments() if argv is None else argv)
@@ -144,9 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         roster = read_roster(args.roster) if args.roster else None
         overrides = read_overrides(args.overrides) if args.overrides else []
         written = manual.read_manual(args.manual_grades) if getattr(args, "manual_grades", None) else None
-        late_days.check(args, bookkeeping.seed_file(args))  # a usage error before grading, not after
-        if args.lms_max is not None and not 0 < args.lms_max < float("inf"):
-            raise ValueError(f"--lms-max must be a positive number; got {args.lms_max:g}")
+        _usage_errors(args)
         names = {a.key: a.notebook for a in registry.assignments()}
         skip = tuple(f for f in args.skip_folders.split(",") if f)
         skipped: list[str] = []
@@ -192,15 +201,22 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     _announce(args, isolator)
     try:
-        results = grade_many(
-            to_grade,
-            limits,
-            workers=args.workers,
-            progress=not args.quiet and len(rows) > 1,
-            seed=seed,
-            isolator=isolator,
-            on_tamper=args.on_tamper,
-        )
+        with executor_for(args.dask, args.workers) as executor:
+            results = grade_many(
+                to_grade,
+                limits,
+                progress=not args.quiet and len(rows) > 1,
+                seed=seed,
+                unsafe_no_isolation=args.unsafe_no_isolation,
+                isolator=isolator,
+                on_tamper=args.on_tamper,
+                executor=executor,
+                min_isolation=args.min_isolation,
+            )
+    except ClusterError as exc:  # nothing graded: --dask names no cluster that can grade this run
+        print(f"error: {exc}", file=sys.stderr)
+        fail_json(f"Could not grade: {exc}")
+        return 3 if exc.isolation else 2
     finally:
         isolator.close()
     results, failed = _as_graded(args, rows, to_grade, earlier, seed_file, key, results, written)

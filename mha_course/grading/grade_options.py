@@ -152,6 +152,14 @@ def parser() -> argparse.ArgumentParser:
     )
     options.add_argument("--workers", type=int, default=2, help="submissions graded in parallel (default 2)")
     options.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="grade each submission as a task on a Dask cluster: its scheduler's address (tcp://HOST:8786), or "
+        "local:N for N worker processes here; every worker holds the same course and bubblewrap and sees the "
+        "class folder at the same path (docs/INSTRUCTORS.md); --workers is then the workers' own (dask worker "
+        "--nthreads). Outputs are those of grading here",
+    )
+    options.add_argument(
         "--case-timeout",
         type=float,
         default=Limits.case_timeout,

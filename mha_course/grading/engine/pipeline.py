@@ -17,10 +17,10 @@ For one submission (:func:`grade_notebook`)::
         a hang, a crash or too much memory costs that case only: the next case gets a fresh sandbox
         (after ``max_crashes`` in one exercise, its other cases are not run)
 
-:func:`grade_many` grades a list of notebooks with a pool of worker threads (each drives one
-submission process at a time) and a progress bar. Grading never raises for a bad submission:
-every failure becomes a failed test with a message, and :class:`SubmissionResult` is always
-returned (``error`` set when the notebook could not be graded at all).
+:func:`grade_many` grades a list of notebooks with an executor (:mod:`.executors`: worker threads, or
+a Dask cluster's workers) and a progress bar. Grading never raises for a bad submission: every failure
+becomes a failed test with a message, and :class:`SubmissionResult` is always returned (``error`` set
+when the notebook could not be graded at all).
 
 This module is the orchestration; one notebook's run of its cases is :mod:`.notebook_run`'s, the
 sandboxes, the socket and the watchdog :mod:`.process`'s, the result types :mod:`.verdicts`'
@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +44,22 @@ from ..classroom.seeds import student_seed
 from ..static import similarity
 from ..static.scan import ScanReport, scan
 from . import notebook, registry
+from .executors import Executor, ThreadExecutor
 from .notebook_run import Job, NotebookRun, result_row
 from .process import Isolator
 from .verdicts import CASES_SEE, MAX_FLAGS, ON_TAMPER, Limits, ReviewFlag, Status, SubmissionResult, TestResult
 
-__all__ = ["Isolator", "Limits", "SubmissionResult", "TestResult", "grade_many", "grade_notebook", "new_seed"]
+__all__ = [
+    "Batch",
+    "Isolator",
+    "Limits",
+    "SubmissionResult",
+    "TestResult",
+    "grade_item",
+    "grade_many",
+    "grade_notebook",
+    "new_seed",
+]
 
 
 def _static_verdicts(report: ScanReport, assignment: Any) -> tuple[list[ReviewFlag], dict[str, str], list[str]]:
@@ -208,6 +220,92 @@ def _grade_into(
         result.notes.append(f"cell {index + 1} raised {error}")
 
 
+@dataclass(frozen=True)
+class Batch:
+    """What every submission of one :func:`grade_many` run shares; sent with each task to a remote worker.
+
+    ``deadline``: the wall-clock time (``time.time()``, comparable across machines) after which a
+    submission is reported as not graded. ``unsafe_no_isolation`` and ``min_isolation``: how a worker
+    that holds no isolator of this run builds its own (:func:`.executors.worker_isolator`).
+    """
+
+    limits: Limits
+    seed: int | None
+    on_tamper: str = "review"
+    deadline: float = float("inf")
+    unsafe_no_isolation: bool = False
+    min_isolation: str = "B"
+
+
+def grade_item(item: str | Path | Submission, batch: Batch, isolator: Isolator | None = None) -> SubmissionResult:
+    """Grade one row of a batch (a notebook path or a :class:`Submission`): the unit an executor runs.
+
+    ``isolator``: the run's, when the executor runs in the grader's process; None on a remote worker,
+    which uses its own (:func:`.executors.worker_isolator`). Never raises for a bad submission.
+    """
+    if isolator is None:
+        from .executors import worker_isolator
+
+        isolator = worker_isolator(batch.unsafe_no_isolation, batch.min_isolation)
+    sub, path = _row(item)
+    try:
+        r = _grade_one(sub, path, batch, isolator)
+    except Exception as exc:  # whatever one submission holds, the others are graded
+        error = f"the grader failed on this submission ({type(exc).__name__}: {exc})"
+        r = SubmissionResult(path=str(path), seed=batch.seed, isolation=_walls(isolator, batch.limits), error=error)
+    return _finish(r, sub, batch)
+
+
+def failed_item(item: str | Path | Submission, batch: Batch, isolator: Isolator, error: str) -> SubmissionResult:
+    """The row of a submission the grader itself failed on (``error`` says how), as :func:`grade_item` returns it."""
+    sub, path = _row(item)
+    r = SubmissionResult(path=str(path), seed=batch.seed, isolation=_walls(isolator, batch.limits), error=error)
+    return _finish(r, sub, batch)
+
+
+def _row(item: str | Path | Submission) -> tuple[Submission | None, str | Path]:
+    """(the row, if a :class:`Submission`; the path its result names)."""
+    if isinstance(item, Submission):
+        return item, item.path or item.key
+    return None, item
+
+
+def _finish(r: SubmissionResult, sub: Submission | None, batch: Batch) -> SubmissionResult:
+    r.on_tamper = batch.on_tamper
+    if sub is not None:
+        r.key, r.student = sub.key, sub.student
+        r.student_id, r.student_name = sub.student_id, sub.student_name
+        r.notes[:0] = sub.notes
+        if r.assignment is None:
+            r.assignment = sub.assignment
+    clean_result(r)
+    return r
+
+
+def _grade_one(sub: Submission | None, path: str | Path, batch: Batch, isolator: Isolator) -> SubmissionResult:
+    seed, limits = batch.seed, batch.limits
+    if sub is not None and sub.problem:
+        r = SubmissionResult(
+            path=str(path), seed=seed, isolation=_walls(isolator, limits), assignment=sub.assignment, error=sub.problem
+        )
+        with contextlib.suppress(KeyError):  # the row still shows what it was out of
+            r.max_points = float(registry.get_assignment(sub.assignment or "").max_points)
+    elif time.time() > batch.deadline:
+        r = SubmissionResult(
+            path=str(path),
+            seed=seed,
+            isolation=_walls(isolator, limits),
+            error=(f"not graded: the batch's time limit ({limits.batch_timeout:g} s) ran out first"),
+        )
+    else:
+        own_seed = seed if sub is None or seed is None else student_seed(seed, sub.student_id or sub.student)
+        r = grade_notebook(
+            path, limits, isolator, own_seed, grade_as=sub.grade_as if sub else None, on_tamper=batch.on_tamper
+        )
+        r.seed = seed
+    return r
+
+
 def grade_many(
     paths: Iterable[str | Path | Submission],
     limits: Limits | None = None,
@@ -217,6 +315,8 @@ def grade_many(
     unsafe_no_isolation: bool = False,
     isolator: Isolator | None = None,
     on_tamper: str = "review",
+    executor: Executor | None = None,
+    min_isolation: str = "B",
 ) -> list[SubmissionResult]:
     """Grade many notebooks with ``workers`` threads (each drives one sandbox at a time) and a progress bar.
 
@@ -228,76 +328,24 @@ def grade_many(
     and the student (roster id, else folder), recorded as the result's ``input_seed``. Raises
     :class:`~mha_course.grading.walls.tier_a.IsolationError` before grading anything when bubblewrap cannot run here and
     ``unsafe_no_isolation`` is False. ``on_tamper`` as in :func:`grade_notebook` (every result records it).
+    ``executor`` runs each row's :func:`grade_item` (default: :class:`.executors.ThreadExecutor` of ``workers``
+    threads; :class:`.dask_executor.DaskExecutor` on a Dask cluster, whose workers build their isolator as
+    ``Isolator(unsafe_no_isolation, min_isolation)``). The results are in the order of ``paths``.
     """
     _check_policy(on_tamper)
-    from concurrent.futures import ThreadPoolExecutor
-
     from tqdm import tqdm
 
     paths = list(paths)
     limits = limits or Limits()
     seed = new_seed() if seed == -1 else seed
-    deadline = time.monotonic() + limits.batch_timeout if limits.batch_timeout else float("inf")
+    deadline = time.time() + limits.batch_timeout if limits.batch_timeout else float("inf")
+    batch = Batch(limits, seed, on_tamper, deadline, unsafe_no_isolation, min_isolation)
+    executor = executor or ThreadExecutor(workers)
     own = isolator is None
-    isolator = isolator or Isolator(unsafe_no_isolation)
+    isolator = isolator or Isolator(unsafe_no_isolation, min_isolation)
     try:
-        with (
-            ThreadPoolExecutor(max_workers=max(1, workers)) as pool,
-            tqdm(total=len(paths), desc="grading", unit="nb", disable=not progress) as bar,
-        ):
-
-            def one(item):
-                sub = item if isinstance(item, Submission) else None
-                path = (sub.path or sub.key) if sub else item
-                try:
-                    r = grade_one(sub, path)
-                except Exception as exc:  # whatever one submission holds, the others are graded
-                    r = SubmissionResult(
-                        path=str(path),
-                        seed=seed,
-                        isolation=_walls(isolator, limits),
-                        error=f"the grader failed on this submission ({type(exc).__name__}: {exc})",
-                    )
-                r.on_tamper = on_tamper
-                if sub is not None:
-                    r.key, r.student = sub.key, sub.student
-                    r.student_id, r.student_name = sub.student_id, sub.student_name
-                    r.notes[:0] = sub.notes
-                    if r.assignment is None:
-                        r.assignment = sub.assignment
-                clean_result(r)
-                bar.update(1)
-                return r
-
-            def grade_one(sub, path):
-                if sub is not None and sub.problem:
-                    r = SubmissionResult(
-                        path=str(path),
-                        seed=seed,
-                        isolation=_walls(isolator, limits),
-                        assignment=sub.assignment,
-                        error=sub.problem,
-                    )
-                    with contextlib.suppress(KeyError):  # the row still shows what it was out of
-                        r.max_points = float(registry.get_assignment(sub.assignment or "").max_points)
-                elif time.monotonic() > deadline:
-                    r = SubmissionResult(
-                        path=str(path),
-                        seed=seed,
-                        isolation=_walls(isolator, limits),
-                        error=(f"not graded: the batch's time limit ({limits.batch_timeout:g} s) ran out first"),
-                    )
-                else:
-                    own_seed = (
-                        seed if sub is None or seed is None else student_seed(seed, sub.student_id or sub.student)
-                    )
-                    r = grade_notebook(
-                        path, limits, isolator, own_seed, grade_as=sub.grade_as if sub else None, on_tamper=on_tamper
-                    )
-                    r.seed = seed
-                return r
-
-            return list(pool.map(one, paths))
+        with tqdm(total=len(paths), desc="grading", unit="nb", disable=not progress) as bar:
+            return executor.map(grade_item, paths, batch, isolator, lambda: bar.update(1))
     finally:
         if own:
             isolator.close()
