@@ -92,6 +92,18 @@ def library_without_validation() -> dict[str, tuple[str, ...]]:
     from . import fingerprints  # it builds on this module's tokens()
 
     found: dict[str, tuple[str, ...]] = {}
+    for module, node in _library_top_level():
+        if isinstance(node, ast.FunctionDef):
+            stripped = fingerprints.normalised(node)
+            if len(stripped) >= MIN_STRIPPED_TOKENS:
+                found[f"{module}.{node.name}"] = stripped
+    return found
+
+
+def _library_top_level():
+    """(``mha_course.module``, node) for every top-level statement of the library's modules that count as
+    references: the whole package and the assignments' own references (``grading/exercises``), not the
+    rest of ``grading`` (the grader itself)."""
     for path in sorted(_LIBRARY.rglob("*.py")):
         parts = path.relative_to(_LIBRARY).with_suffix("").parts
         if parts[0] == "grading" and parts[:2] != ("grading", "exercises"):
@@ -102,11 +114,7 @@ def library_without_validation() -> dict[str, tuple[str, ...]]:
             continue
         module = ".".join(("mha_course", *parts))
         for node in tree.body:
-            if isinstance(node, ast.FunctionDef):
-                stripped = fingerprints.normalised(node)
-                if len(stripped) >= MIN_STRIPPED_TOKENS:
-                    found[f"{module}.{node.name}"] = stripped
-    return found
+            yield module, node
 
 
 @functools.lru_cache(maxsize=1)
@@ -117,22 +125,13 @@ def library_definitions() -> dict[str, tuple[str, ...]]:
     (``grading/exercises``); the rest of ``grading`` (the grader itself) is not a reference.
     """
     found: dict[str, tuple[str, ...]] = {}
-    for path in sorted(_LIBRARY.rglob("*.py")):
-        parts = path.relative_to(_LIBRARY).with_suffix("").parts
-        if parts[0] == "grading" and parts[:2] != ("grading", "exercises"):
-            continue
-        try:
-            tree = parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, OSError, UnicodeDecodeError):
-            continue
-        module = ".".join(("mha_course", *parts))
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef | ast.ClassDef):
-                found[f"{module}.{node.name}"] = tokens(node)
-            if isinstance(node, ast.ClassDef):
-                for item in node.body:
-                    if isinstance(item, ast.FunctionDef):
-                        found[f"{module}.{node.name}.{item.name}"] = tokens(item)
+    for module, node in _library_top_level():
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            found[f"{module}.{node.name}"] = tokens(node)
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef):
+                    found[f"{module}.{node.name}.{item.name}"] = tokens(item)
     return found
 
 
