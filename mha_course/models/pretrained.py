@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from ..inference.alibi import use_alibi
+from ..inference.gated_attention import GatedMultiHeadAttention
 from .model import TinyTransformer
 from .tasks import Task, TaskData, get_task
 from .train import HELD_OUT_SEED_OFFSET, TrainResult, train
@@ -204,6 +205,37 @@ for _kind in ("learned", "rotary", "alibi"):
                     lambda: get_task("recent_digit", length=16),
                     f"chapter 16: causal, {_kind} positions, E = 32, 4 heads, 2 layers, room for 65 positions; "
                     "the recent-digit task of 16 tokens, up to 400 steps (stops at 0.99)"))  # fmt: skip
+
+
+def _gated_model(gated: bool) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        task = get_task("recent_digit", length=16)
+        torch.manual_seed(0)
+        model = TinyTransformer(task.vocab_size, EXTRAPOLATION_MAX_LEN, embed_dim=32, num_heads=4, num_layers=2,
+                                positions="learned", causal=True)  # fmt: skip
+        if gated:  # the same weights, plus each layer's output gate (drawn after them, from the same seed)
+            for block in model.blocks:
+                ungated = block.attn
+                assert isinstance(ungated, nn.Module)  # for the type checker: a submodule, not a tensor
+                gated_attn = GatedMultiHeadAttention(32, 4)
+                gated_attn.load_state_dict(ungated.state_dict(), strict=False)  # all but gate_proj
+                block.attn = gated_attn
+        return model
+
+    return build
+
+
+def _fit_fixed(model: nn.Module) -> TrainResult:
+    task = get_task("recent_digit", length=16)
+    return train(model, task, steps=600, seed=0, target_accuracy=None, eval_every=600, eval_size=500, progress=False)
+
+
+for _gated in (False, True):
+    register(Recipe(f"recent_digit16_gate_{'on' if _gated else 'off'}", _gated_model(_gated), _fit_fixed,
+                    lambda: get_task("recent_digit", length=16),
+                    f"chapter 18: causal, learned positions, E = 32, 4 heads, 2 layers, "
+                    f"{'with' if _gated else 'without'} the output gate of gated attention; the recent-digit "
+                    "task of 16 tokens, 600 steps"))  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
