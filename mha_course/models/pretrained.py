@@ -32,6 +32,7 @@ from torch import nn
 
 from ..inference.alibi import use_alibi
 from ..inference.gated_attention import GatedMultiHeadAttention
+from .hybrid import HybridTransformer
 from .model import TinyTransformer
 from .tasks import Task, TaskData, get_task
 from .train import HELD_OUT_SEED_OFFSET, TrainResult, train
@@ -236,6 +237,34 @@ for _gated in (False, True):
                     f"chapter 18: causal, learned positions, E = 32, 4 heads, 2 layers, "
                     f"{'with' if _gated else 'without'} the output gate of gated attention; the recent-digit "
                     "task of 16 tokens, 600 steps"))  # fmt: skip
+
+
+RECALL_KINDS = {  # chapter 18: two layers of E = 32, 4 heads, on the recall task of 8 pairs
+    "linear": {"full_every": 3, "delta": False},  # two Gated DeltaNet layers without the delta rule
+    "delta": {"full_every": 3},  # two Gated DeltaNet layers
+    "hybrid": {"full_every": 2},  # one Gated DeltaNet layer, then one full attention layer
+}
+
+
+def _recall_model(kind: str) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        task = get_task("recall", num_pairs=8)
+        torch.manual_seed(0)
+        return HybridTransformer(task.vocab_size, task.seq_len, embed_dim=32, num_heads=4, num_layers=2,
+                                 **RECALL_KINDS[kind])  # fmt: skip
+
+    return build
+
+
+def _fit_recall(model: nn.Module) -> TrainResult:
+    task = get_task("recall", num_pairs=8)
+    return train(model, task, steps=600, seed=0, target_accuracy=None, eval_every=600, eval_size=500, progress=False)
+
+
+for _kind in RECALL_KINDS:
+    register(Recipe(f"recall8_{_kind}", _recall_model(_kind), _fit_recall, lambda: get_task("recall", num_pairs=8),
+                    f"chapter 18: causal HybridTransformer, E = 32, 4 heads, 2 layers ({_kind}); the recall task "
+                    "of 8 pairs, 600 steps"))  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
