@@ -239,10 +239,10 @@ for _gated in (False, True):
                     "task of 16 tokens, 600 steps"))  # fmt: skip
 
 
-RECALL_KINDS = {  # chapter 18: two layers of E = 32, 4 heads, on the recall task of 8 pairs
-    "linear": {"full_every": 3, "delta": False},  # two Gated DeltaNet layers without the delta rule
-    "delta": {"full_every": 3},  # two Gated DeltaNet layers
-    "hybrid": {"full_every": 2},  # one Gated DeltaNet layer, then one full attention layer
+RECALL_KINDS: dict[str, tuple[int, bool]] = {  # chapter 18: (full_every, delta) of two layers, E = 32, 4 heads
+    "linear": (3, False),  # two Gated DeltaNet layers without the delta rule (gated linear attention)
+    "delta": (3, True),  # two Gated DeltaNet layers
+    "hybrid": (2, True),  # one Gated DeltaNet layer, then one full attention layer
 }
 
 
@@ -251,7 +251,7 @@ def _recall_model(kind: str) -> Callable[[], nn.Module]:
         task = get_task("recall", num_pairs=8)
         torch.manual_seed(0)
         return HybridTransformer(task.vocab_size, task.seq_len, embed_dim=32, num_heads=4, num_layers=2,
-                                 **RECALL_KINDS[kind])  # fmt: skip
+                                 full_every=RECALL_KINDS[kind][0], delta=RECALL_KINDS[kind][1])  # fmt: skip
 
     return build
 
