@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..core.mha import MultiHeadAttention
 from ..inference.alibi import use_alibi
 from ..inference.gated_attention import GatedMultiHeadAttention
 from .hybrid import HybridTransformer
@@ -237,6 +238,31 @@ for _gated in (False, True):
                     f"chapter 18: causal, learned positions, E = 32, 4 heads, 2 layers, "
                     f"{'with' if _gated else 'without'} the output gate of gated attention; the recent-digit "
                     "task of 16 tokens, 600 steps"))  # fmt: skip
+
+
+def _nope_model(interleaved: bool) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        task = get_task("recent_digit", length=16)
+        torch.manual_seed(0)
+        model = TinyTransformer(task.vocab_size, EXTRAPOLATION_MAX_LEN, embed_dim=32, num_heads=4, num_layers=2,
+                                positions="rotary" if interleaved else "none", causal=True)  # fmt: skip
+        if interleaved:  # Llama 4's pattern at two layers: rotary first, then a layer without positions (NoPE)
+            rotary = model.blocks[1].attn
+            assert isinstance(rotary, nn.Module)  # for the type checker: a submodule, not a tensor
+            nope = MultiHeadAttention(32, 4)
+            nope.load_state_dict(rotary.state_dict())
+            model.blocks[1].attn = nope
+        return model
+
+    return build
+
+
+for _interleaved in (False, True):
+    register(Recipe(f"recent_digit16_{'irope' if _interleaved else 'nope'}", _nope_model(_interleaved), _fit_short,
+                    lambda: get_task("recent_digit", length=16),
+                    "chapter 18: causal, E = 32, 4 heads, 2 layers, room for 65 positions, "
+                    f"{'rotary then NoPE (interleaved)' if _interleaved else 'no positions in either layer (NoPE)'}; "
+                    "the recent-digit task of 16 tokens, up to 400 steps (stops at 0.99)"))  # fmt: skip
 
 
 RECALL_KINDS: dict[str, tuple[int, bool]] = {  # chapter 18: (full_every, delta) of two layers, E = 32, 4 heads
