@@ -30,7 +30,10 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..core.mha import MultiHeadAttention
 from ..inference.alibi import use_alibi
+from ..inference.gated_attention import GatedMultiHeadAttention
+from .hybrid import HybridTransformer
 from .model import TinyTransformer
 from .tasks import Task, TaskData, get_task
 from .train import HELD_OUT_SEED_OFFSET, TrainResult, train
@@ -211,6 +214,90 @@ for _kind in ("learned", "rotary", "alibi"):
                     lambda: get_task("recent_digit", length=16),
                     f"chapter 16: causal, {_kind} positions, E = 32, 4 heads, 2 layers, room for 65 positions; "
                     f"the recent-digit task of 16 tokens, up to {SHORT_MAX_STEPS} steps (stops at {SHORT_TARGET_ACCURACY})"))  # fmt: skip
+
+
+def _gated_model(gated: bool) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        task = get_task("recent_digit", length=16)
+        torch.manual_seed(0)
+        model = TinyTransformer(task.vocab_size, EXTRAPOLATION_MAX_LEN, embed_dim=32, num_heads=4, num_layers=2,
+                                positions="learned", causal=True)  # fmt: skip
+        if gated:  # the same weights, plus each layer's output gate (drawn after them, from the same seed)
+            for block in model.blocks:
+                ungated = block.attn
+                assert isinstance(ungated, nn.Module)  # for the type checker: a submodule, not a tensor
+                gated_attn = GatedMultiHeadAttention(32, 4)
+                gated_attn.load_state_dict(ungated.state_dict(), strict=False)  # all but gate_proj
+                block.attn = gated_attn
+        return model
+
+    return build
+
+
+def _fit_fixed(model: nn.Module) -> TrainResult:
+    task = get_task("recent_digit", length=16)
+    return train(model, task, steps=600, seed=0, target_accuracy=None, eval_every=600, eval_size=500, progress=False)
+
+
+for _gated in (False, True):
+    register(Recipe(f"recent_digit16_gate_{'on' if _gated else 'off'}", _gated_model(_gated), _fit_fixed,
+                    lambda: get_task("recent_digit", length=16),
+                    f"chapter 18: causal, learned positions, E = 32, 4 heads, 2 layers, "
+                    f"{'with' if _gated else 'without'} the output gate of gated attention; the recent-digit "
+                    "task of 16 tokens, 600 steps"))  # fmt: skip
+
+
+def _nope_model(interleaved: bool) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        task = get_task("recent_digit", length=16)
+        torch.manual_seed(0)
+        model = TinyTransformer(task.vocab_size, EXTRAPOLATION_MAX_LEN, embed_dim=32, num_heads=4, num_layers=2,
+                                positions="rotary" if interleaved else "none", causal=True)  # fmt: skip
+        if interleaved:  # Llama 4's pattern at two layers: rotary first, then a layer without positions (NoPE)
+            rotary = model.blocks[1].attn
+            assert isinstance(rotary, nn.Module)  # for the type checker: a submodule, not a tensor
+            nope = MultiHeadAttention(32, 4)
+            nope.load_state_dict(rotary.state_dict())
+            model.blocks[1].attn = nope
+        return model
+
+    return build
+
+
+for _interleaved in (False, True):
+    register(Recipe(f"recent_digit16_{'irope' if _interleaved else 'nope'}", _nope_model(_interleaved), _fit_short,
+                    lambda: get_task("recent_digit", length=16),
+                    "chapter 18: causal, E = 32, 4 heads, 2 layers, room for 65 positions, "
+                    f"{'rotary then NoPE (interleaved)' if _interleaved else 'no positions in either layer (NoPE)'}; "
+                    "the recent-digit task of 16 tokens, up to 400 steps (stops at 0.99)"))  # fmt: skip
+
+
+RECALL_KINDS: dict[str, tuple[int, bool]] = {  # chapter 18: (full_every, delta) of two layers, E = 32, 4 heads
+    "linear": (3, False),  # two Gated DeltaNet layers without the delta rule (gated linear attention)
+    "delta": (3, True),  # two Gated DeltaNet layers
+    "hybrid": (2, True),  # one Gated DeltaNet layer, then one full attention layer
+}
+
+
+def _recall_model(kind: str) -> Callable[[], nn.Module]:
+    def build() -> nn.Module:
+        task = get_task("recall", num_pairs=8)
+        torch.manual_seed(0)
+        return HybridTransformer(task.vocab_size, task.seq_len, embed_dim=32, num_heads=4, num_layers=2,
+                                 full_every=RECALL_KINDS[kind][0], delta=RECALL_KINDS[kind][1])  # fmt: skip
+
+    return build
+
+
+def _fit_recall(model: nn.Module) -> TrainResult:
+    task = get_task("recall", num_pairs=8)
+    return train(model, task, steps=600, seed=0, target_accuracy=None, eval_every=600, eval_size=500, progress=False)
+
+
+for _kind in RECALL_KINDS:
+    register(Recipe(f"recall8_{_kind}", _recall_model(_kind), _fit_recall, lambda: get_task("recall", num_pairs=8),
+                    f"chapter 18: causal HybridTransformer, E = 32, 4 heads, 2 layers ({_kind}); the recall task "
+                    "of 8 pairs, 600 steps"))  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,6 +18,8 @@ Tasks (``get_task(name)``):
 * ``recent_digit`` (causal, any length): ``<s> a 7 c d e 2`` -> ``. - 7 7 7 - 2``: each token
   answers the most recent digit among the last 3 tokens, or ``-``; a rule about *recent* tokens
   only, so it holds at every length (chapter 16 trains short and tests long).
+* ``recall`` (causal): ``a 3 f 7 c 1 | f c a`` -> the query keys answer ``7 1 3``: each stored pair may be
+  asked for, found by content (chapter 18 sets fixed-size linear-attention states against full attention).
 * ``translate`` (encoder-decoder): ``c a f b`` -> ``B F A C`` (reverse and capitalise, variable
   length, padded): the decoder must find, through cross-attention, the source word it translates.
 """
@@ -350,6 +352,48 @@ class RecentDigitTask(Task):
         return TaskData(inputs, targets, source_pos)
 
 
+class AssociativeRecallTask(Task):
+    """Causal associative recall: ``k1 v1 k2 v2 .. kn vn | q1 .. qn``, each query key answers its value.
+
+    The first half stores n pairs (n different key letters, each followed by a value digit); after ``|``
+    the same n keys come back in a shuffled order, and each must be answered with the digit stored
+    after it. The answer is found by *content* (the matching key), wherever it sits, and every stored
+    pair may be asked for: the task measures how many associations a layer can hold and recall, which is
+    where a fixed-size linear-attention state and a full KV cache differ (chapter 18). ``source_pos``
+    points at the stored value. Only the query positions are scored.
+    """
+
+    name = "recall"
+
+    def __init__(self, num_pairs: int = 8, num_keys: int = 16, num_values: int = 10):
+        super().__init__()
+        if not 1 <= num_pairs <= num_keys <= 26 or not 2 <= num_values <= 10:
+            raise ValueError(
+                "need 1 <= num_pairs <= num_keys <= 26 and 2 <= num_values <= 10, "
+                f"got {num_pairs}, {num_keys}, {num_values}"
+            )
+        self.num_pairs, self.num_keys, self.num_values = num_pairs, num_keys, num_values
+        self.vocab = [chr(ord("a") + k) for k in range(num_keys)] + [str(v) for v in range(num_values)] + ["|"]
+        self.sep = num_keys + num_values
+        self.relation_names = ("value of the key",)
+        self.seq_len = 3 * num_pairs + 1
+        self.description = f"causal: {num_pairs} key-value pairs, then each key again: answer its value"
+
+    def _sample(self, n, generator):
+        P, K = self.num_pairs, self.num_keys
+        keys = torch.rand(n, K, generator=generator).argsort(dim=1)[:, :P]  # (N, P): P different letters
+        values = self.num_keys + torch.randint(self.num_values, (n, P), generator=generator)  # (N, P) ids
+        stored = torch.stack([keys, values], dim=-1).reshape(n, 2 * P)  # (N, 2P): k1 v1 k2 v2 ...
+        order = torch.rand(n, P, generator=generator).argsort(dim=1)  # (N, P): which pair each query asks
+        queries = torch.gather(keys, 1, order)  # (N, P)
+        inputs = torch.cat([stored, torch.full((n, 1), self.sep), queries], dim=1)  # (N, T = 3P + 1)
+        answers = torch.gather(values, 1, order)  # (N, P)
+        targets = torch.cat([torch.full((n, 2 * P + 1), IGNORE), answers], dim=1)  # (N, T)
+        where = 2 * order + 1  # (N, P): position of the asked pair's value
+        source_pos = torch.cat([torch.full((n, 2 * P + 1), -1), where], dim=1)[..., None]  # (N, T, 1)
+        return TaskData(inputs, targets, source_pos)
+
+
 TASKS = {
     "reverse": lambda **kw: SequenceTask("reverse", **kw),
     "copy": lambda **kw: SequenceTask("copy", **kw),
@@ -358,6 +402,7 @@ TASKS = {
     "grammar": GrammarTask,
     "translate": TranslateTask,
     "recent_digit": RecentDigitTask,
+    "recall": AssociativeRecallTask,
 }
 
 

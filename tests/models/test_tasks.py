@@ -23,7 +23,7 @@ def test_same_seed_same_data_and_shapes(name):
     assert torch.equal(has_relation, scored)
 
 
-@pytest.mark.parametrize("name", ["copy", "reverse", "sort", "grammar"])
+@pytest.mark.parametrize("name", ["copy", "reverse", "sort", "grammar", "recall"])
 def test_targets_are_copies_of_source_positions(name):
     task = get_task(name)
     data = task.sample(200, 0)
@@ -119,3 +119,18 @@ def test_recent_digit_answers_the_latest_digit_of_the_last_three_tokens_at_any_l
                 recent = [w for w in words[max(1, t - 2) : t + 1] if w.isdigit()]
                 assert task.vocab[data.targets[b, t]] == (recent[-1] if recent else "-")
                 assert data.inputs[b, data.source_pos[b, t, 0]] == (data.targets[b, t] if recent else task.bos)
+
+
+def test_recall_asks_every_stored_key_once_and_answers_the_value_stored_after_it():
+    task = get_task("recall", num_pairs=5, num_keys=7)
+    data = task.sample(50, 4)
+    assert task.seq_len == 16 and data.inputs.shape == (50, 16)
+    for b in range(len(data)):
+        words = task.decode(data.inputs[b])
+        stored = dict(zip(words[0:10:2], words[1:10:2], strict=True))
+        assert len(stored) == 5 and words[10] == "|"  # five different keys, then the separator
+        assert sorted(words[11:]) == sorted(stored)  # every stored key is asked once
+        assert all(task.vocab[data.targets[b, t]] == stored[words[t]] for t in range(11, 16))
+        assert (data.targets[b, :11] == IGNORE).all()
+    with pytest.raises(ValueError):
+        get_task("recall", num_pairs=9, num_keys=8)  # more pairs than different keys
