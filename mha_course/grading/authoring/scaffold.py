@@ -144,7 +144,7 @@ def _solution(key: str, name: str, number: str, title: str) -> dict:
         _cell("code", "import numpy as np\n\nfrom mha_course import check", f"{key}-01"),
         _cell(
             "markdown",
-            f"## 1. Subtract each row's maximum (5 points)\n\nWrite `{name}(scores)` for scores of "
+            f"## 1. Subtract each row's maximum (5 points: 4 checked here, 1 by hidden tests when graded)\n\nWrite `{name}(scores)` for scores of "
             "shape (..., T, S): subtract from every row its own maximum (keep the dimensions, so "
             "that it broadcasts).",
             f"{key}-02",
