@@ -1,4 +1,4 @@
-"""Assignment 17 (chapter 18): four pieces of the attention in 2026's open models.
+"""Assignment 17 (chapter 18): four pieces of the attention in 2025's open models.
 
     gated_attention(q, k, v, gate_logits, mask) -> (B, H, T, Dv): softmax(q k^T / sqrt(D)) v, then times
                                                    sigmoid(gate_logits), elementwise (Qwen3-Next's output gate)
