@@ -63,8 +63,7 @@ from .classroom.roster import Roster, read_roster, write_grade_columns
 from .classroom.safe_text import clean
 from .classroom.seeds import choose_seed, class_identity, class_key, path_key, record_seed
 from .engine import notebook, registry
-from .engine.dask_executor import ClusterError, parse_address
-from .engine.executors import executor_for
+from .engine.dask_executor import ClusterError, executor_for, parse_address
 from .engine.pipeline import MAX_CODE_BYTES, grade_many, new_seed
 from .engine.process import Isolator
 from .engine.verdicts import CASES_SEE, Limits, SubmissionResult

@@ -52,7 +52,7 @@ def test_a_bad_address_stops_the_run_before_grading(tmp_path, capsys):
 
 
 def test_without_dask_the_batch_runs_on_threads_in_order():
-    with executors.executor_for(None, 3) as executor:
+    with dask_executor.executor_for(None, 3) as executor:
         assert isinstance(executor, executors.ThreadExecutor) and executor.workers == 3
         done = []
         got = executor.map(lambda item, batch, iso: (item, batch, iso), range(7), "b", "iso", lambda: done.append(1))

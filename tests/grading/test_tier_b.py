@@ -486,10 +486,18 @@ def batch(tmp_path_factory):
 
 
 def _uid(pid: int) -> int:
+    """The real uid of a live process ``pid``; -1 for one that is gone or a zombie.
+
+    A zombie has exited: it runs nothing and holds no memory, only its pid until its parent (init,
+    once the grader's sandbox is gone) reaps it, as ``tier_b.uid_pids`` counts processes too.
+    """
     try:
         with open(f"/proc/{pid}/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("Uid:"))
-    except (OSError, StopIteration, ValueError):
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        if fields["State"].split()[0] in ("Z", "X"):
+            return -1
+        return int(fields["Uid"].split()[0])
+    except (OSError, KeyError, IndexError, ValueError):
         return -1
 
 

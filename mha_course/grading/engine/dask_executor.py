@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .executors import GradeItem, close_worker_isolators, worker_isolator
+from .executors import Executor, GradeItem, ThreadExecutor, close_worker_isolators, worker_isolator
 
 if TYPE_CHECKING:
     from .pipeline import Batch
@@ -185,3 +185,10 @@ def _version() -> str:
     import mha_course
 
     return mha_course.__version__
+
+
+def executor_for(dask: str | None, workers: int) -> contextlib.AbstractContextManager[Executor]:
+    """The executor of ``grade --dask ADDRESS`` (a :class:`DaskExecutor`), else of ``--workers N`` threads."""
+    if dask:
+        return DaskExecutor(dask)
+    return contextlib.nullcontext(ThreadExecutor(workers))

@@ -14,7 +14,6 @@ with the run's isolation settings, and keeps it for the next submissions.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -57,15 +56,6 @@ class ThreadExecutor:
 
         with ThreadPoolExecutor(max_workers=self.workers) as pool:
             return list(pool.map(one, items))
-
-
-def executor_for(dask: str | None, workers: int) -> contextlib.AbstractContextManager[Executor]:
-    """The executor of ``grade --dask ADDRESS`` (a :class:`.dask_executor.DaskExecutor`), else of ``--workers N`` threads."""
-    if dask:
-        from .dask_executor import DaskExecutor
-
-        return DaskExecutor(dask)
-    return contextlib.nullcontext(ThreadExecutor(workers))
 
 
 _isolators: dict[tuple[bool, str], Isolator] = {}
