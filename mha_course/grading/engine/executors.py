@@ -20,19 +20,18 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .pipeline import Batch
     from .process import Isolator
     from .verdicts import SubmissionResult
 
 #: What an executor runs per row: ``grade(item, batch, isolator)``, :func:`.pipeline.grade_item`.
-GradeItem = Callable[[Any, "Batch", "Isolator | None"], "SubmissionResult"]
+GradeItem = Callable[[Any, Any, "Isolator | None"], "SubmissionResult"]  # (item, the pipeline's Batch, isolator)
 
 
 class Executor(Protocol):
     """Runs ``grade`` on every item of a batch and returns the results in the items' order."""
 
     def map(
-        self, grade: GradeItem, items: Sequence[Any], batch: Batch, isolator: Isolator, done: Callable[[], None]
+        self, grade: GradeItem, items: Sequence[Any], batch: Any, isolator: Isolator, done: Callable[[], None]
     ) -> list[SubmissionResult]:
         """``isolator``: the grader's own (its walls name a row the executor itself failed on); ``done()`` after each row."""
         ...
@@ -47,7 +46,7 @@ class ThreadExecutor:
         self.workers = max(1, workers)
 
     def map(
-        self, grade: GradeItem, items: Sequence[Any], batch: Batch, isolator: Isolator, done: Callable[[], None]
+        self, grade: GradeItem, items: Sequence[Any], batch: Any, isolator: Isolator, done: Callable[[], None]
     ) -> list[SubmissionResult]:
         def one(item: Any) -> SubmissionResult:
             result = grade(item, batch, isolator)

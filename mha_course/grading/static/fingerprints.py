@@ -24,8 +24,8 @@ import copy
 import hashlib
 from collections.abc import Iterable
 
+from .code_tokens import tokens
 from .scan import parse
-from .similarity import tokens
 
 K = 8  # tokens per k-gram: about one short statement (``m = x.max(axis=a, keepdims=True)`` is 15)
 WINDOW = 4  # hashes per winnowing window: a match of K + WINDOW - 1 tokens is always seen
