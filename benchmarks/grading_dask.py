@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from mha_course.grading.engine.dask_executor import DaskExecutor
-from mha_course.grading.engine.executors import ThreadExecutor
-from mha_course.grading.engine.pipeline import grade_many
+from mha_course.grading.classroom.batch import grade_many
+from mha_course.grading.classroom.dask_executor import DaskExecutor
+from mha_course.grading.classroom.executors import ThreadExecutor
 from mha_course.grading.engine.process import Isolator
 
 ROOT = Path(__file__).resolve().parent.parent

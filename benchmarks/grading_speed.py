@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mha_course.grading.engine.pipeline import grade_many
+from mha_course.grading.classroom.batch import grade_many
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -41,8 +41,10 @@ from pathlib import Path
 
 from . import grade_options
 from .classroom import bookkeeping, kept, late_days, manual, submitted_at
+from .classroom.batch import grade_many
 from .classroom.bookkeeping import apply_policy, grade_column, identify, picker
 from .classroom.collect import collect, one_per_student
+from .classroom.dask_executor import ClusterError, executor_for, parse_address
 from .classroom.feedback import feedback_markdown
 from .classroom.feedback import summary as feedback_summary
 from .classroom.picks import read_picks
@@ -60,14 +62,13 @@ from .classroom.results import (
 )
 from .classroom.review_flags import policy_line
 from .classroom.roster import Roster, read_roster, write_grade_columns
-from .classroom.safe_text import clean
 from .classroom.seeds import choose_seed, class_identity, class_key, path_key, record_seed
 from .engine import notebook, registry
-from .engine.dask_executor import ClusterError, executor_for, parse_address
-from .engine.pipeline import MAX_CODE_BYTES, grade_many, new_seed
+from .engine.pipeline import MAX_CODE_BYTES, new_seed
 from .engine.process import Isolator
-from .engine.verdicts import CASES_SEE, Limits, SubmissionResult
 from .hidden_argv import hide_command_line, taken
+from .safe_text import clean
+from .verdicts import CASES_SEE, Limits, SubmissionResult
 from .walls.view import IsolationError
 
 

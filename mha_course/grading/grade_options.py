@@ -7,7 +7,7 @@ from pathlib import Path
 
 from .classroom.lms_names import INSTRUCTOR_FOLDERS
 from .classroom.seeds import SEED_FILE
-from .engine.verdicts import ON_TAMPER, Limits
+from .verdicts import ON_TAMPER, Limits
 
 STRICT_HELP = (
     "an exam setting: each test loads only the notebook's definitions (imports, functions, classes, plain "

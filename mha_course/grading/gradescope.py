@@ -154,7 +154,7 @@ def build(
     ``strict_definitions``: each test loads only the notebook's definitions (an exam setting; the grader's
     ``--strict-definitions``)."""
     from .engine import registry
-    from .engine.verdicts import ON_TAMPER
+    from .verdicts import ON_TAMPER
 
     if min_isolation not in ("A", "B", "C"):
         raise ValueError(f"min_isolation must be one of A, B, C, got {min_isolation!r}")

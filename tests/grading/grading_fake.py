@@ -10,8 +10,8 @@ from __future__ import annotations
 import grading_fake_calls as calls
 import numpy as np
 
-from mha_course.grading.engine.spec import Assignment, Case, Exercise
 from mha_course.grading.learner import hints
+from mha_course.grading.spec import Assignment, Case, Exercise
 
 
 def _pair(seed, shape=(3, 4)):

@@ -22,8 +22,8 @@ from mha_course.grading.classroom.collect import Submission
 from mha_course.grading.classroom.roster import read_roster
 from mha_course.grading.classroom.seeds import choose_seed, class_identity, class_key, path_key, record_seed
 from mha_course.grading.engine import registry
-from mha_course.grading.engine.verdicts import ReviewFlag, Status, SubmissionResult
-from mha_course.grading.engine.verdicts import TestResult as Verdict
+from mha_course.grading.verdicts import ReviewFlag, Status, SubmissionResult
+from mha_course.grading.verdicts import TestResult as Verdict
 
 BAD_ADD = "def add_arrays(a, b):\n    return a - b\n"
 BAD_DOUBLE = "def double(x):\n    return x\n"

@@ -14,11 +14,11 @@ import nbformat
 import pytest
 from grading_fake import require_sandbox
 
-from mha_course.grading.engine import dask_executor, executors
-from mha_course.grading.engine.dask_executor import ClusterError, DaskExecutor, course_digest, parse_address
-from mha_course.grading.engine.pipeline import Batch
-from mha_course.grading.engine.verdicts import Limits
+from mha_course.grading.classroom import dask_executor, executors
+from mha_course.grading.classroom.batch import Batch
+from mha_course.grading.classroom.dask_executor import ClusterError, DaskExecutor, course_digest, parse_address
 from mha_course.grading.grade import main
+from mha_course.grading.verdicts import Limits
 
 ROOT = Path(__file__).resolve().parents[2]
 ASSIGNMENT = "a01_dot_products"  # the cheapest to grade: three NumPy functions
@@ -100,7 +100,7 @@ def test_the_course_digest_changes_with_the_code(tmp_path, monkeypatch):
     assert first == course_digest() and len(first) == 64
     package = tmp_path / "mha_course"
     shutil.copytree(ROOT / "mha_course", package, ignore=shutil.ignore_patterns("*.pt", "__pycache__"))
-    fake_module = package / "grading" / "engine" / "dask_executor.py"
+    fake_module = package / "grading" / "classroom" / "dask_executor.py"
     monkeypatch.setattr(dask_executor, "__file__", str(fake_module))
     course_digest.cache_clear()
     try:
@@ -186,8 +186,8 @@ class _Isolator:
 
 
 def test_a_row_the_grader_fails_on_keeps_its_student_and_notes_once(monkeypatch):
+    from mha_course.grading.classroom import batch as pipeline
     from mha_course.grading.classroom.collect import Submission
-    from mha_course.grading.engine import pipeline
 
     def broken(*args):
         raise RuntimeError("the grader's own bug")
@@ -210,7 +210,7 @@ def _dies_on_bob(item, batch, isolator):
     """A grade_item stand-in whose worker process dies on one row (as one killed by the kernel would)."""
     import os
 
-    from mha_course.grading.engine.verdicts import SubmissionResult
+    from mha_course.grading.verdicts import SubmissionResult
 
     if "bob" in str(item):
         os._exit(3)

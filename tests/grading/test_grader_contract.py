@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mha_course.grading import verdicts
 from mha_course.grading.classroom import results
 from mha_course.grading.classroom.feedback import CauseKind, root_causes
-from mha_course.grading.engine import verdicts
-from mha_course.grading.engine.verdicts import STOPPED, Status, SubmissionResult
 from mha_course.grading.inside import messages, wire
 from mha_course.grading.inside import runner as sandbox
 from mha_course.grading.learner import hints
+from mha_course.grading.verdicts import STOPPED, Status, SubmissionResult
 from mha_course.grading.walls import tiers
 from mha_course.grading.walls.tier_a import WallKind
 from mha_course.testing import TOLERANCES

@@ -299,8 +299,8 @@ def test_refuses_without_isolation_unless_told(tmp_path, monkeypatch):
 def test_a_huge_notebook_costs_only_its_own_grade(tmp_path):
     """A 5 MiB cell (the scan would take seconds and gigabytes) is refused before anything parses it; 17 MiB
     more that is not code (saved plots, padding) changes nothing: the limit is on code."""
+    from mha_course.grading.classroom.batch import grade_many
     from mha_course.grading.engine import registry
-    from mha_course.grading.engine.pipeline import grade_many
 
     huge = write_submission(tmp_path / "huge.ipynb", "x = [" + "1," * (5 * 2**19) + "]", GOOD_ADD, GOOD_DOUBLE)
     heavy = tmp_path / "heavy.ipynb"
@@ -317,9 +317,9 @@ def test_a_huge_notebook_costs_only_its_own_grade(tmp_path):
 
 @pytest.mark.slow
 def test_the_batch_time_limit_reports_what_it_did_not_grade(tmp_path):
+    from mha_course.grading.classroom.batch import grade_many
     from mha_course.grading.engine import registry
-    from mha_course.grading.engine.pipeline import grade_many
-    from mha_course.grading.engine.verdicts import Limits
+    from mha_course.grading.verdicts import Limits
 
     subs = [write_submission(tmp_path / f"s{i}.ipynb", GOOD_ADD, GOOD_DOUBLE) for i in range(3)]
     with registry.registered("grading_fake"):

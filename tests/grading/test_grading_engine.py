@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, write_submission
 
+from mha_course.grading.classroom.batch import grade_many
 from mha_course.grading.classroom.results import class_summary, gradebook_rows, gradescope
 from mha_course.grading.engine import notebook, registry
 from mha_course.grading.engine import pipeline as grader
-from mha_course.grading.engine.pipeline import grade_many
-from mha_course.grading.engine.verdicts import Limits
 from mha_course.grading.inside import wire
 from mha_course.grading.learner import selfcheck
+from mha_course.grading.verdicts import Limits
 
 LIMITS = Limits(case_timeout=5, cell_timeout=10, notebook_timeout=30, memory_mb=1024)
 
@@ -338,7 +338,7 @@ def test_cli_writes_json_csv_summary_and_exits_zero(fake, tmp_path):
 
 
 def test_class_summary_never_averages_across_assignments():
-    from mha_course.grading.engine.verdicts import SubmissionResult, TestResult
+    from mha_course.grading.verdicts import SubmissionResult, TestResult
 
     def result(assignment, score, points):
         test = TestResult(
@@ -364,8 +364,8 @@ def test_class_summary_never_averages_across_assignments():
 def test_common_exceptions_become_hints():
     import torch
 
+    from mha_course.grading.engine.error_hints import exception_hint, with_exception_hint
     from mha_course.grading.inside.convert import exception_line
-    from mha_course.grading.learner.error_hints import exception_hint, with_exception_hint
 
     def line(fn):
         try:
@@ -422,8 +422,8 @@ def test_replies_are_unpacked_under_the_ast_lock(monkeypatch):
     from grading_fake import ADD
 
     from mha_course.grading.engine import notebook_run
-    from mha_course.grading.engine.verdicts import Limits
     from mha_course.grading.static import scan
+    from mha_course.grading.verdicts import Limits
 
     class Child:  # answers the case with one array, as a submission process would
         def set_deadline(self, *args):

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from mha_course.grading.engine import notebook, pipeline, registry
-from mha_course.grading.engine.verdicts import Status
+from mha_course.grading.classroom import batch
+from mha_course.grading.engine import notebook, registry
+from mha_course.grading.verdicts import Status
 
 ROOT = Path(__file__).resolve().parents[2]
 HONEST = Path(__file__).resolve().parent / "honest"
@@ -151,7 +152,7 @@ def _disagreements(result, verdicts: dict) -> list[str]:
 @pytest.mark.slow
 def test_the_grader_gives_every_honest_notebook_full_marks_as_check_does(selfcheck, isolator):
     # seed=None: each case on its published inputs only, as check() runs it (the tier B sample adds fresh ones)
-    results = pipeline.grade_many(corpus(), workers=2, progress=False, seed=None, isolator=isolator)
+    results = batch.grade_many(corpus(), workers=2, progress=False, seed=None, isolator=isolator)
     lost = [line for line in map(_lost_by_grader, results) if line]
     disagree = [d for r in results for d in _disagreements(r, selfcheck[Path(r.path).stem])]
     assert not lost and not disagree, "\n".join([f"{len(lost)} of {len(results)} lose marks:", *lost, *disagree])

@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from mha_course.grading.engine.registry import find_exercise
-from mha_course.grading.engine.verdicts import Status
 from mha_course.grading.inside import convert
 from mha_course.grading.learner import hints, selfcheck
+from mha_course.grading.verdicts import Status
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the buggy softmaxes overflow on purpose

@@ -25,8 +25,8 @@ from mha_course.grading.classroom.results import results_file_name
 from mha_course.grading.classroom.roster import read_roster
 from mha_course.grading.classroom.seeds import choose_seed, class_key, record_seed, student_seed
 from mha_course.grading.engine import registry
-from mha_course.grading.engine.verdicts import SubmissionResult
-from mha_course.grading.engine.verdicts import TestResult as Verdict
+from mha_course.grading.verdicts import SubmissionResult
+from mha_course.grading.verdicts import TestResult as Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 BAD_ADD = "def add_arrays(a, b):\n    return a - b\n"
@@ -429,6 +429,7 @@ def test_the_guides_regrade_examples_run_as_written(tmp_path, monkeypatch):
 
 
 def test_each_students_fresh_inputs_come_from_the_class_seed_and_their_identity(monkeypatch, tmp_path):
+    from mha_course.grading.classroom import batch
     from mha_course.grading.classroom.collect import Submission
     from mha_course.grading.classroom.results import gradescope
     from mha_course.grading.engine import pipeline as grader
@@ -444,7 +445,7 @@ def test_each_students_fresh_inputs_come_from_the_class_seed_and_their_identity(
         Submission(key="alice/a.ipynb", student="alice", path=tmp_path / "a.ipynb", student_id="s1"),
         Submission(key="bob/b.ipynb", student="bob", path=tmp_path / "b.ipynb"),
     ]
-    results = grader.grade_many(rows, seed=7, progress=False, workers=1, unsafe_no_isolation=True)
+    results = batch.grade_many(rows, seed=7, progress=False, workers=1, unsafe_no_isolation=True)
     assert salts == {"a.ipynb": student_seed(7, "s1"), "b.ipynb": student_seed(7, "bob")}  # roster id, else folder
     assert [r.seed for r in results] == [7, 7] and [r.input_seed for r in results] == list(salts.values())
     shown = gradescope(results[0])

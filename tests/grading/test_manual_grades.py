@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from grading_fake import require_sandbox
 
+from mha_course.grading import verdicts
 from mha_course.grading.classroom import manual
 from mha_course.grading.classroom.feedback import feedback_markdown, summary
 from mha_course.grading.classroom.results import gradebook_rows, gradescope
-from mha_course.grading.engine import verdicts
-from mha_course.grading.engine.verdicts import Status, SubmissionResult
+from mha_course.grading.verdicts import Status, SubmissionResult
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "a05-debug-mha-09"  # the bug log's grade_id in solutions/a05_debug_mha.ipynb

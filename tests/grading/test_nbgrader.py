@@ -15,7 +15,7 @@ from grading_fake import require_sandbox
 from mha_course.grading.authoring import nbgrader_cells
 from mha_course.grading.engine import notebook
 from mha_course.grading.engine.pipeline import grade_notebook
-from mha_course.grading.engine.verdicts import Limits
+from mha_course.grading.verdicts import Limits
 
 ROOT = Path(__file__).resolve().parents[2]
 NBGRADER_BIN = ROOT / ".venv-nbgrader" / "bin"

@@ -16,8 +16,8 @@ from grading_fake import GOOD_DOUBLE, require_sandbox, write_submission
 
 from mha_course.grading.engine import pipeline as grader
 from mha_course.grading.engine import registry
-from mha_course.grading.engine.verdicts import CASES_SEE, Limits
 from mha_course.grading.inside import broker
+from mha_course.grading.verdicts import CASES_SEE, Limits
 
 LIMITS = Limits(case_timeout=10, cell_timeout=8, notebook_timeout=60, memory_mb=1024)
 STRICT = Limits(case_timeout=10, cell_timeout=8, notebook_timeout=60, memory_mb=1024, strict_definitions=True)
@@ -142,7 +142,7 @@ def test_a_missing_target_names_the_cells_that_raised(tmp_path):
 
 def test_results_json_names_what_each_test_saw(tmp_path):
     from mha_course.grading.classroom.results import gradescope as results_json
-    from mha_course.grading.engine.verdicts import SubmissionResult
+    from mha_course.grading.verdicts import SubmissionResult
 
     strict = SubmissionResult(path="x.ipynb", isolation={"kind": "bubblewrap", "cases_see": CASES_SEE[True]})
     data = results_json(strict)

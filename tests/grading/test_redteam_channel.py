@@ -24,11 +24,12 @@ from pathlib import Path
 import pytest
 from grading_fake import require_sandbox, write_submission
 
+from mha_course.grading import verdicts
 from mha_course.grading.engine import pipeline as grader
-from mha_course.grading.engine import registry, verdicts
+from mha_course.grading.engine import registry
 from mha_course.grading.engine.process import Isolator
-from mha_course.grading.engine.verdicts import Limits
 from mha_course.grading.static.scan import ScanReport
+from mha_course.grading.verdicts import Limits
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = Limits(case_timeout=20, cell_timeout=30, notebook_timeout=90, memory_mb=1024)

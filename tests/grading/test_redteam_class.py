@@ -29,11 +29,11 @@ from grading_fake import require_sandbox
 from mha_course.grading.classroom import feedback
 from mha_course.grading.classroom.class_files import peek_assignment
 from mha_course.grading.classroom.collect import collect, one_per_student
-from mha_course.grading.classroom.safe_text import clean, clean_result, code_span, csv_cell, markdown
 from mha_course.grading.engine import registry
-from mha_course.grading.engine.verdicts import SubmissionResult
-from mha_course.grading.engine.verdicts import TestResult as Verdict
+from mha_course.grading.safe_text import clean, clean_result, code_span, csv_cell, markdown
 from mha_course.grading.static import scan, similarity
+from mha_course.grading.verdicts import SubmissionResult
+from mha_course.grading.verdicts import TestResult as Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 A02 = json.loads((ROOT / "solutions" / "a02_softmax.ipynb").read_text())

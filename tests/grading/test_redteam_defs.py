@@ -25,10 +25,11 @@ from pathlib import Path
 import pytest
 from grading_fake import write_submission
 
+from mha_course.grading import verdicts
 from mha_course.grading.engine import pipeline as grader
-from mha_course.grading.engine import registry, verdicts
+from mha_course.grading.engine import registry
 from mha_course.grading.engine.process import Isolator
-from mha_course.grading.engine.verdicts import Limits
+from mha_course.grading.verdicts import Limits
 
 LIMITS = Limits(case_timeout=20, cell_timeout=30, notebook_timeout=90, memory_mb=1024)
 STRICT = dataclasses.replace(LIMITS, strict_definitions=True)

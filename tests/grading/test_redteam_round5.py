@@ -32,10 +32,10 @@ from pathlib import Path
 
 import pytest
 
+from mha_course.grading import verdicts
 from mha_course.grading.engine import pipeline as grader
-from mha_course.grading.engine import verdicts
 from mha_course.grading.engine.process import Isolator
-from mha_course.grading.engine.verdicts import Limits
+from mha_course.grading.verdicts import Limits
 
 ROOT = Path(__file__).resolve().parents[2]
 LIMITS = Limits(case_timeout=20, cell_timeout=30, notebook_timeout=120, memory_mb=1024)

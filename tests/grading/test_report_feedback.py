@@ -20,13 +20,13 @@ from mha_course.grading.classroom.report import html_report, markdown_report, sc
 from mha_course.grading.classroom.results import write_atomic
 from mha_course.grading.classroom.roster import read_roster, write_grade_columns
 from mha_course.grading.engine import case_inputs, registry
-from mha_course.grading.engine.verdicts import SubmissionResult
-from mha_course.grading.engine.verdicts import TestResult as Verdict
+from mha_course.grading.verdicts import SubmissionResult
+from mha_course.grading.verdicts import TestResult as Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 HINT_FILES = sorted((ROOT / "mha_course" / "grading" / "exercises").glob("*.py")) + [
     ROOT / "mha_course" / "grading" / "learner" / "hints.py",
-    ROOT / "mha_course" / "grading" / "learner" / "error_hints.py",
+    ROOT / "mha_course" / "grading" / "engine" / "error_hints.py",
 ]
 
 # --- masking: only what varies -------------------------------------------------------------------
@@ -360,7 +360,7 @@ def test_a_failed_import_is_the_first_cause_of_a_real_submission(tmp_path):
     from grading_fake import GOOD_DOUBLE, require_sandbox, write_submission
 
     from mha_course.grading.engine.pipeline import grade_notebook
-    from mha_course.grading.engine.verdicts import Limits
+    from mha_course.grading.verdicts import Limits
 
     require_sandbox()
     with registry.registered("grading_fake"):

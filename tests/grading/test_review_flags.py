@@ -27,11 +27,11 @@ from mha_course.grading.classroom.policy import Override, apply_overrides, read_
 from mha_course.grading.classroom.report import html_report, markdown_report
 from mha_course.grading.classroom.results import gradebook_rows, gradescope
 from mha_course.grading.engine import registry
-from mha_course.grading.engine.verdicts import ReviewFlag, SubmissionResult
-from mha_course.grading.engine.verdicts import TestResult as Verdict
 from mha_course.grading.gradescope import validate_results
 from mha_course.grading.static import scan
 from mha_course.grading.static.scan_rules import likely_tampering
+from mha_course.grading.verdicts import ReviewFlag, SubmissionResult
+from mha_course.grading.verdicts import TestResult as Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 ACCUSING = ("cheat", "tamper", "attack", "evasion", "suspicious")
@@ -245,7 +245,7 @@ def test_the_report_lists_what_to_review_at_the_top_with_the_evidence():
 
 
 def test_a_flag_with_hostile_source_stays_text_in_every_output():
-    from mha_course.grading.classroom.safe_text import clean_result, code_span
+    from mha_course.grading.safe_text import clean_result, code_span
 
     hostile = ReviewFlag("eval", 1, 1, "=eval('<script>x</script>')\x1b]52;c;aGk=\x07", False)
     r = _result(flags=(hostile,))

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from mha_course.grading.engine import process
-from mha_course.grading.engine.verdicts import Limits
+from mha_course.grading.verdicts import Limits
 from mha_course.grading.walls import tier_b
 
 MIB = 2**20

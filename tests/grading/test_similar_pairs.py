@@ -26,9 +26,9 @@ from mha_course.grading.classroom import similar_pairs
 from mha_course.grading.classroom.collect import collect
 from mha_course.grading.classroom.report import write_report
 from mha_course.grading.engine import notebook, registry
-from mha_course.grading.engine.verdicts import SubmissionResult
 from mha_course.grading.static import fingerprints
 from mha_course.grading.static.similarity import find_copies
+from mha_course.grading.verdicts import SubmissionResult
 
 HONEST = Path(__file__).resolve().parent / "honest"
 KEEP = {"np", "torch", "math", "functools", "F", "nn", "softmax", "softmax_np", "print", "len", "range", "max", "min"}

@@ -14,10 +14,10 @@ from mha_course.grading.classroom.policy import Override, apply_overrides
 from mha_course.grading.classroom.report import sections
 from mha_course.grading.classroom.results import class_summary
 from mha_course.grading.classroom.roster import read_roster, write_grade_columns
-from mha_course.grading.classroom.safe_text import csv_cell, shorten
 from mha_course.grading.engine.notebook_run import FRESH_INPUTS_FAILED
-from mha_course.grading.engine.verdicts import Status, SubmissionResult
-from mha_course.grading.engine.verdicts import TestResult as Verdict
+from mha_course.grading.safe_text import csv_cell, shorten
+from mha_course.grading.verdicts import Status, SubmissionResult
+from mha_course.grading.verdicts import TestResult as Verdict
 
 
 def _test(case: str, status: Status = Status.PASSED, output: str = "", exercise: str = "shift") -> Verdict:

@@ -27,12 +27,12 @@ from grading_fake import GOOD_ADD, write_submission
 
 from mha_course.grading.engine import registry
 from mha_course.grading.engine.registry import find_exercise
-from mha_course.grading.engine.verdicts import Limits
 from mha_course.grading.inside import op_families
 from mha_course.grading.inside.guard import Tripwire, explain
 from mha_course.grading.learner import selfcheck
 from mha_course.grading.learner.selfcheck import Status, run_case
 from mha_course.grading.static.scan import scan
+from mha_course.grading.verdicts import Limits
 
 ROOT = Path(__file__).resolve().parents[2]
 

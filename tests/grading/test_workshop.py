@@ -19,13 +19,14 @@ from pathlib import Path
 import pytest
 from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, write_submission
 
+from mha_course.grading import verdicts
 from mha_course.grading.classroom.collect import collect
 from mha_course.grading.classroom.feedback import cause_of, feedback_markdown, root_causes
 from mha_course.grading.classroom.roster import read_roster
-from mha_course.grading.engine import registry, verdicts
+from mha_course.grading.engine import registry
 from mha_course.grading.engine.pipeline import grade_notebook
-from mha_course.grading.engine.verdicts import Limits, SubmissionResult
 from mha_course.grading.static.similarity import find_copies
+from mha_course.grading.verdicts import Limits, SubmissionResult
 
 ROOT = Path(__file__).resolve().parents[2]
 BAD_ADD = "def add_arrays(a, b):\n    return a - b\n"

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from mha_course.grading.classroom.batch import grade_many
 from mha_course.grading.engine import notebook, registry
-from mha_course.grading.engine.pipeline import grade_many
-from mha_course.grading.engine.verdicts import Limits
+from mha_course.grading.verdicts import Limits
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))

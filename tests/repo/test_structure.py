@@ -125,6 +125,56 @@ def test_no_upward_import():
     assert _upward(graph) == []
 
 
+# The grader's own layers, lowest first (docs/ARCHITECTURE.md, "The grader's layers"): the same rule
+# inside mha_course/grading/. Modules at the grader's root are named by file, the rest by their folder.
+GRADING_LAYERS = (
+    ("spec", "verdicts", "safe_text"),  # the vocabulary every stage shares: plain data and safe text
+    ("inside",),  # runs in the submission's process: knows nothing of the grader around it
+    ("calls",),  # how each assignment's function is called there
+    ("static",),  # the scan: reads the code, runs nothing
+    ("walls",),  # the sandboxes (tiers) and what a sandbox sees
+    ("engine",),  # one submission: run its cells and cases behind the walls, judge each case
+    ("learner",),  # the self-check and hints a learner sees (the same judging, in the notebook)
+    ("exercises",),  # each assignment's cases, references and hints
+    ("classroom",),  # a class: collect, grade the batch, record, report
+    ("authoring",),  # writing a new assignment
+    ("grade", "grade_options", "hidden_argv", "gradescope", "assign"),  # the commands
+)
+
+
+def _grading_layer(name: str) -> int | None:
+    parts = name.split(".")
+    if parts[:2] != ["mha_course", "grading"] or len(parts) < 3:
+        return None  # outside the grader, or the grading package's own __init__
+    for rank, layer in enumerate(GRADING_LAYERS):
+        if parts[2] in layer:
+            return rank
+    raise AssertionError(f"{name} is in no layer of GRADING_LAYERS: add it there and to docs/ARCHITECTURE.md")
+
+
+def _grading_upward(graph: dict[str, set[str]]) -> list[str]:
+    """Imports of a higher grading layer by a lower one, as 'importer -> imported'."""
+    return sorted(
+        f"{a} -> {b}"
+        for a, targets in graph.items()
+        for b in targets
+        if (low := _grading_layer(a)) is not None and (high := _grading_layer(b)) is not None and high > low
+    )
+
+
+def test_no_upward_import_inside_the_grader():
+    graph = {name: _imports(name, path) for name, path in MODULES.items()}
+    assert _grading_upward(graph) == []
+
+
+def test_the_grading_layer_check_finds_an_upward_import():
+    upward = {"mha_course.grading.engine.pipeline": {"mha_course.grading.classroom.collect"}}
+    assert _grading_upward(upward) == ["mha_course.grading.engine.pipeline -> mha_course.grading.classroom.collect"]
+    downward = {"mha_course.grading.classroom.collect": {"mha_course.grading.engine.pipeline"}}
+    assert _grading_upward(downward) == []
+    assert _grading_upward({"mha_course.grading.walls.view": {"mha_course.grading.verdicts"}}) == []
+
+
 def test_the_layer_check_finds_an_upward_import():
     assert _upward({"mha_course.core.attention": {"mha_course.kernels.function"}}) == [
         "mha_course.core.attention -> mha_course.kernels.function"

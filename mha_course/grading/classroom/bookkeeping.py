@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..engine.verdicts import SubmissionResult
+from ..verdicts import SubmissionResult
 from .collect import Submission
 from .late_days import apply_late
 from .lms_names import nfc

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
-from ..engine.verdicts import Status, SubmissionResult, TestResult
+from ..safe_text import clean, code_span, shorten
+from ..safe_text import markdown as md
 from ..static.scan import parse
+from ..verdicts import Status, SubmissionResult, TestResult
 from . import manual, review_flags
-from .safe_text import clean, code_span, shorten
-from .safe_text import markdown as md
 
 #: Hints that only say *that* something is wrong, not what: shown after the specific ones.
 GENERIC = (

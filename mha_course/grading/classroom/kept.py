@@ -20,7 +20,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ..engine.verdicts import ReviewFlag, Status, SubmissionResult, TestResult
+from ..verdicts import ReviewFlag, Status, SubmissionResult, TestResult
 from .collect import Submission
 from .lms_names import nfc
 from .roster import Roster

@@ -29,8 +29,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine.verdicts import Status, SubmissionResult, TestResult
-from .safe_text import clean, csv_cell
+from ..safe_text import clean, csv_cell
+from ..verdicts import Status, SubmissionResult, TestResult
 
 DEFAULT_POINTS = 5.0
 PREFIX = "written:"  # exercise key of a question graded by hand

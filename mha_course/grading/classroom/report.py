@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
-from ..engine.verdicts import SubmissionResult
+from ..safe_text import clean, code_span
+from ..safe_text import markdown as md
+from ..verdicts import SubmissionResult
 from . import late_days, review_flags, similar_pairs
 from .feedback import CauseKind, root_causes
-from .safe_text import clean, code_span
-from .safe_text import markdown as md
 
 
 @dataclass

@@ -24,11 +24,11 @@ import os
 import tempfile
 from pathlib import Path
 
-from ..engine.verdicts import CASES_SEE, Status, SubmissionResult
+from ..safe_text import clean, csv_cell, shorten
+from ..verdicts import CASES_SEE, Status, SubmissionResult
 from ..walls.tier_a import WallKind
 from . import manual, review_flags
 from .report import excused_note, sections
-from .safe_text import clean, csv_cell, shorten
 from .seeds import reproduce_line
 
 

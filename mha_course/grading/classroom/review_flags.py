@@ -1,6 +1,6 @@
 """How a submission's review flags read in each output: for the instructor, with evidence; for the learner, neutral.
 
-A flag is a static-scan finding (:class:`~mha_course.grading.engine.verdicts.ReviewFlag`): code that reaches
+A flag is a static-scan finding (:class:`~mha_course.grading.verdicts.ReviewFlag`): code that reaches
 into the grader or the interpreter, which no exercise needs. It never costs points by itself: the run's
 policy (``--on-tamper``) says what an open flag does, and every output states that policy, as it states
 the sandbox's tier. The instructor resolves a flag with an override row (exercise ``review``; see
@@ -10,7 +10,7 @@ it never calls it cheating (honest code trips some of these rules).
 
 from __future__ import annotations
 
-from ..engine.verdicts import SubmissionResult
+from ..verdicts import SubmissionResult
 
 #: Flags listed in one line of text; the rest are counted.
 SHOWN = 5

@@ -24,7 +24,7 @@ both holding the id of the platform's own export); the folder starts with the ro
 
 :func:`write_grades` writes that same roster back with the grade filled in, so the platform takes
 it as it gave it (Moodle's grading worksheet has a "Grade" column; for Canvas name the assignment's
-column). Overrides and the late policy live in :mod:`.policy` (re-exported here).
+column). Overrides and the late policy live in :mod:`.policy`.
 
 More in ``docs/design/grader.md`` (mha_course.grading.classroom.roster).
 """
@@ -38,7 +38,7 @@ import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .safe_text import csv_cell
+from ..safe_text import csv_cell
 
 _ID_COLUMNS = ("id", "student_id", "studentid", "identifier", "sis user id", "username", "email")
 _USER_COLUMNS = ("username", "login", "user", "login id", "sis login id", "user name")

@@ -30,10 +30,10 @@ from pathlib import Path
 
 from ..engine import notebook, registry
 from ..engine.pipeline import MAX_CODE_BYTES
-from ..engine.verdicts import SubmissionResult
+from ..safe_text import clean, code_span
+from ..safe_text import markdown as md
 from ..static import fingerprints
-from .safe_text import clean, code_span
-from .safe_text import markdown as md
+from ..verdicts import SubmissionResult
 
 THRESHOLD = 0.7  # Jaccard index of winnowed fingerprints from which a pair is reported
 MIN_TOKENS = 80  # normalised tokens each unit needs to be compared (see the module docstring)

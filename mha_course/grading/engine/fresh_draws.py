@@ -22,9 +22,9 @@ import threading
 
 import numpy as np
 
+from ..spec import Case, Inputs
 from . import case_inputs, mutations, registry
 from .scoring import judge
-from .spec import Case, Inputs
 
 ATTEMPTS = 16
 _CACHE_LIMIT = 100_000  # entries; cleared when full (a class of 1000 students x 100 cases fits)

@@ -16,13 +16,12 @@ from typing import Any, NamedTuple, cast
 from ..inside import wire
 from ..inside.guard import explain
 from ..inside.messages import CaseReply, CaseRequest, Config, Event, ReplyKind
-from ..learner import error_hints
+from ..spec import Case, Exercise
 from ..static.scan import AST_LOCK
-from . import fresh_draws, notebook
+from ..verdicts import STOPPED, Limits, Status, TestResult
+from . import error_hints, fresh_draws, notebook
 from .process import Died, Isolator, SubmissionProcess, call_modules, call_name
 from .scoring import judge
-from .spec import Case, Exercise
-from .verdicts import STOPPED, Limits, Status, TestResult
 
 #: What a case that passed its published inputs and failed fresh ones tells the learner. Most such
 #: failures are honest bugs that the published example happens not to show: the words accuse nobody.

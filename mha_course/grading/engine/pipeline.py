@@ -17,49 +17,32 @@ For one submission (:func:`grade_notebook`)::
         a hang, a crash or too much memory costs that case only: the next case gets a fresh sandbox
         (after ``max_crashes`` in one exercise, its other cases are not run)
 
-:func:`grade_many` grades a list of notebooks with an executor (:mod:`.executors`: worker threads, or
-a Dask cluster's workers) and a progress bar. Grading never raises for a bad submission: every failure
-becomes a failed test with a message, and :class:`SubmissionResult` is always returned (``error`` set
-when the notebook could not be graded at all).
+Grading never raises for a bad submission: every failure becomes a failed test with a message, and
+:class:`SubmissionResult` is always returned (``error`` set when the notebook could not be graded at all).
+A class's batch of them is :mod:`mha_course.grading.classroom.batch`'s.
 
 This module is the orchestration; one notebook's run of its cases is :mod:`.notebook_run`'s, the
-sandboxes, the socket and the watchdog :mod:`.process`'s, the result types :mod:`.verdicts`'
-(re-exported here).
+sandboxes, the socket and the watchdog :mod:`.process`'s, the result types
+:mod:`mha_course.grading.verdicts`'.
 
 More in ``docs/design/grader.md`` (mha_course.grading.engine.pipeline).
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..classroom.collect import Submission
-from ..classroom.safe_text import clean_result
-from ..classroom.seeds import student_seed
+from ..safe_text import clean_result
 from ..static import similarity
 from ..static.scan import ScanReport, scan
+from ..verdicts import CASES_SEE, MAX_FLAGS, ON_TAMPER, Limits, ReviewFlag, Status, SubmissionResult, TestResult
 from . import notebook, registry
-from .executors import Executor, ThreadExecutor
 from .notebook_run import Job, NotebookRun, result_row
 from .process import Isolator
-from .verdicts import CASES_SEE, MAX_FLAGS, ON_TAMPER, Limits, ReviewFlag, Status, SubmissionResult, TestResult
 
-__all__ = [
-    "Batch",
-    "Isolator",
-    "Limits",
-    "SubmissionResult",
-    "TestResult",
-    "grade_item",
-    "grade_many",
-    "grade_notebook",
-    "new_seed",
-]
+__all__ = ["Isolator", "Limits", "SubmissionResult", "TestResult", "grade_notebook", "new_seed", "walls_seen"]
 
 
 def _static_verdicts(report: ScanReport, assignment: Any) -> tuple[list[ReviewFlag], dict[str, str], list[str]]:
@@ -89,7 +72,7 @@ def _static_verdicts(report: ScanReport, assignment: Any) -> tuple[list[ReviewFl
     return flags, blocked, notes
 
 
-def _walls(isolator: Isolator, limits: Limits) -> dict:
+def walls_seen(isolator: Isolator, limits: Limits) -> dict:
     """What the submission ran behind and what its cases saw (both named in every output)."""
     return {**isolator.walls.as_dict(), "cases_see": CASES_SEE[limits.strict_definitions]}
 
@@ -136,7 +119,7 @@ def grade_notebook(
         isolation.IsolationError: bubblewrap cannot run here and ``unsafe_no_isolation`` is False.
         ValueError: ``on_tamper`` is neither "review" nor "zero".
     """
-    _check_policy(on_tamper)
+    check_policy(on_tamper)
     limits = limits or Limits()
     own = isolator is None
     isolator = isolator or Isolator(unsafe_no_isolation)
@@ -145,7 +128,7 @@ def grade_notebook(
     try:
         for attempt in range(2):
             result = SubmissionResult(
-                path=str(path), seed=seed, input_seed=seed, isolation=_walls(isolator, limits), on_tamper=on_tamper
+                path=str(path), seed=seed, input_seed=seed, isolation=walls_seen(isolator, limits), on_tamper=on_tamper
             )
             try:
                 _grade_into(result, Path(path), limits, isolator, grade_as)
@@ -162,7 +145,8 @@ def grade_notebook(
     return result
 
 
-def _check_policy(on_tamper: str) -> None:
+def check_policy(on_tamper: str) -> None:
+    """Raise ValueError unless ``on_tamper`` is one of :data:`~mha_course.grading.verdicts.ON_TAMPER`."""
     if on_tamper not in ON_TAMPER:
         raise ValueError(f"on_tamper must be one of {', '.join(ON_TAMPER)}; got {on_tamper!r}")
 
@@ -218,134 +202,3 @@ def _grade_into(
     result.notes.extend(grading.notes)
     for index, error in sorted(grading.cell_errors.items())[:10]:
         result.notes.append(f"cell {index + 1} raised {error}")
-
-
-@dataclass(frozen=True)
-class Batch:
-    """What every submission of one :func:`grade_many` run shares; sent with each task to a remote worker.
-
-    ``deadline``: the wall-clock time (``time.time()``, comparable across machines) after which a
-    submission is reported as not graded. ``unsafe_no_isolation`` and ``min_isolation``: how a worker
-    that holds no isolator of this run builds its own (:func:`.executors.worker_isolator`).
-    """
-
-    limits: Limits
-    seed: int | None
-    on_tamper: str = "review"
-    deadline: float = float("inf")
-    unsafe_no_isolation: bool = False
-    min_isolation: str = "B"
-
-
-def grade_item(item: str | Path | Submission, batch: Batch, isolator: Isolator | None = None) -> SubmissionResult:
-    """Grade one row of a batch (a notebook path or a :class:`Submission`): the unit an executor runs.
-
-    ``isolator``: the run's, when the executor runs in the grader's process; None on a remote worker,
-    which uses its own (:func:`.executors.worker_isolator`). Never raises for a bad submission.
-    """
-    if isolator is None:
-        from .executors import worker_isolator
-
-        isolator = worker_isolator(batch.unsafe_no_isolation, batch.min_isolation)
-    sub, path = _row(item)
-    try:
-        r = _grade_one(sub, path, batch, isolator)
-    except Exception as exc:  # whatever one submission holds, the others are graded
-        error = f"the grader failed on this submission ({type(exc).__name__}: {exc})"
-        r = SubmissionResult(path=str(path), seed=batch.seed, isolation=_walls(isolator, batch.limits), error=error)
-    return _finish(r, sub, batch)
-
-
-def failed_item(item: str | Path | Submission, batch: Batch, isolator: Isolator, error: str) -> SubmissionResult:
-    """The row of a submission the grader itself failed on (``error`` says how), as :func:`grade_item` returns it."""
-    sub, path = _row(item)
-    r = SubmissionResult(path=str(path), seed=batch.seed, isolation=_walls(isolator, batch.limits), error=error)
-    return _finish(r, sub, batch)
-
-
-def _row(item: str | Path | Submission) -> tuple[Submission | None, str | Path]:
-    """(the row, if a :class:`Submission`; the path its result names)."""
-    if isinstance(item, Submission):
-        return item, item.path or item.key
-    return None, item
-
-
-def _finish(r: SubmissionResult, sub: Submission | None, batch: Batch) -> SubmissionResult:
-    r.on_tamper = batch.on_tamper
-    if sub is not None:
-        r.key, r.student = sub.key, sub.student
-        r.student_id, r.student_name = sub.student_id, sub.student_name
-        r.notes[:0] = sub.notes
-        if r.assignment is None:
-            r.assignment = sub.assignment
-    clean_result(r)
-    return r
-
-
-def _grade_one(sub: Submission | None, path: str | Path, batch: Batch, isolator: Isolator) -> SubmissionResult:
-    seed, limits = batch.seed, batch.limits
-    if sub is not None and sub.problem:
-        r = SubmissionResult(
-            path=str(path), seed=seed, isolation=_walls(isolator, limits), assignment=sub.assignment, error=sub.problem
-        )
-        with contextlib.suppress(KeyError):  # the row still shows what it was out of
-            r.max_points = float(registry.get_assignment(sub.assignment or "").max_points)
-    elif time.time() > batch.deadline:
-        r = SubmissionResult(
-            path=str(path),
-            seed=seed,
-            isolation=_walls(isolator, limits),
-            error=(f"not graded: the batch's time limit ({limits.batch_timeout:g} s) ran out first"),
-        )
-    else:
-        own_seed = seed if sub is None or seed is None else student_seed(seed, sub.student_id or sub.student)
-        r = grade_notebook(
-            path, limits, isolator, own_seed, grade_as=sub.grade_as if sub else None, on_tamper=batch.on_tamper
-        )
-        r.seed = seed
-    return r
-
-
-def grade_many(
-    paths: Iterable[str | Path | Submission],
-    limits: Limits | None = None,
-    workers: int = 2,
-    progress: bool = True,
-    seed: int | None = -1,
-    unsafe_no_isolation: bool = False,
-    isolator: Isolator | None = None,
-    on_tamper: str = "review",
-    executor: Executor | None = None,
-    min_isolation: str = "B",
-) -> list[SubmissionResult]:
-    """Grade many notebooks with ``workers`` threads (each drives one sandbox at a time) and a progress bar.
-
-    ``paths`` holds notebook paths or :class:`~mha_course.grading.classroom.collect.Submission` rows (whose student, key and
-    notes are copied into the result; a row with a ``problem`` is reported, not graded).
-
-    ``seed`` as in :func:`grade_notebook`; one seed is drawn for the whole batch, and each
-    :class:`~mha_course.grading.classroom.collect.Submission` row's fresh inputs are salted with :func:`~mha_course.grading.classroom.seeds.student_seed` of it
-    and the student (roster id, else folder), recorded as the result's ``input_seed``. Raises
-    :class:`~mha_course.grading.walls.tier_a.IsolationError` before grading anything when bubblewrap cannot run here and
-    ``unsafe_no_isolation`` is False. ``on_tamper`` as in :func:`grade_notebook` (every result records it).
-    ``executor`` runs each row's :func:`grade_item` (default: :class:`.executors.ThreadExecutor` of ``workers``
-    threads; :class:`.dask_executor.DaskExecutor` on a Dask cluster, whose workers build their isolator as
-    ``Isolator(unsafe_no_isolation, min_isolation)``). The results are in the order of ``paths``.
-    """
-    _check_policy(on_tamper)
-    from tqdm import tqdm
-
-    paths = list(paths)
-    limits = limits or Limits()
-    seed = new_seed() if seed == -1 else seed
-    deadline = time.time() + limits.batch_timeout if limits.batch_timeout else float("inf")
-    batch = Batch(limits, seed, on_tamper, deadline, unsafe_no_isolation, min_isolation)
-    executor = executor or ThreadExecutor(workers)
-    own = isolator is None
-    isolator = isolator or Isolator(unsafe_no_isolation, min_isolation)
-    try:
-        with tqdm(total=len(paths), desc="grading", unit="nb", disable=not progress) as bar:
-            return executor.map(grade_item, paths, batch, isolator, lambda: bar.update(1))
-    finally:
-        if own:
-            isolator.close()

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from ..inside import wire
+from ..verdicts import Limits, Status
 from ..walls import resources, tier_b, tiers
 from ..walls import tier_a as isolation
 from ..walls.tiers import Tier
 from ..walls.view import build_view
-from .verdicts import Limits, Status
 
 
 class Isolator:

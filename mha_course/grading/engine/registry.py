@@ -1,7 +1,7 @@
 """The registry: every assignment the grader and the self-check know about.
 
 Each module in :mod:`mha_course.grading.exercises` defines ``ASSIGNMENT`` (see
-:mod:`mha_course.grading.engine.spec`); :func:`assignments` imports them all (``pkgutil``) the first time
+:mod:`mha_course.grading.spec`); :func:`assignments` imports them all (``pkgutil``) the first time
 it is asked, so adding an assignment means adding one module and touching no shared file.
 
 A module that fails to import does not take the others down: it is left out and its error is
@@ -21,8 +21,8 @@ import pkgutil
 from collections.abc import Iterator
 from typing import Any
 
+from ..spec import Assignment, Exercise
 from .notebook import metadata
-from .spec import Assignment, Exercise
 
 _PACKAGE = "mha_course.grading.exercises"
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..inside.convert import count_of, exception_line
-from .spec import Case
+from ..spec import Case
 
 
 def _structure_hint(got: Any, expected: Any, where: str = "the output") -> str | None:

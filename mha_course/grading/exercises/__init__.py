@@ -1,1 +1,1 @@
-"""One module per assignment; each defines ASSIGNMENT (see mha_course.grading.engine.spec)."""
+"""One module per assignment; each defines ASSIGNMENT (see mha_course.grading.spec)."""

@@ -13,8 +13,8 @@ import numpy as np
 
 from ..calls import a01_dot_products as calls
 from ..engine import case_inputs
-from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
+from ..spec import Assignment, Case, Exercise
 
 # --- dot_product_np -------------------------------------------------------------------------------
 

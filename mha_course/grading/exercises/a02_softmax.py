@@ -15,9 +15,9 @@ import numpy as np
 
 from ..calls import a02_softmax as calls
 from ..engine import case_inputs
-from ..engine.spec import Assignment, Case, Exercise
 from ..inside import op_families
 from ..learner import hints
+from ..spec import Assignment, Case, Exercise
 
 # --- inputs ---------------------------------------------------------------------------------------
 

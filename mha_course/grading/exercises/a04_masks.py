@@ -11,8 +11,8 @@ import numpy as np
 
 from ..calls import a04_masks as calls
 from ..engine import case_inputs
-from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
+from ..spec import Assignment, Case, Exercise
 from ._common import SDPA_SHORTCUTS, attention_alternatives
 
 # --- causal_mask ----------------------------------------------------------------------------------

@@ -24,8 +24,8 @@ import numpy as np
 
 from ..calls import a05_debug_mha as calls
 from ..engine import case_inputs
-from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
+from ..spec import Assignment, Case, Exercise
 from ._common import MHA_SHORTCUTS, np_attention
 
 _LAYERS = calls.LAYERS  # one home: the call module

@@ -18,9 +18,9 @@ import numpy as np
 
 from ..calls import a05_multi_head as calls
 from ..engine import case_inputs
-from ..engine.spec import Assignment, Case, Exercise
 from ..inside import convert
 from ..learner import hints
+from ..spec import Assignment, Case, Exercise
 from ._common import MHA_SHORTCUTS, np_mha, projection_weights
 
 # --- split_heads / merge_heads --------------------------------------------------------------------

@@ -21,8 +21,8 @@ import numpy as np
 
 from ..calls import a08_cross_attention as calls
 from ..engine import case_inputs
-from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
+from ..spec import Assignment, Case, Exercise
 from ._common import np_mha, projection_weights
 from ._cross_mask import diagnose_mask, mask_alternatives, mask_picture
 from ._head_ablation import (

@@ -22,8 +22,8 @@ import numpy as np
 
 from ..calls import a11_kv_cache as calls
 from ..engine import case_inputs
-from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
+from ..spec import Assignment, Case, Exercise
 
 _NAMES = calls.NAMES  # one home: the call module
 _LEGENDS = ("[B, H, 1, D]", "[B, G, S + 1, D]", "[B, G, S + 1, D]")

@@ -19,8 +19,8 @@ import numpy as np
 
 from ..calls import a12_tiled_attention as calls
 from ..engine import case_inputs
-from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
+from ..spec import Assignment, Case, Exercise
 
 # --- inputs ---------------------------------------------------------------------------------------
 

@@ -21,8 +21,8 @@ import numpy as np
 
 from ..calls import a13_triton_kernel as calls
 from ..engine import case_inputs
-from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
+from ..spec import Assignment, Case, Exercise
 
 # --- inputs ---------------------------------------------------------------------------------------
 

@@ -20,8 +20,8 @@ import numpy as np
 
 from ..calls import a14_attention_backward as calls
 from ..engine import case_inputs
-from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
+from ..spec import Assignment, Case, Exercise
 
 _NAMES = calls.NAMES  # one home: the call module
 _LEGENDS = ("[..., T, D]", "[..., S, D]", "[..., S, Dv]")

@@ -23,8 +23,8 @@ import numpy as np
 
 from ..calls import a15_ring_attention as calls
 from ..engine import case_inputs
-from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
+from ..spec import Assignment, Case, Exercise
 from ._ring_twins import np_attend, np_merge, np_ring, np_step
 
 # --- inputs ---------------------------------------------------------------------------------------

@@ -24,8 +24,8 @@ import numpy as np
 
 from ..calls import a17_newest_attention as calls
 from ..engine import case_inputs
-from ..engine.spec import Assignment, Case, Exercise
 from ..learner import hints
+from ..spec import Assignment, Case, Exercise
 from ._delta_twins import WRONG_STEPS, run_steps
 
 # --- 1. the output gate ----------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..engine.verdicts import Status
+from ..verdicts import Status
 
 GRADING = False  # set by the grader's submission process: check() is then a no-op
 
@@ -194,8 +194,8 @@ def error_hint(exc: BaseException, inputs: Any = None) -> str:
     Where: the innermost frame of the learner's own code (:func:`own_line`), as the grader's message
     names it. The fix: the advice for a common error (:mod:`.error_hints`), or for a name that is not defined.
     """
+    from ..engine.error_hints import with_exception_hint
     from ..inside.convert import exception_line
-    from .error_hints import with_exception_hint
 
     text = exception_line(exc)
     where = own_line(exc)

@@ -28,8 +28,8 @@ import ast
 import threading
 from dataclasses import dataclass, field
 
-from ..engine.spec import Assignment
 from ..inside import op_families
+from ..spec import Assignment
 from . import scan_values
 from .scan_keys import name_sources, plain_keys
 from .scan_modules import defining_module, imported_names, installed, library_value_is_code, written_module_names

@@ -93,7 +93,7 @@ def code_span(text: object) -> str:
 
 
 def clean_result(result) -> None:
-    """Clean every learner-controlled text of a :class:`~mha_course.grading.engine.verdicts.SubmissionResult` in place.
+    """Clean every learner-controlled text of a :class:`~mha_course.grading.verdicts.SubmissionResult` in place.
 
     ``path`` is kept as it is (the grader and the feedback writer open it); show it through
     :func:`clean`. Called once per result, as grading ends (:mod:`mha_course.grading.engine.pipeline`).

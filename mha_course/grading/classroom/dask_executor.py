@@ -1,6 +1,6 @@
 """Grade a class on a Dask distributed cluster: each submission one task on a worker (``grade --dask ADDRESS``).
 
-Dask (``dask.distributed``) schedules the tasks; each worker runs :func:`.pipeline.grade_item` with
+Dask (``dask.distributed``) schedules the tasks; each worker runs :func:`.batch.grade_item` with
 its own isolator (:func:`.executors.worker_isolator`), and the results come back to the grader's
 process in the class's order, where the same code as on one machine applies the policy and writes
 every output. Before the first task, every worker is asked what it holds (:func:`worker_facts`): a
@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 from .executors import Executor, GradeItem, ThreadExecutor, close_worker_isolators, worker_isolator
 
 if TYPE_CHECKING:
-    from .pipeline import Batch
-    from .process import Isolator
-    from .verdicts import SubmissionResult
+    from ..engine.process import Isolator
+    from ..verdicts import SubmissionResult
+    from .batch import Batch
 
 LOCAL_PREFIX = "local:"
 
@@ -162,7 +162,7 @@ class DaskExecutor:
     ) -> list[SubmissionResult]:
         from distributed import as_completed
 
-        from .pipeline import failed_item
+        from .batch import failed_item
 
         self.check_workers(batch)
         futures = self.client.map(grade, list(items), batch=batch, isolator=None, pure=False)

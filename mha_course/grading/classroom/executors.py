@@ -1,4 +1,4 @@
-"""Where a class's submissions are graded: the executor that runs each one's :func:`.pipeline.grade_item`.
+"""Where a class's submissions are graded: the executor that runs each one's :func:`.batch.grade_item`.
 
 Two implementations of one small interface (:class:`Executor`), so that the batch, its results and
 every output written from them are the same code whichever runs it:
@@ -20,10 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .process import Isolator
-    from .verdicts import SubmissionResult
+    from ..engine.process import Isolator
+    from ..verdicts import SubmissionResult
 
-#: What an executor runs per row: ``grade(item, batch, isolator)``, :func:`.pipeline.grade_item`.
+#: What an executor runs per row: ``grade(item, batch, isolator)``, :func:`.batch.grade_item`.
 GradeItem = Callable[[Any, Any, "Isolator | None"], "SubmissionResult"]  # (item, the pipeline's Batch, isolator)
 
 
@@ -67,7 +67,7 @@ def worker_isolator(unsafe_no_isolation: bool, min_isolation: str) -> Isolator:
     Raises :class:`~mha_course.grading.walls.view.IsolationError` when this machine cannot isolate at
     ``min_isolation`` (and ``unsafe_no_isolation`` is False), as the grader does on its own machine.
     """
-    from .process import Isolator
+    from ..engine.process import Isolator
 
     with _isolators_lock:
         key = (unsafe_no_isolation, min_isolation)
