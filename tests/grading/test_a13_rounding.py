@@ -56,3 +56,16 @@ def test_the_bound_grows_with_the_scores_and_stays_far_below_a_mistake():
     assert a13._float32_error_bound(small) < a13._float32_error_bound(large)
     for case in a13.ATTENTION.cases:  # on the cases' own inputs: far below what any known mistake changes
         assert a13._float32_error_bound(case.make_inputs()) < 1e-3, case.name
+
+
+def test_a_cases_absolute_tolerance_raises_the_dtypes_and_never_lowers_it():
+    from mha_course.grading.learner import hints
+
+    expected = np.zeros((2, 3), np.float32)
+    off = expected + np.float32(5e-4)
+    assert not hints.close(off, expected)  # float32's own tolerance: 1e-5 absolute
+    assert hints.close(off, expected, atol=1e-3)
+    assert not hints.close(expected + np.float32(2e-5), expected, atol=1e-9)  # a smaller atol is no stricter
+    assert hints.close(expected + np.float32(5e-6), expected, atol=1e-9)
+    assert hints.compare(off, expected, "output", atol=1e-3) is None
+    assert "output" in (hints.compare(off, expected, "output") or "")

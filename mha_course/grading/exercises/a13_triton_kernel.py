@@ -99,19 +99,9 @@ def _float32_error_bound(inputs) -> float:
     return 8 * float(np.finfo(np.float32).eps) * max(1.0, largest_score) * max(1.0, float(np.abs(v).max()))
 
 
-def _within_float32_rounding(got, expected, inputs) -> bool:
-    arr, hint = hints.as_array(got, "output")
-    if hint or arr.shape != np.shape(expected) or arr.dtype != np.float32 or not np.isfinite(arr).all():
-        return False
-    atol = max(1e-5, _float32_error_bound(inputs))
-    return bool(np.allclose(arr.astype(np.float64), np.asarray(expected, dtype=np.float64), atol=atol, rtol=1e-4))
-
-
 def _diagnose_attention(got, expected, inputs):
     from mha_course.core.softmax import LOG2E
 
-    if _within_float32_rounding(got, expected, inputs):
-        return None
     q, k, v = (inputs[n].astype(np.float64) for n in "qkv")
     D = q.shape[-1]
     alternatives = [
@@ -137,7 +127,8 @@ def _diagnose_attention(got, expected, inputs):
             "grows, l_i must be multiplied by the same alpha = exp2(m_old - m_new) before adding the new row sums",
         ),
     ]
-    return hints.compare(got, expected, "output", "[T, D]", alternatives=alternatives)
+    bound = _float32_error_bound(inputs)  # a correct float32 kernel lands this far off on large scores
+    return hints.compare(got, expected, "output", "[T, D]", alternatives=alternatives, atol=bound)
 
 
 def _no_rescale(q, k, v, block_n=16, rescale_l=False, rescale_acc=False):
