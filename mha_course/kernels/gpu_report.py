@@ -416,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import runtime
 
+    outside = [d for d in args.head_dim if not runtime.MIN_HEAD_DIM <= d <= runtime.MAX_HEAD_DIM]
+    if outside:
+        parser.error(f"--head-dim: the kernels take [{runtime.MIN_HEAD_DIM}, {runtime.MAX_HEAD_DIM}], got {outside}")
     if runtime.triton is None:
         print("error: Triton is not installed (its wheels exist for Linux only)", file=sys.stderr)
         return 2

@@ -132,3 +132,17 @@ def test_the_launch_signature_rejects_what_it_cannot_specialise(registry):
         registry.launch_signature(_Kernel(), (x.to(torch.int64), 1, 1, 0.5, 0), {"BLOCK": 64})
     with pytest.raises(TypeError, match="n: expected a tensor, an int or a float, got bool"):
         registry.launch_signature(_Kernel(), (x, True, 1, 0.5, 0), {"BLOCK": 64})
+
+
+def test_tritons_autotuner_keeps_the_launchs_row(registry):
+    """The prune hook as Triton's Autotuner calls it (its own ``prune_configs``): no GPU needed to build one."""
+    from mha_course.kernels.forward import FORWARD
+
+    tuned = registry.autotuned(FORWARD, ["T", "S", "D", "DV", "CAUSAL"])
+    assert len(tuned.configs) == len(registry.shipped(FORWARD, registry.capability()))
+    tuned.nargs = {"T": 1024, "S": 1024}  # what a launch sets before pruning
+    for head_dim in (32, 64, 128):
+        for causal in (False, True):
+            kept = tuned.prune_configs({"D": head_dim, "DV": head_dim, "CAUSAL": causal})
+            expected = FORWARD.configs(registry.capability(), head_dim, causal)
+            assert sorted(map(registry.describe, kept)) == sorted(map(registry.describe, expected))

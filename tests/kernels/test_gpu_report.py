@@ -427,3 +427,9 @@ def test_sm_100s_tensor_memory_and_spills_are_read_as_ptxas_reports_them(sm100):
     # the spill figures read from the SASS are ptxas's own, and the bytes spilled are the stores
     assert [causal["spill_stores"], causal["spill_loads"]] == causal["ptxas"]
     assert causal["spill_bytes"] == causal["spill_stores"]
+
+
+def test_a_head_dim_no_kernel_takes_is_refused_before_compiling(capsys):
+    with pytest.raises(SystemExit) as exited:
+        gpu_report.main(["--head-dim", "64", "256", "--quiet"])
+    assert exited.value.code == 2 and "the kernels take [16, 128], got [256]" in capsys.readouterr().err
