@@ -32,10 +32,11 @@ from __future__ import annotations
 import torch
 
 from ..core.softmax import LOG2E
-from .dq import _dq_configs, _dq_jitted
-from .registry import KernelSpec, autotuned, constexprs, register
+from .config_table import ConfigRow, ConfigTable
+from .dq import DQ_CONFIGS, _dq_jitted
+from .registry import KernelEntry, autotuned, constexprs, register
 from .rows import _load_rows, _program, _store_rows
-from .runtime import INTERPRETED, ON_GPU, tl, triton
+from .runtime import INTERPRETED, MAX_HEAD_DIM, MIN_HEAD_DIM, ON_GPU, tl, triton
 
 
 def _dkdv_range(
@@ -180,20 +181,19 @@ def _dkdv_kernel(
     _store_rows(DV_OUT + b * stride_dvb + h * stride_dvh, keys, stride_dvs, S, dims_v, stride_dvd, DV, dv)
 
 
-def _dkdv_configs(capability: int, head_dim: int, causal: bool):
-    """dK/dV: (BLOCK_M, BLOCK_N, warps, stages); BLOCK_N keys are the accumulators' rows, 64 per Hopper
-    warpgroup. None spills (``python -m mha_course.kernels.gpu_report``): at D = 128 the two (BLOCK_N, D) float32
-    accumulators take 128 registers a thread, so the causal kernel (which adds the diagonal's masked loop)
-    walks 32 queries at a time, and stages = 1 keeps the copies of q and dO out of the registers."""
-    if capability >= 90:
-        if head_dim <= 64:
-            shapes = [(64, 128, 8, 1), (64, 128, 8, 2)]
-        else:
-            shapes = [(32, 128, 8, 1)] if causal else [(64, 128, 8, 1), (32, 128, 8, 2)]
-    else:
-        # 64 x 64 tiles on 4 warps spill 40 B (136 B causal) at D = 64
-        shapes = [(32, 64, 4, 2), (32, 64, 8, 2)] if head_dim <= 64 else [(32, 64, 8, 2), (16, 64, 4, 2)]
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in shapes]
+# dK/dV: (BLOCK_M, BLOCK_N, warps, stages); BLOCK_N keys are the accumulators' rows, 64 per Hopper
+# warpgroup. None spills (``python -m mha_course.kernels.gpu_report``).
+DKDV_CONFIGS = ConfigTable(
+    ConfigRow(90, (MIN_HEAD_DIM, 64), None, ((64, 128, 8, 1), (64, 128, 8, 2))),
+    # At D = 128 the two (BLOCK_N, D) float32 accumulators take 128 registers a thread, so the causal
+    # kernel (which adds the diagonal's masked loop) walks 32 queries at a time, and stages = 1 keeps
+    # the copies of q and dO out of the registers.
+    ConfigRow(90, (65, MAX_HEAD_DIM), True, ((32, 128, 8, 1),)),
+    ConfigRow(90, (65, MAX_HEAD_DIM), False, ((64, 128, 8, 1), (32, 128, 8, 2))),
+    # 64 x 64 tiles on 4 warps spill 40 B (136 B causal) at D = 64
+    ConfigRow(80, (MIN_HEAD_DIM, 64), None, ((32, 64, 4, 2), (32, 64, 8, 2))),
+    ConfigRow(80, (65, MAX_HEAD_DIM), None, ((32, 64, 8, 2), (16, 64, 4, 2))),
+)
 
 
 def _arguments(kernel, q, k, v, grad_out, lse2, delta, grads, scale, causal, causal_offset=0):
@@ -224,26 +224,35 @@ def _arguments(kernel, q, k, v, grad_out, lse2, delta, grads, scale, causal, cau
     return args, constexprs(D, Dv, causal, q.dtype)
 
 
-def _example(kernel):
-    def example(q4, k4, v4, causal):
-        """What :func:`flash_backward` passes for these inputs (gpu_report compiles from it)."""
-        B, H, T, _ = q4.shape
-        stats = torch.empty((B, H, T), dtype=torch.float32, device=q4.device)
-        grads = (torch.empty_like(k4), torch.empty_like(v4)) if kernel == "dkdv" else (torch.empty_like(q4),)
-        grad_out = torch.empty(B, H, T, v4.shape[3], dtype=q4.dtype, device=q4.device)
-        return _arguments(kernel, q4, k4, v4, grad_out, stats, stats, grads, q4.shape[3] ** -0.5, causal)
-
-    return example
+def _example_launch(kernel, q4, k4, v4, causal):
+    """What :func:`flash_backward` passes to ``kernel`` ("dkdv" or "dq") for contiguous (B, H, T, D) inputs."""
+    B, H, T, _ = q4.shape
+    stats = torch.empty((B, H, T), dtype=torch.float32, device=q4.device)
+    grads = (torch.empty_like(k4), torch.empty_like(v4)) if kernel == "dkdv" else (torch.empty_like(q4),)
+    grad_out = torch.empty(B, H, T, v4.shape[3], dtype=q4.dtype, device=q4.device)
+    return _arguments(kernel, q4, k4, v4, grad_out, stats, stats, grads, q4.shape[3] ** -0.5, causal)
 
 
+def dkdv_example_launch(q4, k4, v4, causal):
+    """The dK/dV kernel's launch for contiguous (B, H, T, D) inputs (gpu_report compiles from it)."""
+    return _example_launch("dkdv", q4, k4, v4, causal)
+
+
+def dq_example_launch(q4, k4, v4, causal):
+    """The dQ kernel's launch for contiguous (B, H, T, D) inputs (gpu_report compiles from it)."""
+    return _example_launch("dq", q4, k4, v4, causal)
+
+
+_dkdv_autotuned = _dq_autotuned = None  # the autotuned launchers, on a GPU only
+DKDV = DQ = None  # the registry's entries, where Triton is installed
 if triton is not None:
     _dkdv_range = triton.jit(_dkdv_range)  # the kernel calls it by this global name
     _dkdv_jitted = triton.jit(_dkdv_kernel)
-    DKDV = register(KernelSpec("dkdv", _dkdv_jitted, _dkdv_configs, _example("dkdv"), products=4))
-    DQ = register(KernelSpec("dq", _dq_jitted, _dq_configs, _example("dq"), products=3))
-    _tuning_key = ["T", "S", "D", "DV", "CAUSAL"]
-    _dkdv_autotuned = autotuned(DKDV, _tuning_key) if ON_GPU and not INTERPRETED else None
-    _dq_autotuned = autotuned(DQ, _tuning_key) if ON_GPU and not INTERPRETED else None
+    DKDV = register(KernelEntry("dkdv", _dkdv_jitted, DKDV_CONFIGS, dkdv_example_launch, products=4))
+    DQ = register(KernelEntry("dq", _dq_jitted, DQ_CONFIGS, dq_example_launch, products=3))
+    if ON_GPU and not INTERPRETED:
+        _tuning_key = ["T", "S", "D", "DV", "CAUSAL"]
+        _dkdv_autotuned, _dq_autotuned = autotuned(DKDV, _tuning_key), autotuned(DQ, _tuning_key)
 
 
 def flash_backward(

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from .config_table import ConfigRow, ConfigTable
 from .rows import _load_rows, _program, _store_rows, _visible_keys
-from .runtime import tl, triton
+from .runtime import MAX_HEAD_DIM, MIN_HEAD_DIM, tl, triton
 
 
 def _dq_range(
@@ -119,13 +120,13 @@ def _dq_kernel(
     _store_rows(DQ_OUT + b * stride_dqb + h * stride_dqh, rows, stride_dqt, T, dims, stride_dqd, D, dq)
 
 
-def _dq_configs(capability: int, head_dim: int, causal: bool):
-    """dQ: (BLOCK_M, BLOCK_N, warps, stages); BLOCK_M queries are the accumulator's rows."""
-    if capability >= 90:
-        shapes = [(128, 128, 8, 2), (128, 64, 8, 2)] if head_dim <= 64 else [(128, 64, 8, 2)]
-    else:
-        shapes = [(64, 64, 4, 2), (64, 32, 4, 2)] if head_dim <= 64 else [(64, 64, 8, 2), (64, 32, 8, 2)]
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in shapes]
+# dQ: (BLOCK_M, BLOCK_N, warps, stages); BLOCK_M queries are the accumulator's rows.
+DQ_CONFIGS = ConfigTable(
+    ConfigRow(90, (MIN_HEAD_DIM, 64), None, ((128, 128, 8, 2), (128, 64, 8, 2))),
+    ConfigRow(90, (65, MAX_HEAD_DIM), None, ((128, 64, 8, 2),)),
+    ConfigRow(80, (MIN_HEAD_DIM, 64), None, ((64, 64, 4, 2), (64, 32, 4, 2))),
+    ConfigRow(80, (65, MAX_HEAD_DIM), None, ((64, 64, 8, 2), (64, 32, 8, 2))),
+)
 
 
 _dq_jitted: Any = None  # without Triton: the name exists, nothing can launch (Triton ships no types)

@@ -20,10 +20,10 @@ mask at all, then the blocks that need one (the causal diagonal, and the last bl
 not a multiple of BLOCK_N). Masking costs a compare and a select per score, so it is paid only
 where it changes something.
 
-This module holds the kernel and its launcher :func:`_forward`; the public
-:func:`mha_course.kernels.triton_attention` (checks, dtypes, autograd) is in :mod:`.function`,
-the configs and launch arguments are registered in :mod:`.registry`, and whether the kernel runs on a
-GPU or in Triton's interpreter is decided in :mod:`.runtime`.
+This module holds the kernel, its configs (``FORWARD_CONFIGS``) and its launcher :func:`_forward`,
+and registers them at its end (:mod:`.registry`, the entry ``FORWARD``); the public
+:func:`mha_course.kernels.triton_attention` (checks, dtypes, autograd) is in :mod:`.function`, and
+whether the kernel runs on a GPU or in Triton's interpreter is decided in :mod:`.runtime`.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from __future__ import annotations
 import torch
 
 from ..core.softmax import LOG2E
-from .registry import KernelSpec, autotuned, constexprs, register
+from .config_table import ConfigRow, ConfigTable
+from .registry import KernelEntry, autotuned, constexprs, register
 from .rows import _load_cols, _load_rows, _program, _store_rows, _visible_keys
-from .runtime import INTERPRETED, LOG2E_K, ON_GPU, tl, triton
+from .runtime import INTERPRETED, LOG2E_K, MAX_HEAD_DIM, MIN_HEAD_DIM, ON_GPU, tl, triton
 
 
 def _attend_key_range(
@@ -156,19 +157,19 @@ def _flash_forward_kernel(
     tl.store(LSE + batch_head.to(tl.int64) * T + rows, lse, mask=rows < T)
 
 
-def _configs(capability: int, head_dim: int, causal: bool):
-    """The (BLOCK_M, BLOCK_N, warps, stages) shipped for a GPU and head dim, for the autotuner to choose from;
-    ``python -m mha_course.kernels.gpu_report`` says which spill (on sm_90, (128, 128, 8, 2) in the causal
-    D = 128 kernel: a few bytes per thread, which its best-configuration pick leaves out). Hopper's wgmma gives each warpgroup (4 warps) 64 rows of the accumulator,
-    so 8 warps need BLOCK_M = 128: with 64 rows both warpgroups would compute the same scores. Ampere's
-    mma.sync keeps the (BLOCK_M, D) accumulator and q in registers: 64-wide key blocks at D = 128."""
-    if capability >= 90:
-        shapes = [(128, 128, 8, 2), (128, 64, 8, 3)]
-    elif head_dim <= 64:  # 4 warps on 128 rows spill 32 B in the causal kernel (its diagonal loop)
-        shapes = [(64, 64, 4, 3), (128, 64, 8, 3)] if causal else [(128, 64, 4, 3), (64, 64, 4, 3)]
-    else:
-        shapes = [(128, 64, 8, 3), (64, 64, 4, 3)]
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s) for bm, bn, w, s in shapes]
+# The (BLOCK_M, BLOCK_N, warps, stages) shipped per GPU, head dim and mask, for the autotuner to choose
+# from; ``python -m mha_course.kernels.gpu_report`` says which spill (on sm_90, (128, 128, 8, 2) in the
+# causal D = 128 kernel: a few bytes per thread, which its best-configuration pick leaves out).
+FORWARD_CONFIGS = ConfigTable(
+    # Hopper's wgmma gives each warpgroup (4 warps) 64 rows of the accumulator, so 8 warps need
+    # BLOCK_M = 128: with 64 rows both warpgroups would compute the same scores.
+    ConfigRow(90, (MIN_HEAD_DIM, MAX_HEAD_DIM), None, ((128, 128, 8, 2), (128, 64, 8, 3))),
+    # Ampere's mma.sync keeps the (BLOCK_M, D) accumulator and q in registers: 64-wide key blocks.
+    # 4 warps on 128 rows spill 32 B in the causal kernel (its diagonal loop).
+    ConfigRow(80, (MIN_HEAD_DIM, 64), True, ((64, 64, 4, 3), (128, 64, 8, 3))),
+    ConfigRow(80, (MIN_HEAD_DIM, 64), False, ((128, 64, 4, 3), (64, 64, 4, 3))),
+    ConfigRow(80, (65, MAX_HEAD_DIM), None, ((128, 64, 8, 3), (64, 64, 4, 3))),
+)
 
 
 def _arguments(q4, k4, v4, out, lse, scale, causal, causal_offset=0):
@@ -185,8 +186,8 @@ def _arguments(q4, k4, v4, out, lse, scale, causal, causal_offset=0):
     return args, meta
 
 
-def _example(q4, k4, v4, causal):
-    """What :func:`_forward` passes for these inputs (gpu_report compiles from it)."""
+def example_launch(q4, k4, v4, causal):
+    """What :func:`_forward` passes for contiguous (B, H, T, D) inputs (gpu_report compiles from it)."""
     B, H, T, _ = q4.shape
     out = torch.empty((B, H, T, v4.shape[3]), dtype=q4.dtype, device=q4.device)
     lse = torch.empty((B, H, T), dtype=torch.float32, device=q4.device)
@@ -194,13 +195,14 @@ def _example(q4, k4, v4, causal):
 
 
 _autotuned = None  # the autotuned launcher, on a GPU only
-SPEC = None
+FORWARD = None  # the registry's entry, where Triton is installed
 if triton is not None:
     _attend_key_range = triton.jit(_attend_key_range)  # the kernel calls it by this global name
     _jitted = triton.jit(_flash_forward_kernel)
-    SPEC = register(KernelSpec("forward", _jitted, _configs, _example, products=2))
+    FORWARD = register(KernelEntry("forward", _jitted, FORWARD_CONFIGS, example_launch, products=2))
     # Autotune needs a live GPU driver; under the interpreter block sizes are chosen by the caller.
-    _autotuned = autotuned(SPEC, key=["T", "S", "D", "DV", "CAUSAL"]) if ON_GPU and not INTERPRETED else None
+    if ON_GPU and not INTERPRETED:
+        _autotuned = autotuned(FORWARD, key=["T", "S", "D", "DV", "CAUSAL"])
 
 
 def _check_blocks(block_m, block_n, causal):
@@ -231,4 +233,4 @@ def _forward(q4, k4, v4, causal, scale, block_m, block_n, causal_offset=0):
     return out, lse
 
 
-__all__ = ["SPEC"]
+__all__ = ["FORWARD", "FORWARD_CONFIGS", "example_launch"]

@@ -113,20 +113,20 @@ class Record:
 _COMPILED: dict[tuple, tuple] = {}  # one compile per distinct specialisation, for the life of the process
 
 
-def compile_launch(spec: Any, arch: str | int, dtype: str, head_dim: int, config: Any, causal: bool):
+def compile_launch(entry: Any, arch: str | int, dtype: str, head_dim: int, config: Any, causal: bool):
     """:func:`mha_course.kernels.registry.compile_as_launched` for ``arch`` ("sm_90" or 90), compiled once per
     (kernel, arch, dtype, head dim, config, mask) in this process and then reused."""
     from .registry import compile_as_launched, describe
 
     number = TARGETS[arch].arch if isinstance(arch, str) else arch
-    key = (spec.name, number, dtype, head_dim, describe(config), causal)
+    key = (entry.name, number, dtype, head_dim, describe(config), causal)
     if key not in _COMPILED:
-        _COMPILED[key] = compile_as_launched(spec, number, dtype, head_dim, config, causal)
+        _COMPILED[key] = compile_as_launched(entry, number, dtype, head_dim, config, causal)
     return _COMPILED[key]
 
 
 def registry() -> dict[str, Any]:
-    """name -> :class:`mha_course.kernels.registry.KernelSpec`, every kernel the course ships."""
+    """name -> :class:`mha_course.kernels.registry.KernelEntry`, every kernel the course ships."""
     from . import registry as kernel_registry
 
     return dict(kernel_registry.REGISTRY)
@@ -141,26 +141,26 @@ def _local_bytes(sass: str, opcode: str) -> int:
 
 
 def compile_record(
-    name: str, spec: Any, arch: str, dtype: str, head_dim: int, config: Any, causal: bool, keep_ptx: bool = False
+    name: str, entry: Any, arch: str, dtype: str, head_dim: int, config: Any, causal: bool, keep_ptx: bool = False
 ) -> Record:
     """Compile one kernel for one target and config; a failure is a record with ``ok=False``, never a raise."""
-    record, compiled, start = _compile(name, spec, arch, dtype, head_dim, config, causal)
-    return _read(record, compiled, spec, config, start, keep_ptx)
+    record, compiled, start = _compile(name, entry, arch, dtype, head_dim, config, causal)
+    return _read(record, compiled, entry, config, start, keep_ptx)
 
 
-def _compile(name: str, spec: Any, arch: str, dtype: str, head_dim: int, config: Any, causal: bool):
+def _compile(name: str, entry: Any, arch: str, dtype: str, head_dim: int, config: Any, causal: bool):
     """(the record so far, the CompiledKernel or None if compiling failed, the start time)."""
     import triton
 
     variant = " ".join(f"{k}={v}" for k, v in config.kwargs.items() if k not in ("BLOCK_M", "BLOCK_N"))
     launch = dict(num_warps=config.num_warps, num_stages=config.num_stages, causal=causal, variant=variant)
-    block_m, block_n = spec.tile(config)
+    block_m, block_n = entry.tile(config)
     record = Record(
         name, arch, dtype, head_dim, block_m, block_n, **launch, ok=False, triton_version=triton.__version__
     )
     start = time.perf_counter()
     try:
-        compiled, _ = compile_launch(spec, TARGETS[arch].arch, dtype, head_dim, config, causal)
+        compiled, _ = compile_launch(entry, TARGETS[arch].arch, dtype, head_dim, config, causal)
     except Exception as exc:  # reported, and the command exits 1
         return _failed(record, exc, start), None, start
     return record, compiled, start
@@ -172,7 +172,7 @@ def _failed(record: Record, exc: Exception, start: float) -> Record:
     return record
 
 
-def _read(record: Record, compiled: Any, spec: Any, config: Any, start: float, keep_ptx: bool = False) -> Record:
+def _read(record: Record, compiled: Any, entry: Any, config: Any, start: float, keep_ptx: bool = False) -> Record:
     """Fill ``record`` from the compiled kernel: the cubin's resources, its SASS (CUDA's tools) and the bound."""
     import torch
 
@@ -206,7 +206,9 @@ def _read(record: Record, compiled: Any, spec: Any, config: Any, start: float, k
     else:
         scores = record.block_m * record.block_n
         element_bytes = 4 if record.dtype == "float32" else 2
-        bound = throughput_bound(loop, config.num_warps, scores, spec.products * scores * padded, target, element_bytes)
+        bound = throughput_bound(
+            loop, config.num_warps, scores, entry.products * scores * padded, target, element_bytes
+        )
         record.tensor_clocks, record.issue_clocks = bound.tensor, bound.issue
         record.mufu_clocks, record.shared_clocks = bound.mufu, bound.shared
         record.bound_clocks, record.limit = bound.clocks, bound.limit
@@ -237,18 +239,18 @@ def sweep(
     table = registry()
     jobs = []
     for name in names:
-        spec = table[name]
+        entry = table[name]
         for arch in archs:
             for d in head_dims:
                 for m in causal:
-                    chosen = spec.configs(TARGETS[arch].arch, d, m)
+                    chosen = entry.configs(TARGETS[arch].arch, d, m)
                     chosen = chosen[:1] if first_only else chosen
-                    jobs += [(name, spec, arch, dtype, d, c, m) for dtype in dtypes for c in chosen]
+                    jobs += [(name, entry, arch, dtype, d, c, m) for dtype in dtypes for c in chosen]
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
         read = []
-        for name, spec, arch, dtype, d, c, m in tqdm(jobs, desc="compiling", unit="kernel", disable=not progress):
-            record, compiled, start = _compile(name, spec, arch, dtype, d, c, m)
-            read.append(pool.submit(_read, record, compiled, spec, c, start))
+        for name, entry, arch, dtype, d, c, m in tqdm(jobs, desc="compiling", unit="kernel", disable=not progress):
+            record, compiled, start = _compile(name, entry, arch, dtype, d, c, m)
+            read.append(pool.submit(_read, record, compiled, entry, c, start))
         return [future.result() for future in read]
 
 
@@ -305,12 +307,12 @@ def compiled_view(
 def _compiled_view_here(kernel: str, arch: str, dtype: str, head_dim: int, shape=None) -> dict[str, Any]:
     import triton
 
-    spec = registry()[kernel]
-    config = spec.configs(TARGETS[arch].arch, head_dim, False)[0]
+    entry = registry()[kernel]
+    config = entry.configs(TARGETS[arch].arch, head_dim, False)[0]
     if shape is not None:
         block_m, block_n, warps, stages = shape
         config = triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n}, num_warps=warps, num_stages=stages)
-    record = compile_record(kernel, spec, arch, dtype, head_dim, config, False, keep_ptx=True)
+    record = compile_record(kernel, entry, arch, dtype, head_dim, config, False, keep_ptx=True)
     if not record.ok:
         raise RuntimeError(record.error)
     loop = steady_loop(sass_loops(record.sass))
@@ -414,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from . import runtime
 
+    outside = [d for d in args.head_dim if not runtime.MIN_HEAD_DIM <= d <= runtime.MAX_HEAD_DIM]
+    if outside:
+        parser.error(f"--head-dim: the kernels take [{runtime.MIN_HEAD_DIM}, {runtime.MAX_HEAD_DIM}], got {outside}")
     if runtime.triton is None:
         print("error: Triton is not installed (its wheels exist for Linux only)", file=sys.stderr)
         return 2

@@ -104,7 +104,26 @@ _REPORT_SCRIPT = """
 import json, sys
 from mha_course.kernels import gpu_report as g
 from mha_course.kernels.ptx import cubin_resources, parameter_multiplies
+from mha_course.kernels.registry import example_inputs, launch_signature
 hopper, ampere = sys.argv[1], sys.argv[2]
+
+
+def binder_signature(entry, config):
+    # Triton's own launch binder (internal to Triton, read here only to check launch_signature against it)
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    kernel = entry.kernel
+    args, constants = entry.example_launch(*example_inputs("float16", 64), False)
+    binder = create_function_from_signature(kernel.signature, kernel.params, make_backend(GPUTarget("cuda", 90, 32)))
+    _, specialization, _ = binder(*args, **constants, **config.kwargs)
+    ours, values, attrs = launch_signature(kernel, args, dict(constants, **config.kwargs))
+    theirs = {name: kind for name, (kind, _) in zip(kernel.arg_names, specialization)}
+    hinted = [name for i, (name, (_, key)) in enumerate(zip(kernel.arg_names, specialization)) if key == "D"]
+    ours_hinted = [kernel.arg_names[i] for (i,), hint in attrs.items() if hint]
+    return dict(same_types=list(ours.items()) == list(theirs.items()), same_hints=hinted == ours_hinted)
+
 codes = [
     g.main(["--arch", "sm_90", "--dtype", "float16", "--json", hopper, "--quiet"]),
     g.main(["--arch", "sm_80", "--dtype", "bfloat16", "--head-dim", "64", "--causal", "--configs", "first",
@@ -112,9 +131,9 @@ codes = [
 ]
 compiled_in_sweeps = len(g._COMPILED)
 launches = {}
-for name, spec in g.registry().items():
-    config = spec.configs(90, 64, False)[0]
-    compiled, signature = g.compile_launch(spec, "sm_90", "float16", 64, config, False)
+for name, entry in g.registry().items():
+    config = entry.configs(90, 64, False)[0]
+    compiled, signature = g.compile_launch(entry, "sm_90", "float16", 64, config, False)
     ptx = compiled.asm["ptx"]
     params = [n for n, t in signature.items() if t != "constexpr"]
     batch_head = [n for n in params if n.startswith("stride_") and n[-1] in "bh"]
@@ -122,7 +141,8 @@ for name, spec in g.registry().items():
         signature=signature,
         multiplies={n: parameter_multiplies(ptx, params.index(n)) for n in batch_head},
         resources=cubin_resources(compiled.asm["cubin"]),
-        reused=compiled is g.compile_launch(spec, 90, "float16", 64, config, False)[0],
+        reused=compiled is g.compile_launch(entry, 90, "float16", 64, config, False)[0],
+        binder=binder_signature(entry, config),
     )
 print(json.dumps(dict(codes=codes, compiled_in_sweeps=compiled_in_sweeps, compiled=len(g._COMPILED), launches=launches)))
 """
@@ -146,6 +166,12 @@ def test_a_launch_specialises_unit_strides_and_divisible_sizes(report):
     signature = report["launches"]["forward"]["signature"]
     assert signature["stride_qd"] == signature["stride_od"] == "constexpr"  # stride 1: a constant, as at launch
     assert signature["stride_qb"] == signature["T"] == "i32" and signature["Q"] == "*fp16"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel", ["forward", "dkdv", "dq"])
+def test_the_report_specialises_a_launch_as_tritons_binder_does(report, kernel):
+    assert report["launches"][kernel]["binder"] == dict(same_types=True, same_hints=True)
 
 
 @pytest.mark.slow
@@ -193,10 +219,10 @@ def test_the_shipped_configs_compile_without_spilling_and_use_tensor_cores(repor
 
     shipped = {
         (name, d, c, registry.describe(config))
-        for name, spec in registry.REGISTRY.items()
+        for name, entry in registry.REGISTRY.items()
         for d in (64, 128)
         for c in (False, True)
-        for config in spec.configs(90, d, c)
+        for config in entry.configs(90, d, c)
     }
     hopper = [r for r in records if r["arch"] == "sm_90"]
     assert len(hopper) == len(shipped) and {r["dtype"] for r in hopper} == {"float16"}  # every H100 config
@@ -232,12 +258,13 @@ def test_hopper_bounds_meet_the_tutorial_kernels(report):
 def test_the_autotuner_tries_only_the_configs_shipped_for_the_launch(name, gpu):
     from mha_course.kernels import registry
 
-    spec = registry.REGISTRY[name]
-    every = registry.shipped(spec, gpu)
-    for head_dim in (64, 128):
+    entry = registry.REGISTRY[name]
+    every = registry.shipped(entry, gpu)
+    for head_dim in (16, 40, 64, 65, 96, 128):
         for causal in (False, True):
-            kept = registry.pruner(spec, gpu)(every, {}, D=head_dim, DV=head_dim, CAUSAL=causal)
-            expected = spec.configs(gpu, head_dim, causal)
+            launch = dict(D=head_dim, DV=16, CAUSAL=causal)
+            kept = registry.prune_to_launch(entry, gpu, every, launch)
+            expected = entry.configs(gpu, head_dim, causal)
             assert sorted(map(registry.describe, kept)) == sorted(map(registry.describe, expected))
 
 
@@ -337,11 +364,11 @@ from pathlib import Path
 from triton.backends.nvidia.compiler import get_ptxas
 from mha_course.kernels import gpu_report as g
 from mha_course.kernels.ptx import sass_loops, steady_loop
-spec = g.registry()["forward"]
+entry = g.registry()["forward"]
 out = {}
 for arch, causal in (("sm_100", False), ("sm_90", False), ("sm_100", True)):
-    config = spec.configs(g.TARGETS[arch].arch, 64, causal)[0]
-    r = g.compile_record("forward", spec, arch, "float16", 64, config, causal, keep_ptx=True)
+    config = entry.configs(g.TARGETS[arch].arch, 64, causal)[0]
+    r = g.compile_record("forward", entry, arch, "float16", 64, config, causal, keep_ptx=True)
     loops = sass_loops(r.sass)
     loop = steady_loop(loops)
     alloc = re.findall(r"tcgen05\\.alloc\\S*\\s+\\[%r\\d+\\],\\s*(\\d+);", r.ptx)
@@ -400,3 +427,9 @@ def test_sm_100s_tensor_memory_and_spills_are_read_as_ptxas_reports_them(sm100):
     # the spill figures read from the SASS are ptxas's own, and the bytes spilled are the stores
     assert [causal["spill_stores"], causal["spill_loads"]] == causal["ptxas"]
     assert causal["spill_bytes"] == causal["spill_stores"]
+
+
+def test_a_head_dim_no_kernel_takes_is_refused_before_compiling(capsys):
+    with pytest.raises(SystemExit) as exited:
+        gpu_report.main(["--head-dim", "64", "256", "--quiet"])
+    assert exited.value.code == 2 and "the kernels take [16, 128], got [256]" in capsys.readouterr().err
