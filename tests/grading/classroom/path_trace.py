@@ -9,7 +9,7 @@ graded behind the walls) under a profiler that records every call into a grader 
 * **classroom <-> engine edges**: distinct caller -> callee module pairs between ``classroom/`` and ``engine/``
   (either way), and from the command straight into ``engine/``;
 * **metadata reads**: how often the notebook's assignment metadata was read (``class_files.peek_assignment``,
-  ``notebook.metadata``, ``registry.identify``), and how often its file was parsed (``notebook.parse_json``).
+  ``notebook.metadata``, which ``registry.identify`` and ``class_files.peek_metadata`` call), and how often its file was parsed (``notebook.parse_json``).
 
 Run from the repository root: ``PYTHONPATH=$PWD python tests/grading/classroom/path_trace.py``.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 GRADING_TESTS = HERE.parent
 PACKAGE = GRADING_TESTS.parents[1] / "mha_course" / "grading"
-METADATA_READERS = {"classroom.class_files.peek_assignment", "engine.notebook.metadata", "engine.registry.identify"}
+METADATA_READERS = {"classroom.class_files.peek_assignment", "engine.notebook.metadata"}
 
 
 def module_of(filename: str) -> str | None:
@@ -75,7 +75,8 @@ def trace(argv: list[str]) -> dict:
         {
             f"{a} -> {b}"
             for a, b, _ in calls
-            if {a.split(".")[0], b.split(".")[0]} == {"classroom", "engine"} or (a == "grade" and b.startswith("engine."))
+            if {a.split(".")[0], b.split(".")[0]} == {"classroom", "engine"}
+            or (a == "grade" and b.startswith("engine."))
         }
     )
     functions = Counter(f"{callee}.{name}" for _, callee, name in calls)
