@@ -94,8 +94,14 @@ def _rank(rel: str, path: Path, notebook_name: str | None, platform_time: float 
 
 def _pick(candidates: list[File], notebook_name: str | None) -> tuple[File, list[File]]:
     """The notebook graded among several of one assignment: the expected file name, else the newest."""
-    ordered = sorted(candidates, key=lambda f: _rank(f.rel, f.path, notebook_name))
+    ordered = sorted(candidates, key=lambda f: _rank(f.rel, f.path, notebook_name, _time_in_name(f.rel)))
     return ordered[0], ordered[1:]
+
+
+def _time_in_name(rel: str) -> float | None:
+    """The time a platform wrote in a flat download's file name (:class:`.lms.FlatName`), or None."""
+    named = flat_name(Path(rel).name)
+    return named.submitted_at if named else None
 
 
 def _also(other: str, key: str, chosen: str, notebook_name: str | None, exact: bool = False) -> str:
