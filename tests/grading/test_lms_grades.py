@@ -436,7 +436,7 @@ def test_each_students_fresh_inputs_come_from_the_class_seed_and_their_identity(
 
     salts = {}
 
-    def grade_into(result, path, limits, isolator, grade_as=None):
+    def grade_into(result, path, limits, isolator, grade_as=None, meta=None):
         salts[Path(path).name] = result.input_seed
         result.tests.append(Verdict("a", "a", "case", 1, 1, "passed", "", False))
 
