@@ -161,6 +161,32 @@ def test_the_command_grades_a_class_of_the_toy_platform(fake, tmp_path):
     assert exported == {"alice": "8", "bob": "8"}  # fake_add's 4 of 6 points, on the column's 12
 
 
+def test_contributings_worked_example_is_a_working_module():
+    """The module CONTRIBUTING.md shows ("Add an LMS format") imports as lms/blackboard.py would, and reads as the toy."""
+    import importlib.util
+    import sys
+
+    text = (Path(__file__).resolve().parents[3] / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    section = text[text.index("## Add an LMS format") :]
+    source = section.split("```python\n", 1)[1].split("```", 1)[0]
+    assert source.startswith("# mha_course/grading/classroom/lms/blackboard.py")
+    name = "mha_course.grading.classroom.lms.blackboard"
+    spec = importlib.util.spec_from_loader(name, loader=None)
+    module = importlib.util.module_from_spec(spec)
+    module.__package__ = "mha_course.grading.classroom.lms"
+    sys.modules[name] = module
+    try:
+        exec(compile(source, "CONTRIBUTING.md", "exec"), module.__dict__)
+    finally:
+        del sys.modules[name]
+    shown = module.FORMAT
+    file_name = "a02_alice_attempt_2026-11-20-23-59-00_a02.ipynb"
+    assert shown.flat_name(file_name) == FORMAT.flat_name(file_name) is not None
+    assert shown.column_max(COLUMN) == 12.0 and shown.id_columns == FORMAT.id_columns
+    assert 'PLATFORMS = ("moodle", "canvas", "nbgrader", "gradescope", "blackboard")' in section
+    assert lms.PLATFORMS == ("moodle", "canvas", "nbgrader", "gradescope")  # the example's line, less its word
+
+
 def _graded(row, got: float) -> SubmissionResult:
     """A result of ``got`` out of 6 for the row (no sandbox: the export is what is tested here)."""
     tests = [Verdict("fake_add", "fake_add", "case", 6.0, got, "passed" if got == 6 else "failed", "", False)]
