@@ -4,7 +4,7 @@ A roster is a CSV. Any platform's export works as long as it has an identifier c
 of these names found is used (case and spaces ignored):
 
 ========== ===================================================================
-id         ``id``, ``student_id``, a platform's own (:mod:`.lms`: Moodle's ``identifier``, Canvas's ``sis user id``)
+id         ``id``, ``student_id``, each platform's own (:mod:`.lms`: Moodle's ``identifier``)
 name       ``name``, ``student``, ``full name``
 match      ``match``, ``folder``, ``file``: an explicit folder or file name (optional)
 ========== ===================================================================
@@ -41,8 +41,6 @@ from pathlib import Path
 from ..safe_text import csv_cell
 from . import lms
 
-# The plain column names; each platform's own (Moodle's "identifier", Canvas's "sis user id", ...) come from
-# its module in .lms, asked between these (id) or after them (user, maximum, comments).
 _ID_FIRST, _ID_LAST = ("id", "student_id", "studentid"), ("username", "email")
 _USER_COLUMNS = ("username", "login", "user", "login id", "user name")
 _EMAIL_COLUMNS = ("email", "email address", "e-mail")
@@ -53,6 +51,7 @@ _MATCH_COLUMNS = ("match", "folder", "file", "submission")
 
 
 def _id_columns() -> tuple[str, ...]:
+    """The plain id columns, with each platform's own (:mod:`.lms`: Moodle's "identifier", ...) between them."""
     return (*_ID_FIRST, *lms.columns("id_columns"), *_ID_LAST)
 
 
