@@ -72,17 +72,17 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(stream, "reconfigure"):
             stream.reconfigure(errors="backslashreplace")
     try:
-        intake = collect_class(args)
+        intake = collect_class(args)  # 1 collect
     except CannotGrade as exc:
         print(f"error: {exc.message}", file=sys.stderr)
         if exc.for_student is not None:
             _fail_json(args, exc.for_student)
         return 2
-    results = _run(args, intake)
+    results = _run(args, intake)  # 2 run, 3 judge
     if isinstance(results, int):  # nothing graded: the exit status
         return results
-    results, failed = record(args, intake, results)
-    failed += write_outputs(args, results, intake.roster, intake.missing)
+    results, failed = record(args, intake, results)  # 4 record
+    failed += write_outputs(args, results, intake.roster, intake.missing)  # 5 report
     where = f"; kept in {intake.seed_file}" if intake.seed_file is not None else ""
     identity, source = class_identity(args.submissions, args.class_id)
     # also with --quiet: it reproduces the run
