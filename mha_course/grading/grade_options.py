@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .classroom.lms_names import INSTRUCTOR_FOLDERS
+from .classroom.lms import INSTRUCTOR_FOLDERS
 from .classroom.seeds import SEED_FILE
 from .verdicts import ON_TAMPER, Limits
 

@@ -400,7 +400,7 @@ def test_common_exceptions_become_hints():
 def test_cpythons_ast_race_is_retried_once_and_other_failures_reported(monkeypatch, tmp_path, failures, error):
     calls = []
 
-    def grade_into(result, path, limits, isolator, grade_as=None):
+    def grade_into(result, path, limits, isolator, grade_as=None, meta=None):
         calls.append(result)
         result.notes.append(f"attempt {len(calls)}")
         if len(calls) <= len(failures):

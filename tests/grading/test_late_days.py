@@ -77,7 +77,7 @@ def test_a_time_without_a_zone_is_read_in_the_due_dates_zone_and_moodles_dash_is
 
 
 def _stamped(root: Path, roster_text: str | None, tmp_path: Path) -> dict[str, tuple[float | None, str]]:
-    from mha_course.grading.classroom.bookkeeping import identify
+    from mha_course.grading.classroom.intake import identify
     from mha_course.grading.classroom.roster import read_roster
     from mha_course.grading.classroom.submitted_at import stamp
 

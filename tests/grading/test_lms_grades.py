@@ -436,7 +436,7 @@ def test_each_students_fresh_inputs_come_from_the_class_seed_and_their_identity(
 
     salts = {}
 
-    def grade_into(result, path, limits, isolator, grade_as=None):
+    def grade_into(result, path, limits, isolator, grade_as=None, meta=None):
         salts[Path(path).name] = result.input_seed
         result.tests.append(Verdict("a", "a", "case", 1, 1, "passed", "", False))
 
@@ -455,7 +455,7 @@ def test_each_students_fresh_inputs_come_from_the_class_seed_and_their_identity(
 
 
 def test_a_pick_may_name_the_student_as_the_roster_does(tmp_path):
-    from mha_course.grading.classroom.bookkeeping import picker
+    from mha_course.grading.classroom.intake import picker
 
     roster = read_roster(_write("username,email,name\nalice,am@uni.edu,Alice Martin\n", tmp_path / "r.csv"))
     pick = picker(read_picks(["am@uni.edu=draft.ipynb", "bob=final.ipynb"]), roster)

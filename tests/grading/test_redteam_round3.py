@@ -240,7 +240,7 @@ def test_a_folder_named_like_a_classmate_does_not_replace_their_notebook(tmp_pat
     """``alice/`` (the username) and a newer ``ALICE/`` both match alice's roster row: alice's own is graded."""
     import os
 
-    from mha_course.grading.classroom import bookkeeping
+    from mha_course.grading.classroom import intake
     from mha_course.grading.classroom.collect import collect, one_per_student
     from mha_course.grading.classroom.roster import read_roster
 
@@ -252,6 +252,6 @@ def test_a_folder_named_like_a_classmate_does_not_replace_their_notebook(tmp_pat
     os.utime(tmp_path / "class" / "alice" / "a02_softmax.ipynb", (1e9, 1e9))  # the classmate's is newer
     (tmp_path / "roster.csv").write_text("id,name,username\nalice,Alice Martin,alice\nbob,Bob Stone,bob\n")
     rows = collect([tmp_path / "class"], "a02_softmax")
-    bookkeeping.identify(rows, read_roster(tmp_path / "roster.csv"))
+    intake.identify(rows, read_roster(tmp_path / "roster.csv"))
     graded = [r for r in one_per_student(rows) if r.student_id == "alice"]
     assert [r.key for r in graded] == ["alice/a02_softmax.ipynb"], [(r.key, r.notes) for r in graded]

@@ -8,7 +8,7 @@ import csv
 import io
 import re
 
-from mha_course.grading.classroom import bookkeeping
+from mha_course.grading.classroom import outputs
 from mha_course.grading.classroom.feedback import feedback_markdown, summary
 from mha_course.grading.classroom.policy import Override, apply_overrides
 from mha_course.grading.classroom.report import sections
@@ -101,8 +101,8 @@ def _grades_out(roster_text: str, tmp_path) -> list[list[str]]:
     path.write_text(roster_text, encoding="utf-8")
     results = _excused_class()
     written: dict[str, str] = {}
-    excused = {"Grade": set().union(*bookkeeping.excused(results).values())}
-    grades = {"Grade": dict(bookkeeping.grades(results)["a17_row_shift"])}
+    excused = {"Grade": set().union(*outputs.excused(results).values())}
+    grades = {"Grade": dict(outputs.grades(results)["a17_row_shift"])}
     write_grade_columns("out.csv", read_roster(path), grades, lambda _, text: written.update(out=text), None, excused)
     return list(csv.reader(io.StringIO(written["out"])))
 

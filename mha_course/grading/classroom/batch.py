@@ -109,7 +109,13 @@ def _grade_one(sub: Submission | None, path: str | Path, batch: Batch, isolator:
     else:
         own_seed = seed if sub is None or seed is None else student_seed(seed, sub.student_id or sub.student)
         r = grade_notebook(
-            path, limits, isolator, own_seed, grade_as=sub.grade_as if sub else None, on_tamper=batch.on_tamper
+            path,
+            limits,
+            isolator,
+            own_seed,
+            grade_as=sub.grade_as if sub else None,
+            on_tamper=batch.on_tamper,
+            meta=sub.meta if sub else None,
         )
         r.seed = seed
     return r

@@ -1,8 +1,8 @@
 """A class folder's files as the grader reads them: regular notebooks, copies, links, folders, noise.
 
 :func:`walk` lists every file under a folder without following a link (a link, a FIFO or a device
-is a file of its own kind, with a note); :func:`peek_assignment` reads a notebook's assignment from
-its metadata without running anything; :func:`shared_files` finds one notebook under two students
+is a file of its own kind, with a note); :func:`peek_metadata` reads a notebook's assignment and version
+from its metadata without running anything (the one read of it: the row carries it to the engine); :func:`shared_files` finds one notebook under two students
 (a hard link). :mod:`.collect` turns these files into one row per student.
 """
 
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from ..engine.notebook import MAX_FILE_BYTES, parse_json, read_regular
-from .lms_names import student_of
+from ..engine.notebook import MAX_FILE_BYTES, AssignmentMeta, metadata, parse_json, read_regular
+from .lms import student_of
 
 #: Files a platform or an OS adds that no student chose to submit; skipped without a note.
 NOISE = {".DS_Store", "Thumbs.db", "desktop.ini", "__MACOSX"}
@@ -43,13 +43,21 @@ class File:
     rel: str  # relative to the root, POSIX
     path: Path
     kind: FileKind
-    assignment: str | None = None
+    assignment: str | None = None  # the assignment key its metadata names (``meta.assignment``)
     unreadable: str | None = None
+    meta: AssignmentMeta | None = None  # its metadata, read once here
     inode: tuple[int, int] | None = None  # (device, inode) of a file with several hard links
 
 
 def peek_assignment(path: Path) -> tuple[str | None, str | None]:
-    """(assignment key from the notebook's metadata or None, error text or None); never raises.
+    """(assignment key from the notebook's metadata or None, error text or None); never raises (:func:`peek_metadata`)."""
+    meta, error = peek_metadata(path)
+    return (meta.assignment if meta else None), error
+
+
+def peek_metadata(path: Path) -> tuple[AssignmentMeta | None, str | None]:
+    """(the notebook's metadata, :func:`~mha_course.grading.engine.notebook.metadata`, or None; error text or None);
+    never raises.
 
     Reads only a regular file (:func:`~mha_course.grading.engine.notebook.read_regular`: a FIFO never blocks it); JSON nested
     too deeply to parse is "not a readable notebook", like any other broken file.
@@ -60,12 +68,9 @@ def peek_assignment(path: Path) -> tuple[str | None, str | None]:
         return None, f"not a readable notebook ({str(exc).split(':')[0]})"
     except Exception as exc:  # anything else a file can do to a parser: a row, never an aborted class
         return None, f"not a readable notebook ({type(exc).__name__})"
-    meta = nb.get("metadata") if isinstance(nb, dict) else None
-    meta = meta.get("mha_course") if isinstance(meta, dict) else None
-    key = meta.get("assignment") if isinstance(meta, dict) else None
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         return None, "not a notebook (no list of cells)"
-    return (key if isinstance(key, str) else None), None
+    return metadata(nb), None
 
 
 def _link(root: Path, path: Path, rel: str) -> File:
@@ -106,7 +111,8 @@ def classify(root: Path, path: Path, rel: str) -> File:
         return File(rel, path, FileKind.SPECIAL, unreadable="not a regular file (a pipe, device or socket)")
     checkpoint = ".ipynb_checkpoints" in Path(rel).parts or name.endswith("-checkpoint.ipynb")
     entry = File(rel, path, FileKind.FALLBACK if checkpoint or _COPY.search(name) else FileKind.NOTEBOOK)
-    entry.assignment, entry.unreadable = peek_assignment(path)
+    entry.meta, entry.unreadable = peek_metadata(path)
+    entry.assignment = entry.meta.assignment if entry.meta else None
     if info.st_nlink > 1:
         entry.inode = (info.st_dev, info.st_ino)
     return entry

@@ -37,8 +37,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..engine.notebook import AssignmentMeta
 from .class_files import NOISE, File, FileKind, classify, shared_files, walk
-from .lms_names import INSTRUCTOR_FOLDERS, canvas_late, nfc, original_name, student_of
+from .lms import INSTRUCTOR_FOLDERS, flat_name, nfc, original_name, student_of
 from .picks import picked
 
 
@@ -54,6 +55,7 @@ class Submission:
     student: str
     path: Path | None = None  # the notebook to grade; None when ``problem`` says why not
     assignment: str | None = None  # what its metadata says (None: no metadata)
+    meta: AssignmentMeta | None = None  # its metadata (assignment and version), read once when collected
     grade_as: str | None = None  # grade as this assignment although the metadata is missing
     problem: str | None = None  # the reason nothing is graded
     notes: list[str] = field(default_factory=list)
@@ -92,8 +94,14 @@ def _rank(rel: str, path: Path, notebook_name: str | None, platform_time: float 
 
 def _pick(candidates: list[File], notebook_name: str | None) -> tuple[File, list[File]]:
     """The notebook graded among several of one assignment: the expected file name, else the newest."""
-    ordered = sorted(candidates, key=lambda f: _rank(f.rel, f.path, notebook_name))
+    ordered = sorted(candidates, key=lambda f: _rank(f.rel, f.path, notebook_name, _time_in_name(f.rel)))
     return ordered[0], ordered[1:]
+
+
+def _time_in_name(rel: str) -> float | None:
+    """The time a platform wrote in a flat download's file name (:class:`.lms.FlatName`), or None."""
+    named = flat_name(Path(rel).name)
+    return named.submitted_at if named else None
 
 
 def _also(other: str, key: str, chosen: str, notebook_name: str | None, exact: bool = False) -> str:
@@ -209,7 +217,9 @@ def _candidates(
 def _row(student: str, chosen: File, key: str, notes: list[str], pick: str | None) -> Submission:
     """The row that grades ``chosen`` for assignment ``key``, with what the grader should say about the choice."""
     sub = Submission(key=chosen.rel, student=student, path=chosen.path, assignment=chosen.assignment, notes=notes)
-    sub.late_marked = canvas_late(Path(chosen.rel).name)
+    sub.meta = chosen.meta
+    named = flat_name(Path(chosen.rel).name)
+    sub.late_marked = bool(named and named.late)
     with contextlib.suppress(OSError):
         sub.file_time = os.lstat(chosen.path).st_mtime
     if pick:

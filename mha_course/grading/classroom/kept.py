@@ -22,11 +22,22 @@ from pathlib import Path
 
 from ..verdicts import ReviewFlag, Status, SubmissionResult, TestResult
 from .collect import Submission
-from .lms_names import nfc
+from .lms import nfc
 from .roster import Roster
 
 RESULTS_FILE = "grading-results.json"
 _FIELDS = {f.name for f in dataclasses.fields(SubmissionResult)}
+
+
+def settings(args) -> dict:
+    """What a part regrade must share with the class's run (``args``: the command's options): the limits and the
+    scan's policy."""
+    names = ("case_timeout", "cell_timeout", "notebook_timeout", "memory_mb", "submission_timeout")
+    return {
+        **{n: getattr(args, n) for n in names},
+        "strict_definitions": args.strict_definitions,
+        "on_tamper": args.on_tamper,
+    }
 
 
 def results_file(seed_file: Path) -> Path:

@@ -12,7 +12,7 @@ import io
 from pathlib import Path
 
 from .class_files import FileKind
-from .lms_names import nfc, original_name
+from .lms import nfc, original_name
 
 
 def read_picks(values: list[str]) -> dict[str, str]:

@@ -4,7 +4,7 @@ A roster is a CSV. Any platform's export works as long as it has an identifier c
 of these names found is used (case and spaces ignored):
 
 ========== ===================================================================
-id         ``id``, ``student_id``, ``identifier`` (Moodle: "Participant 1234"), ``sis user id``
+id         ``id``, ``student_id``, each platform's own (:mod:`.lms`: Moodle's ``identifier``)
 name       ``name``, ``student``, ``full name``
 match      ``match``, ``folder``, ``file``: an explicit folder or file name (optional)
 ========== ===================================================================
@@ -39,13 +39,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..safe_text import csv_cell
+from . import lms
 
-_ID_COLUMNS = ("id", "student_id", "studentid", "identifier", "sis user id", "username", "email")
-_USER_COLUMNS = ("username", "login", "user", "login id", "sis login id", "user name")
+_ID_FIRST, _ID_LAST = ("id", "student_id", "studentid"), ("username", "email")
+_USER_COLUMNS = ("username", "login", "user", "login id", "user name")
 _EMAIL_COLUMNS = ("email", "email address", "e-mail")
-_MAX_COLUMNS = ("maximum grade", "max grade", "points possible", "maximum")
+_MAX_COLUMNS = ("maximum",)
+_COMMENT_COLUMNS = ("feedback",)
 _NAME_COLUMNS = ("name", "student", "full name", "fullname", "student name")
 _MATCH_COLUMNS = ("match", "folder", "file", "submission")
+
+
+def _id_columns() -> tuple[str, ...]:
+    """The plain id columns, with each platform's own (:mod:`.lms`: Moodle's "identifier", ...) between them."""
+    return (*_ID_FIRST, *lms.columns("id_columns"), *_ID_LAST)
+
+
+def _columns(plain: tuple[str, ...], field: str) -> tuple[str, ...]:
+    """The platforms' columns of one kind (``field`` of :class:`.lms.LmsFormat`), then the plain ones."""
+    return (*lms.columns(field), *(c for c in plain if c not in lms.columns(field)))
 
 
 def _norm(column: str) -> str:
@@ -145,10 +157,13 @@ class Roster:
         return None, len(rules) + 2
 
     def max_for(self, column: str) -> float | None:
-        """The platform's maximum for grade ``column``: its Points Possible, else one Maximum Grade for all rows."""
+        """The platform's maximum for grade ``column``: its Points Possible, else what the column's name carries,
+        else one Maximum Grade for all rows."""
         if column in self.points_possible:
             return self.points_possible[column]
-        col = _find(self.columns, _MAX_COLUMNS)
+        if (in_name := lms.column_max(column)) is not None:
+            return in_name
+        col = _find(self.columns, _columns(_MAX_COLUMNS, "max_columns"))
         values = {s.row.get(col, "").strip() for s in self.students} - {""} if col else set()
         try:
             return float(values.pop()) if len(values) == 1 else None
@@ -165,19 +180,21 @@ def read_roster(path: str | Path) -> Roster:
     text = Path(path).read_text(encoding="utf-8-sig")
     reader = csv.DictReader(io.StringIO(text))
     columns = list(reader.fieldnames or [])
+    user_columns = (*_USER_COLUMNS, *(c for c in lms.columns("user_columns") if c not in _USER_COLUMNS))
     id_col, name_col, match_col, user_col, email_col = (
-        _find(columns, w) for w in (_ID_COLUMNS, _NAME_COLUMNS, _MATCH_COLUMNS, _USER_COLUMNS, _EMAIL_COLUMNS)
+        _find(columns, w) for w in (_id_columns(), _NAME_COLUMNS, _MATCH_COLUMNS, user_columns, _EMAIL_COLUMNS)
     )
     if id_col is None:
         raise ValueError(
-            f"{path}: the roster needs an id column (one of {', '.join(_ID_COLUMNS)}); found columns {columns}"
+            f"{path}: the roster needs an id column (one of {', '.join(_id_columns())}); found columns {columns}"
         )
+    max_rows = lms.max_rows()
     students: list[Student] = []
     possible: dict[str, float] = {}
     other_rows: list[tuple[int, dict[str, str]]] = []
     for row in reader:
-        if name_col and fold(row.get(name_col) or "") == "points possible":
-            for column, value in row.items():  # Canvas: each assignment column's maximum
+        if name_col and fold(row.get(name_col) or "") in max_rows:
+            for column, value in row.items():  # Canvas's "Points Possible": each assignment column's maximum
                 try:
                     possible[column] = float(value)
                 except (TypeError, ValueError):
@@ -215,18 +232,20 @@ def write_grade_columns(
     can start a spreadsheet formula. ``excused`` (column -> student ids) writes Canvas's ``EX`` in a
     Canvas gradebook (one with a "Points Possible" row or SIS columns); elsewhere the cell stays empty.
     """
-    canvas = bool(roster.points_possible) or any(c.startswith("SIS ") for c in roster.columns)
+    excused_cell = lms.excused_cell(roster.columns, bool(roster.points_possible))
+    no_grade = lms.no_grade_cells()
     names = roster.columns + [c for c in columns if c not in roster.columns]
-    comment_col = next((c for c in roster.columns if _norm(c) in {"feedback comments", "feedback"}), None)
+    comment_col = _find(roster.columns, _columns(_COMMENT_COLUMNS, "comment_columns"))
     rows: list[dict[str, str]] = []
     for s in roster.students:
         row = dict(s.row)
         for column, grades in columns.items():
             grade = grades.get(s.student_id)
-            # no grade: empty, or the platform's own "-" (Moodle's "no grade yet") as it came
-            row[column] = ("-" if (s.row.get(column) or "").strip() == "-" else "") if grade is None else f"{grade:g}"
-            if grade is None and canvas and s.student_id in (excused or {}).get(column, set()):
-                row[column] = "EX"
+            # no grade: empty, or the platform's own mark (Moodle's "-": "no grade yet") as it came
+            came = (s.row.get(column) or "").strip()
+            row[column] = (came if came in no_grade else "") if grade is None else f"{grade:g}"
+            if grade is None and excused_cell and s.student_id in (excused or {}).get(column, set()):
+                row[column] = excused_cell
         if comment_col and comments and s.student_id in comments:
             row[comment_col] = comments[s.student_id]
         rows.append(row)

@@ -1,16 +1,19 @@
 """When each submission was handed in, as the platform recorded it (not the file's modification time).
 
 A plain ``cp -r`` or an unzip gives every file a new modification time, so the late penalty and the
-choice among a student's notebooks read the platform's own record first, in this order:
+choice among a student's notebooks read the platform's own record first, in this order, each
+platform's part in its module of :mod:`.lms`:
 
 ======================= ===============================================================================
-Moodle, Canvas, others  the roster's ``Last modified (submission)`` column (Moodle's grading worksheet),
-                        or a ``Submitted at`` / ``submitted_at`` / ``Submission time`` column (Canvas's
-                        submissions export; its gradebook CSV holds no time: there only the ``_LATE_``
-                        marker of the download's file names tells)
-nbgrader                ``timestamp.txt`` in ``submitted/<student>/<assignment>/`` (``... 23:59:59.1 UTC``)
-Gradescope              ``submission_metadata.json`` beside the folder given (``created_at``), as the
-                        autograder finds it in ``/autograder/``, outside the student's upload
+the roster              a column of the submission's time: Moodle's grading worksheet ``Last modified
+                        (submission)``, Canvas's submissions export ``Submitted at`` (its gradebook CSV
+                        holds no time: there only the ``_LATE_`` marker of the download's file names tells),
+                        any platform's ``submitted`` (:func:`.lms.columns` ``("time_columns")``)
+the file name           a flat download whose platform writes the time in the name (:attr:`.lms.FlatName.submitted_at`)
+a file of the platform  nbgrader's ``timestamp.txt`` in ``submitted/<student>/<assignment>/``
+                        (``... 23:59:59.1 UTC``); Gradescope's ``submission_metadata.json`` beside the folder
+                        given (``created_at``), as the autograder finds it in ``/autograder/``, outside the
+                        student's upload (:func:`.lms.time_files`)
 ======================= ===============================================================================
 
 A time without a zone (Moodle writes the instructor's local time) is read in ``zone``, the due
@@ -20,74 +23,35 @@ used and the row says so (:data:`FILE_TIME_WARNING`): the grader prints it and t
 
 from __future__ import annotations
 
-import json
-import os
 import re
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, tzinfo
 from pathlib import Path
 
+from . import lms
 from .collect import Submission
+from .lms.times import parse_time
 from .roster import Student
 
-NBGRADER_FILE = "timestamp.txt"
-GRADESCOPE_FILE = "submission_metadata.json"
-#: Roster columns holding the submission's time (case and spaces ignored), first found wins.
-TIME_COLUMNS = ("last modified (submission)", "submitted at", "submitted_at", "submission time", "submitted")
+#: Roster columns of the submission's time that no one platform owns, asked after the platforms' own.
+PLAIN_TIME_COLUMNS = ("submitted",)
 FILE_TIME_WARNING = "timed by the file's modification time: the platform's record was not found (a copy resets it)"
 
-_FORMATS = (  # Moodle's worksheet in English, with and without the weekday, 12 and 24 hours
-    "%A, %d %B %Y, %I:%M %p",
-    "%A, %d %B %Y, %H:%M",
-    "%d %B %Y, %I:%M %p",
-    "%d %B %Y, %H:%M",
-)
 
-
-def parse_time(text: str, zone: tzinfo = UTC) -> float | None:
-    """A platform's time as a POSIX timestamp, or None when the text is empty or Moodle's ``-``.
-
-    ISO 8601 (``2026-11-20T23:59:00Z``, ``2026-11-20 23:59:59.123 UTC``) and Moodle's
-    ``Friday, 20 November 2026, 11:59 PM`` are read; a time without a zone is in ``zone``.
-    Raises ValueError naming the text when it is none of these.
-    """
-    raw = (text or "").strip()
-    if raw in ("", "-"):
-        return None
-    iso = re.sub(r"\s*(UTC|GMT|Z)$", "+00:00", raw)
-    when = None
-    try:
-        when = datetime.fromisoformat(iso)
-    except ValueError:
-        for fmt in _FORMATS:
-            try:
-                when = datetime.strptime(raw, fmt)
-                break
-            except ValueError:
-                continue
-    if when is None:
-        raise ValueError(
-            f"a submission time must be ISO 8601 or Moodle's 'Friday, 20 November 2026, 11:59 PM'; got {raw!r}"
-        )
-    return (when if when.tzinfo else when.replace(tzinfo=zone)).timestamp()
+def time_columns() -> tuple[str, ...]:
+    """Roster columns holding the submission's time (case and spaces ignored), first found wins."""
+    return (*lms.columns("time_columns"), *PLAIN_TIME_COLUMNS)
 
 
 def _from_files(path: Path, assignment: str, roots: list[Path], zone: tzinfo) -> tuple[float | None, str]:
-    """(time, source) from nbgrader's timestamp or Gradescope's metadata, only where the platform writes them.
-
-    A student can upload a file named ``timestamp.txt`` or ``submission_metadata.json`` with any date in it,
-    so neither is read from anywhere else: nbgrader's sits in the folder named after the assignment
-    (``submitted/<student>/<assignment>/``), Gradescope's beside the folder given (``/autograder/``), outside
-    the upload. Links are never read.
-    """
-    stamp = path.parent / NBGRADER_FILE
-    if assignment and path.parent.name == assignment and stamp.is_file() and not stamp.is_symlink():
-        return parse_time(stamp.read_text(encoding="utf-8", errors="replace")[:200], zone), f"nbgrader's {stamp.name}"
-    for root in roots:
-        meta = root.parent / GRADESCOPE_FILE
-        inside = Path(os.path.abspath(root)) in Path(os.path.abspath(path)).parents
-        if root.is_dir() and inside and meta.is_file() and not meta.is_symlink():
-            created = json.loads(meta.read_text(encoding="utf-8")).get("created_at", "")
-            return parse_time(str(created), zone), "Gradescope's submission metadata"
+    """(time, source) from the file name (a platform that writes the time there) or a platform's file beside the
+    submissions; each platform reads its file only where it writes it (a student can upload one with any date)."""
+    named = lms.flat_name(path.name)
+    if named is not None and named.submitted_at is not None:
+        return named.submitted_at, "the platform's file name"
+    for read in lms.time_files():
+        when, source = read(path, assignment, roots, zone)
+        if when is not None:
+            return when, source
     return None, ""
 
 
@@ -95,7 +59,7 @@ def _from_roster(student: Student | None, zone: tzinfo) -> tuple[float | None, s
     if student is None:
         return None, ""
     by_norm = {re.sub(r"\s+", " ", c.strip().lower()): c for c in student.row}
-    for wanted in TIME_COLUMNS:
+    for wanted in time_columns():
         if wanted in by_norm:
             return parse_time(student.row[by_norm[wanted]] or "", zone), f"the roster's {by_norm[wanted]!r}"
     return None, ""
@@ -105,7 +69,7 @@ def stamp(rows: list[Submission], roots: list[str | Path], roster, zone: tzinfo 
     """Set each graded row's :attr:`~.collect.Submission.submitted_at` from the platform's record.
 
     ``roster`` is the :class:`~.roster.Roster` (or None); rows must have been matched to it
-    (:func:`.bookkeeping.identify`). Returns the problems met (a time that does not parse), one line each;
+    (:func:`.intake.identify`). Returns the problems met (a time that does not parse), one line each;
     such a row keeps no platform time.
     """
     by_id = {s.student_id: s for s in roster.students} if roster is not None else {}

@@ -2,7 +2,8 @@
 
 For one submission (:func:`grade_notebook`)::
 
-    read the notebook, identify the assignment from its metadata (never from its file name)
+    read the notebook, identify the assignment from its metadata (never from its file name; a class's row
+        brings it, read once when the class was collected)
     static scan (:mod:`mha_course.grading.static.scan`): tampering -> flags for review with their evidence (the
         tests still run; ``on_tamper="zero"`` scores the submission 0 until a person resolves them);
         forbidden name in a target -> that exercise 0
@@ -99,6 +100,7 @@ def grade_notebook(
     unsafe_no_isolation: bool = False,
     grade_as: str | None = None,
     on_tamper: str = "review",
+    meta: notebook.AssignmentMeta | None = None,
 ) -> SubmissionResult:
     """Grade one submission notebook; never raises for a bad submission.
 
@@ -114,6 +116,8 @@ def grade_notebook(
         on_tamper: what the static scan's tampering findings do: ``"review"`` (default) flags the
             submission for review with the evidence and keeps the tests' score; ``"zero"`` flags it
             and scores it 0 until the flag is resolved (an override row ``review``).
+        meta: the notebook's metadata when it was read already (a class's row carries it from
+            :mod:`mha_course.grading.classroom.collect`); None: read it here.
 
     Raises:
         isolation.IsolationError: bubblewrap cannot run here and ``unsafe_no_isolation`` is False.
@@ -131,7 +135,7 @@ def grade_notebook(
                 path=str(path), seed=seed, input_seed=seed, isolation=walls_seen(isolator, limits), on_tamper=on_tamper
             )
             try:
-                _grade_into(result, Path(path), limits, isolator, grade_as)
+                _grade_into(result, Path(path), limits, isolator, grade_as, meta)
             except Exception as exc:  # the grader's own failure: report it, never crash the batch
                 if attempt == 0 and isinstance(exc, SystemError) and AST_RACE in str(exc):
                     continue  # CPython's race, not the submission: grade it once more from the start
@@ -156,7 +160,12 @@ MAX_CODE_BYTES = 512 * 2**10  # all code cells together (course notebooks hold a
 
 
 def _grade_into(
-    result: SubmissionResult, path: Path, limits: Limits, isolator: Isolator, grade_as: str | None = None
+    result: SubmissionResult,
+    path: Path,
+    limits: Limits,
+    isolator: Isolator,
+    grade_as: str | None = None,
+    meta: notebook.AssignmentMeta | None = None,
 ) -> None:
     try:
         size = path.stat().st_size
@@ -166,12 +175,12 @@ def _grade_into(
                 f"{MAX_NOTEBOOK_BYTES // 2**20} MiB (clear the outputs and resubmit)"
             )
         nb = notebook.load(path)  # a regular file only; saved outputs dropped (only the code is graded)
-        meta = notebook.metadata(nb)
+        meta = meta or notebook.metadata(nb)  # read once: a class's row brings it
         if meta is None and grade_as:
             assignment = registry.get_assignment(grade_as)
             meta = notebook.AssignmentMeta(assignment.key, assignment.version)
         else:
-            assignment = registry.identify(nb)
+            assignment = registry.assignment_for(meta)
     except (ValueError, LookupError, KeyError, OSError) as exc:
         result.error = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
         return

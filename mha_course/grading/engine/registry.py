@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..spec import Assignment, Exercise
-from .notebook import metadata
+from .notebook import AssignmentMeta, metadata
 
 _PACKAGE = "mha_course.grading.exercises"
 
@@ -94,7 +94,14 @@ def identify(nb: Any) -> Assignment:
 
     Raises LookupError when the notebook has no ``metadata["mha_course"]`` or names an unknown assignment.
     """
-    meta = metadata(nb)
+    return assignment_for(metadata(nb))
+
+
+def assignment_for(meta: AssignmentMeta | None) -> Assignment:
+    """The assignment a notebook's metadata (:func:`.notebook.metadata`, read once) names.
+
+    Raises LookupError when there is none (None) or it names an unknown assignment.
+    """
     if meta is None:
         raise LookupError(
             "this notebook has no mha_course metadata (metadata['mha_course']['assignment']); "
