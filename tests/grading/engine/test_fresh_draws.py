@@ -4,7 +4,7 @@ The grader runs each case on its published inputs and again on fresh inputs draw
 salt (mha_course/grading/engine/fresh_draws.py). These tests judge in this process, as the grader's
 own process does (the case's call on the target, the wire's round trip, the case's judge): no sandbox.
 That every catalogued bug loses the same cases on every draw, and the solutions pass every draw, on
-these fresh inputs, is tests/grading/test_bug_catalogue.py's ``test_every_bug_loses_the_same_cases_on_every_draw``.
+these fresh inputs, is tests/grading/exercises/test_bug_catalogue.py's ``test_every_bug_loses_the_same_cases_on_every_draw``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import warnings
 
 import pytest
-from test_bug_catalogue import BUGS, _mutated, _targets
+from bug_catalogue import BUGS, mutated, targets
 
 from mha_course.grading.classroom.seeds import student_seed
 from mha_course.grading.engine import case_inputs, fresh_draws, mutations, registry
@@ -135,7 +135,7 @@ def test_a_disagreeing_draw_is_replaced_and_none_falls_back_to_the_published_inp
 
 
 def _a04(bug_id):
-    return _targets(_mutated(next(b for b in BUGS if b.id == bug_id)))
+    return targets(mutated(next(b for b in BUGS if b.id == bug_id)))
 
 
 @pytest.mark.slow
@@ -148,13 +148,13 @@ def test_a04_without_scale_scored_unevenly_before_and_the_same_now():
     after = [_score(assignment, buggy, s) for s in SALTS]
     assert after == [14] * 6
     # the solution keeps full marks on every student's draw
-    solution = _targets(_solution("a04_masks"))
+    solution = targets(_solution("a04_masks"))
     assert [_score(assignment, solution, s) for s in SALTS] == [assignment.max_points] * 6
 
 
 def _solution(key):
     import nbformat
-    from test_bug_catalogue import ROOT
+    from bug_catalogue import ROOT
 
     return nbformat.read(ROOT / "solutions" / f"{key}.ipynb", as_version=4)
 
