@@ -17,7 +17,7 @@ from mha_course.grading.engine import notebook
 from mha_course.grading.engine.pipeline import grade_notebook
 from mha_course.grading.verdicts import Limits
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 NBGRADER_BIN = ROOT / ".venv-nbgrader" / "bin"
 
 

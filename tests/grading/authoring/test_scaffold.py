@@ -14,7 +14,7 @@ from grading_fake import require_sandbox
 
 from mha_course.grading.authoring.scaffold import new_assignment, next_number
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +42,8 @@ def course(tmp_path_factory):
 # The suite's tests that check every assignment: hints, the timing table and workshop plan, the README's
 # syllabus and the site made from it, heading points, the exercises' sync with their solutions.
 ASSIGNMENT_WIDE = (
-    "tests/grading/test_report_feedback.py",
-    "tests/grading/test_exercises_content.py",
+    "tests/grading/classroom/test_report_feedback.py",
+    "tests/grading/exercises/test_exercises_content.py",
     "tests/site/test_site.py",
     "tests/notebooks/test_heading_points.py",
     "tests/notebooks/test_assign_sync.py",

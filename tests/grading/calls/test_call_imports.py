@@ -118,7 +118,7 @@ def test_sandbox_modules_import_only_what_the_sandbox_holds(module, path, packag
     assert not bad, (
         "a module that runs in the submission sandbox imports something it must not "
         "(allowed: numpy, torch, math, typing, mha_course.grading.inside.convert, "
-        "mha_course.grading.calls.*, ...; see tests/grading/test_grading_calls.py):\n  " + "\n  ".join(bad)
+        "mha_course.grading.calls.*, ...; see tests/grading/calls/test_call_imports.py):\n  " + "\n  ".join(bad)
     )
 
 

@@ -20,7 +20,7 @@ from mha_course.grading.classroom.dask_executor import ClusterError, DaskExecuto
 from mha_course.grading.grade import main
 from mha_course.grading.verdicts import Limits
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ASSIGNMENT = "a01_dot_products"  # the cheapest to grade: three NumPy functions
 ROSTER = (
     "Identifier,Full name,Email address,Status,Grade,Maximum Grade\n"

@@ -28,7 +28,7 @@ from mha_course.grading.engine import registry
 from mha_course.grading.verdicts import SubmissionResult
 from mha_course.grading.verdicts import TestResult as Verdict
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BAD_ADD = "def add_arrays(a, b):\n    return a - b\n"
 NAMES = {"zz_fake": "zz_fake.ipynb"}
 
@@ -278,6 +278,7 @@ def hub_class(fake, tmp_path_factory):
     return base
 
 
+@pytest.mark.slow  # grades a class twice in sandboxes (about 23 s)
 def test_a_regrade_of_the_same_folder_reproduces_every_score_and_verdict(hub_class):
     require_sandbox()
     out = hub_class / "out"
@@ -317,6 +318,7 @@ def test_a_regrade_of_the_same_folder_reproduces_every_score_and_verdict(hub_cla
     )
 
 
+@pytest.mark.slow  # grades a class in sandboxes (about 6 s)
 def test_canvas_class_with_overrides_late_penalty_and_points_possible(fake, tmp_path):
     require_sandbox()
     flat = tmp_path / "canvas"
@@ -383,7 +385,7 @@ def _guide_examples() -> tuple[list[list[str]], dict[str, str]]:
     text = GUIDE.read_text(encoding="utf-8")
     commands = []
     for block in re.findall(
-        r"<!-- example: run by tests/grading/test_lms_grades.py -->\n```bash\n(.*?)```", text, re.S
+        r"<!-- example: run by tests/grading/(?:classroom/)?test_lms_grades.py -->\n```bash\n(.*?)```", text, re.S
     ):
         for line in block.replace("\\\n", " ").splitlines():
             if line.strip():
@@ -394,6 +396,7 @@ def _guide_examples() -> tuple[list[list[str]], dict[str, str]]:
     return commands, files
 
 
+@pytest.mark.slow  # runs the guide's two grade commands in sandboxes (about 23 s)
 def test_the_guides_regrade_examples_run_as_written(tmp_path, monkeypatch):
     require_sandbox()
     commands, files = _guide_examples()
@@ -428,6 +431,7 @@ def test_the_guides_regrade_examples_run_as_written(tmp_path, monkeypatch):
     assert moodle == {"Participant 2345": "26", "Participant 4567": "17.4"}
 
 
+@pytest.mark.slow  # the batch starts the broker process, even with the grading stubbed
 def test_each_students_fresh_inputs_come_from_the_class_seed_and_their_identity(monkeypatch, tmp_path):
     from mha_course.grading.classroom import batch
     from mha_course.grading.classroom.collect import Submission

@@ -21,7 +21,7 @@ from mha_course.grading.classroom.feedback import feedback_markdown, summary
 from mha_course.grading.classroom.results import gradebook_rows, gradescope
 from mha_course.grading.verdicts import Status, SubmissionResult
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 QUESTION = "a05-debug-mha-09"  # the bug log's grade_id in solutions/a05_debug_mha.ipynb
 ANA = "Ana Ruiz_1111_assignsubmission_file_"
 BEN = "Ben Cole_2222_assignsubmission_file_"

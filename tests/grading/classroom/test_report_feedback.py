@@ -23,7 +23,7 @@ from mha_course.grading.engine import case_inputs, registry
 from mha_course.grading.verdicts import SubmissionResult
 from mha_course.grading.verdicts import TestResult as Verdict
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 HINT_FILES = sorted((ROOT / "mha_course" / "grading" / "exercises").glob("*.py")) + [
     ROOT / "mha_course" / "grading" / "learner" / "hints.py",
     ROOT / "mha_course" / "grading" / "engine" / "error_hints.py",

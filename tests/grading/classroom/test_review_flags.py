@@ -33,7 +33,7 @@ from mha_course.grading.static.scan_rules import likely_tampering
 from mha_course.grading.verdicts import ReviewFlag, SubmissionResult
 from mha_course.grading.verdicts import TestResult as Verdict
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ACCUSING = ("cheat", "tamper", "attack", "evasion", "suspicious")
 
 

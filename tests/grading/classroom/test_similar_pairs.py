@@ -30,7 +30,7 @@ from mha_course.grading.static import fingerprints
 from mha_course.grading.static.similarity import find_copies
 from mha_course.grading.verdicts import SubmissionResult
 
-HONEST = Path(__file__).resolve().parent / "honest"
+HONEST = Path(__file__).resolve().parents[1] / "honest"
 KEEP = {"np", "torch", "math", "functools", "F", "nn", "softmax", "softmax_np", "print", "len", "range", "max", "min"}
 
 

@@ -28,7 +28,7 @@ from mha_course.grading.engine.pipeline import grade_notebook
 from mha_course.grading.static.similarity import find_copies
 from mha_course.grading.verdicts import Limits, SubmissionResult
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BAD_ADD = "def add_arrays(a, b):\n    return a - b\n"
 MOODLE = "Moodle-style roster: Identifier,Full name,Email address,Status,Grade,Maximum Grade"
 

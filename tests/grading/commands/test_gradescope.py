@@ -12,7 +12,7 @@ from grading_fake import require_sandbox
 
 from mha_course.grading import gradescope
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 INSTALLED: dict[str, Path] = {}
 
 

@@ -1,6 +1,6 @@
 """The grading engine on a fake assignment (grading_fake.py): notebooks, self-check, grader, outputs.
 
-Cheats have their own file (test_cheats.py); real course content is graded in tests/notebooks/test_assign_sync.py.
+Cheats have their own files (tests/grading/redteam/); real course content is graded in tests/notebooks/test_assign_sync.py.
 """
 
 from __future__ import annotations
@@ -387,6 +387,7 @@ def test_common_exceptions_become_hints():
     assert with_exception_hint("ValueError: something else") == "ValueError: something else"
 
 
+@pytest.mark.slow  # grade_notebook starts the sandbox's broker process, even without walls
 @pytest.mark.parametrize(
     ("failures", "error"),
     [

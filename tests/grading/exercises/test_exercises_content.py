@@ -22,7 +22,7 @@ from mha_course.grading.engine.scoring import judge
 from mha_course.grading.inside import wire
 from mha_course.grading.learner import selfcheck
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the buggy softmaxes overflow on purpose
 
 MODULES = ["a01_dot_products", "a02_softmax", "a03_attention", "a04_masks", "a05_multi_head", "a05_debug_mha"]

@@ -22,8 +22,8 @@ from mha_course.grading.classroom import batch
 from mha_course.grading.engine import notebook, registry
 from mha_course.grading.verdicts import Status
 
-ROOT = Path(__file__).resolve().parents[2]
-HONEST = Path(__file__).resolve().parent / "honest"
+ROOT = Path(__file__).resolve().parents[3]
+HONEST = Path(__file__).resolve().parent
 sys.path.insert(0, str(HONEST))
 
 import build_corpus  # noqa: E402
@@ -186,7 +186,7 @@ def test_the_tier_b_sample_covers_every_assignment_and_family():
 
 @pytest.mark.slow
 def test_tier_b_gives_the_sample_full_marks(tmp_path):
-    from test_tier_b import require_repro
+    from sandbox_batch import require_repro
 
     from mha_course.grading.walls import container_repro
 

@@ -16,7 +16,7 @@ from mha_course.grading.engine import notebook
 from mha_course.grading.inside import runner as sandbox
 from mha_course.grading.inside.definitions import Definitions, definitions
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _last_kept(*cells: str) -> bool:

@@ -34,7 +34,7 @@ from mha_course.grading.learner.selfcheck import Status, run_case
 from mha_course.grading.static.scan import scan
 from mha_course.grading.verdicts import Limits
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # --- evasions: cells as a learner would write them ---------------------------------------------------
 
@@ -392,7 +392,7 @@ def _solution_targets(assignment):
     return namespace
 
 
-@pytest.mark.slow  # runs every solution notebook's cells (tests/grading/test_exercises_content.py runs the
+@pytest.mark.slow  # runs every solution notebook's cells (tests/grading/exercises/test_exercises_content.py runs the
 # library's own implementations through every case in the fast run)
 @pytest.mark.parametrize("assignment", [a.key for a in registry.assignments()])
 def test_every_solution_is_clean_on_every_case(assignment, capsys):

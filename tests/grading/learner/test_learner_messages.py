@@ -25,7 +25,7 @@ from mha_course.grading.inside import convert
 from mha_course.grading.learner import hints, selfcheck
 from mha_course.grading.verdicts import Status
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the buggy softmaxes overflow on purpose
 
 

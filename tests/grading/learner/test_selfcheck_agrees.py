@@ -21,7 +21,7 @@ from grading_fake import require_sandbox
 from mha_course.grading.engine import registry
 from mha_course.grading.learner import selfcheck
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 WRAPPED = (
     "from mha_course.core.masks import causal_mask as _library_mask\n\n\n"
@@ -52,6 +52,7 @@ def test_check_gives_zero_and_says_why_for_the_course_own_code(target):
     )
 
 
+@pytest.mark.slow  # runs every solution notebook's cells (about 5 s)
 def test_own_code_and_provided_blocks_are_not_flagged():
     """Every solution's targets reach only what the sandbox offers (a provided module included)."""
     with warnings.catch_warnings():

@@ -35,7 +35,7 @@ from mha_course.grading.static import scan, similarity
 from mha_course.grading.verdicts import SubmissionResult
 from mha_course.grading.verdicts import TestResult as Verdict
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 A02 = json.loads((ROOT / "solutions" / "a02_softmax.ipynb").read_text())
 A01 = json.loads((ROOT / "solutions" / "a01_dot_products.ipynb").read_text())
 FULL = float(registry.get_assignment("a02_softmax").max_points)
@@ -286,6 +286,7 @@ def test_one_grade_per_student_and_assignment_without_assignment(tmp_path):
         assert not [cell for cell in row if cell.startswith(FORMULA) and not re.fullmatch(r"-?[\d.]+", cell)]
 
 
+@pytest.mark.slow  # runs the grade command in a sandbox (about 19 s)
 def test_single_notebook_mode_prints_no_terminal_escapes(tmp_path):
     require_sandbox()
     path = _write(tmp_path / "\x1b]52;c;aGk=\x07\rx.ipynb", _notebook(extra=ESCAPE_MESSAGE))
@@ -456,6 +457,7 @@ def test_lecture_notebooks_use_no_flagged_idiom_but_dispatch_modes():
         assert not names, (path.name, names)
 
 
+@pytest.mark.slow  # grade_notebook starts the broker process, even without walls
 def test_a_file_over_the_read_limit_is_refused_unread(tmp_path, monkeypatch):
     from mha_course.grading.engine import pipeline as grader
 

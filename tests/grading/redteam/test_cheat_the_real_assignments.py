@@ -3,7 +3,7 @@
 Every submission is a copy of a ``solutions/`` notebook with one injected bug or cheat. They are all
 graded in ONE command-line run over a folder -- in a subprocess, with the static scan switched off
 (so what is tested is the sandbox, the tripwire and the grader, not the scan, which has its own
-tests in test_grader_scan.py), and with a marker in the environment that finds any process a
+tests in tests/grading/static/test_scan_routes.py), and with a marker in the environment that finds any process a
 submission leaves behind. The subprocess matters: a cheat that got through could kill or stop the
 grader, and that must fail this test, not take pytest down.
 """
@@ -27,7 +27,7 @@ from grading_fake import require_sandbox, tagged_processes
 
 from mha_course.grading.engine import registry
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MARKER = f"MHA_REDTEAM_{os.getpid()}"
 
 NO_SCAN = (

@@ -27,7 +27,7 @@ from sandbox_batch import SHELL, WRONG_ADD, grade_batch, new_batch, write_batch
 
 from mha_course.grading.walls import tier_a as isolation
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MARKER = f"mha-redteam-{os.getpid()}"
 
 

@@ -24,7 +24,7 @@ from mha_course.grading.static import scan
 from mha_course.grading.static.scan import ScanReport
 from mha_course.grading.verdicts import Limits
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LIMITS = Limits(case_timeout=20, cell_timeout=30, notebook_timeout=90, memory_mb=1024)
 
 # The forging cell: no sys.argv, os.read/os.write, socket, fileno= or open(<int literal>); the

@@ -37,7 +37,7 @@ from mha_course.grading.engine import pipeline as grader
 from mha_course.grading.engine.process import Isolator
 from mha_course.grading.verdicts import Limits
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LIMITS = Limits(case_timeout=20, cell_timeout=30, notebook_timeout=120, memory_mb=1024)
 A02 = ("exercises", "a02_softmax.ipynb")
 A05 = ("exercises", "a05_multi_head.ipynb")

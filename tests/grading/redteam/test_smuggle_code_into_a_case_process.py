@@ -18,7 +18,7 @@ Each forger puts a working ``add_arrays`` in place of the unfinished one if it r
 is off): a score above 0 means learner code ran outside the call. That is strict mode
 (``strict_definitions=True``); by default every cell runs before the cases, so each forger does run,
 and the property is the review's instead: each ``..._by_default`` twin grades the attack with the
-scan on and asserts the submission is flagged with the evidence (see tests/grading/test_redteam_defs.py).
+scan on and asserts the submission is flagged with the evidence (see tests/grading/redteam/test_run_code_while_definitions_load.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from __future__ import annotations
 import ast
 
 import pytest
-from test_redteam_defs import UNFINISHED, _grade, _score, assert_flagged, forger
+from test_run_code_while_definitions_load import UNFINISHED, _grade, _score, assert_flagged, forger
 
 from mha_course.grading.inside.definitions import definitions
 from mha_course.grading.inside.messages import MPL_CONFIG

@@ -31,10 +31,10 @@ from mha_course.grading.engine.process import Isolator
 from mha_course.grading.static.scan import ScanReport
 from mha_course.grading.verdicts import Limits
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 LIMITS = Limits(case_timeout=20, cell_timeout=30, notebook_timeout=90, memory_mb=1024)
 
-# ``isolator`` (tests/grading/conftest.py): tier A here; tier B when tests/grading/test_tier_b.py runs this file
+# ``isolator`` (tests/grading/conftest.py): tier A here; tier B when tests/grading/walls/test_tier_b.py runs this file
 # again inside the Docker reproduction, where bubblewrap is refused.
 EXPECTED_TIER = os.environ.get("MHA_COURSE_EXPECT_TIER", "")
 
@@ -359,6 +359,7 @@ THREADS = (  # in the case process, where the function under test runs
 )
 
 
+@pytest.mark.slow  # starts its own sandbox (no cgroup)
 def test_as_root_without_a_cgroup_tasks_are_still_limited(tmp_path, monkeypatch):
     """No writable cgroup (a container): the sandbox's own uid makes RLIMIT_NPROC hold."""
     _root_only()
@@ -435,6 +436,7 @@ def test_a_thread_a_case_leaves_is_refused_and_one_a_cell_left_is_gone(tmp_path,
     _check_lingering(tmp_path, isolator)
 
 
+@pytest.mark.slow  # starts the broker process without walls (about 7 s)
 def test_without_isolation_a_lingering_thread_is_refused_too(tmp_path, monkeypatch):
     """``--unsafe-no-isolation``: the broker is a plain parent process, and still checks after each case."""
     if EXPECTED_TIER not in ("", "A"):

@@ -14,7 +14,7 @@ import pytest
 from mha_course.grading.engine import notebook, registry
 from mha_course.grading.static import scan
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _findings(*sources: str, assignment: str = "a03_attention") -> scan.ScanReport:

@@ -24,14 +24,14 @@ from pathlib import Path
 
 import pytest
 from grading_fake import GOOD_ADD, GOOD_DOUBLE, write_submission
-from sandbox_batch import GRADER, SHELL, WRONG_ADD, grade_batch, new_batch, outputs, write_batch
+from sandbox_batch import GRADER, SHELL, WRONG_ADD, grade_batch, new_batch, outputs, require_repro, write_batch
 
 from mha_course.grading import gradescope
 from mha_course.grading.walls import container_repro, landlock, seccomp_filter, tier_b, tiers
 from mha_course.grading.walls.resources import Resources
 
-ROOT = Path(__file__).resolve().parents[2]
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[3]
+REDTEAM = Path(__file__).resolve().parents[1] / "redteam"
 MARKER = f"mha-tierb-{os.getpid()}"
 SECRET = f"grader-secret-{os.getpid()}"
 PYTHON_CHILD = [sys.executable, "-I", "-S", "-c"]
@@ -274,25 +274,6 @@ def test_the_strongest_tier_that_holds_is_used_and_named():
 
 
 # --- under the Docker reproduction -------------------------------------------------------------------
-
-_REPRO: dict[str, str | None] = {}
-
-
-def require_repro() -> None:
-    """Skip where the reproduction cannot start (not root, no mount namespaces) or tier B cannot hold (no Landlock)."""
-    if "why" not in _REPRO:
-        why = None
-        if os.geteuid() != 0 or not seccomp_filter.supported():
-            why = "needs root on x86_64 Linux"
-        elif not landlock.abi_version():
-            why = "needs Landlock"
-        else:
-            done = subprocess.run(container_repro.command(["true"]), capture_output=True, text=True, timeout=120)
-            if done.returncode != 0:
-                why = done.stderr.strip()[-300:]
-        _REPRO["why"] = why
-    if _REPRO["why"]:
-        pytest.skip(f"the Docker reproduction cannot run here: {_REPRO['why']}")
 
 
 @pytest.mark.slow
@@ -647,10 +628,10 @@ ROUND5_SAMPLE = (
 
 @pytest.mark.slow
 def test_the_reply_channel_red_team_holds_in_tier_b_too():
-    """tests/grading/test_redteam_channel.py (channel takeover, autograd in a pool thread, the re-run oracle, a
-    second installed copy, writable places, the honest idioms) and tests/grading/test_redteam_defs.py (learner
+    """tests/grading/redteam/test_take_over_the_channel.py (channel takeover, autograd in a pool thread, the re-run oracle, a
+    second installed copy, writable places, the honest idioms) and tests/grading/redteam/test_run_code_while_definitions_load.py (learner
     code while a case process loads the definitions, and their default-mode twins) and a sample of
-    tests/grading/test_redteam_round5.py (the settled notebook state: a fork hook, a case-to-case file, a thread
+    tests/grading/redteam/test_run_code_around_the_call.py (the settled notebook state: a fork hook, a case-to-case file, a thread
     a case leaves, the tripwire's control) run again inside the Docker reproduction, where bubblewrap is
     refused and the grader falls back to tier B."""
     require_repro()
@@ -663,9 +644,9 @@ def test_the_reply_channel_red_team_holds_in_tier_b_too():
         "no:cacheprovider",
         "-p",
         "no:xdist",
-        str(TESTS / "test_redteam_channel.py"),
-        str(TESTS / "test_redteam_defs.py"),
-        *(str(TESTS / "test_redteam_round5.py") + "::" + test for test in ROUND5_SAMPLE),
+        str(REDTEAM / "test_take_over_the_channel.py"),
+        str(REDTEAM / "test_run_code_while_definitions_load.py"),
+        *(str(REDTEAM / "test_run_code_around_the_call.py") + "::" + test for test in ROUND5_SAMPLE),
     ]
     env = dict(os.environ, MHA_COURSE_EXPECT_TIER="B")
     done = subprocess.run(container_repro.command(argv), capture_output=True, text=True, env=env, timeout=900, cwd=ROOT)
