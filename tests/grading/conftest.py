@@ -12,6 +12,9 @@ Every test that takes an ``isolator`` (this one or a module's own) starts sandbo
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
 from grading_fake import require_sandbox
@@ -33,6 +36,24 @@ def isolator():
         isolator = Isolator(min_isolation="A")
     yield isolator
     isolator.close()
+
+
+@pytest.fixture
+def memory_tmp_path(tmp_path):
+    """A fresh folder in memory (/dev/shm) where that is a writable tmpfs, else ``tmp_path``.
+
+    For trees thousands of levels deep: on a disk each of their folders costs a journalled mkdir and rmdir
+    (ext4 on 2 busy cores: 1500 rmdirs took 5 s; on tmpfs 0.01 s), and the test is the same test on either.
+    """
+    shm = Path("/dev/shm")
+    if not (shm.is_dir() and os.access(shm, os.W_OK)):
+        yield tmp_path
+        return
+    folder = Path(tempfile.mkdtemp(prefix="mha-course-test-", dir=shm))
+    try:
+        yield folder
+    finally:  # the test removes its deep trees itself (a recursive rmtree would overflow on them)
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from pathlib import Path
 
 from mha_course.grading.inside.broker import empty
 
@@ -29,22 +30,34 @@ def test_everything_a_cell_left_goes_but_what_is_kept(tmp_path):
     assert outside.read_text() == "not the submission's"  # links are removed, never followed
 
 
-def test_a_tree_deeper_than_the_recursion_limit_goes_too(tmp_path):
+def test_a_tree_deeper_than_the_recursion_limit_goes_too(memory_tmp_path):
     """1500 levels: past Python's recursion limit (shutil.rmtree gave up there), inside PATH_MAX."""
-    folder = tmp_path / "scratch"
-    levels = [folder / ("d/" * n).rstrip("/") for n in range(1, 1501)]
+    folder = memory_tmp_path / "scratch"
     folder.mkdir()
-    for level in levels:  # one by one: mkdir(parents=True) recurses once per level
-        level.mkdir()
-    (levels[-1] / "left_for_the_next_case").write_text("x")
+    home = os.getcwd()
+    made = 0
     try:
+        os.chdir(folder)  # made by relative steps: a path from the top would be walked again for every level
+        for _ in range(1500):
+            os.mkdir("d")
+            os.chdir("d")
+            made += 1
+        Path("left_for_the_next_case").write_text("x")
+        os.chdir(home)
         empty(str(folder))
         assert os.listdir(folder) == []
     finally:  # what a failed run leaves must not reach pytest's own (recursive) clean-up
-        for level in reversed(levels):
-            with contextlib.suppress(OSError):
-                (level / "left_for_the_next_case").unlink(missing_ok=True)
-                level.rmdir()
+        os.chdir(folder)
+        depth = 0
+        while depth < made and os.path.isdir("d"):
+            os.chdir("d")
+            depth += 1
+        with contextlib.suppress(OSError):
+            os.unlink("left_for_the_next_case")
+        for _ in range(depth):
+            os.chdir("..")
+            os.rmdir("d")
+        os.chdir(home)
 
 
 def test_a_read_only_mount_inside_is_left_unvisited(tmp_path, monkeypatch):

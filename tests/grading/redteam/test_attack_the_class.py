@@ -5,6 +5,10 @@ for injection, and the lectures' own idioms score full marks.
 The class runs go through ``python -m mha_course.grading.grade`` in a subprocess over one folder holding
 every case at once (as an instructor would run it); the rest are quick checks of the pieces
 (collection, the scan, similarity, the text filters).
+
+Where the cases came from: the class review (tests/grading/test_redteam_class.py before the tests mirrored the
+package), and the third review's folder named like a classmate (test_redteam_round3.py); the class review's cases
+against the scan alone are in test_fool_the_scan.py.
 """
 
 from __future__ import annotations
@@ -12,8 +16,6 @@ from __future__ import annotations
 import base64
 import copy
 import csv
-import importlib
-import inspect
 import json
 import os
 import re
@@ -25,13 +27,13 @@ from pathlib import Path
 
 import pytest
 from grading_fake import require_sandbox
+from test_fool_the_scan import WRAPPED_REFERENCE
 
 from mha_course.grading.classroom import feedback
 from mha_course.grading.classroom.class_files import peek_assignment
 from mha_course.grading.classroom.collect import collect, one_per_student
 from mha_course.grading.engine import registry
 from mha_course.grading.safe_text import clean, clean_result, code_span, csv_cell, markdown
-from mha_course.grading.static import scan, similarity
 from mha_course.grading.verdicts import SubmissionResult
 from mha_course.grading.verdicts import TestResult as Verdict
 
@@ -93,13 +95,6 @@ REACH_RUNTIME = (
     "import mha_course\n\nclass Reach:\n    def grader(self):\n        return getattr(self, 'grad' + 'ing')\n\n"
     "    def frames(self):\n        return getattr(self, '_get' + 'frame')\n\n"
     "try:\n    Reach.grader(mha_course).wire.pack = lambda *a, **k: b''\nexcept Exception:\n    pass\n"
-)
-WRAPPED_REFERENCE = (  # the library's softmax pasted as a helper, behind a one-line wrapper
-    "import math\nimport torch\n\n"
-    + inspect.getsource(importlib.import_module("mha_course.core.softmax").softmax).replace(
-        "def softmax(", "def _ref(", 1
-    )
-    + "\n\ndef softmax(x, dim=-1):\n    return _ref(x, dim)\n"
 )
 BIG_PLOT = base64.b64encode(os.urandom(13 * 2**20)).decode("ascii")  # 17.3 MiB as base64
 
@@ -316,14 +311,6 @@ def test_collection_never_blocks_on_a_fifo_nor_fails_on_deep_json(tmp_path):
     assert peek_assignment(deep) == (None, "not a readable notebook (RecursionError)")
 
 
-def test_code_too_deep_to_parse_is_a_syntax_error_everywhere():
-    source = "flag = " + "not " * 140_000 + "True\n"
-    with pytest.raises(SyntaxError, match="nested too deeply"):
-        scan.parse(source)
-    assert feedback.defining_cells([(0, source)], ["softmax"]) == {}
-    assert similarity.find_copies([(0, source)], ["softmax"]) == []
-
-
 def test_links_are_never_followed(tmp_path):
     _write(tmp_path / "ann" / "a02_softmax.ipynb", _notebook())
     (tmp_path / "bob").mkdir()
@@ -393,70 +380,6 @@ def test_results_and_feedback_of_hostile_text_encode():
     assert "`Ren\\xe9/a.ipynb`" in text
 
 
-WRAPPER_ONLY = "def softmax(x, dim=-1):\n    return _ref(x, dim)\n"
-
-
-def test_a_reference_behind_a_wrapper_is_flagged():
-    found = similarity.find_copies([(0, WRAPPED_REFERENCE)], ["softmax", "softmax_np"])
-    assert found == ["_ref (used by softmax) is identical to mha_course.core.softmax.softmax (names ignored)"]
-    assert similarity.find_copies([(0, WRAPPER_ONLY)], ["softmax"]) == []
-
-
-HONEST = {
-    "timeit with a lambda": "import timeit\nt = timeit.repeat(lambda: sum(range(9)), number=3, repeat=3)",
-    "timeit with a function": "import timeit\n\ndef fn():\n    pass\n\nt = timeit.timeit(fn, number=3)",
-    "timeit with a literal statement": "import timeit\nt = timeit.timeit('x = 1 + 1', number=3)",
-    "inspect.getsource": "import inspect, json\nprint(inspect.getsource(json.dumps))",
-    "inspect.getsourcelines": "import inspect, json\nlines, start = inspect.getsourcelines(json.dumps)",
-    "gc.collect": "import gc\ngc.collect()",
-    "getattr on self by an f-string": "class M:\n    def f(self, p):\n        return getattr(self, f'{p}_proj')",
-    "open a file by name": "text = open('notes.txt').read()",
-}
-ATTACKS = {
-    "getattr(self, 'grad' + 'ing')": ("def f(self):\n    return getattr(self, 'grad' + 'ing')", "'grading'"),
-    "getattr(self, '_get' + 'frame')": ("def f(self):\n    return getattr(self, '_get' + 'frame')", "'_getframe'"),
-    "through a constant": ("n = 'grad'\nm = n + 'ing'\ndef f(self):\n    return getattr(self, m)", "'grading'"),
-    "through join": ("def f(self):\n    return getattr(self, ''.join(['mod', 'ules']))", "'modules'"),
-    "attribute .grading": ("def f(pkg):\n    return pkg.grading.wire", ".grading"),
-    "timeit hides code": ("import timeit\ntimeit.timeit('import sys; sys.modules')", "sys.modules"),
-    "timeit statement built at run time": ("import timeit\ns = input()\ntimeit.timeit(s + '')", "built at run time"),
-    "timeit passed around": ("import functools, timeit\nf = functools.partial(timeit.timeit, 'x')", "passed around"),
-    "frames by inspect": ("import inspect\nf = inspect.currentframe()", "inspect.currentframe"),
-    "gc.get_objects": ("import gc\nobjs = gc.get_objects()", "gc.get_objects"),
-    "reply socket number": ("import sys\nfd = int(sys.argv[1])", "sys.argv"),
-    "/proc/self/fd": ("import os\nos.listdir('/proc/self/fd')", "'/proc/'"),
-    "/dev/fd": ("open('/dev/fd/3', 'wb')", "'/dev/fd'"),
-    "os.fdopen": ("import os\nos.fdopen(3, 'wb')", "os.fdopen"),
-    "open(3)": ("open(3, 'wb').write(b'{}')", "file descriptor number"),
-    "open(fd) with fd = 3": ("fd = 3\nopen(fd, 'wb')", "file descriptor number"),
-    "socket(fileno=3)": ("import socket\nsocket.socket(fileno=3)", "fileno="),
-}
-
-
-@pytest.mark.parametrize("name", list(HONEST))
-def test_lecture_idioms_are_not_tampering(name):
-    report = scan.scan([(0, HONEST[name])], registry.get_assignment("a02_softmax"))
-    assert not report.tampering, report.tampering
-
-
-@pytest.mark.parametrize("name", list(ATTACKS))
-def test_runtime_reach_is_tampering(name):
-    source, expected = ATTACKS[name]
-    report = scan.scan([(0, source)], registry.get_assignment("a02_softmax"))
-    assert expected in " ".join(f.name for f in report.tampering), report.tampering
-
-
-def test_lecture_notebooks_use_no_flagged_idiom_but_dispatch_modes():
-    """Every chapter's code scans clean, except chapter 13's TorchDispatchMode (it could hide a call from
-    the tripwire, so a submission may not use it)."""
-    from mha_course.grading.engine import notebook
-
-    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        report = scan.scan(notebook.code_cells(notebook.load(path)), registry.get_assignment("a02_softmax"))
-        names = {f.name for f in report.tampering if "_python_dispatch" not in f.name}
-        assert not names, (path.name, names)
-
-
 @pytest.mark.slow  # grade_notebook starts the broker process, even without walls
 def test_a_file_over_the_read_limit_is_refused_unread(tmp_path, monkeypatch):
     from mha_course.grading.engine import pipeline as grader
@@ -467,14 +390,8 @@ def test_a_file_over_the_read_limit_is_refused_unread(tmp_path, monkeypatch):
     assert result.error and "the grader reads notebooks of at most" in result.error and not result.tests
 
 
-def test_arithmetic_too_deep_costs_the_scan_nothing():
-    """``open(1+1+...+1)`` 200,000 terms deep: a syntax error in the notes, never the grader's own failure."""
-    report = scan.scan([(0, "x = open(" + "1+" * 200_000 + "1)")], registry.get_assignment("a02_softmax"))
-    (error,) = report.syntax_errors
-    assert error.startswith("cell 1, line 1: SyntaxError: nested too deeply for the grader to read")
-
-
-def test_folders_thousands_of_levels_deep_are_a_note(tmp_path):
+def test_folders_thousands_of_levels_deep_are_a_note(memory_tmp_path):
+    tmp_path = memory_tmp_path  # the class folder; 1500 folders cost 5 s on a busy disk, nothing in memory
     here, levels = tmp_path / "deep_student", 1500
     here.mkdir()
     cwd = os.getcwd()
@@ -503,3 +420,28 @@ def test_a_hard_link_to_a_classmates_notebook_is_noted_on_both_rows(tmp_path):
     rows = {r.student: r for r in collect([tmp_path], "a02_softmax")}
     assert "is the same file as bob/a02_softmax.ipynb (a hard link)" in " ".join(rows["ann"].notes)
     assert "is the same file as ann/a02_softmax.ipynb (a hard link)" in " ".join(rows["bob"].notes)
+
+
+# --- a folder named like a classmate (third review) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("other", ["ALICE", "ａｌｉｃｅ", "Alice Martin", "alice "])
+def test_a_folder_named_like_a_classmate_does_not_replace_their_notebook(tmp_path, other):
+    """``alice/`` (the username) and a newer ``ALICE/`` both match alice's roster row: alice's own is graded."""
+    import os
+
+    from mha_course.grading.classroom import bookkeeping
+    from mha_course.grading.classroom.collect import collect, one_per_student
+    from mha_course.grading.classroom.roster import read_roster
+
+    for folder, source in (("alice", "solutions"), (other, "exercises")):
+        (tmp_path / "class" / folder).mkdir(parents=True)
+        (tmp_path / "class" / folder / "a02_softmax.ipynb").write_bytes(
+            (ROOT / source / "a02_softmax.ipynb").read_bytes()
+        )
+    os.utime(tmp_path / "class" / "alice" / "a02_softmax.ipynb", (1e9, 1e9))  # the classmate's is newer
+    (tmp_path / "roster.csv").write_text("id,name,username\nalice,Alice Martin,alice\nbob,Bob Stone,bob\n")
+    rows = collect([tmp_path / "class"], "a02_softmax")
+    bookkeeping.identify(rows, read_roster(tmp_path / "roster.csv"))
+    graded = [r for r in one_per_student(rows) if r.student_id == "alice"]
+    assert [r.key for r in graded] == ["alice/a02_softmax.ipynb"], [(r.key, r.notes) for r in graded]

@@ -7,6 +7,9 @@ that loads only the notebook's definitions (:mod:`mha_course.grading.inside.defi
 scores nothing even without the static scan; these tests also hold the scan's rules for each piece
 such a cell needs (a descriptor opened without a path, sockets and ``select`` without the ``socket``
 module, code handed to ``timeit`` through a name).
+
+Where the cases came from: the third review (tests/grading/test_redteam_round3.py before the tests mirrored the
+package); its case of a folder named like a classmate attacks the class and is in test_attack_the_class.py.
 """
 
 from __future__ import annotations
@@ -230,28 +233,3 @@ def test_a_main_thread_forger_scores_nothing_without_the_scan(tmp_path, isolator
     result = grader.grade_notebook(_forged(tmp_path), limits=LIMITS, isolator=isolator, seed=11)
     assert result.error is None, result.error
     assert sum(t.score for t in result.tests) == 0
-
-
-# --- the class folder: a folder named like a classmate ----------------------------------------------
-
-
-@pytest.mark.parametrize("other", ["ALICE", "ａｌｉｃｅ", "Alice Martin", "alice "])
-def test_a_folder_named_like_a_classmate_does_not_replace_their_notebook(tmp_path, other):
-    """``alice/`` (the username) and a newer ``ALICE/`` both match alice's roster row: alice's own is graded."""
-    import os
-
-    from mha_course.grading.classroom import bookkeeping
-    from mha_course.grading.classroom.collect import collect, one_per_student
-    from mha_course.grading.classroom.roster import read_roster
-
-    for folder, source in (("alice", "solutions"), (other, "exercises")):
-        (tmp_path / "class" / folder).mkdir(parents=True)
-        (tmp_path / "class" / folder / "a02_softmax.ipynb").write_bytes(
-            (ROOT / source / "a02_softmax.ipynb").read_bytes()
-        )
-    os.utime(tmp_path / "class" / "alice" / "a02_softmax.ipynb", (1e9, 1e9))  # the classmate's is newer
-    (tmp_path / "roster.csv").write_text("id,name,username\nalice,Alice Martin,alice\nbob,Bob Stone,bob\n")
-    rows = collect([tmp_path / "class"], "a02_softmax")
-    bookkeeping.identify(rows, read_roster(tmp_path / "roster.csv"))
-    graded = [r for r in one_per_student(rows) if r.student_id == "alice"]
-    assert [r.key for r in graded] == ["alice/a02_softmax.ipynb"], [(r.key, r.notes) for r in graded]

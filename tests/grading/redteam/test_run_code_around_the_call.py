@@ -22,6 +22,9 @@ Holes this round closed (each is an attack below): a module a cell wrote as text
 other text a library runs as Python (the scan now reads every string literal that is Python as code);
 a library function replaced (``numpy.save``, ``json.dumps``, ``torch.Tensor.numpy``: the runtime calls
 them after the target returns); TorchScript (its operators run below the API the tripwire watches).
+
+Where the cases came from: the fifth review (tests/grading/test_redteam_round5.py before the tests mirrored the
+package).
 """
 
 from __future__ import annotations

@@ -19,6 +19,9 @@ is off): a score above 0 means learner code ran outside the call. That is strict
 (``strict_definitions=True``); by default every cell runs before the cases, so each forger does run,
 and the property is the review's instead: each ``..._by_default`` twin grades the attack with the
 scan on and asserts the submission is flagged with the evidence (see tests/grading/redteam/test_run_code_while_definitions_load.py).
+
+Where the cases came from: the fourth review (tests/grading/test_redteam_round4.py before the tests mirrored the
+package).
 """
 
 from __future__ import annotations
