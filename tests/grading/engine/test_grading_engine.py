@@ -1,4 +1,6 @@
-"""The grading engine on a fake assignment (grading_fake.py): notebooks, self-check, grader, outputs.
+"""The grading engine on a fake assignment (grading_fake.py): notebooks, grader, outputs.
+
+The wire format is tested in tests/grading/inside/test_wire.py, the self-check in tests/grading/learner/test_selfcheck.py.
 
 Cheats have their own files (tests/grading/redteam/); real course content is graded in tests/notebooks/test_assign_sync.py.
 """
@@ -18,7 +20,6 @@ from mha_course.grading.classroom.results import class_summary, gradebook_rows, 
 from mha_course.grading.engine import notebook, registry
 from mha_course.grading.engine import pipeline as grader
 from mha_course.grading.inside import wire
-from mha_course.grading.learner import selfcheck
 from mha_course.grading.verdicts import Limits
 
 LIMITS = Limits(case_timeout=5, cell_timeout=10, notebook_timeout=30, memory_mb=1024)
@@ -103,93 +104,6 @@ def test_python_source_drops_ipython_syntax():
     assert code.splitlines()[3] == "x = 1" and len(code.splitlines()) == 7
     assert notebook.python_source("%%bash\necho hi") == ""
     assert notebook.python_source("%%time\nz = 3").splitlines()[1] == "z = 3"
-
-
-# --- wire: plain data only --------------------------------------------------------------------------
-
-
-def test_wire_roundtrip_and_rejections():
-    import torch
-
-    value = (np.arange(6.0).reshape(2, 3), torch.ones(2, dtype=torch.float16), 3, 2.5, True, None, [np.asarray(True)])
-    back = wire.roundtrip(value)
-    assert type(back) is tuple and type(back[0]) is np.ndarray and back[1].dtype == np.float16
-    np.testing.assert_array_equal(back[0], value[0])
-    assert back[2:6] == (3, 2.5, True, None) and back[6][0].shape == ()
-
-    class Liar(np.ndarray):
-        def __eq__(self, other):
-            return True
-
-    for bad in (
-        np.zeros(3).view(Liar),
-        torch.zeros(2).as_subclass(type("T", (torch.Tensor,), {})),
-        np.array([object()]),
-        object(),
-    ):
-        with pytest.raises(wire.RejectedOutput):
-            wire.pack(bad)
-    with pytest.raises(ValueError):
-        wire.unpack({"t": "array", "i": 0, "n": 5}, b"\x93NUMPY")
-
-
-# --- the self-check (learner's kernel) --------------------------------------------------------------
-
-
-def test_check_table_hints_and_no_op_in_grader(fake, capsys):
-    def add_arrays(a, b):
-        return a + b
-
-    result = selfcheck.check("fake_add", add_arrays)
-    assert result.score == result.max_score == 3 and len(result.rows) == 2  # the hidden case is not run
-    assert "PASS" in capsys.readouterr().out
-    assert selfcheck.check("fake_add", add_arrays, include_hidden=True).max_score == 4
-
-    def transposed(a, b):
-        return (a + b).T
-
-    rows = selfcheck.check("fake_add", transposed, show=False).rows
-    assert not rows[0].passed and "shape expected (3, 4), got (4, 3)" in rows[0].hint
-
-    def todo(a, b):
-        raise NotImplementedError()
-
-    assert {r.status for r in selfcheck.check("fake_add", todo, show=False).rows} == {"not attempted"}
-
-    def broken(a, b):
-        return a + b + undefined_name  # noqa: F821
-
-    hint = selfcheck.check("fake_add", broken, show=False).rows[0].hint
-    assert hint.startswith("NameError: name 'undefined_name' is not defined (test_grading_engine.py, line ")
-    assert hint.endswith(") -> define it, or run the cell that defines it, before check()")
-    assert "<table>" in selfcheck.check("fake_add", add_arrays, show=False)._repr_html_()
-
-    selfcheck.GRADING = True
-    try:
-        assert selfcheck.check("fake_add", add_arrays) is None
-    finally:
-        selfcheck.GRADING = False
-    with pytest.raises(KeyError, match="unknown exercise"):
-        selfcheck.check("no_such_exercise", add_arrays)
-
-
-def test_check_rejects_subclasses_and_forbidden_calls(fake):
-    import torch
-
-    class Lying(torch.Tensor):
-        def __eq__(self, other):
-            return True
-
-    def lying(x):
-        return (2 * x).as_subclass(Lying)
-
-    assert "subclass of torch.Tensor" in selfcheck.check("fake_double", lying, show=False).rows[0].hint
-
-    def via_softmax(x):
-        return 2 * x + 0 * torch.softmax(x, 0)
-
-    row = selfcheck.check("fake_double", via_softmax, show=False).rows[0]
-    assert not row.passed and "torch.softmax" in row.hint and "write it yourself" in row.hint
 
 
 # --- the grader on honest submissions ---------------------------------------------------------------
