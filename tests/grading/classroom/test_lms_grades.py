@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shlex
 import shutil
@@ -207,6 +208,8 @@ def test_instructor_folders_are_skipped_and_picks_choose_the_notebook(fake, tmp_
     write_submission(root / "alice" / "draft.ipynb", BAD_ADD)
     write_submission(root / "bob" / "zz_fake.ipynb", GOOD_ADD)
     write_submission(root / "jupyter-admin" / "zz_fake.ipynb", GOOD_ADD, GOOD_DOUBLE)
+    for name in ("zz_fake.ipynb", "draft.ipynb"):  # one time (as a copy gives): a second may pass between the writes
+        os.utime(root / "alice" / name, (1e9, 1e9))
     skipped: list[str] = []
     rows = collect([root], "zz_fake", notebook_names=NAMES, skipped=skipped)
     assert [r.student for r in rows] == ["alice", "bob"] and skipped == ["jupyter-admin"]
