@@ -1,6 +1,6 @@
 """One hostile batch graded by the real grader in a subprocess: the set-up the OS-wall tests share.
 
-tests/grading/test_grader_isolation.py (tier A, bubblewrap) and tests/grading/test_tier_b.py (tier B, under
+tests/grading/redteam/test_escape_the_sandbox.py (tier A, bubblewrap) and tests/grading/walls/test_tier_b.py (tier B, under
 the Docker reproduction) each grade ONE folder of attacks beside honest classmates and assert many
 things of that one run. What they share lives here: the shell no audit hook sees, the grader with its
 static scan switched off, and :func:`grade_batch` (write the notebooks, grade them in a subprocess so a
@@ -18,7 +18,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from grading_fake import tagged_processes, write_submission
+
+from mha_course.grading.walls import container_repro, landlock, seccomp_filter
 
 TESTS = Path(__file__).resolve().parent
 
@@ -145,3 +148,24 @@ def describe(pid: int) -> str:
 def outputs(data: dict) -> str:
     """Every test output of one submission's result, joined."""
     return " ".join(t["output"] for t in data["tests"])
+
+
+# The Docker reproduction (tier B as on Gradescope): the tier B tests and the honest corpus sample use it.
+_REPRO: dict[str, str | None] = {}
+
+
+def require_repro() -> None:
+    """Skip where the reproduction cannot start (not root, no mount namespaces) or tier B cannot hold (no Landlock)."""
+    if "why" not in _REPRO:
+        why = None
+        if os.geteuid() != 0 or not seccomp_filter.supported():
+            why = "needs root on x86_64 Linux"
+        elif not landlock.abi_version():
+            why = "needs Landlock"
+        else:
+            done = subprocess.run(container_repro.command(["true"]), capture_output=True, text=True, timeout=120)
+            if done.returncode != 0:
+                why = done.stderr.strip()[-300:]
+        _REPRO["why"] = why
+    if _REPRO["why"]:
+        pytest.skip(f"the Docker reproduction cannot run here: {_REPRO['why']}")
