@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from ..engine.notebook import MAX_FILE_BYTES, parse_json, read_regular
+from ..engine.notebook import MAX_FILE_BYTES, current_key, parse_json, read_regular
 from .lms_names import student_of
 
 #: Files a platform or an OS adds that no student chose to submit; skipped without a note.
@@ -65,7 +65,7 @@ def peek_assignment(path: Path) -> tuple[str | None, str | None]:
     key = meta.get("assignment") if isinstance(meta, dict) else None
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         return None, "not a notebook (no list of cells)"
-    return (key if isinstance(key, str) else None), None
+    return (current_key(key) if isinstance(key, str) else None), None
 
 
 def _link(root: Path, path: Path, rel: str) -> File:
