@@ -15,13 +15,17 @@ Mask convention: a boolean mask is True where a query MAY attend (as in
 scores. ``torch.nn.MultiheadAttention`` uses the opposite boolean meaning; see ``mha_course.core.masks``.
 A query whose every key is masked gets all-zero weights and an all-zero output.
 
-Names are imported lazily (except the softmax pair, see below), so ``import mha_course`` does not
-pull in Triton, matplotlib or the grader until they are used.
+The course's API is the names below and those of the documented subpackages (``core``, ``efficient``,
+``inference``, ``kernels``, ``models``, ``parallel``, ``plots``, ``timing``; docs/ARCHITECTURE.md, "The
+course's API"). Every name is imported when first used, so ``import mha_course`` does not pull in
+Triton, matplotlib or the grader until they are.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
 __version__ = "0.1.0"
 
@@ -45,6 +49,7 @@ _EXPORTS = {
     "MultiHeadAttention": "core.mha",
     "get_device": "device",
     "environment_report": "device",
+    "triton_available": "device",
     "assert_close": "testing",
     "TOLERANCES": "testing",
     # efficient attention (chapters 10-14)
@@ -54,6 +59,7 @@ _EXPORTS = {
     # predict, then run (every chapter's predictions)
     "check_prediction": "predict",
     "check_choice": "predict",
+    "check_exercise": "predict",
     "answer_digest": "predict",
     # self-check inside notebooks (assignments)
     "check": "grading.learner.selfcheck",
@@ -63,27 +69,51 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-# ``softmax`` is both a submodule and a function. Importing a submodule rebinds the package
-# attribute of the same name to the module, so bind the function now, after the one and only
-# first import of the submodule, or ``from mha_course import softmax`` could return the module.
+# The subpackages whose export maps are API too (each an ``_EXPORTS`` and ``__all__`` like the above);
+# the site's reference documents them, and the chapters import from nowhere else.
+_API_PACKAGES = ("core", "efficient", "inference", "kernels", "models", "parallel", "plots", "timing")
+
+
+class _LazyPackage(types.ModuleType):
+    """A package whose public names (its ``_EXPORTS``) are looked up in their modules on every use.
+
+    A submodule may share its name with the function it defines (``models.train.train``); the import
+    system binds the package's attribute of that name to the submodule when it is first imported, so
+    this package declines that binding and the name stays the function's. Not caching the value keeps
+    one object behind every spelling: whatever the defining module holds now is what the package gives.
+    """
+
+    def __setattr__(self, name: str, value) -> None:
+        if isinstance(value, types.ModuleType) and name in self.__dict__.get("_EXPORTS", ()):
+            return  # the submodule stays reachable in sys.modules and by ``from .name import ...``
+        super().__setattr__(name, value)
+
+
+def _lazy_package(package: str, exports: dict[str, str], modules: tuple[str, ...] = ()):
+    """``__getattr__`` and ``__dir__`` for ``package``: ``exports`` (name -> submodule defining it) and
+    ``modules`` (submodules that are API themselves, read as a namespace: ``roofline.GPUS``)."""
+    sys.modules[package].__class__ = _LazyPackage
+
+    def __getattr__(name: str):
+        if name in modules:
+            return importlib.import_module(f"{package}.{name}")
+        module_name = exports.get(name)
+        if module_name is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f"{package}.{module_name}"), name)
+
+    def __dir__():
+        return sorted(set(vars(sys.modules[package])) | set(exports) | set(modules))
+
+    return __getattr__, __dir__
+
+
+__getattr__, __dir__ = _lazy_package(__name__, _EXPORTS)
+
 # Without a GPU, Triton kernels can only run in Triton's interpreter, which must be chosen before
 # Triton is first imported, by anyone (torch itself imports it for some dispatch modes and
 # torch.compile). Choosing it here, at `import mha_course`, keeps chapter 13 working however the
 # learner got there. An explicit TRITON_INTERPRET in the environment is left alone.
-from .core.softmax import softmax, softmax_np  # noqa: E402, F401  (re-exported)
 from .device import choose_triton_backend  # noqa: E402
 
 choose_triton_backend()
-
-
-def __getattr__(name: str):
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'mha_course' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module_name}", __name__), name)
-    globals()[name] = value  # cache: later lookups skip __getattr__
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))

@@ -56,11 +56,11 @@ and a GPU runtime (Runtime → Change runtime type). An assignment needs nothing
 - **JupyterHub**: in the user environment (or the image the hub starts), `pip install -r requirements.txt`
   in the course's folder (it installs the course's library too); nothing is downloaded while the notebooks run (every
   data set is generated in code), so a hub without internet access works. Instructors hand out
-  `exercises/` and collect the notebooks for the grader (`python -m mha_course.grading.grade`).
+  `exercises/` and collect the notebooks for the grader (`python -m mha_course.grade`).
 - **A cluster node** (Slurm or similar): the same environment on a shared filesystem, then
   `jupyter lab --no-browser --port 8888` on the node and an SSH tunnel from your machine
   (`ssh -L 8888:NODE:8888 LOGIN-HOST`), or your site's Open OnDemand Jupyter app. On a GPU node, install
-  the CUDA build of PyTorch as above; `python -m mha_course.timing.bench --device cuda` measures attention there.
+  the CUDA build of PyTorch as above; `python -m mha_course.bench --device cuda` measures attention there.
 
 ## Checking yourself
 

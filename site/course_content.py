@@ -46,7 +46,7 @@ _SOLUTIONS_ASIDE = re.compile(r"\s*\((?:the\s+)?answers\s+(?:are\s+)?in\s+`solut
 _SOLUTIONS_SOURCE = re.compile(
     r"`solutions/aNN_\*\.ipynb` hold the answers and are the single source of truth;\s*"
     r"`exercises/aNN_\*\.ipynb` are the student versions, \*generated\* from them with\s*"
-    r"`python -m mha_course\.grading\.assign` \(answers between `### BEGIN SOLUTION` / `### END SOLUTION`\s*"
+    r"`python -m mha_course\.assign` \(answers between `### BEGIN SOLUTION` / `### END SOLUTION`\s*"
     r"are replaced by a stub\)\."
 )
 # What a page must never say: it has no answer cell, no solutions folder, no run of the checks.

@@ -55,6 +55,8 @@ def literal_blocks(lines: list[str]) -> list[str]:
             if not keep:
                 out += ["", " " * _indent(parent) + "::", ""]
             out += block
+            if block_end < len(lines) and lines[block_end].strip():
+                out.append("")  # a block ends at a blank line in reStructuredText; the docstring may not have one
             index = block_end
             continue
         out.append(line)
@@ -102,8 +104,28 @@ def returns_as_field(lines: list[str]) -> list[str]:
     return out
 
 
+_INLINE_CODE = re.compile(r"(``.+?``|`[^`]+`)")
+
+
+def escape_bars(lines: list[str]) -> list[str]:
+    """``lines`` with each ``|`` of the prose escaped: ``|i - j|`` is an absolute value, not a substitution.
+
+    Literal blocks (after a line ending in ``::``) and inline code are left as they are.
+    """
+    out: list[str] = []
+    literal_indent: int | None = None  # inside a literal block introduced by a line with this indent
+    for line in lines:
+        if literal_indent is not None and (not line.strip() or _indent(line) > literal_indent):
+            out.append(line)
+            continue
+        literal_indent = _indent(line) if line.rstrip().endswith("::") else None
+        parts = _INLINE_CODE.split(line)
+        out.append("".join(p if i % 2 else p.replace("|", "\\|") for i, p in enumerate(parts)))
+    return out
+
+
 def _process(app, what, name, obj, options, lines: list[str]) -> None:
-    lines[:] = returns_as_field(literal_blocks(lines))
+    lines[:] = escape_bars(returns_as_field(literal_blocks(lines)))
 
 
 def setup(app):

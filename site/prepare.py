@@ -8,8 +8,9 @@
 - ``index.md``: the README's syllabus table as the home page, and the navigation in reading order
   (each chapter followed by its assignments, then the library reference and the pages about the course);
 - ``how_to_run.md``, ``references.md``, ``cite.md``: the pages about the course (site/about_pages.py);
-- ``reference.md``: every public name of ``mha_course`` (its lazy export map), rendered by autodoc
-  from the docstrings, each with the chapter that first uses it;
+- ``reference.md``: the course's API, every public name of ``mha_course`` and of its documented
+  subpackages (their lazy export maps), rendered by autodoc from the docstrings, each with the chapter
+  that first uses it;
 - ``first_uses.json``: chapter -> the public names it uses first, read by ``course_pages`` to link
   each chapter to the reference.
 
@@ -73,6 +74,33 @@ def exported_names() -> dict[str, str]:
     return dict(sorted(mha_course._EXPORTS.items()))
 
 
+def api_names() -> dict[str, str]:
+    """The course's API: each public name, dotted below ``mha_course`` -> the module that defines it.
+
+    The top's names as they are (``softmax``), a subpackage's after its name (``inference.KVCache``);
+    a module that is API itself (``efficient.roofline``) maps to itself.
+    """
+    import importlib
+
+    import mha_course
+
+    names = exported_names()
+    for package in mha_course._API_PACKAGES:
+        module = importlib.import_module(f"mha_course.{package}")
+        for name in module.__all__:
+            where = module._EXPORTS.get(name, name)  # not exported by name: a module that is API itself
+            names[f"{package}.{name}"] = f"{package}.{where}"
+    return names
+
+
+def api_object(name: str):
+    """The object ``mha_course.NAME`` names (``NAME`` dotted below the package: ``inference.KVCache``)."""
+    import importlib
+
+    package, _, last = f"mha_course.{name}".rpartition(".")
+    return getattr(importlib.import_module(package), last)
+
+
 def _code_cells(path: Path) -> list[str]:
     notebook = json.loads(path.read_text(encoding="utf-8"))
     return ["".join(cell["source"]) for cell in notebook["cells"] if cell["cell_type"] == "code"]
@@ -81,21 +109,25 @@ def _code_cells(path: Path) -> list[str]:
 def first_uses(chapters: list[Path], names: list[str], root: Path = ROOT) -> dict[str, str]:
     """Public name -> the first chapter (its path relative to ``root``) whose code uses it.
 
-    A use is ``mc.NAME``, ``mha_course.NAME`` or ``NAME`` imported ``from mha_course[.module] import ...``.
+    A use is ``mc.NAME``, ``mha_course.NAME`` or ``NAME`` imported ``from mha_course[.module] import ...``;
+    a subpackage's name (``inference.KVCache``) is used when imported from that subpackage.
     """
     found: dict[str, str] = {}
     for chapter in chapters:
         code = "\n".join(_code_cells(chapter))
-        imported = set()
-        groups = re.findall(r"from mha_course(?:\.[\w.]+)? import \(([^)]*)\)", code)
-        groups += re.findall(r"from mha_course(?:\.[\w.]+)? import ([\w ,]+)", code)
-        for group in groups:
-            imported |= {part.split("#")[0].strip().split(" as ")[0] for part in group.split(",")}
+        imported = set()  # (the package after mha_course, or "" for the top or a deeper module; name)
+        groups = re.findall(r"from mha_course(\.[\w.]+)? import \(([^)]*)\)", code)
+        groups += re.findall(r"from mha_course(\.[\w.]+)? import ([\w ,]+)", code)
+        for package, group in groups:
+            package = package.removeprefix(".") if package.count(".") == 1 else ""
+            for part in group.split(","):
+                imported.add((package, part.split("#")[0].strip().split(" as ")[0]))
         for name in names:
             if name in found:
                 continue
+            package, _, last = name.rpartition(".")
             attribute = re.search(rf"\b(?:mc|mha_course)\.{re.escape(name)}\b", code)
-            if attribute or name in imported:
+            if attribute or (package, last) in imported or (not package and any(n == last for _, n in imported)):
                 found[name] = chapter.relative_to(root).as_posix()
     return found
 
@@ -176,6 +208,13 @@ def _comment_above(module: str, name: str) -> str:
     lines = (ROOT / "mha_course" / (module.replace(".", "/") + ".py")).read_text(encoding="utf-8").splitlines()
     for index, line in enumerate(lines):
         if re.match(rf"{re.escape(name)}\s*[:=]", line):
+            if "  # " in line:  # a comment on the definition's line, continued on the lines below
+                comment = [line.split("  # ", 1)[1]]
+                for more in lines[index + 1 :]:
+                    if not more.lstrip().startswith("#") or more.startswith("#"):
+                        break
+                    comment.append(more.lstrip().lstrip("# "))
+                return " ".join(comment)
             comment = []
             while index > 0 and lines[index - 1].startswith("#"):
                 index -= 1
@@ -185,14 +224,52 @@ def _comment_above(module: str, name: str) -> str:
     raise ValueError(f"mha_course.{module}.{name} has no comment above its definition to document it")
 
 
+def _first_line(obj) -> str:
+    doc = (getattr(obj, "__doc__", None) or "").strip()
+    return doc.splitlines()[0] if doc else ""
+
+
+def _entry(name: str, module: str) -> list[str]:
+    """The reference's entry for ``mha_course.NAME``: autodoc's, or for a table its comment and value."""
+    import types
+
+    obj = api_object(name)
+    if isinstance(obj, types.ModuleType):  # a module read as a namespace: its docstring, its public names
+        public = sorted(
+            n for n, v in vars(obj).items() if not n.startswith("_") and getattr(v, "__module__", None) == obj.__name__
+        )
+        lines = ["```{eval-rst}", f".. automodule:: mha_course.{name}", "   :no-members:", "```", ""]
+        lines += [f"- `{n}`: {_first_line(getattr(obj, n))}" for n in public] + [""]
+        return lines
+    if isinstance(obj, type) or callable(obj):
+        directive = "autoclass" if isinstance(obj, type) else "autofunction"
+        options = ["   :members:"] if directive == "autoclass" else []
+        return ["```{eval-rst}", f".. {directive}:: mha_course.{name}", *options, "```", ""]
+    package, _, last = f"mha_course.{name}".rpartition(".")
+    return [
+        f"```{{py:data}} {last}",
+        f":module: {package}",
+        "",
+        _comment_above(module, last),
+        "```",
+        "",
+        "```python",
+        f"{last} = {obj!r}",
+        "```",
+        "",
+    ]
+
+
 def _reference(names: dict[str, str], uses: dict[str, str], chapter_titles: dict[str, str]) -> str:
     import mha_course
 
     lines = [
         "# Library reference",
         "",
-        "Every public name of `mha_course` (all importable as `mha_course.NAME`), generated from its",
-        "docstring: the shapes it takes and returns, the formula, and what it raises on bad input.",
+        "The course's API: every public name of `mha_course` and of its documented subpackages, generated",
+        "from its docstring: the shapes it takes and returns, the formula, and what it raises on bad input.",
+        "The chapters import only these names (`from mha_course import ...`, `from mha_course.inference",
+        "import ...`); the modules behind them may move, these names stay.",
         "",
         "```{eval-rst}",
         ".. automodule:: mha_course",
@@ -200,20 +277,27 @@ def _reference(names: dict[str, str], uses: dict[str, str], chapter_titles: dict
         "```",
         "",
     ]
-    for name, module in names.items():
-        obj = getattr(mha_course, name)
-        if isinstance(obj, type) or callable(obj):
-            directive = "autoclass" if isinstance(obj, type) else "autofunction"
-            options = ["   :members:"] if directive == "autoclass" else []
-            lines += ["```{eval-rst}", f".. {directive}:: mha_course.{name}", *options, "```", ""]
-        else:  # a table: the comment above its definition, and its value
-            lines += [f"```{{py:data}} {name}", ":module: mha_course", "", _comment_above(module, name), "```", ""]
-            lines += ["```python", f"{name} = {obj!r}", "```", ""]
-        where = uses.get(name)
-        if where:
-            lines += [f"First used in [{chapter_titles[where]}]({where}); defined in `mha_course.{module}`.", ""]
+    packages = ["", *mha_course._API_PACKAGES]
+    for package in packages:
+        here = {n: m for n, m in names.items() if n.rpartition(".")[0] == package}
+        if not here:
+            continue
+        if package:
+            lines += [
+                f"## mha_course.{package}",
+                "",
+                f"```{{eval-rst}}\n.. automodule:: mha_course.{package}\n   :no-members:\n```",
+                "",
+            ]
         else:
-            lines += [f"Defined in `mha_course.{module}`.", ""]
+            lines += ["## mha_course", ""]
+        for name, module in here.items():
+            lines += _entry(name, module)
+            where = uses.get(name)
+            if where:
+                lines += [f"First used in [{chapter_titles[where]}]({where}); defined in `mha_course.{module}`.", ""]
+            else:
+                lines += [f"Defined in `mha_course.{module}`.", ""]
     return "\n".join(lines)
 
 
@@ -253,7 +337,7 @@ def prepare(out: Path, only: list[str] | None = None) -> dict[str, list[str]]:
     for path in chapters + exercises:
         _copy(ROOT / path, out / path)
 
-    names = exported_names()
+    names = api_names()
     # first uses are looked for in every chapter, so a mini-site links the same way as the full one
     uses = {name: path for name, path in first_uses([ROOT / c for c in all_chapters], list(names)).items()}
     titles = {path: f"chapter {Path(path).stem[:2]}" for path in all_chapters}

@@ -52,6 +52,7 @@ class GPU:
         return self.bf16_flops / self.bandwidth
 
 
+# Each GPU the chapters predict for: its dense bf16 FLOP/s and memory bandwidth, with the datasheet they come from.
 GPUS = {
     "H100 SXM": GPU(
         "H100 SXM",

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from .classroom.lms import INSTRUCTOR_FOLDERS
 from .classroom.seeds import SEED_FILE
+from .engine.notebook import current_key
 from .verdicts import ON_TAMPER, Limits
 
 STRICT_HELP = (
@@ -31,6 +32,7 @@ def parser() -> argparse.ArgumentParser:
     options.add_argument("submissions", nargs="+", help="notebooks, or folders of a class (searched recursively)")
     options.add_argument(
         "--assignment",
+        type=current_key,
         metavar="KEY",
         help="grade this assignment only (e.g. a04_masks): other assignments' notebooks, missing "
         "notebooks and unreadable files get a row saying so",

@@ -19,6 +19,7 @@ import torch
 from ..core.softmax import LOG2E
 from ..device import choose_triton_backend
 
+# True when a CUDA GPU is there to launch the compiled kernels on.
 ON_GPU = torch.cuda.is_available()
 IMPORTED_TOO_EARLY = not ON_GPU and "triton" in sys.modules and os.environ.get("TRITON_INTERPRET", "0") in ("", "0")
 choose_triton_backend()
@@ -30,6 +31,7 @@ except ImportError:  # no wheel for this platform
     triton = None
     tl = None
 
+# True when the kernels run in Triton's interpreter (on the CPU, slowly), not compiled for a GPU.
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0") and not IMPORTED_TOO_EARLY
 MIN_HEAD_DIM, MAX_HEAD_DIM = 16, 128
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)

@@ -38,7 +38,7 @@ POSITIONS = ("none", "sinusoidal", "learned", "rotary")
 @dataclass(frozen=True)
 class ModelConfig:
     """A tiny transformer's sizes: the one set of defaults of the model, :func:`mha_course.models.train.train_task`
-    and ``python -m mha_course.models.train``."""
+    and ``python -m mha_course.train``."""
 
     vocab_size: int
     max_len: int

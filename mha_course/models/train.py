@@ -1,4 +1,4 @@
-"""Train the tiny transformer on a synthetic task: ``python -m mha_course.models.train [--task NAME]``.
+"""Train the tiny transformer on a synthetic task: ``python -m mha_course.train [--task NAME]``.
 
 The loop draws a fresh seeded batch every step (the tasks are generated, so there is no fixed
 training set to overfit), minimises the cross-entropy of the scored positions, and every
@@ -68,7 +68,7 @@ def evaluate(model: nn.Module, data: TaskData, task: Task) -> dict:
 @dataclass(frozen=True)
 class TrainConfig:
     """How the tiny model is trained: the one set of defaults of :func:`train`, :func:`train_task` and
-    ``python -m mha_course.models.train`` (the model's sizes are :class:`mha_course.models.model.ModelConfig`'s)."""
+    ``python -m mha_course.train`` (the model's sizes are :class:`mha_course.models.model.ModelConfig`'s)."""
 
     steps: int = 3000
     batch_size: int = 64
@@ -215,7 +215,7 @@ def train_task(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m mha_course.models.train",
+        prog="python -m mha_course.train",
         description="Train the course's tiny transformer on a synthetic task (CPU is fine) and report "
         "held-out accuracy and wall time. Tasks: " + ", ".join(sorted(TASKS)) + ".",
     )

@@ -22,6 +22,7 @@ from torch import nn
 from ..validation import require_positive_int, require_positive_ints, require_rank, require_tensor
 from .model import Block
 
+# The classes of the toy image task, in label order.
 SHAPES = ("square", "horizontal bar", "vertical bar")
 
 

@@ -23,8 +23,9 @@ Names are imported lazily, so ``import mha_course.parallel`` costs nothing until
 
 from __future__ import annotations
 
-import importlib
+from mha_course import _lazy_package
 
+# public name -> module that defines it (the course's API: docs/ARCHITECTURE.md, "The course's API")
 _EXPORTS = {
     "attention_with_lse": "merge",
     "merge_partial_attention": "merge",
@@ -38,19 +39,16 @@ _EXPORTS = {
     "ulysses_attention": "ulysses",
     "TensorParallelMultiHeadAttention": "tensor_parallel",
     "run_ranks": "launch",
+    "LINKS": "comm_cost",
+    "Problem": "workloads",
+    "link_rank": "workloads",
+    "ring_rank": "workloads",
+    "ring_sweep_rank": "workloads",
+    "ulysses_rank": "workloads",
+    "run_demo": "demo",
 }
+# modules a chapter reads as a namespace (``comm_cost.ring_bytes``)
+_MODULES = ("comm_cost",)
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    module_name = _EXPORTS.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'mha_course.parallel' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module_name}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+__all__ = sorted([*_EXPORTS, *_MODULES])
+__getattr__, __dir__ = _lazy_package(__name__, _EXPORTS, _MODULES)

@@ -46,6 +46,7 @@ class Link:
     source: str
 
 
+# Each interconnect the chapters compare: its bandwidth per direction, with the datasheet it comes from.
 LINKS = {
     "NVLink 4 (H100 SXM)": Link(
         "NVLink 4 (H100 SXM)", 450e9, "NVIDIA H100 datasheet: NVLink 900 GB/s per GPU, both directions together"

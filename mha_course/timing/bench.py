@@ -1,4 +1,4 @@
-"""Side-by-side attention benchmark: ``python -m mha_course.timing.bench --help``.
+"""Side-by-side attention benchmark: ``python -m mha_course.bench --help``.
 
 Every implementation runs on the same q, k, v (B, H, T, D) in one process, one after another, so
 ratios between them are fair even on a noisy machine. Implementations:
@@ -203,7 +203,7 @@ def run_benchmark(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m mha_course.timing.bench",
+        prog="python -m mha_course.bench",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     causal_modes = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
     env = environment(device)
     print("mha_course.timing.bench  " + "  ".join(f"{k}={v}" for k, v in env.items()))
-    print("command: python -m mha_course.timing.bench " + " ".join(sys.argv[1:] if argv is None else argv))
+    print("command: python -m mha_course.bench " + " ".join(sys.argv[1:] if argv is None else argv))
     print("load average (1, 5, 15 min) before: " + load_average())
     try:
         records, notes = run_benchmark(

@@ -1,7 +1,7 @@
 """The course's own GPU run, shipped with the package, so a chapter can show it on a machine without a GPU.
 
 :func:`gpu_run` reads ``gpu_run_h100_2026-11-26.json`` beside this module: the records that
-``python -m mha_course.timing.bench --device cuda`` wrote to ``benchmarks/gpu_results.json`` on one H100
+``python -m mha_course.bench --device cuda`` wrote to ``benchmarks/gpu_results.json`` on one H100
 (copied unchanged; ``tests/timing/test_measured.py`` keeps the two equal), with the GPU, the date and
 the command. ``benchmarks/RESULTS.md`` ("GPU run, 2026-11-26 11:24 UTC") describes that run.
 """

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
-from mha_course.models import pretrained as pt
 from mha_course.models.train import TrainResult, evaluate
+
+# the module: mha_course.models.pretrained is the function of that name (mha_course.models exports it)
+pt = importlib.import_module("mha_course.models.pretrained")
 
 MAX_KB = 100  # a checkpoint stays a small download: a few tens of KB of float16
 

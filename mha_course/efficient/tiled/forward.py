@@ -5,7 +5,7 @@ Naive attention materialises the (T, S) score matrix. Here queries are processed
 batched over all B*H heads. Per query row two running sums are kept, l = sum_j exp(s_j - c) and
 acc = sum_j exp(s_j - c) v_j, and out = acc / l at the end: one (block_q, block_k) tile of scores
 exists at a time, never anything of size T*S. The mathematics is that of
-:func:`mha_course.online_softmax_attention`; four engineering choices make this Python loop about
+:func:`mha_course.efficient.online_softmax_attention`; four engineering choices make this Python loop about
 as fast as torch's fused CPU kernel:
 
 1. **Base-2 exponentials**: q is scaled once by scale * log2(e) and each tile takes ``exp2_``

@@ -1,6 +1,6 @@
 """Written answers graded by hand: a rubric per assignment, and the instructor's points merged into the gradebook.
 
-Some assignments ask for free-response Markdown (a05_debug_mha's bug log, a13's "Think about it"). In
+Some assignments ask for free-response Markdown (a06_debug_mha's bug log, a13's "Think about it"). In
 the solution notebook such a cell is a Markdown cell whose nbgrader metadata says ``solution: true``
 and which holds ``### BEGIN SOLUTION``: the prompt is what comes before, the model answer what lies
 between. nbgrader gives them 0 (``grade: false``) and the tests cannot grade them, so:

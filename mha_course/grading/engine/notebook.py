@@ -123,6 +123,16 @@ def load(path: str | Path) -> dict:
     return nb
 
 
+# Keys assignments had before they were renumbered -> their keys now. A notebook handed out earlier
+# carries the old key in its metadata, and an instructor may still type it: both keep working.
+RENAMED_ASSIGNMENTS = {"a05_debug_mha": "a06_debug_mha"}
+
+
+def current_key(key: str) -> str:
+    """The assignment's key now: a key it had before a renumbering (:data:`RENAMED_ASSIGNMENTS`) maps to it."""
+    return RENAMED_ASSIGNMENTS.get(key, key)
+
+
 def metadata(nb: Any) -> AssignmentMeta | None:
     """The notebook's ``metadata["mha_course"]`` as an :class:`AssignmentMeta`, or None if absent."""
     meta = nb.get("metadata") or {}
@@ -130,7 +140,7 @@ def metadata(nb: Any) -> AssignmentMeta | None:
     if not isinstance(meta, dict) or not isinstance(meta.get("assignment"), str):
         return None
     version = meta.get("version", 0)
-    return AssignmentMeta(meta["assignment"], int(version) if isinstance(version, (int, float)) else 0)
+    return AssignmentMeta(current_key(meta["assignment"]), int(version) if isinstance(version, (int, float)) else 0)
 
 
 def set_metadata(nb: Any, assignment: str, version: int) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..spec import Assignment, Exercise
-from .notebook import AssignmentMeta, metadata
+from .notebook import AssignmentMeta, current_key, metadata
 
 _PACKAGE = "mha_course.grading.exercises"
 
@@ -62,7 +62,7 @@ def discovery_errors() -> dict[str, str]:
 
 def get_assignment(key: str) -> Assignment:
     """The assignment with this key; raises KeyError listing the known keys."""
-    found = _discover().get(key)
+    found = _discover().get(current_key(key))
     if found is None:
         raise KeyError(f"unknown assignment {key!r}; known: {', '.join(sorted(_discover())) or 'none'}")
     return found[0]
@@ -71,7 +71,7 @@ def get_assignment(key: str) -> Assignment:
 def module_name(assignment_key: str) -> str:
     """Dotted name of the module that defines the assignment (imported by the submission process)."""
     get_assignment(assignment_key)
-    return _discover()[assignment_key][1]
+    return _discover()[current_key(assignment_key)][1]
 
 
 def find_exercise(key: str, assignment: str | None = None) -> Exercise:

@@ -305,7 +305,6 @@ TAMPERING_STRINGS = ("results.json", "/proc/", "/autograder", "/dev/fd", "mha_co
 # the self-check, and the progress listing (both no-ops in the sandbox's view of the package)
 ALLOWED_GRADING = (
     "mha_course.check",
-    "mha_course.grading.check",
     "mha_course.grading.learner.selfcheck.check",
     "mha_course.progress",
 )

@@ -1,6 +1,6 @@
 """Written answers graded by hand, as an instructor meets them.
 
-The instructor writes the rubric and the sheet for a05_debug_mha from a Moodle class folder, fills in
+The instructor writes the rubric and the sheet for a06_debug_mha from a Moodle class folder, fills in
 points for one student and leaves the other pending, and grades with ``--manual-grades``: one
 gradebook holds the tests' points and the hand-given ones, and a missing grade reads "pending".
 """
@@ -22,7 +22,7 @@ from mha_course.grading.classroom.results import gradebook_rows, gradescope
 from mha_course.grading.verdicts import Status, SubmissionResult
 
 ROOT = Path(__file__).resolve().parents[3]
-QUESTION = "a05-debug-mha-09"  # the bug log's grade_id in solutions/a05_debug_mha.ipynb
+QUESTION = "a05-debug-mha-09"  # the bug log's grade_id in solutions/a06_debug_mha.ipynb
 ANA = "Ana Ruiz_1111_assignsubmission_file_"
 BEN = "Ben Cole_2222_assignsubmission_file_"
 
@@ -32,24 +32,24 @@ def moodle_class(tmp_path):
     root = tmp_path / "submissions"
     for name in (ANA, BEN):
         (root / name).mkdir(parents=True)
-        shutil.copy(ROOT / "exercises" / "a05_debug_mha.ipynb", root / name / "a05_debug_mha.ipynb")
+        shutil.copy(ROOT / "exercises" / "a06_debug_mha.ipynb", root / name / "a06_debug_mha.ipynb")
     return root
 
 
 def _result(student: str) -> SubmissionResult:
     test = verdicts.TestResult("mha", "The repaired module", "shapes", 4.0, 4.0, Status.PASSED, "", False)
     return SubmissionResult(
-        path=f"/class/{student}/a05_debug_mha.ipynb",
-        assignment="a05_debug_mha",
+        path=f"/class/{student}/a06_debug_mha.ipynb",
+        assignment="a06_debug_mha",
         tests=[test],
         max_points=4.0,
         student=student,
-        key=f"{student}/a05_debug_mha.ipynb",
+        key=f"{student}/a06_debug_mha.ipynb",
     )
 
 
 def test_rubric_comes_from_the_solutions_free_response_cells():
-    (a05,) = manual.assignment_questions("a05_debug_mha")
+    (a05,) = manual.assignment_questions("a06_debug_mha")
     assert a05.key == QUESTION and a05.points == manual.DEFAULT_POINTS
     assert "Bug log" in a05.prompt and "head split fuses time and features" in a05.answer
     assert "BEGIN SOLUTION" not in a05.answer + a05.prompt
@@ -59,10 +59,10 @@ def test_rubric_comes_from_the_solutions_free_response_cells():
 
 
 def test_sheet_fill_merge_and_every_output(moodle_class, tmp_path):
-    assert manual.main(["rubric", "a05_debug_mha", "--out", str(tmp_path / "out"), "--class", str(moodle_class)]) == 0
-    rubric = (tmp_path / "out" / "a05_debug_mha-rubric.md").read_text()
+    assert manual.main(["rubric", "a06_debug_mha", "--out", str(tmp_path / "out"), "--class", str(moodle_class)]) == 0
+    rubric = (tmp_path / "out" / "a06_debug_mha-rubric.md").read_text()
     assert QUESTION in rubric and "Model answer" in rubric
-    rows = list(csv.DictReader((tmp_path / "out" / "a05_debug_mha-manual.csv").open()))
+    rows = list(csv.DictReader((tmp_path / "out" / "a06_debug_mha-manual.csv").open()))
     assert [(r["student"], r["question"], r["points"], r["max_points"]) for r in rows] == [
         (ANA, QUESTION, "", "5"),
         (BEN, QUESTION, "", "5"),
@@ -113,7 +113,7 @@ def test_a_row_for_nobody_is_a_warning_and_bad_rows_are_refused(tmp_path):
 
 
 def test_sheet_cells_cannot_start_a_formula():
-    text = manual.sheet("a05_debug_mha", manual.assignment_questions("a05_debug_mha"), ["=cmd|' /C calc'!A0"])
+    text = manual.sheet("a06_debug_mha", manual.assignment_questions("a06_debug_mha"), ["=cmd|' /C calc'!A0"])
     (row,) = list(csv.DictReader(io.StringIO(text)))
     assert row["student"].startswith("'=")
 
@@ -137,7 +137,7 @@ def test_grade_merges_the_sheet_into_the_class_outputs(moodle_class, tmp_path):
         [
             str(moodle_class),
             "--assignment",
-            "a05_debug_mha",
+            "a06_debug_mha",
             "--roster",
             str(roster),
             "--manual-grades",

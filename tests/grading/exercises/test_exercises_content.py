@@ -25,7 +25,7 @@ from mha_course.grading.learner import selfcheck
 ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the buggy softmaxes overflow on purpose
 
-MODULES = ["a01_dot_products", "a02_softmax", "a03_attention", "a04_masks", "a05_multi_head", "a05_debug_mha"]
+MODULES = ["a01_dot_products", "a02_softmax", "a03_attention", "a04_masks", "a05_multi_head", "a06_debug_mha"]
 
 
 def _assignment(name):
@@ -43,7 +43,7 @@ def _debug_solution_class():
     """The repaired seed class, taken from the solution notebook's definition cell."""
     from mha_course.grading.engine.notebook import code_cells, read
 
-    nb = read(ROOT / "solutions" / "a05_debug_mha.ipynb")
+    nb = read(ROOT / "solutions" / "a06_debug_mha.ipynb")
     namespace: dict = {}
     exec("import math\nimport torch\nfrom torch import nn\n", namespace)  # noqa: S102 - trusted course file
     source = next(src for _, src in code_cells(nb) if src.lstrip().startswith("class MultiHeadAttention"))
@@ -149,10 +149,10 @@ def test_unattempted_stub_scores_zero():
 
 
 @pytest.mark.parametrize(
-    ("notebook", "key"), [("a05_multi_head", "multi_head_attention"), ("a05_debug_mha", "debug_mha")]
+    ("notebook", "key"), [("a05_multi_head", "multi_head_attention"), ("a06_debug_mha", "debug_mha")]
 )
 def test_unedited_exercise_class_is_not_attempted(notebook, key):
-    # the student's class as handed out: a05_debug_mha gives the whole constructor, only forward is a stub
+    # the student's class as handed out: a06_debug_mha gives the whole constructor, only forward is a stub
     from mha_course.grading.engine.notebook import code_cells, read
 
     nb = read(ROOT / "exercises" / f"{notebook}.ipynb")

@@ -1,4 +1,4 @@
-"""Bugs of a05_debug_mha: realistic mistakes in its solution notebook, each one source edit (old -> new)."""
+"""Bugs of a06_debug_mha: realistic mistakes in its solution notebook, each one source edit (old -> new)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from bug_catalogue.bug import Bug
 BUGS = [
     Bug(
         "debug_seed_unfixed",
-        "a05_debug_mha",
+        "a06_debug_mha",
         "the seed, unrepaired",
         [
             (
@@ -18,7 +18,7 @@ BUGS = [
     ),
     Bug(
         "debug_scale_per_head",
-        "a05_debug_mha",
+        "a06_debug_mha",
         "'fixes' the scale to sqrt(E/H)",
         [
             (
@@ -29,7 +29,7 @@ BUGS = [
     ),
     Bug(
         "debug_split_no_transpose",
-        "a05_debug_mha",
+        "a06_debug_mha",
         "view(B, H, T, E) without transpose",
         [
             (
@@ -48,7 +48,7 @@ BUGS = [
     ),
     Bug(
         "debug_kv_not_transposed",
-        "a05_debug_mha",
+        "a06_debug_mha",
         "only queries transposed",
         [
             (
@@ -63,7 +63,7 @@ BUGS = [
     ),
     Bug(
         "debug_merge_no_transpose",
-        "a05_debug_mha",
+        "a06_debug_mha",
         "merge without transpose",
         [
             (
@@ -74,7 +74,7 @@ BUGS = [
     ),
     Bug(
         "debug_mask_ignored",
-        "a05_debug_mha",
+        "a06_debug_mha",
         "mask accepted but ignored",
         [
             (
@@ -85,20 +85,20 @@ BUGS = [
     ),
     Bug(
         "debug_mask_inverted",
-        "a05_debug_mha",
+        "a06_debug_mha",
         "mask inverted",
         [('scores.masked_fill(~mask, float("-inf"))', 'scores.masked_fill(mask, float("-inf"))')],
     ),
-    Bug("debug_T_for_S", "a05_debug_mha", "assumes S == T", [("        S = keys.shape[1]", "        S = T")]),
+    Bug("debug_T_for_S", "a06_debug_mha", "assumes S == T", [("        S = keys.shape[1]", "        S = T")]),
     Bug(
         "debug_value_from_keys",
-        "a05_debug_mha",
+        "a06_debug_mha",
         "values from the keys input",
         [("        v = self.value(values)", "        v = self.value(keys)")],
     ),
     Bug(
         "debug_layers_EE",
-        "a05_debug_mha",
+        "a06_debug_mha",
         "rewrites to the standard E/H layout",
         [
             (

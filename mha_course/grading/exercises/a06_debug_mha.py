@@ -1,4 +1,4 @@
-"""Assignment 05b (chapter 05): debug a published PyTorch MultiHeadAttention, graded by behaviour.
+"""Assignment 06 (chapter 05): debug a published PyTorch MultiHeadAttention, graded by behaviour.
 
 The repaired class keeps the published interface and its "E*H" layout, which is a design choice,
 not a bug: every head works in the full model dimension D = E.
@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from ..calls import a05_debug_mha as calls
+from ..calls import a06_debug_mha as calls
 from ..engine import case_inputs
 from ..learner import hints
 from ..spec import Assignment, Case, Exercise
@@ -217,9 +217,9 @@ FIXED_MHA = Exercise(
 )
 
 ASSIGNMENT = Assignment(
-    key="a05_debug_mha",
+    key="a06_debug_mha",
     version=1,
-    title="Assignment 05b: debug a multi-head attention module",
-    notebook="a05_debug_mha.ipynb",
+    title="Assignment 06: debug a multi-head attention module",
+    notebook="a06_debug_mha.ipynb",
     exercises=(FIXED_MHA,),
 )

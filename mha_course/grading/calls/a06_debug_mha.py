@@ -1,4 +1,4 @@
-"""Calls of assignment 05b (the repaired seed MultiHeadAttention), run in the submission sandbox.
+"""Calls of assignment 06 (the repaired seed MultiHeadAttention), run in the submission sandbox.
 
 See the package docstring.
 """
