@@ -1,6 +1,6 @@
-"""``python -m mha_course.grading.assign``: write the student notebooks (exercises/) from solutions/.
+"""``python -m mha_course.assign``: write the student notebooks (exercises/) from solutions/.
 
-``python -m mha_course.grading.assign new NAME`` starts a new assignment (see :mod:`mha_course.grading.authoring.scaffold`).
+``python -m mha_course.assign new NAME`` starts a new assignment (see :mod:`mha_course.grading.authoring.scaffold`).
 
 For every ``solutions/*.ipynb`` whose metadata names an assignment (``metadata["mha_course"]``),
 writes ``exercises/<same name>`` with answers replaced by ``# YOUR CODE HERE`` /
@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["new"]:
         return _new(argv[1:])
     parser = argparse.ArgumentParser(
-        prog="python -m mha_course.grading.assign",
+        prog="python -m mha_course.assign",
         description="Generate the student notebooks (exercises/) from the solution notebooks (solutions/). "
         "Answers between '### BEGIN SOLUTION' and '### END SOLUTION' become '# YOUR CODE HERE' + "
         "'raise NotImplementedError()'; '### BEGIN HIDDEN TESTS' .. '### END HIDDEN TESTS' regions are "
@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             for problem in problems:
                 print(f"stale: {problem}")
             if problems:
-                print("run `python -m mha_course.grading.assign` to regenerate exercises/")
+                print("run `python -m mha_course.assign` to regenerate exercises/")
                 return 1
             print(f"{args.exercises} is up to date with {args.solutions}")
             return 0
@@ -65,7 +65,7 @@ def _new(argv: list[str]) -> int:
     from .authoring.scaffold import new_assignment
 
     parser = argparse.ArgumentParser(
-        prog="python -m mha_course.grading.assign new",
+        prog="python -m mha_course.assign new",
         description="Start a new assignment: a working example of a solution "
         "notebook, its exercise module and call module, the generated "
         "exercise notebook and a README line, all ready to edit.",
@@ -100,7 +100,7 @@ Next:
      belongs in the library module your lecture uses (e.g. mha_course/core/softmax.py), imported inside
      _reference, never at the module's top (the sandbox must not see it);
   3. how the sandbox calls the student's function: mha_course/grading/calls/{key}.py;
-  4. python -m mha_course.grading.assign   (regenerates exercises/), then make test;
+  4. python -m mha_course.assign   (regenerates exercises/), then make test;
   5. README.md lists it in the syllabus's last chapter row, and the workshop plan of docs/INSTRUCTORS.md
      gives it a slot after the last day: move both to your lecture's place, and after editing measure it
      again with python benchmarks/chapter_times.py --only {key} (its row in benchmarks/RESULTS.md).""")

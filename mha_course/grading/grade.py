@@ -1,4 +1,4 @@
-"""``python -m mha_course.grading.grade SUBMISSIONS ... [--assignment KEY]``: grade a class, each in a sandbox.
+"""``python -m mha_course.grade SUBMISSIONS ... [--assignment KEY]``: grade a class, each in a sandbox.
 
 Each submission runs inside bubblewrap's sandbox (own namespaces, uid nobody, no network, a
 read-only view without the grader, the hidden tests or the answers; time, memory and process

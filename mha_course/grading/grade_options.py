@@ -1,4 +1,4 @@
-"""The command line of ``python -m mha_course.grading.grade``: its options and their help (:mod:`.grade` runs them)."""
+"""The command line of ``python -m mha_course.grade``: its options and their help (:mod:`.grade` runs them)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ STRICT_HELP = (
 def parser() -> argparse.ArgumentParser:
     """The grader's command line: every option, with the help a new instructor reads."""
     options = argparse.ArgumentParser(
-        prog="python -m mha_course.grading.grade",
+        prog="python -m mha_course.grade",
         fromfile_prefix_chars="@",
         description="Grade submission notebooks, each in its own sandbox. A folder is a class: each first-level "
         "folder or file is one student. Exit status 0 whenever grading ran (failing tests are not an "

@@ -1,4 +1,4 @@
-"""``python -m mha_course.grading.gradescope build|simulate``: a Gradescope autograder for one assignment, and a dry run of it.
+"""``python -m mha_course.gradescope build|simulate``: a Gradescope autograder for one assignment, and a dry run of it.
 
 Gradescope unzips the autograder into ``/autograder/source``, runs its ``setup.sh`` once (as root)
 to build the image, then for each student copies ``run_autograder`` to ``/autograder/``, puts the
@@ -116,7 +116,7 @@ cd "$ROOT/results"
 ARGS="$(mktemp)"
 printf '%s\n' "$ROOT/submission" --one-submission --assignment @ASSIGNMENT@ --workers 1 \
     --json "$ROOT/results/results.json" @EXTRA@ > "$ARGS"
-"$ROOT/venv/bin/python" -m mha_course.grading.grade "@$ARGS"
+"$ROOT/venv/bin/python" -m mha_course.grade "@$ARGS"
 status=$?
 rm -f "$ARGS"
 exit "$status"
@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     from . import grade_options
 
     parser = argparse.ArgumentParser(
-        prog="python -m mha_course.grading.gradescope",
+        prog="python -m mha_course.gradescope",
         description="Build a Gradescope autograder for one assignment, or run one locally the way Gradescope does.",
     )
     sub = parser.add_subparsers(dest="command", required=True)

@@ -8,8 +8,8 @@ the grader again (``execve``: the same process, a new command line) with its arg
 the environment variable :data:`ENV`, as a JSON list; :func:`taken` reads them back and removes
 the variable, so no process the grader starts inherits it::
 
-    python -m mha_course.grading.grade CLASS/ --seed 1234 --roster r.csv   # what was typed
-    python -m mha_course.grading.grade                                     # /proc/PID/cmdline, after
+    python -m mha_course.grade CLASS/ --seed 1234 --roster r.csv   # what was typed
+    python -m mha_course.grade                                     # /proc/PID/cmdline, after
 
 It runs before the grader's imports and before any sandbox of this grader exists. A process that
 started the grader (``timeout``, ``sudo``, ``make``) keeps its own command line: pass the

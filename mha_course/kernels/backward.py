@@ -182,7 +182,7 @@ def _dkdv_kernel(
 
 
 # dK/dV: (BLOCK_M, BLOCK_N, warps, stages); BLOCK_N keys are the accumulators' rows, 64 per Hopper
-# warpgroup. None spills (``python -m mha_course.kernels.gpu_report``).
+# warpgroup. None spills (``python -m mha_course.gpu_report``).
 DKDV_CONFIGS = ConfigTable(
     ConfigRow(90, (MIN_HEAD_DIM, 64), None, ((64, 128, 8, 1), (64, 128, 8, 2))),
     # At D = 128 the two (BLOCK_N, D) float32 accumulators take 128 registers a thread, so the causal

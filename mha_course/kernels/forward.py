@@ -158,7 +158,7 @@ def _flash_forward_kernel(
 
 
 # The (BLOCK_M, BLOCK_N, warps, stages) shipped per GPU, head dim and mask, for the autotuner to choose
-# from; ``python -m mha_course.kernels.gpu_report`` says which spill (on sm_90, (128, 128, 8, 2) in the
+# from; ``python -m mha_course.gpu_report`` says which spill (on sm_90, (128, 128, 8, 2) in the
 # causal D = 128 kernel: a few bytes per thread, which its best-configuration pick leaves out).
 FORWARD_CONFIGS = ConfigTable(
     # Hopper's wgmma gives each warpgroup (4 warps) 64 rows of the accumulator, so 8 warps need

@@ -15,7 +15,7 @@ only full tiles); the backward's is the dK/dV loop's plus the dQ loop's.
 
 Command line (one row per compiled kernel; exit 1 if any kernel fails to compile)::
 
-    python -m mha_course.kernels.gpu_report [--arch sm_80 sm_90 sm_100] [--dtype float16 bfloat16]
+    python -m mha_course.gpu_report [--arch sm_80 sm_90 sm_100] [--dtype float16 bfloat16]
                                     [--head-dim 64 128] [--kernel forward dkdv dq]
                                     [--configs all|first] [--causal | --non-causal] [--json PATH]
 
@@ -393,7 +393,7 @@ def notes(archs: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status (1 if a kernel failed to compile)."""
     parser = argparse.ArgumentParser(
-        prog="python -m mha_course.kernels.gpu_report",
+        prog="python -m mha_course.gpu_report",
         description=(
             "Compile the course's Triton kernels for real GPU targets on this machine (no GPU needed), specialised "
             "as a contiguous launch is, and report registers, spills, shared memory, tensor-core instructions, "

@@ -50,6 +50,7 @@ class KernelEntry:
         return config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
 
 
+# Each kernel by name (its configs per GPU, its launch arguments), filled in as the kernel modules are imported.
 REGISTRY: dict[str, KernelEntry] = {}
 # The example launch of :func:`compile_as_launched`: contiguous (B, H, T, D) tensors. Sizes matter only through
 # Triton's specialisation (divisible by 16, equal to 1); T = S = 1024 and H = 16 look like a training launch.

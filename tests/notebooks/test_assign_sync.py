@@ -1,6 +1,6 @@
 """solutions/ and exercises/ stay in step, and the real assignments grade as they should.
 
-* exercises/ is byte for byte what ``python -m mha_course.grading.assign`` writes from solutions/;
+* exercises/ is byte for byte what ``python -m mha_course.assign`` writes from solutions/;
 * solution and exercise notebooks carry the same assignment metadata, which the registry knows,
   so any renamed copy is recognised as the same assignment;
 * graded through the sandbox (one batch for both folders): every solution gets full marks and
@@ -31,7 +31,7 @@ def test_registry_imports_every_exercise_module_and_keys_are_unique():
 
 def test_exercises_folder_is_what_the_generator_writes():
     problems = notebook.stale_exercises(ROOT / "solutions", ROOT / "exercises")
-    assert problems == [], "exercises/ is stale: run `python -m mha_course.grading.assign`\n" + "\n".join(problems)
+    assert problems == [], "exercises/ is stale: run `python -m mha_course.assign`\n" + "\n".join(problems)
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.name)

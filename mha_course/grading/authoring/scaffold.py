@@ -1,4 +1,4 @@
-"""``python -m mha_course.grading.assign new NAME``: a new assignment that works from the first minute.
+"""``python -m mha_course.assign new NAME``: a new assignment that works from the first minute.
 
 Writes the four pieces an assignment is made of (see docs/INSTRUCTORS.md, "Add a new exercise"),
 as one small working example the instructor then edits, so ``make test`` stays green throughout:

@@ -17,7 +17,7 @@ same) and marks its answers with nbgrader's markers:
 :func:`make_exercise` builds the student version (outputs cleared, same metadata and cell ids) and
 :func:`dumps` serialises a notebook deterministically (sorted keys, one-space indent, trailing
 newline), so ``exercises/`` can be compared byte for byte with what the generator writes.
-:func:`generate` does this for a whole folder (``python -m mha_course.grading.assign``).
+:func:`generate` does this for a whole folder (``python -m mha_course.assign``).
 """
 
 from __future__ import annotations
