@@ -1,6 +1,6 @@
 """Do students with the same bug get the same score? Scores over six students' fresh draws, before and after validation.
 
-For catalogued bugs (tests/grading/test_bug_catalogue.py, by id) and generic mutations
+For catalogued bugs (tests/grading/bug_catalogue/, by id) and generic mutations
 (mha_course/grading/engine/mutations.py, as ``exercise:mutation``), the grader's score of one assignment
 (a case earns its points if it passes the published inputs and the student's fresh ones), judged in
 this process: "before" draws the fresh inputs with the student's salt alone, "after" validates the
@@ -72,7 +72,9 @@ def main() -> None:
     parser.add_argument("--students", type=int, default=6)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
-    from test_bug_catalogue import BUGS, _mutated, _targets
+    from bug_catalogue import BUGS
+    from bug_catalogue import mutated as _mutated
+    from bug_catalogue import targets as _targets
 
     salts = [student_seed(args.class_seed, f"student-{i}") for i in range(args.students)]
     print(f"class seed {args.class_seed}, students student-0 .. student-{args.students - 1}")

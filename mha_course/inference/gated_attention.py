@@ -14,7 +14,7 @@ massive activations that come with it.
 
 Qwen3-Next computes the gate with the query: its ``q_proj`` has 2 H D outputs, laid out per head
 as [q_h (D), gate_h (D)]; :func:`split_query_gate_weight` cuts such a weight into W_Q and W_g.
-Checked against HF transformers' ``Qwen3NextAttention`` in ``tests/inference/test_gated_reference.py``.
+Checked against HF transformers' ``Qwen3NextAttention`` in ``tests/inference/test_gated_attention.py``.
 """
 
 from __future__ import annotations

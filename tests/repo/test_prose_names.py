@@ -213,3 +213,37 @@ def test_a_long_spelling_is_found():
         "mha_course.grading.grade (say mha_course.grade)",
         "mha_course.timing.bench (say mha_course.bench)",
     ]
+
+
+# A file of the repository named by its path from the root (``tests/grading/walls/test_tier_b.py``,
+# ``mha_course/grading/spec.py``); ``aNN_topic.py`` and ``aNN_NAME.py`` stand for families and are not paths.
+REPO_PATH = re.compile(r"(?<![\w./-])(?:tests|mha_course|benchmarks|site|docs)/[\w./-]*\w\.(?:py|md)\b")
+PLACEHOLDER_PATH = re.compile(r"/aNN_|/NAME\b")
+# Files the docs tell a contributor to write (CONTRIBUTING's worked examples; a test writes the same file).
+EXAMPLE_FILES = {"mha_course/grading/classroom/lms/blackboard.py"}
+
+
+def stale_paths(texts: dict[str, str]) -> dict[str, list[str]]:
+    """Where -> the repository paths it names that are not files (a test or module moved away)."""
+    found = {}
+    for where, text in texts.items():
+        named = {p for p in REPO_PATH.findall(text) if not PLACEHOLDER_PATH.search(p)} - EXAMPLE_FILES
+        missing = sorted(p for p in named if not (ROOT / p).exists())
+        if missing:
+            found[where] = missing
+    return found
+
+
+def test_every_file_path_in_the_prose_exists():
+    texts = prose()
+    for folder in ("tests", "benchmarks"):  # the tests' and benchmarks' own docstrings name their neighbours
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if path.parent.name != "repo":  # the structure checks hold made-up paths as their examples
+                texts[path.relative_to(ROOT).as_posix()] = path.read_text(encoding="utf-8")
+    texts.pop("benchmarks/RESULTS.md", None)  # dated entries name the files of their day
+    assert stale_paths(texts) == {}
+
+
+def test_a_stale_path_is_found():
+    text = "see tests/grading/test_bug_catalogue.py and tests/grading/walls/test_tier_b.py, mha_course/grading/spec.py"
+    assert stale_paths({"x": text}) == {"x": ["tests/grading/test_bug_catalogue.py"]}

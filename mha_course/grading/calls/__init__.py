@@ -10,7 +10,7 @@ One module here per exercise module, with the same name: ``mha_course.grading.ex
 takes its calls from ``mha_course.grading.calls.a02_softmax``. Each call function is public,
 module-level, and named after what it calls (``softmax_np``, ``softmax_np_unchanged``, ...).
 
-What these modules may import (``tests/grading/test_grading_calls.py`` checks it):
+What these modules may import (``tests/grading/calls/test_call_imports.py`` checks it):
 
 - ``numpy``; ``torch`` (inside functions, so importing the module stays cheap);
 - :mod:`mha_course.grading.inside.convert` and other ``mha_course.grading.calls`` modules;

@@ -11,7 +11,7 @@ fingerprints. Two students' units of one exercise are reported when
 
 How the threshold was set: the honest corpus of tests/grading/honest (60 notebooks, 6 per
 assignment) gives 217 pairs of units written independently (no definition alike as written): the
-highest index among them is 0.56, none reaches 0.7 (``tests/grading/test_similar_pairs.py``
+highest index among them is 0.56, none reaches 0.7 (``tests/grading/classroom/test_similar_pairs.py``
 measures it on every run). A renamed copy of a classmate's notebook scores 1.0.
 
 Findings are advice with evidence (both definitions side by side), never a penalty: the

@@ -8,7 +8,7 @@ compiled from a string. A *family* groups them once:
 * ``armed_by``: forbidden names that switch the family on for an exercise (any one of them);
 * ``aten``: the ATen operators that compute it, as torch runs them (what
   :class:`~mha_course.grading.inside.guard.Tripwire`'s dispatch layer watches; TorchScript, traced and
-  eagerly run compiled code dispatch the same operators, checked by ``tests/grading/test_tripwire_dispatch.py``);
+  eagerly run compiled code dispatch the same operators, checked by ``tests/grading/inside/test_tripwire_dispatch.py``);
 * ``aliases``: Python names that reach it (the static scan flags them in a target; the NumPy and
   SciPy ones are also wrapped while a case runs, since NumPy has no dispatch layer to watch).
 

@@ -14,10 +14,7 @@ signature). Values right only to the precision of the dtype they came back in ar
 Everything here runs in the grader (and in the learner's own kernel for the self-check), never in
 the submission process: its sandbox holds the call functions (:mod:`mha_course.grading.calls`)
 and the conversions they use (:mod:`mha_course.grading.inside.convert`), not this module.
-Re-exported here: the case inputs (``rng``, ``salted``, ``unchanged_case``, ... from
-:mod:`mha_course.grading.engine.case_inputs`), the advice for an error (``exception_hint``, from :mod:`.error_hints`) and,
-for older code, the conversions (``to_numpy``, ``build_module``, ... from :mod:`mha_course.grading.inside.convert`). Only
-NumPy is imported at module top; the ``visualize`` hooks import :mod:`mha_course.plots.figures`
+Only NumPy is imported at module top; the ``visualize`` hooks import :mod:`mha_course.plots.figures`
 (matplotlib) only when the self-check draws, in the learner's own kernel.
 """
 

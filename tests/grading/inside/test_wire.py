@@ -1,7 +1,7 @@
 """The wire between the sandbox and the grader carries plain data only: arrays, numbers, tuples and lists come back
 as they went; subclasses, object arrays and anything else are refused.
 
-(From tests/grading/test_grading_engine.py before the tests mirrored the package.)
+(From test_grading_engine.py before the tests mirrored the package.)
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The self-check in the learner's kernel (``check``) on the fake assignment (grading_fake.py): its table, its
 hints naming the cell and line, hidden cases left out, a no-op while grading, subclasses and forbidden calls refused.
 
-(From tests/grading/test_grading_engine.py before the tests mirrored the package.)
+(From test_grading_engine.py before the tests mirrored the package.)
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ The class runs go through ``python -m mha_course.grading.grade`` in a subprocess
 every case at once (as an instructor would run it); the rest are quick checks of the pieces
 (collection, the scan, similarity, the text filters).
 
-Where the cases came from: the class review (tests/grading/test_redteam_class.py before the tests mirrored the
+Where the cases came from: the class review (test_redteam_class.py before the tests mirrored the
 package), and the third review's folder named like a classmate (test_redteam_round3.py); the class review's cases
 against the scan alone are in test_fool_the_scan.py.
 """

@@ -10,7 +10,7 @@ Code the static scan finds reaching into the grader or the interpreter no longer
 sandbox keeps from rising, and it is flagged for review with its evidence (``FLAGGED``), never
 credited in silence.
 
-Where the cases came from: the first cheats, on the fake assignment (tests/grading/test_cheats.py before the tests
+Where the cases came from: the first cheats, on the fake assignment (test_cheats.py before the tests
 mirrored the package); the same kind of cheats on the real assignments are in test_cheat_the_real_assignments.py.
 """
 

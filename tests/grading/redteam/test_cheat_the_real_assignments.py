@@ -7,7 +7,7 @@ tests in tests/grading/static/test_scan_routes.py), and with a marker in the env
 submission leaves behind. The subprocess matters: a cheat that got through could kill or stop the
 grader, and that must fail this test, not take pytest down.
 
-Where the cases came from: the red team on the real assignments (tests/grading/test_grader_redteam.py before the
+Where the cases came from: the red team on the real assignments (test_grader_redteam.py before the
 tests mirrored the package); the same kind of cheats on the fake assignment are in test_cheat_a_fake_assignment.py.
 """
 

@@ -9,7 +9,7 @@ take pytest down). Every test asserts what the issue of a real grading run needs
 full marks, the hostile get nothing they did not earn, the batch finishes with its CSV, no file
 outside the submissions' scratch folders changes, and no process of a submission is left.
 
-Where the cases came from: the red team against the OS walls (tests/grading/test_grader_isolation.py before the
+Where the cases came from: the red team against the OS walls (test_grader_isolation.py before the
 tests mirrored the package).
 """
 

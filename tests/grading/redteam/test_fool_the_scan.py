@@ -1,6 +1,6 @@
 """Red-team regressions against the static scan and the similarity check: code written to pass as honest.
 
-The cases came from the class review (tests/grading/test_redteam_class.py before the tests mirrored the
+The cases came from the class review (test_redteam_class.py before the tests mirrored the
 package): runtime reach spelled in pieces (``getattr(self, 'grad' + 'ing')``, a descriptor number, code
 handed to ``timeit``) must be flagged as tampering while the lectures' own idioms are not; a reference
 pasted behind a one-line wrapper is still a copy; code nested too deep to parse is a syntax error in the

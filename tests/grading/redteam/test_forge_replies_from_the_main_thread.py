@@ -8,7 +8,7 @@ scores nothing even without the static scan; these tests also hold the scan's ru
 such a cell needs (a descriptor opened without a path, sockets and ``select`` without the ``socket``
 module, code handed to ``timeit`` through a name).
 
-Where the cases came from: the third review (tests/grading/test_redteam_round3.py before the tests mirrored the
+Where the cases came from: the third review (test_redteam_round3.py before the tests mirrored the
 package); its case of a folder named like a classmate attacks the class and is in test_attack_the_class.py.
 """
 

@@ -23,7 +23,7 @@ other text a library runs as Python (the scan now reads every string literal tha
 a library function replaced (``numpy.save``, ``json.dumps``, ``torch.Tensor.numpy``: the runtime calls
 them after the target returns); TorchScript (its operators run below the API the tripwire watches).
 
-Where the cases came from: the fifth review (tests/grading/test_redteam_round5.py before the tests mirrored the
+Where the cases came from: the fifth review (test_redteam_round5.py before the tests mirrored the
 package).
 """
 

@@ -16,7 +16,7 @@ line). With the scan off (``no_scan``) the default mode guarantees only what the
 secret, other student or host file is reached, nothing outlives the sandbox, each case's reply is plain
 data compared in the grader); whether a forger's answer is credited is then only the tripwire's advice.
 
-Where the cases came from: the review of strict definitions (tests/grading/test_redteam_defs.py before the tests
+Where the cases came from: the review of strict definitions (test_redteam_defs.py before the tests
 mirrored the package); the fourth review's attacks on the same load are in
 test_smuggle_code_into_a_case_process.py.
 """

@@ -20,7 +20,7 @@ is off): a score above 0 means learner code ran outside the call. That is strict
 and the property is the review's instead: each ``..._by_default`` twin grades the attack with the
 scan on and asserts the submission is flagged with the evidence (see tests/grading/redteam/test_run_code_while_definitions_load.py).
 
-Where the cases came from: the fourth review (tests/grading/test_redteam_round4.py before the tests mirrored the
+Where the cases came from: the fourth review (test_redteam_round4.py before the tests mirrored the
 package).
 """
 

@@ -12,7 +12,7 @@ switched off (what is tested is the sandbox and the grader), and asserts it gain
 * writable places outside the scratch's size limit (``/dev/shm``, ``/``, ``/run``, the grader's stderr);
 * and the honest idioms that must keep working (``display``, ``from mha_course import check, assert_close``).
 
-Where the cases came from: the second review (tests/grading/test_redteam_channel.py before the tests mirrored the
+Where the cases came from: the second review (test_redteam_channel.py before the tests mirrored the
 package).
 """
 
