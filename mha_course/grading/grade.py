@@ -69,7 +69,7 @@ from .engine.process import Isolator
 from .hidden_argv import hide_command_line, taken
 from .safe_text import clean
 from .verdicts import CASES_SEE, Limits, SubmissionResult
-from .walls.view import IsolationError
+from .walls.tier import IsolationError
 
 
 def _feedback(results: list[SubmissionResult], folder: Path) -> None:
