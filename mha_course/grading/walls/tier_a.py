@@ -39,7 +39,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -354,7 +353,6 @@ class BubblewrapSandbox:
 # --- the tier: bubblewrap, and plain processes when told to grade without walls --------------------------
 
 
-@dataclass(frozen=True)
 class Bubblewrap(Tier):
     """Tier A: each submission in its own bubblewrap namespaces (see the module's docstring)."""
 
