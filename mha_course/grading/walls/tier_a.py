@@ -1,4 +1,4 @@
-"""The operating-system walls around one submission: bubblewrap namespaces, a private view, limits.
+"""Tier A, ``bubblewrap``: the operating-system walls around one submission: namespaces, a private view, limits.
 
 Python cannot sandbox Python (a submission can always reach the interpreter's internals), so the
 security boundary of the grader is the kernel. Every submission process starts inside its own
@@ -25,6 +25,7 @@ security boundary of the grader is the kernel. Every submission process starts i
     lifetime     ``--die-with-parent`` and a PID namespace: killing the sandbox (:meth:`BubblewrapSandbox.kill`)
                  kills every process the submission started, detached or not.
 
+The tier is :data:`BUBBLEWRAP`; :func:`no_walls` starts plain processes (``--unsafe-no-isolation``).
 More in ``docs/design/grader.md`` (mha_course.grading.walls.tier_a).
 """
 
@@ -45,8 +46,6 @@ from typing import Any
 
 from ..inside.messages import MPL_CONFIG, SCRATCH_ENV
 from . import bwrap_refusal
-
-# The view and the resources are modules of their own; callers import their names from them.
 from .resources import RUNTIME_MB, Resources, _Cgroup, _rlimits
 from .tier import NO_WALLS, OpenTier, Tier, Walls, limits_text
 from .view import (

@@ -1,4 +1,4 @@
-"""Tiers B and C: the walls root may still build where namespaces are refused (a default Docker container).
+"""Tiers B, ``landlock``, and C, ``uid``: the walls root may still build where namespaces are refused (a default Docker container).
 
 Docker's default seccomp profile refuses ``unshare``/``clone`` with namespace flags to a process
 without CAP_SYS_ADMIN, so bubblewrap (tier A, :mod:`mha_course.grading.walls.tier_a`) cannot start inside it. Root there
