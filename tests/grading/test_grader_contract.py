@@ -37,8 +37,11 @@ def test_verdict_names_are_the_strings_written_to_files():
     }
     assert STOPPED == {"timeout", "crashed", "memory"}
     assert [k.value for k in CauseKind] == ["mistake", "cell error", "not run"]
-    assert [(t.name, t.label) for t in tiers.registered()] == [("bubblewrap", "A"), ("landlock", "B"), ("uid", "C")]
-    assert tiers.labels() == ("A", "B", "C") and tiers.DEFAULT_MIN_ISOLATION == "B"
+    # the documented tiers keep their names and letters (a new tier adds its own)
+    letters = {t.name: t.label for t in tiers.registered()}
+    assert letters.items() >= {"bubblewrap": "A", "landlock": "B", "uid": "C"}.items()
+    assert [label for label in tiers.labels() if label in "ABC"] == ["A", "B", "C"]  # strongest first
+    assert tiers.DEFAULT_MIN_ISOLATION == "B"
     assert {k.value for k in WallKind} == {"bubblewrap", "none"}
 
 

@@ -39,15 +39,17 @@ def real_tiers_off(monkeypatch):
 
 
 def test_the_grader_s_tiers_are_registered_by_mechanism_strongest_first():
-    assert [t.name for t in tiers.registered()] == ["bubblewrap", "landlock", "uid"]
-    assert tiers.labels() == ("A", "B", "C")
+    strengths = [t.strength for t in tiers.registered()]
+    assert strengths == sorted(strengths, reverse=True)
+    assert [t for t in tiers.registered() if t.label in "ABC"] == [tier_a.BUBBLEWRAP, tier_b.LANDLOCK, tier_b.UID]
+    assert [t.name for t in (tier_a.BUBBLEWRAP, tier_b.LANDLOCK, tier_b.UID)] == ["bubblewrap", "landlock", "uid"]
     assert tiers.by_label("B") is tier_b.LANDLOCK
-    with pytest.raises(ValueError, match="min_isolation must be one of A, B, C, got 'T'"):
+    with pytest.raises(ValueError, match="min_isolation must be one of A, B, C.*, got 'T'"):
         tiers.by_label("T")
 
 
 def test_a_registered_tier_is_offered_to_min_isolation(toy):
-    assert tiers.labels() == ("A", "B", "C", "T")  # weakest last
+    assert tiers.labels()[-1] == "T"  # the weakest, last
     args = grade_options.parser().parse_args(["sub.ipynb", "--min-isolation", "T"])
     assert args.min_isolation == "T"
     assert "T plain processes, for tests only" in " ".join(grade_options.parser().format_help().split())
@@ -79,7 +81,7 @@ def test_registration_refuses_a_clash_and_what_is_no_tier(toy):
 
     with pytest.raises(TypeError):
         Unfinished("unfinished", "U", 2, "nothing")  # type: ignore[abstract]
-    assert tiers.labels() == ("A", "B", "C", "T")
+    assert tiers.labels().count("T") == 1 and "X" not in tiers.labels()
 
 
 def test_where_no_stronger_tier_holds_the_toy_is_chosen(toy, real_tiers_off):
