@@ -51,7 +51,7 @@ from .engine.process import Isolator
 from .hidden_argv import hide_command_line, taken
 from .safe_text import clean
 from .verdicts import CASES_SEE, Limits, SubmissionResult
-from .walls.view import IsolationError
+from .walls.tier import IsolationError
 
 _parser = grade_options.parser  # the option table lives in its own module
 

@@ -9,6 +9,7 @@ from .classroom.lms import INSTRUCTOR_FOLDERS
 from .classroom.seeds import SEED_FILE
 from .engine.notebook import current_key
 from .verdicts import ON_TAMPER, Limits
+from .walls import tiers
 
 STRICT_HELP = (
     "an exam setting: each test loads only the notebook's definitions (imports, functions, classes, plain "
@@ -235,11 +236,11 @@ def parser() -> argparse.ArgumentParser:
     )
     options.add_argument(
         "--min-isolation",
-        choices=("A", "B", "C"),
-        default="B",
-        help="the weakest sandbox to grade in: A bubblewrap (namespaces), B Landlock + seccomp + own uid (what root "
-        "in a default Docker container such as Gradescope's can build), C own uid only, reduced (default B); the "
-        "strongest that holds is used and named in every output",
+        choices=tiers.labels(),
+        default=tiers.DEFAULT_MIN_ISOLATION,
+        help=f"the weakest sandbox to grade in: {tiers.help_text()} (default {tiers.DEFAULT_MIN_ISOLATION}: what "
+        "root in a default Docker container such as Gradescope's can build); the strongest that holds is used and "
+        "named in every output",
     )
     options.add_argument(
         "--unsafe-no-isolation",

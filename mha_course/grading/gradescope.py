@@ -35,6 +35,8 @@ import zipfile
 from importlib import metadata
 from pathlib import Path
 
+from .walls import tiers
+
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # mha_course/
 #: What the grader imports at run time (the report's matplotlib included; triton for a13's kernels).
 GRADER_PACKAGES = ("torch", "numpy", "matplotlib", "tqdm", "nbformat", "psutil", "triton")
@@ -144,26 +146,25 @@ def build(
     assignment: str,
     output: Path,
     unsafe_no_isolation: bool = False,
-    min_isolation: str = "B",
+    min_isolation: str = tiers.DEFAULT_MIN_ISOLATION,
     on_tamper: str = "review",
     strict_definitions: bool = False,
 ) -> Path:
     """Write the autograder zip for ``assignment``; returns its path. Raises KeyError for an unknown key and
-    ValueError for a ``min_isolation`` other than "A", "B", "C" or an ``on_tamper`` other than "review", "zero".
+    ValueError for a ``min_isolation`` no tier has or an ``on_tamper`` other than "review", "zero".
 
     ``strict_definitions``: each test loads only the notebook's definitions (an exam setting; the grader's
     ``--strict-definitions``)."""
     from .engine import registry
     from .verdicts import ON_TAMPER
 
-    if min_isolation not in ("A", "B", "C"):
-        raise ValueError(f"min_isolation must be one of A, B, C, got {min_isolation!r}")
+    tiers.by_label(min_isolation)  # a letter no tier has: ValueError
     if on_tamper not in ON_TAMPER:
         raise ValueError(f"on_tamper must be one of {', '.join(ON_TAMPER)}, got {on_tamper!r}")
     key = registry.get_assignment(assignment).key
     extra = " ".join(
         (["--unsafe-no-isolation"] if unsafe_no_isolation else [])
-        + ([f"--min-isolation {min_isolation}"] if min_isolation != "B" else [])
+        + ([f"--min-isolation {min_isolation}"] if min_isolation != tiers.DEFAULT_MIN_ISOLATION else [])
         + ([f"--on-tamper {on_tamper}"] if on_tamper != "review" else [])
         + (["--strict-definitions"] if strict_definitions else [])
     )
@@ -387,10 +388,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     b.add_argument(
         "--min-isolation",
-        choices=("A", "B", "C"),
-        default="B",
-        help="the weakest sandbox the autograder grades in (default B: Landlock + seccomp + own uid, what "
-        "Gradescope's Docker container allows on a kernel with Landlock; C: own uid only, reduced)",
+        choices=tiers.labels(),
+        default=tiers.DEFAULT_MIN_ISOLATION,
+        help=f"the weakest sandbox the autograder grades in: {tiers.help_text()} (default "
+        f"{tiers.DEFAULT_MIN_ISOLATION}: what Gradescope's Docker container allows on a kernel with Landlock)",
     )
     b.add_argument(
         "--on-tamper",

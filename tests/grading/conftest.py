@@ -30,7 +30,7 @@ EXPECTED_TIER = os.environ.get("MHA_COURSE_EXPECT_TIER", "")
 def isolator():
     if EXPECTED_TIER not in ("", "A"):
         isolator = Isolator(min_isolation=EXPECTED_TIER)
-        assert isolator.tier == EXPECTED_TIER, isolator.walls.summary()
+        assert isolator.walls.tier == EXPECTED_TIER, isolator.walls.summary()
     else:
         require_sandbox()
         isolator = Isolator(min_isolation="A")

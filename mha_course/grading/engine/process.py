@@ -1,7 +1,7 @@
 """The process layer of the grader: sandboxes, the socket to a submission's process, and its watchdog.
 
 :class:`Isolator` chooses the walls once per grading run (the strongest tier of :mod:`mha_course.grading.walls.tiers`
-that holds: bubblewrap, Landlock, uid; or none when told ``--unsafe-no-isolation``) and builds one read-only view of the package per assignment;
+that holds; or none when told ``--unsafe-no-isolation``) and builds one read-only view of the package per assignment;
 :class:`SubmissionProcess` is one submission process in one sandbox, with a watchdog thread that kills the
 whole sandbox at a deadline and a socket that carries JSON headers and ``.npy`` blobs (:mod:`mha_course.grading.inside.wire`).
 The orchestration (which cells, which cases, what to do after a crash) is :mod:`mha_course.grading.engine.pipeline`'s.
@@ -10,7 +10,6 @@ The orchestration (which cells, which cases, what to do after a crash) is :mod:`
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import socket
 import sys
@@ -23,43 +22,35 @@ from typing import Any
 
 from ..inside import wire
 from ..verdicts import Limits, Status
-from ..walls import resources, tier_b, tiers
-from ..walls import tier_a as isolation
-from ..walls.tiers import Tier
+from ..walls import resources, tier_a, tiers
+from ..walls.tier import Sandbox
 from ..walls.view import build_view
 
 
 class Isolator:
     """Starts the sandboxes of one grading run (thread-safe): the walls are chosen once, a view built per assignment.
 
-    The walls are the strongest tier that holds here (:mod:`mha_course.grading.walls.tiers`): A bubblewrap, B Landlock + seccomp +
-    own uid (root in a default Docker container), C own uid only. Raises
-    :class:`~mha_course.grading.walls.view.IsolationError` when that tier is weaker than ``min_isolation`` ("A", "B" or "C"),
-    unless ``unsafe_no_isolation`` (then plain child processes; every result says so). Raises ValueError
-    for another ``min_isolation``.
+    The walls are the strongest registered tier that holds here (:mod:`mha_course.grading.walls.tiers`:
+    bubblewrap, Landlock + seccomp + own uid, own uid only). Raises
+    :class:`~mha_course.grading.walls.tier.IsolationError` when that tier is weaker than the one whose
+    letter ``min_isolation`` is, unless ``unsafe_no_isolation`` (then plain child processes; every result
+    says so). Raises ValueError for a letter no tier has.
     """
 
-    def __init__(self, unsafe_no_isolation: bool = False, min_isolation: str = "B") -> None:
-        self.tier, self.abi, refused = tiers.choose(min_isolation, unsafe_no_isolation)
+    def __init__(self, unsafe_no_isolation: bool = False, min_isolation: str = tiers.DEFAULT_MIN_ISOLATION) -> None:
+        self.tier, refused = tiers.choose(min_isolation, unsafe_no_isolation)
         self._lock = threading.Lock()
         self._views: dict[str, Path] = {}
         self._root = Path(tempfile.mkdtemp(prefix="mhag-views-"))
-        self._root.chmod(0o711)  # each sandbox's own uid enters it to reach its view (and its scratch in B, C)
-        self.own_uid, uid_note = False, ""
-        if self.tier == Tier.A and os.getuid() == 0:  # as root, bubblewrap runs each sandbox as a host uid of its own
-            no_uid = isolation.own_uid_possible(self._root)
-            self.own_uid = no_uid is None
-            uid_note = (
-                "a host uid of its own per sandbox"
-                if no_uid is None
-                else f"root on the host, since {no_uid}: make the Python installation readable by all"
-            )
-        cgroup = resources.cgroup_available() if self.tier else None
+        self._root.chmod(0o711)  # each sandbox's own uid enters it to reach its view (and its scratch folder)
+        cgroup = resources.cgroup_available() if self.tier is not None else None
         self.use_cgroup = cgroup is not None
-        bwrap = isolation.bwrap_version() if self.tier == Tier.A else ""
-        self.walls = tiers.walls(self.tier, self.abi, bwrap, cgroup, refused, own_uid=self.own_uid, uid_note=uid_note)
-        if self.tier in (Tier.B, Tier.C):
-            (self._root / "scratch").mkdir(mode=0o711)
+        try:
+            opened = self.tier.open(self._root, cgroup, refused) if self.tier is not None else tier_a.no_walls(refused)
+        except BaseException:
+            self.close()
+            raise
+        self.walls, self._start = opened.walls, opened.start
 
     def view(self, assignment: Any) -> Path | None:
         if not self.walls.isolated:
@@ -76,14 +67,8 @@ class Isolator:
                 self._views[assignment.key] = view
             return view
 
-    def start(self, assignment: Any, fd: int, limits: Limits) -> isolation.Sandbox | tier_b.ConfinedSandbox:
-        res = resources.Resources(memory_mb=limits.memory_mb)
-        view = self.view(assignment)
-        if self.tier in (Tier.B, Tier.C):
-            if view is None:  # tiers B and C always have walls, so view() built one
-                raise RuntimeError(f"tier {self.tier} has no view of the package to confine the submission to")
-            return tier_b.ConfinedSandbox(view, fd, res, self._root / "scratch", self.abi, self.use_cgroup)
-        return isolation.Sandbox(view, fd, res, cgroup=self.use_cgroup, own_uid=self.own_uid)
+    def start(self, assignment: Any, fd: int, limits: Limits) -> Sandbox:
+        return self._start(self.view(assignment), fd, resources.Resources(memory_mb=limits.memory_mb))
 
     def close(self) -> None:
         shutil.rmtree(self._root, ignore_errors=True)
@@ -148,7 +133,7 @@ class SubmissionProcess:
 
     def __init__(self, isolator: Isolator, assignment: Any, limits: Limits) -> None:
         self.limits = limits
-        self.sandbox: isolation.Sandbox | tier_b.ConfinedSandbox | None = None
+        self.sandbox: Sandbox | None = None
         self.deadline = float("inf")
         self.limit_text = ""
         self.killed_for: tuple[str, Status] | None = None

@@ -1,1 +1,1 @@
-"""The operating system's walls around a submission: tiers A, B, C, the view, resources."""
+"""The operating system's walls around a submission: the tiers (bubblewrap, landlock, uid) and their registry, the view, resources."""

@@ -1,4 +1,4 @@
-"""The operating-system walls around one submission: bubblewrap namespaces, a private view, limits.
+"""Tier A, ``bubblewrap``: the operating-system walls around one submission: namespaces, a private view, limits.
 
 Python cannot sandbox Python (a submission can always reach the interpreter's internals), so the
 security boundary of the grader is the kernel. Every submission process starts inside its own
@@ -22,9 +22,10 @@ security boundary of the grader is the kernel. Every submission process starts i
     limits       memory, processes and CPU time through a cgroup where one is writable (root),
                  else rlimits; file size, open files, core dumps through rlimits; wall time by
                  the grader's watchdog.
-    lifetime     ``--die-with-parent`` and a PID namespace: killing the sandbox (:meth:`Sandbox.kill`)
+    lifetime     ``--die-with-parent`` and a PID namespace: killing the sandbox (:meth:`BubblewrapSandbox.kill`)
                  kills every process the submission started, detached or not.
 
+The tier is :data:`BUBBLEWRAP`; :func:`no_walls` starts plain processes (``--unsafe-no-isolation``).
 More in ``docs/design/grader.md`` (mha_course.grading.walls.tier_a).
 """
 
@@ -39,15 +40,14 @@ import subprocess
 import sys
 import tempfile
 import threading
-from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from ..inside.messages import MPL_CONFIG, SCRATCH_ENV
-
-# The view and the resources are modules of their own; callers import their names from them.
-from .resources import Resources, _Cgroup, _rlimits
+from . import bwrap_refusal
+from .resources import RUNTIME_MB, Resources, _Cgroup, _rlimits
+from .tier import NO_WALLS, OpenTier, Tier, Walls, limits_text
 from .view import (
     PACKAGE_DIR,
     SCRATCH,
@@ -67,42 +67,10 @@ INSTALL_HINT = (
 
 
 class WallKind(StrEnum):
-    """What kind of walls a grading run has; written as it is into the CSV, the report and results.json."""
+    """The kinds of walls this module builds, as every output writes them (other tiers write their own names)."""
 
     BUBBLEWRAP = "bubblewrap"  # tier A
-    LANDLOCK = "landlock"  # tier B
-    UID = "uid"  # tier C
-    NONE = "none"  # plain processes (--unsafe-no-isolation)
-
-
-@dataclass(frozen=True)
-class Walls:
-    """What isolated the submissions of a grading run (reported in the output and in results.json)."""
-
-    kind: WallKind
-    detail: str = ""  # bubblewrap's version, or why there is none
-    limits: dict[str, str] = field(default_factory=dict)
-    uid_note: str = ""  # what that uid is on the host, when the grader runs as root
-
-    @property
-    def isolated(self) -> bool:
-        return self.kind == WallKind.BUBBLEWRAP
-
-    def summary(self) -> str:
-        if not self.isolated:
-            return (
-                f"NO ISOLATION ({self.detail}): submissions ran as plain processes that could read and change "
-                "this machine's files; use only for code you trust"
-            )
-        limits = ", ".join(f"{k} {v}" for k, v in self.limits.items())
-        uid = f"uid {NOBODY}" + (f" ({self.uid_note})" if self.uid_note else "")
-        return (
-            f"{self.detail}: own mount, PID, IPC and network namespaces, {uid}, no capabilities, "
-            f"read-only view of the runtime only; limits: {limits}"
-        )
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "detail": self.detail, "limits": dict(self.limits), "summary": self.summary()}
+    NONE = NO_WALLS  # plain processes (--unsafe-no-isolation)
 
 
 def bwrap_path() -> str | None:
@@ -223,7 +191,7 @@ _counter = iter(range(1, 1 << 62))
 _counter_lock = threading.Lock()
 
 
-class Sandbox:
+class BubblewrapSandbox:
     """One submission process inside its own bubblewrap sandbox (or, unsafe, a plain child process).
 
     ``fd`` is the submission's end of a socket pair; the runtime (:mod:`mha_course.grading.inside.runner`) serves on it.
@@ -379,3 +347,75 @@ class Sandbox:
             self.cgroup.close()
         if getattr(self, "scratch", None):
             shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+# --- the tier: bubblewrap, and plain processes when told to grade without walls --------------------------
+
+
+class Bubblewrap(Tier):
+    """Tier A: each submission in its own bubblewrap namespaces (see the module's docstring)."""
+
+    def why_not(self) -> str | None:
+        why = probe()
+        return None if why is None else bwrap_refusal.explain(why, installed=bwrap_path() is not None)
+
+    def open(self, root: Path, cgroup: str | None, refused: dict[str, str]) -> OpenTier:
+        own_uid, uid_note = False, ""
+        if os.getuid() == 0:  # as root, bubblewrap runs each sandbox as a host uid of its own
+            no_uid = own_uid_possible(root)
+            own_uid = no_uid is None
+            uid_note = (
+                "a host uid of its own per sandbox"
+                if no_uid is None
+                else f"root on the host, since {no_uid}: make the Python installation readable by all"
+            )
+
+        def start(view: Path | None, fd: int, res: Resources) -> BubblewrapSandbox:
+            return BubblewrapSandbox(view, fd, res, cgroup=cgroup is not None, own_uid=own_uid)
+
+        return OpenTier(self.walls(bwrap_version(), cgroup, refused, own_uid, uid_note), start)
+
+    def walls(
+        self, version: str, cgroup: str | None, refused: dict[str, str], own_uid: bool = False, uid_note: str = ""
+    ) -> Walls:
+        """The walls as every output reports them (``own_uid``, ``uid_note``: the grader runs as root)."""
+        res = Resources()
+        if cgroup:
+            processes = f"{res.processes} tasks ({cgroup})"
+        elif os.getuid() != 0:
+            processes = f"{res.processes} more tasks (RLIMIT_NPROC)"
+        elif own_uid:
+            processes = f"{res.processes} tasks (RLIMIT_NPROC of the sandbox's own uid)"
+        else:
+            processes = "not limited (no writable cgroup)"
+        limits = {
+            "memory": f"--memory-mb + {RUNTIME_MB} MiB for the runtime ({cgroup or 'RLIMIT_AS and the grader watch'})",
+            "processes": processes,
+            "scratch": f"{res.scratch_mb} MiB tmpfs",
+            "file size": f"{res.file_mb} MiB",
+            "CPU": f"{res.cpu_seconds} s",
+            "network": "none",
+        }
+        uid = f"uid {NOBODY}" + (f" ({uid_note})" if uid_note else "")
+        sentence = (
+            f"{version}: own mount, PID, IPC and network namespaces, {uid}, no capabilities, read-only view of the "
+            f"runtime only; limits: {limits_text(limits)} (tier {self.label})"
+        )
+        return Walls(self.name, version, limits, self.label, dict(refused), sentence)
+
+
+BUBBLEWRAP = Bubblewrap(name=WallKind.BUBBLEWRAP, label="A", strength=30, mechanism="bubblewrap")
+
+
+def no_walls(refused: dict[str, str]) -> OpenTier:
+    """Plain child processes, as ``--unsafe-no-isolation`` asks where no tier holds; every output says so."""
+    detail = "; ".join(f"tier {label}: {why}" for label, why in refused.items())
+    sentence = (
+        f"NO ISOLATION ({detail}): submissions ran as plain processes that could read and change this machine's "
+        "files; use only for code you trust"
+    )
+
+    def start(view: Path | None, fd: int, res: Resources) -> BubblewrapSandbox:
+        return BubblewrapSandbox(None, fd, res, cgroup=False)
+
+    return OpenTier(Walls(WallKind.NONE, detail, refused=dict(refused), sentence=sentence), start)

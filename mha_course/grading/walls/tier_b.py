@@ -1,4 +1,4 @@
-"""Tiers B and C: the walls root may still build where namespaces are refused (a default Docker container).
+"""Tiers B, ``landlock``, and C, ``uid``: the walls root may still build where namespaces are refused (a default Docker container).
 
 Docker's default seccomp profile refuses ``unshare``/``clone`` with namespace flags to a process
 without CAP_SYS_ADMIN, so bubblewrap (tier A, :mod:`mha_course.grading.walls.tier_a`) cannot start inside it. Root there
@@ -43,11 +43,13 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..inside.messages import MPL_CONFIG, SCRATCH_ENV
 from . import landlock, seccomp_filter
 from .resources import RUNTIME_MB, Resources, _Cgroup
+from .tier import OpenTier, Tier, Walls, limits_text
 from .view import PACKAGE_DIR, SYSTEM_PATHS
 
 UID_BASE = 1_500_000_000  # far above any uid an image's /etc/passwd holds
@@ -453,3 +455,62 @@ def probe(abi: int) -> str | None:
         return None
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+# --- the tiers: B with Landlock, C without -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Confined(Tier):
+    """Tier B (``with_landlock``) or C (without Landlock: the uid and file permissions alone keep files from it)."""
+
+    with_landlock: bool = True
+
+    def why_not(self) -> str | None:
+        abi = landlock.abi_version() if self.with_landlock else 0
+        if self.with_landlock and not abi:
+            return "Landlock is not available on this kernel (it needs Linux >= 5.13 with Landlock enabled)"
+        return probe(abi)
+
+    def open(self, root: Path, cgroup: str | None, refused: dict[str, str]) -> OpenTier:
+        abi = landlock.abi_version() if self.with_landlock else 0
+        base = root / "scratch"  # each sandbox's scratch folder is made in it, owned by the sandbox's uid
+        base.mkdir(mode=0o711)
+
+        def start(view: Path | None, fd: int, res: Resources) -> ConfinedSandbox:
+            if view is None:  # these tiers always have walls, so the grader built a view
+                raise RuntimeError(f"{self.title} has no view of the package to confine the submission to")
+            return ConfinedSandbox(view, fd, res, base, abi, cgroup is not None)
+
+        return OpenTier(self.walls(abi, cgroup, refused), start)
+
+    def walls(self, abi: int, cgroup: str | None, refused: dict[str, str]) -> Walls:
+        """The walls as every output reports them, for Landlock ABI ``abi`` (0: none)."""
+        res = Resources()
+        network = "no sockets but a socket pair to the grader (seccomp)"
+        if self.with_landlock and abi >= 4:
+            network += "; TCP bind and connect denied (Landlock)"
+        limits = {
+            "memory": f"--memory-mb + {RUNTIME_MB} MiB (RLIMIT_AS and the grader watch)",
+            "processes": f"{res.processes} tasks (RLIMIT_NPROC of the sandbox's own uid)",
+            "scratch": (
+                f"a private 0700 folder: {res.scratch_mb} MiB watched twice a second (no fallocate; each file "
+                f"at most {min(res.file_mb, res.scratch_mb)} MiB, RLIMIT_FSIZE)"
+            ),
+            "file size": f"{min(res.file_mb, res.scratch_mb)} MiB",
+            "CPU": f"{res.cpu_seconds} s",
+            "network": network,
+        }
+        if self.with_landlock:
+            detail = f"Landlock ABI {abi}"
+            walls = "seccomp, Landlock: read-only view of the runtime, writes only to its scratch folder"
+        else:
+            detail = "no Landlock on this kernel: uid and file permissions only"
+            walls = "seccomp; any file every user may read stays readable to the submission"
+        head = f"tier {self.label}" + ("" if self.with_landlock else ", REDUCED")
+        sentence = f"{head} ({detail}): own uid, no capabilities, no_new_privs, {walls}; limits: {limits_text(limits)}"
+        return Walls(self.name, detail, limits, self.label, dict(refused), sentence)
+
+
+LANDLOCK = Confined(name="landlock", label="B", strength=20, mechanism="Landlock, seccomp, own uid")
+UID = Confined(name="uid", label="C", strength=10, mechanism="own uid only", with_landlock=False)

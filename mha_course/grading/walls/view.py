@@ -17,19 +17,22 @@ read-only, the view over the package, every other copy of the course in those tr
 
 from __future__ import annotations
 
-import ast
 import compileall
 import contextlib
+import dis
 import os
 import shutil
 import sys
+from collections import deque
+from collections.abc import Iterator
 from pathlib import Path
+from types import CodeType
 from typing import Any
 
 from ..inside.messages import MPL_CACHE_DIR, SCRATCH, VIEW_EXTRA
 from ..inside.runner import HELPERS
-from ..static.scan import parse
 from .resources import Resources
+from .tier import IsolationError
 
 PACKAGE_DIR = Path(__file__).resolve().parents[2]  # mha_course/
 # What every sandbox reads of the system, in every tier: the loader, libraries, time zone
@@ -50,10 +53,6 @@ SYSTEM_PATHS = (
 # The folder of what runs inside the sandbox (everything else under grading/ is the grader's): copied whole.
 RUNTIME_DIR = PACKAGE_DIR / "grading" / "inside"
 RUNTIME_FILES = tuple(sorted(p.name for p in RUNTIME_DIR.glob("*.py") if p.name != "__init__.py"))
-
-
-class IsolationError(RuntimeError):
-    """Bubblewrap is missing or refuses to run here; the message says why and what to do."""
 
 
 _PACKAGE_INIT = '''"""mha_course as a submission sees it while being graded: `check`, `assert_close` and the provided building blocks."""
@@ -106,23 +105,34 @@ def _module_file(name: str) -> Path:
     return Path(origin).resolve()
 
 
-def _local_imports(path: Path, package: str) -> set[str]:
-    """mha_course modules a provided module imports (relative or absolute), for the view's closure."""
+def _imports_in(code: CodeType) -> Iterator[tuple[str, int, tuple[str, ...]]]:
+    """(module, level, names) of each import statement compiled into ``code``, its functions' and classes' too."""
+    pushed: deque[Any] = deque(maxlen=2)
+    for instruction in dis.get_instructions(code):
+        if instruction.opname == "IMPORT_NAME":
+            level, names = pushed  # pushed just before it: the level, then the names a from-import takes
+            yield instruction.argval, level, tuple(names or ())
+        pushed.append(instruction.argval)
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            yield from _imports_in(const)
 
+
+def _local_imports(path: Path, package: str) -> set[str]:
+    """mha_course modules a provided module imports (relative or absolute), for the view's closure.
+
+    Read from the module's bytecode rather than its syntax tree: ``compile`` builds no Python AST objects,
+    so this needs no lock against the grader's other threads building ASTs at once (the scan's ``parse``).
+    """
     found: set[str] = set()
-    tree = parse(path.read_text())
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                mod = f"{base}.{node.module}" if node.module else base
-                found.add(mod)
-                if not node.module:
-                    found.update(f"{base}.{a.name}" for a in node.names)
-            elif node.module and node.module.startswith("mha_course."):
-                found.add(node.module)
-        elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("mha_course."))
+    for module, level, names in _imports_in(compile(path.read_bytes(), str(path), "exec")):
+        if level:
+            base = package.rsplit(".", level - 1)[0] if level > 1 else package
+            found.add(f"{base}.{module}" if module else base)
+            if not module:
+                found.update(f"{base}.{name}" for name in names)
+        elif module.startswith("mha_course."):
+            found.add(module)
     return {
         m
         for m in found

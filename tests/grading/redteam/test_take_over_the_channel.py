@@ -337,7 +337,7 @@ def test_as_root_host_permissions_hold_inside(tmp_path, isolator, monkeypatch):
     with registry.registered("grading_fake"):
         path = write_submission(tmp_path / "token.ipynb", cell)
         result = grader.grade_notebook(path, limits=LIMITS, isolator=isolator, seed=None)
-    assert ("own uid" if isolator.tier in ("B", "C") else "a host uid of its own") in result.isolation["summary"]
+    assert ("own uid" if isolator.walls.tier in ("B", "C") else "a host uid of its own") in result.isolation["summary"]
     assert _score(result, "fake_add") == 4, [t.output for t in result.tests]
 
 

@@ -27,7 +27,7 @@ from grading_fake import GOOD_ADD, GOOD_DOUBLE, write_submission
 from sandbox_batch import GRADER, SHELL, WRONG_ADD, grade_batch, new_batch, outputs, require_repro, write_batch
 
 from mha_course.grading import gradescope
-from mha_course.grading.walls import container_repro, landlock, seccomp_filter, tier_b, tiers
+from mha_course.grading.walls import bwrap_refusal, container_repro, landlock, seccomp_filter, tier_b, tiers
 from mha_course.grading.walls.resources import Resources
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -246,12 +246,12 @@ def test_a_link_to_the_packages_folder_grants_nothing(tmp_path, monkeypatch):
 
 
 def test_the_cause_names_dockers_seccomp_profile_and_never_advises_unconfined(monkeypatch):
-    monkeypatch.setattr(tiers, "_status", lambda: {"Seccomp": "2", "CapEff": "00000000a80425fb"})
-    monkeypatch.setattr(tiers, "_read", lambda path: "" if "mountinfo" in path else None)
-    cause = tiers.namespace_cause("No permissions to create new namespace")
+    monkeypatch.setattr(bwrap_refusal, "_status", lambda: {"Seccomp": "2", "CapEff": "00000000a80425fb"})
+    monkeypatch.setattr(bwrap_refusal, "_read", lambda path: "" if "mountinfo" in path else None)
+    cause = bwrap_refusal.namespace_cause("No permissions to create new namespace")
     assert cause.startswith("user namespaces refused by seccomp (Docker's default profile")
     said = "bwrap refused to build a sandbox (bwrap: Creating new namespace failed); allow --security-opt seccomp=unconfined"
-    assert tiers._bwrap_cause(said) == "bwrap: Creating new namespace failed"
+    assert bwrap_refusal.bwrap_cause(said) == "bwrap: Creating new namespace failed"
     text = tiers.refusal("C", "B", {"A": cause, "B": "Landlock is not available on this kernel"})
     assert "unconfined" not in text and "--min-isolation C" in text and "Docker's default profile" in text
 
@@ -261,13 +261,13 @@ def test_the_strongest_tier_that_holds_is_used_and_named():
     from mha_course.grading.engine.process import Isolator
     from mha_course.grading.walls import tier_a as isolation
 
-    with pytest.raises(ValueError, match="min_tier"):
+    with pytest.raises(ValueError, match="min_isolation"):
         Isolator(min_isolation="D")
     if isolation.probe() is not None:
         pytest.skip("bubblewrap cannot run here")
     isolator = Isolator()
     try:
-        assert isolator.tier == "A" and isolator.walls.as_dict()["tier"] == "A"
+        assert isolator.walls.tier == "A" and isolator.walls.as_dict()["tier"] == "A"
         assert isolator.walls.summary().startswith("bubblewrap") and isolator.walls.summary().endswith("(tier A)")
     finally:
         isolator.close()
