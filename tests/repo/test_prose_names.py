@@ -218,7 +218,7 @@ def test_a_long_spelling_is_found():
 # A file of the repository named by its path from the root (``tests/grading/walls/test_tier_b.py``,
 # ``mha_course/grading/spec.py``); ``aNN_topic.py`` and ``aNN_NAME.py`` stand for families and are not paths.
 REPO_PATH = re.compile(r"(?<![\w./-])(?:tests|mha_course|benchmarks|site|docs)/[\w./-]*\w\.(?:py|md)\b")
-PLACEHOLDER_PATH = re.compile(r"/aNN_|/NAME\b")
+PLACEHOLDER_PATH = re.compile(r"/aNN_|[/_]NAME\b")
 # Files the docs tell a contributor to write (CONTRIBUTING's worked examples; a test writes the same file).
 EXAMPLE_FILES = {"mha_course/grading/classroom/lms/blackboard.py"}
 

@@ -20,6 +20,7 @@ from ..engine.pipeline import check_policy, grade_notebook, new_seed, walls_seen
 from ..engine.process import Isolator
 from ..safe_text import clean_result
 from ..verdicts import Limits, SubmissionResult
+from ..walls.tiers import DEFAULT_MIN_ISOLATION
 from .collect import Submission
 from .executors import Executor, ThreadExecutor
 from .seeds import student_seed
@@ -39,7 +40,7 @@ class Batch:
     on_tamper: str = "review"
     deadline: float = float("inf")
     unsafe_no_isolation: bool = False
-    min_isolation: str = "B"
+    min_isolation: str = DEFAULT_MIN_ISOLATION
 
 
 def grade_item(item: str | Path | Submission, batch: Batch, isolator: Isolator | None = None) -> SubmissionResult:
@@ -124,16 +125,17 @@ def _grade_one(sub: Submission | None, path: str | Path, batch: Batch, isolator:
 def grade_many(
     paths: Iterable[str | Path | Submission],
     limits: Limits | None = None,
-    workers: int = 2,
+    workers: int | None = None,
     progress: bool = True,
     seed: int | None = -1,
     unsafe_no_isolation: bool = False,
     isolator: Isolator | None = None,
     on_tamper: str = "review",
     executor: Executor | None = None,
-    min_isolation: str = "B",
+    min_isolation: str = DEFAULT_MIN_ISOLATION,
 ) -> list[SubmissionResult]:
-    """Grade many notebooks with ``workers`` threads (each drives one sandbox at a time) and a progress bar.
+    """Grade many notebooks with ``workers`` threads (default 2; each drives one sandbox at a time) or an
+    ``executor``, and a progress bar.
 
     ``paths`` holds notebook paths or :class:`~mha_course.grading.classroom.collect.Submission` rows (whose student, key and
     notes are copied into the result; a row with a ``problem`` is reported, not graded).
@@ -141,13 +143,15 @@ def grade_many(
     ``seed`` as in :func:`grade_notebook`; one seed is drawn for the whole batch, and each
     :class:`~mha_course.grading.classroom.collect.Submission` row's fresh inputs are salted with :func:`~mha_course.grading.classroom.seeds.student_seed` of it
     and the student (roster id, else folder), recorded as the result's ``input_seed``. Raises
-    :class:`~mha_course.grading.walls.tier_a.IsolationError` before grading anything when bubblewrap cannot run here and
-    ``unsafe_no_isolation`` is False. ``on_tamper`` as in :func:`grade_notebook` (every result records it).
+    :class:`~mha_course.grading.walls.tier.IsolationError` before grading anything when no tier holds here and
+    ``unsafe_no_isolation`` is False; ValueError when given both ``workers`` and ``executor``. ``on_tamper`` as in :func:`grade_notebook` (every result records it).
     ``executor`` runs each row's :func:`grade_item` (default: :class:`.executors.ThreadExecutor` of ``workers``
     threads; :class:`.dask_executor.DaskExecutor` on a Dask cluster, whose workers build their isolator as
     ``Isolator(unsafe_no_isolation, min_isolation)``). The results are in the order of ``paths``.
     """
     check_policy(on_tamper)
+    if executor is not None and workers is not None:
+        raise ValueError(f"give grade_many workers or an executor, not both (workers={workers}, executor={executor!r})")
     from tqdm import tqdm
 
     paths = list(paths)
@@ -155,7 +159,7 @@ def grade_many(
     seed = new_seed() if seed == -1 else seed
     deadline = time.time() + limits.batch_timeout if limits.batch_timeout else float("inf")
     batch = Batch(limits, seed, on_tamper, deadline, unsafe_no_isolation, min_isolation)
-    executor = executor or ThreadExecutor(workers)
+    executor = executor or ThreadExecutor(2 if workers is None else workers)
     own = isolator is None
     isolator = isolator or Isolator(unsafe_no_isolation, min_isolation)
     try:

@@ -64,7 +64,7 @@ _isolators_lock = threading.Lock()
 def worker_isolator(unsafe_no_isolation: bool, min_isolation: str) -> Isolator:
     """This process's isolator for these settings, built on first use and closed when the process ends.
 
-    Raises :class:`~mha_course.grading.walls.view.IsolationError` when this machine cannot isolate at
+    Raises :class:`~mha_course.grading.walls.tier.IsolationError` when this machine cannot isolate at
     ``min_isolation`` (and ``unsafe_no_isolation`` is False), as the grader does on its own machine.
     """
     from ..engine.process import Isolator

@@ -120,7 +120,7 @@ def grade_notebook(
             :mod:`mha_course.grading.classroom.collect`); None: read it here.
 
     Raises:
-        isolation.IsolationError: bubblewrap cannot run here and ``unsafe_no_isolation`` is False.
+        :class:`~mha_course.grading.walls.tier.IsolationError`: no tier holds here and ``unsafe_no_isolation`` is False.
         ValueError: ``on_tamper`` is neither "review" nor "zero".
     """
     check_policy(on_tamper)

@@ -212,7 +212,7 @@ def scratch_usage(root: Path, max_entries: int = SCRATCH_ENTRIES) -> tuple[int, 
 
 
 class ConfinedSandbox:
-    """One submission process in tier B (Landlock) or C (uid only); the interface of :class:`~mha_course.grading.walls.tier_a.Sandbox`.
+    """One submission process in tier B (Landlock) or C (uid only); the interface of :class:`~mha_course.grading.walls.tier.Sandbox`.
 
     ``base`` is the grader's folder for scratch folders (mode 0711, root's); ``abi`` the Landlock ABI
     version (0: tier C).

@@ -236,3 +236,11 @@ def test_a_worker_that_dies_costs_its_row_only():
         == "the grader's worker failed on this submission (KilledWorker); it was not graded: grade it again"
     )
     assert results[1].seed == 5 and results[1].isolation["kind"] == "stub"  # the walls: the grader's
+
+
+def test_grade_many_takes_workers_or_an_executor_not_both():
+    from mha_course.grading.classroom.batch import grade_many
+    from mha_course.grading.classroom.executors import ThreadExecutor
+
+    with pytest.raises(ValueError, match="workers or an executor, not both"):
+        grade_many([], workers=3, executor=ThreadExecutor(1), progress=False, unsafe_no_isolation=True)

@@ -1,6 +1,6 @@
 """The registry of sandbox tiers: a new tier is one module and one registration line.
 
-The toy tier (tests/grading/toy_tier.py, the worked example of CONTRIBUTING.md's "Add a sandbox tier")
+The toy tier (tests/grading/walls/toy_tier.py, the worked example of CONTRIBUTING.md's "Add a sandbox tier")
 is registered by the ``toy`` fixture, one line, and removed after each test. Then the grader offers its
 letter to ``--min-isolation``, chooses it where no stronger tier holds, refuses it below the floor the
 instructor set, and names it in every output.
@@ -134,11 +134,11 @@ def test_the_grader_grades_through_the_toy_and_names_it_in_every_output(toy, rea
 
 
 def test_contributing_shows_the_toy_tier_as_it_is():
-    """CONTRIBUTING.md's worked example is tests/grading/toy_tier.py, code for code (its docstring aside)."""
+    """CONTRIBUTING.md's worked example is tests/grading/walls/toy_tier.py, code for code (its docstring aside)."""
     text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
     section = text.split("## Add a sandbox tier", 1)[1].split("\n## ", 1)[0]
     shown = re.findall(r"```python\n(.*?)```", section, re.S)
-    module = (ROOT / "tests" / "grading" / "toy_tier.py").read_text(encoding="utf-8")
+    module = (ROOT / "tests" / "grading" / "walls" / "toy_tier.py").read_text(encoding="utf-8")
     code = module.split('"""\n', 1)[1].lstrip("\n")  # after the module's docstring
-    assert code in shown, "CONTRIBUTING.md's example and tests/grading/toy_tier.py differ: copy one to the other"
+    assert code in shown, "CONTRIBUTING.md's example and tests/grading/walls/toy_tier.py differ: copy one to the other"
     assert "tiers.register_tier(TOY)" in section
