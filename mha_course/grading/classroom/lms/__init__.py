@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from .format import FlatName, LmsFormat, TimeFile
 
 #: The platforms shipped, by module name, in the order they are asked.
-PLATFORMS = ("moodle", "canvas", "nbgrader", "gradescope", "brightspace")
+PLATFORMS = ("moodle", "canvas", "nbgrader", "gradescope")
 #: Folders of a JupyterHub collection that are the instructor's own, not a student's (``--skip-folders``).
 INSTRUCTOR_FOLDERS = ("jupyter-admin",)
 
