@@ -9,7 +9,7 @@ the reason each stronger one failed; ``--min-isolation`` takes a tier's document
 
 from __future__ import annotations
 
-from . import tier_a, tier_b, tier_namespaces
+from . import tier_a, tier_b
 from .tier import IsolationError, Tier
 
 _REGISTERED: dict[str, Tier] = {}  # by name
@@ -39,7 +39,6 @@ def unregister_tier(name: str) -> None:
 register_tier(tier_a.BUBBLEWRAP)
 register_tier(tier_b.LANDLOCK)
 register_tier(tier_b.UID)
-register_tier(tier_namespaces.NAMESPACES)  # TRIAL ONLY: plain processes, for tests
 
 #: What --min-isolation is when not given: what root can build in a default Docker container (Gradescope's)
 DEFAULT_MIN_ISOLATION = tier_b.LANDLOCK.label
