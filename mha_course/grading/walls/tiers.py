@@ -1,7 +1,7 @@
 """The registry of sandbox tiers: which exist, which holds here, and the sentence the grader refuses with.
 
-Each tier is a module of its own (:class:`~mha_course.grading.walls.tier.Tier`) and one
-:func:`register_tier` line below. :func:`choose` asks the registered tiers, strongest first, whether
+Each tier is a module of its own (:class:`~mha_course.grading.walls.tier.Tier`) and one line of
+:data:`SHIPPED` below. :func:`choose` asks the registered tiers, strongest first, whether
 they hold (:meth:`~mha_course.grading.walls.tier.Tier.why_not`) and returns the first that does, with
 the reason each stronger one failed; ``--min-isolation`` takes a tier's documented letter
 (:func:`labels`), and :func:`refusal` says what each stronger tier lacks and what the instructor can do.
@@ -9,7 +9,9 @@ the reason each stronger one failed; ``--min-isolation`` takes a tier's document
 
 from __future__ import annotations
 
-from . import tier_a, tier_b
+import importlib
+
+from . import tier_b
 from .tier import IsolationError, Tier
 
 _REGISTERED: dict[str, Tier] = {}  # by name
@@ -35,10 +37,15 @@ def unregister_tier(name: str) -> None:
     del _REGISTERED[name]
 
 
-# The grader's tiers. A new tier: its module, and one line here.
-register_tier(tier_a.BUBBLEWRAP)
-register_tier(tier_b.LANDLOCK)
-register_tier(tier_b.UID)
+#: The grader's tiers, each as "its module.its Tier" in this folder. A new tier: its module, and one line here.
+SHIPPED = (
+    "tier_a.BUBBLEWRAP",
+    "tier_b.LANDLOCK",
+    "tier_b.UID",
+)
+for _shipped in SHIPPED:
+    _module, _, _tier = _shipped.partition(".")
+    register_tier(getattr(importlib.import_module(f"{__package__}.{_module}"), _tier))
 
 #: What --min-isolation is when not given: what root can build in a default Docker container (Gradescope's)
 DEFAULT_MIN_ISOLATION = tier_b.LANDLOCK.label
