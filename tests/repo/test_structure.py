@@ -100,23 +100,29 @@ LAYERS = (
 MAX_TOP_LEVEL_MODULES = 12  # the rest lives in folders, one layer or role each
 
 
-def _layer(name: str) -> int | None:
-    parts = name.split(".")
-    if len(parts) < 2:
-        return None  # the package's own __init__: the lazy export map names every layer
-    for rank, layer in enumerate(LAYERS):
-        if parts[1] in layer:
+def _rank(name: str, package: str, layers: tuple[tuple[str, ...], ...]) -> int | None:
+    """The layer of module ``name`` among ``layers`` of ``package`` (named by their first part below it);
+    None outside ``package`` or for the package's own __init__ (its lazy export map names every layer)."""
+    parts, prefix = name.split("."), package.split(".")
+    if parts[: len(prefix)] != prefix or len(parts) <= len(prefix):
+        return None
+    for rank, layer in enumerate(layers):
+        if parts[len(prefix)] in layer:
             return rank
-    raise AssertionError(f"{name} is in no layer of LAYERS: add its folder there and to docs/ARCHITECTURE.md")
+    raise AssertionError(f"{name} is in no layer of {package}'s: add it there and to docs/ARCHITECTURE.md")
 
 
-def _upward(graph: dict[str, set[str]]) -> list[str]:
+def _layer(name: str) -> int | None:
+    return _rank(name, "mha_course", LAYERS)
+
+
+def _upward(graph: dict[str, set[str]], layer=_layer) -> list[str]:
     """Imports of a higher layer by a lower one, as 'importer -> imported'."""
     return sorted(
         f"{a} -> {b}"
         for a, targets in graph.items()
         for b in targets
-        if _layer(a) is not None and _layer(b) is not None and _layer(b) > _layer(a)
+        if (low := layer(a)) is not None and (high := layer(b)) is not None and high > low
     )
 
 
@@ -142,24 +148,9 @@ GRADING_LAYERS = (
 )
 
 
-def _grading_layer(name: str) -> int | None:
-    parts = name.split(".")
-    if parts[:2] != ["mha_course", "grading"] or len(parts) < 3:
-        return None  # outside the grader, or the grading package's own __init__
-    for rank, layer in enumerate(GRADING_LAYERS):
-        if parts[2] in layer:
-            return rank
-    raise AssertionError(f"{name} is in no layer of GRADING_LAYERS: add it there and to docs/ARCHITECTURE.md")
-
-
 def _grading_upward(graph: dict[str, set[str]]) -> list[str]:
     """Imports of a higher grading layer by a lower one, as 'importer -> imported'."""
-    return sorted(
-        f"{a} -> {b}"
-        for a, targets in graph.items()
-        for b in targets
-        if (low := _grading_layer(a)) is not None and (high := _grading_layer(b)) is not None and high > low
-    )
+    return _upward(graph, lambda name: _rank(name, "mha_course.grading", GRADING_LAYERS))
 
 
 def test_no_upward_import_inside_the_grader():
