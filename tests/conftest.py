@@ -1,5 +1,5 @@
 """Shared pytest set-up: a headless matplotlib backend for this process only, Triton's interpreter on CPU,
-a progress file of the run's own, and the ``slow`` mark kept honest.
+one torch thread, a progress file of the run's own, and the ``slow`` mark kept honest.
 
 MPLBACKEND is deliberately not set in the environment: notebook kernels inherit it and their
 figures would vanish from the outputs.
@@ -8,7 +8,8 @@ figures would vanish from the outputs.
 sandbox, a notebook kernel, a process group, a subprocess) or takes more than :data:`FAST_LIMIT_S`.
 Every notebook cell nbval runs is marked here. A test that starts a process without the mark fails
 in a run that deselects ``slow`` (so the fast run stays fast) and is listed after a full run; a test
-over the limit is listed in both.
+over the limit is listed in both, with its CPU seconds and the load average (a listing, not a failure:
+a busy machine doubles wall-clock times; ``MHA_COURSE_FAST_LIMIT_S`` sets another limit).
 """
 
 import atexit
