@@ -6,6 +6,10 @@ import os
 import pytest
 import torch
 
+# torch's FlexAttention runs through its compiler even in eager mode: the compiler's import (2-4 s on
+# 2 cores, once per process) is paid here with the file's other imports, not by whichever test runs first
+import torch._dynamo  # noqa: F401
+
 from mha_course import causal_mask, padding_mask, scaled_dot_product_attention
 from mha_course.inference.alibi import alibi_bias, alibi_slopes
 from mha_course.inference.flex import (

@@ -5,6 +5,7 @@ Python the package requires."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import shutil
 import subprocess
@@ -63,16 +64,20 @@ def test_the_changelog_has_the_current_version_and_an_unreleased_section():
     assert re.search(rf"^## \[{re.escape(mha_course.__version__)}\] - \d{{4}}-\d\d-\d\d$", text, re.M)
 
 
-def _command_modules() -> set[str]:
+@functools.cache  # parsing the whole package once for the file's four uses
+def _command_modules() -> frozenset[str]:
     """Every module that runs as ``python -m``: a top-level main() called under ``if __name__ == "__main__"``."""
     found = set()
     for path in sorted((ROOT / "mha_course").rglob("*.py")):
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        if "__main__" not in text:  # no `if __name__ == "__main__"` here: nothing to parse
+            continue
+        tree = ast.parse(text)
         has_main = any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body)
         runs = any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body)
         if has_main and runs:
             found.add(".".join(path.relative_to(ROOT).with_suffix("").parts))
-    return found
+    return frozenset(found)
 
 
 def _check_entry_points(points) -> None:
