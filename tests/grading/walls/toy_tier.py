@@ -1,7 +1,7 @@
 """A toy sandbox tier for the grader's own tests: plain processes under the letter T, weaker than every real tier.
 
 It walls nothing in (a submission could read and change this machine's files): it only shows what a tier
-is. docs/CONTRIBUTING.md's "Add a sandbox tier" shows this module as the worked example, and
+is. CONTRIBUTING.md's "Add a sandbox tier" shows this module as the worked example, and
 tests/grading/walls/test_tier_registry.py registers it (one line) and grades through it.
 """
 
