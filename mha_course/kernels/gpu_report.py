@@ -1,9 +1,9 @@
 """What a GPU would run, found without a GPU: compile every shipped Triton kernel as a launch would.
 
 Triton's compiler needs no GPU. A launch specialises the kernel to its arguments (unit strides become
-constants, sizes divisible by 16 and aligned pointers are marked); this module binds the launcher's own
-arguments (:mod:`mha_course.kernels.registry`) for contiguous CPU tensors with the JITFunction's binder
-and compiles for a real target with Triton's options: the cubin a contiguous launch on that GPU builds.
+constants, sizes divisible by 16 and aligned pointers are marked); this module takes the launcher's own
+arguments (:mod:`mha_course.kernels.registry`) for contiguous CPU tensors, specialises them as a launch does
+(:func:`~mha_course.kernels.registry.launch_signature`) and compiles with ``triton.compile`` for a real target: the cubin a contiguous launch on that GPU builds.
 ``cuobjdump -res-usage`` reads its registers, local memory and stack, ``nvdisasm`` its SASS (spills as
 STL/LDL: the bytes stored and loaded, the figures ``ptxas -v`` prints; the bytes spilled are the stores),
 Triton's metadata the shared memory and (sm_100) the tensor memory a block allocates, both counted in the

@@ -58,7 +58,7 @@ import numpy as np
 
 from ..calls import {key} as calls
 from ..engine import case_inputs
-from ..engine.spec import Assignment, Case, Exercise
+from ..spec import Assignment, Case, Exercise
 from ..learner import hints
 
 

@@ -6,8 +6,8 @@ collected (:mod:`.collect`: one row per student and assignment; each notebook's 
 read here, once, and travels on its row to the engine), each row named from the roster
 (:func:`identify`), timed as the platform recorded it (:mod:`.submitted_at`), one notebook kept per
 student and assignment, the class's seed chosen (:mod:`.seeds`) and, for ``--only`` and ``--exercise``,
-the rows to regrade and the kept results they join (:mod:`.kept`). Stage 2 grades ``to_grade``
-(:mod:`.batch`), stage 3 records the results (:mod:`.record`), stage 4 writes them out (:mod:`.outputs`).
+the rows to regrade and the kept results they join (:mod:`.kept`). Stages 2 and 3 run and judge ``to_grade``
+(:mod:`.batch`), stage 4 records the results (:mod:`.record`), stage 5 writes them out (:mod:`.outputs`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Stage 4 of grading a class, **report**: every output asked for, each written on its own.
+"""Stage 5 of grading a class, **report**: every output asked for, each written on its own.
 
 :func:`write_outputs` prints the summary and writes, in this order: one Gradescope results.json per
 submission (:mod:`.results`), one feedback file per submission (:mod:`.feedback`), the gradebook CSV, the

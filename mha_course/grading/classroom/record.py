@@ -1,10 +1,10 @@
-"""Stage 3 of grading a class, **record**: the class's results made final and kept.
+"""Stage 4 of grading a class, **record**: the class's results made final and kept.
 
 :func:`record` takes the results of the batch (:mod:`.batch`) and, in this order: merges a part regrade
 into the kept results (:mod:`.kept`), keeps the class's results beside its seed (for a later ``--only``),
 merges the hand-graded written answers (:mod:`.manual`), applies the instructor's policy (overrides, the
 late penalty with extensions and tokens, the platform's maximum: :mod:`.policy`, :mod:`.late_days`) and
-records the class's seed (:mod:`.seeds`). Stage 4 writes every output from what it returns (:mod:`.outputs`).
+records the class's seed (:mod:`.seeds`). Stage 5 writes every output from what it returns (:mod:`.outputs`).
 """
 
 from __future__ import annotations

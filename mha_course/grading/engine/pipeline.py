@@ -110,7 +110,7 @@ def grade_notebook(
         isolator: a shared :class:`Isolator` (one is made and closed here if omitted).
         seed: the salt of the fresh inputs every case is run on again; -1 (default) draws
             one (:func:`new_seed`), None skips the second run.
-        unsafe_no_isolation: with no ``isolator``, run submissions without bubblewrap's sandbox.
+        unsafe_no_isolation: with no ``isolator``, run submissions as plain processes where no tier holds.
         grade_as: the assignment key to grade a notebook *without* assignment metadata as (a
             notebook whose metadata names an assignment is always graded as that one).
         on_tamper: what the static scan's tampering findings do: ``"review"`` (default) flags the
@@ -184,7 +184,7 @@ def _grade_into(
     except (ValueError, LookupError, KeyError, OSError) as exc:
         result.error = str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc)
         return
-    assert meta is not None  # registry.identify raised LookupError (caught above) on a notebook without it
+    assert meta is not None  # registry.assignment_for raised LookupError (caught above) on a notebook without it
     result.assignment, result.title, result.version = assignment.key, assignment.title, meta.version
     result.max_points = float(assignment.max_points)
     if meta.version != assignment.version:

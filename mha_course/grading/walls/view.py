@@ -63,7 +63,7 @@ PROVIDED = {provided!r}
 EXPORTS = {exports!r}  # public names of the provided modules, as the real package exports them
 
 
-for _name, _module in EXPORTS.items():  # bound now, as the real package does (after the submodule's import)
+for _name, _module in EXPORTS.items():  # bound once (the real package looks up on every use): forbid both spellings
     globals()[_name] = getattr(importlib.import_module("mha_course." + _module), _name)
 
 

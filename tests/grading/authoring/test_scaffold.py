@@ -147,6 +147,19 @@ def test_new_assignment_files_and_numbering(course):
         text=True,
     )
     assert check.returncode == 0, check.stdout
+    found = subprocess.run(  # the new exercise module imports: the registry finds it and lists no error
+        [
+            sys.executable,
+            "-c",
+            "from mha_course.grading.engine import registry; "
+            f"print(registry.discovery_errors() or registry.get_assignment({key!r}).key)",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert found.stdout.strip() == key, found.stdout + found.stderr
     with pytest.raises(ValueError, match="exists already"):
         new_assignment(root, "row_shift")
     with pytest.raises(ValueError, match="lowercase Python identifier"):
