@@ -3,7 +3,7 @@
 ``isolator``: one :class:`~mha_course.grading.engine.process.Isolator` per test module (its views are built per
 assignment on first use, so a module that changes ``sys.path`` before grading keeps its own). Its walls are
 tier A (bubblewrap; the test is skipped where that cannot run) unless MHA_COURSE_EXPECT_TIER names another
-tier: tests/grading/walls/test_tier_b.py runs tests/grading/redteam/test_take_over_the_channel.py again inside the Docker
+tier: tests/grading/walls/test_confined.py runs tests/grading/redteam/test_take_over_the_channel.py again inside the Docker
 reproduction with ``MHA_COURSE_EXPECT_TIER=B``, where the same tests must hold under tier B.
 
 Every test that takes an ``isolator`` (this one or a module's own) starts sandboxes: it is marked slow here.

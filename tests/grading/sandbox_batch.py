@@ -1,6 +1,6 @@
 """One hostile batch graded by the real grader in a subprocess: the set-up the OS-wall tests share.
 
-tests/grading/redteam/test_escape_the_sandbox.py (tier A, bubblewrap) and tests/grading/walls/test_tier_b.py (tier B, under
+tests/grading/redteam/test_escape_the_sandbox.py (tier A, bubblewrap) and tests/grading/walls/test_confined.py (tier B, under
 the Docker reproduction) each grade ONE folder of attacks beside honest classmates and assert many
 things of that one run. What they share lives here: the shell no audit hook sees, the grader with its
 static scan switched off, and :func:`grade_batch` (write the notebooks, grade them in a subprocess so a

@@ -215,7 +215,7 @@ def test_a_long_spelling_is_found():
     ]
 
 
-# A file of the repository named by its path from the root (``tests/grading/walls/test_tier_b.py``,
+# A file of the repository named by its path from the root (``tests/grading/walls/test_confined.py``,
 # ``mha_course/grading/spec.py``); ``aNN_topic.py`` and ``aNN_NAME.py`` stand for families and are not paths.
 REPO_PATH = re.compile(r"(?<![\w./-])(?:tests|mha_course|benchmarks|site|docs)/[\w./-]*\w\.(?:py|md)\b")
 PLACEHOLDER_PATH = re.compile(r"/aNN_|[/_]NAME\b")
@@ -245,5 +245,7 @@ def test_every_file_path_in_the_prose_exists():
 
 
 def test_a_stale_path_is_found():
-    text = "see tests/grading/test_bug_catalogue.py and tests/grading/walls/test_tier_b.py, mha_course/grading/spec.py"
+    text = (
+        "see tests/grading/test_bug_catalogue.py and tests/grading/walls/test_confined.py, mha_course/grading/spec.py"
+    )
     assert stale_paths({"x": text}) == {"x": ["tests/grading/test_bug_catalogue.py"]}

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ..safe_text import clean, csv_cell, shorten
 from ..verdicts import CASES_SEE, Status, SubmissionResult
-from ..walls.tier_a import WallKind
+from ..walls import tiers
 from . import manual, review_flags
 from .report import excused_note, sections
 from .seeds import reproduce_line
@@ -88,7 +88,7 @@ def gradescope(result: SubmissionResult) -> dict:
     lines += [f"- {note}" for note in result.notes]
     if result.tests and result.input_seed is not None:
         lines.append(f"- {reproduce_line(result.input_seed)}")
-    if result.isolation and result.isolation.get("kind") != WallKind.BUBBLEWRAP:
+    if result.isolation and result.isolation.get("tier") != tiers.registered()[0].label:  # below the strongest
         lines.append(f"- {result.isolation.get('summary', 'graded without isolation')}")
     if result.isolation and result.isolation.get("cases_see") == CASES_SEE[True]:
         lines.append(f"- each test saw {CASES_SEE[True]}")

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..inside import wire
 from ..verdicts import Limits, Status
-from ..walls import resources, tier_a, tiers
+from ..walls import resources, tiers
 from ..walls.tier import Sandbox
 from ..walls.view import build_view
 
@@ -46,7 +46,7 @@ class Isolator:
         cgroup = resources.cgroup_available() if self.tier is not None else None
         self.use_cgroup = cgroup is not None
         try:
-            opened = self.tier.open(self._root, cgroup, refused) if self.tier is not None else tier_a.no_walls(refused)
+            opened = tiers.open_walls(self.tier, self._root, cgroup, refused)
         except BaseException:
             self.close()
             raise

@@ -1,7 +1,7 @@
 """The submission runtime: the code that runs inside a learner's sandbox, for the cells and for each case.
 
-The grader starts ``python -m mha_course.grading.inside.runner FD`` inside the sandbox (:mod:`mha_course.grading.walls.tier_a`
-or :mod:`mha_course.grading.walls.tier_b`): its own namespaces, an unprivileged uid, no network, a read-only view in which
+The grader starts ``python -m mha_course.grading.inside.runner FD`` inside the sandbox (:mod:`mha_course.grading.walls.bubblewrap`
+or :mod:`mha_course.grading.walls.confined`): its own namespaces, an unprivileged uid, no network, a read-only view in which
 ``mha_course`` holds only this runtime, the assignment's call functions (:mod:`.calls`), its provided
 building blocks, the self-check helpers and a no-op ``check``. That process is the broker
 (:mod:`.broker`): it alone talks to the grader, imports what every submission uses (:func:`preload`)
@@ -106,7 +106,7 @@ _PERMITTED = frozenset({"os.fork", "socket.__new__"})
 def _install_audit_hook() -> list[bool]:
     """Explain, in every thread, the operations grading never needs (new processes, sockets, ctypes, ...).
 
-    This is not the security boundary (the kernel is: see :mod:`mha_course.grading.walls.tier_a`); it turns what the
+    This is not the security boundary (the kernel is: see :mod:`mha_course.grading.walls.bubblewrap`); it turns what the
     sandbox would refuse or make pointless into a sentence an honest learner can act on. A refused
     operation raises PermissionError whose message says it is not available while grading.
     Returns the runtime's permit: the notebook process sets its one flag while it wraps a case's socket and

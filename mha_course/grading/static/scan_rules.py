@@ -4,7 +4,7 @@ how a dotted name is matched against them (``pathlib.os.kill`` reads as ``os.kil
 :mod:`.scan` walks a submission's code and asks these rules about every name it resolves; the
 tables are data, kept apart so that a new rule is one line here.
 
-What the rules are for. A submission runs behind the operating system's wall (:mod:`mha_course.grading.walls.tier_a`):
+What the rules are for. A submission runs behind the operating system's wall (:mod:`mha_course.grading.walls.bubblewrap`):
 it cannot read the grader's files, start processes that outlive it, or reach a network. What the
 wall cannot stop is the submission changing the grader's own runtime *inside its process* (the
 case runner, the reply framing of :mod:`mha_course.grading.inside.wire`, the tripwire of :mod:`mha_course.grading.inside.guard`) or writing on the

@@ -1,6 +1,6 @@
 """Why bubblewrap cannot build its namespaces here, in one sentence an instructor can act on.
 
-:func:`explain` turns :func:`~mha_course.grading.walls.tier_a.probe`'s sentence into the reason tier A
+:func:`explain` turns :func:`~mha_course.grading.walls.bubblewrap.probe`'s sentence into the reason tier A
 is refused: bwrap's own words (:func:`bwrap_cause`, never its advice about containers) and, where bwrap
 is installed, the cause read from what this process can see (:func:`namespace_cause`): its seccomp
 mode and capabilities, the kernel's user namespace switches, and masked /proc paths (a fresh /proc
@@ -58,7 +58,7 @@ def namespace_cause(bwrap_said: str) -> str:
 
 
 def bwrap_cause(probe_text: str) -> str:
-    """The part of :func:`~mha_course.grading.walls.tier_a.probe`'s sentence that is bwrap's own (never its advice about containers)."""
+    """The part of :func:`~mha_course.grading.walls.bubblewrap.probe`'s sentence that is bwrap's own (never its advice about containers)."""
     text = "; ".join(part for part in probe_text.split("; ") if "unconfined" not in part)
     text = text.split("; inside a container", 1)[0]
     inner = text.split("refused to build a sandbox (", 1)

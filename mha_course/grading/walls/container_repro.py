@@ -107,7 +107,7 @@ def _mask_and_protect() -> None:
 def _open_closed_folders(extra: list[str]) -> None:
     """Show what lies in a closed folder (/root/.pyenv in /root, mode 0700) through a 0711 tmpfs over that
     folder holding only those entries, bind-mounted: as an image's /usr or /autograder would be."""
-    from .tier_b import python_roots, unreachable
+    from .confined import python_roots, unreachable
 
     for _ in range(8):  # a closed folder inside a closed folder opens on the next round
         wanted: dict[str, set[str]] = {}

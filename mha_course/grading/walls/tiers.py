@@ -10,9 +10,10 @@ the reason each stronger one failed; ``--min-isolation`` takes a tier's document
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
-from . import tier_b
-from .tier import IsolationError, Tier
+from . import bubblewrap, confined
+from .tier import IsolationError, OpenTier, Tier
 
 _REGISTERED: dict[str, Tier] = {}  # by name
 
@@ -39,21 +40,27 @@ def unregister_tier(name: str) -> None:
 
 #: The grader's tiers, each as "its module.its Tier" in this folder. A new tier: its module, and one line here.
 SHIPPED = (
-    "tier_a.BUBBLEWRAP",
-    "tier_b.LANDLOCK",
-    "tier_b.UID",
+    "bubblewrap.BUBBLEWRAP",
+    "confined.LANDLOCK",
+    "confined.UID",
 )
 for _shipped in SHIPPED:
     _module, _, _tier = _shipped.partition(".")
     register_tier(getattr(importlib.import_module(f"{__package__}.{_module}"), _tier))
 
 #: What --min-isolation is when not given: what root can build in a default Docker container (Gradescope's)
-DEFAULT_MIN_ISOLATION = tier_b.LANDLOCK.label
+DEFAULT_MIN_ISOLATION = confined.LANDLOCK.label
 
 
 def registered() -> tuple[Tier, ...]:
     """The registered tiers, strongest first."""
     return tuple(sorted(_REGISTERED.values(), key=lambda t: -t.strength))
+
+
+def open_walls(tier: Tier | None, root: Path, cgroup: str | None, refused: dict[str, str]) -> OpenTier:
+    """One grading run's walls: the chosen tier's, or plain child processes where none was (``tier`` None,
+    --unsafe-no-isolation; every output says so)."""
+    return tier.open(root, cgroup, refused) if tier is not None else bubblewrap.no_walls(refused)
 
 
 def labels() -> tuple[str, ...]:

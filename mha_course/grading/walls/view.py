@@ -1,7 +1,7 @@
 """What of mha_course a submission can see while it is graded: a *view* of the package.
 
 The view is a folder built per assignment and mounted read-only over the real package path inside
-the sandbox (:mod:`mha_course.grading.walls.tier_a`). It holds the submission runtime (:data:`RUNTIME_FILES`), the
+the sandbox (:mod:`mha_course.grading.walls.bubblewrap`). It holds the submission runtime (:data:`RUNTIME_FILES`), the
 assignment's call functions, the building blocks it declares in ``provided`` (and the library
 modules those import), the self-check helpers (:data:`HELPERS`: ``assert_close``), a package
 ``__init__`` that exports only those, a ``check`` that does nothing, and the grader's matplotlib

@@ -1,6 +1,6 @@
 """The grader's arguments never stay on its command line, which every user of the machine reads (/proc/PID/cmdline).
 
-The attack on the real grader is in tests/grading/walls/test_tier_b.py (a submission hunts for the class's seed and
+The attack on the real grader is in tests/grading/walls/test_confined.py (a submission hunts for the class's seed and
 roster in every process); these check the parts: the restart with the arguments in the environment, the
 arguments read back, and arguments from a file (``@FILE``), which is how the Gradescope autograder passes them.
 """

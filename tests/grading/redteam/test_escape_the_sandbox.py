@@ -28,7 +28,7 @@ import pytest
 from grading_fake import GOOD_ADD, GOOD_DOUBLE, require_sandbox, tagged_processes, write_submission
 from sandbox_batch import SHELL, WRONG_ADD, grade_batch, new_batch, write_batch
 
-from mha_course.grading.walls import tier_a as isolation
+from mha_course.grading.walls import bubblewrap as isolation
 
 ROOT = Path(__file__).resolve().parents[3]
 MARKER = f"mha-redteam-{os.getpid()}"

@@ -5,7 +5,7 @@ that loads only the notebook's definitions (:mod:`mha_course.grading.inside.defi
 learner code it runs is the call under test. Each forger below would, if it ran at load time, put a
 working ``add_arrays`` in place of the unfinished one (``raise NotImplementedError``): a score above 0
 means learner code ran outside the call. The static scan is off (what is under test is the runtime);
-tests/grading/walls/test_tier_b.py runs this file again in tier B.
+tests/grading/walls/test_confined.py runs this file again in tier B.
 
 By default each case starts from the notebook's state after ALL its cells ran (as in Jupyter): there
 every forger below does run (in the notebook process, before the cases), so it may well put a working

@@ -37,7 +37,7 @@ from mha_course.grading.verdicts import Limits
 ROOT = Path(__file__).resolve().parents[3]
 LIMITS = Limits(case_timeout=20, cell_timeout=30, notebook_timeout=90, memory_mb=1024)
 
-# ``isolator`` (tests/grading/conftest.py): tier A here; tier B when tests/grading/walls/test_tier_b.py runs this file
+# ``isolator`` (tests/grading/conftest.py): tier A here; tier B when tests/grading/walls/test_confined.py runs this file
 # again inside the Docker reproduction, where bubblewrap is refused.
 EXPECTED_TIER = os.environ.get("MHA_COURSE_EXPECT_TIER", "")
 
@@ -444,7 +444,7 @@ def test_without_isolation_a_lingering_thread_is_refused_too(tmp_path, monkeypat
     """``--unsafe-no-isolation``: the broker is a plain parent process, and still checks after each case."""
     if EXPECTED_TIER not in ("", "A"):
         pytest.skip("about the path without any tier; this run checks tier " + EXPECTED_TIER)
-    from mha_course.grading.walls import tier_a as isolation
+    from mha_course.grading.walls import bubblewrap as isolation
 
     monkeypatch.setattr(isolation, "probe", lambda: "bwrap is switched off for this test")
     isolator = Isolator(unsafe_no_isolation=True)

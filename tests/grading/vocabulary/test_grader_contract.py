@@ -19,8 +19,8 @@ from mha_course.grading.inside import messages, wire
 from mha_course.grading.inside import runner as sandbox
 from mha_course.grading.learner import hints
 from mha_course.grading.verdicts import STOPPED, Status, SubmissionResult
-from mha_course.grading.walls import tier_b, tiers
-from mha_course.grading.walls.tier_a import WallKind
+from mha_course.grading.walls import confined, tiers
+from mha_course.grading.walls.bubblewrap import WallKind
 from mha_course.testing import TOLERANCES
 
 
@@ -53,7 +53,7 @@ def _result() -> SubmissionResult:
             "softmax_np", "Softmax", "axis", 1.0, 0.0, Status.NOT_ATTEMPTED, "not attempted yet", False
         ),
     ]
-    walls = tier_b.LANDLOCK.walls(4, None, {"A": "no user namespaces"})
+    walls = confined.LANDLOCK.walls(4, None, {"A": "no user namespaces"})
     return SubmissionResult("alice.ipynb", "a02_softmax", tests=tests, max_points=5.0, isolation=walls.as_dict())
 
 

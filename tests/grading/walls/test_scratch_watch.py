@@ -15,7 +15,7 @@ from pathlib import Path
 
 from mha_course.grading.engine import process
 from mha_course.grading.verdicts import Limits
-from mha_course.grading.walls import tier_b
+from mha_course.grading.walls import confined
 
 MIB = 2**20
 
@@ -24,7 +24,7 @@ def test_usage_counts_blocks_on_disk_and_every_entry(tmp_path):
     (tmp_path / "a.bin").write_bytes(os.urandom(3 * MIB))
     (tmp_path / "deep" / "deeper").mkdir(parents=True)
     (tmp_path / "deep" / "deeper" / "b.bin").write_bytes(os.urandom(MIB))
-    used, entries = tier_b.scratch_usage(tmp_path)
+    used, entries = confined.scratch_usage(tmp_path)
     assert 4 * MIB <= used < 4 * MIB + 256 * 1024
     assert entries == 4  # a.bin, deep, deeper, b.bin
 
@@ -32,7 +32,7 @@ def test_usage_counts_blocks_on_disk_and_every_entry(tmp_path):
 def test_a_sparse_file_counts_what_it_holds_not_its_length(tmp_path):
     with open(tmp_path / "sparse", "wb") as f:
         f.truncate(10**12)  # 1 TB long, no block written
-    used, entries = tier_b.scratch_usage(tmp_path)
+    used, entries = confined.scratch_usage(tmp_path)
     assert used < MIB and entries == 1
 
 
@@ -40,7 +40,7 @@ def test_preallocated_blocks_count_though_no_byte_was_written(tmp_path):
     """Blocks reserved by fallocate (seccomp refuses it in tier B; were it let through) are counted as used."""
     with open(tmp_path / "reserved", "wb") as f:
         os.posix_fallocate(f.fileno(), 0, 4 * MIB)
-    used, entries = tier_b.scratch_usage(tmp_path)
+    used, entries = confined.scratch_usage(tmp_path)
     assert used >= 4 * MIB and entries == 1
 
 
@@ -53,15 +53,15 @@ def test_links_out_of_the_folder_are_not_followed(tmp_path):
     (scratch / "to_dir").symlink_to(outside)
     (scratch / "to_file").symlink_to(outside / "big.bin")
     (scratch / "loop").symlink_to(scratch)
-    used, entries = tier_b.scratch_usage(scratch)
+    used, entries = confined.scratch_usage(scratch)
     assert used < MIB and entries == 3
 
 
 def test_counting_stops_past_the_entry_limit(tmp_path):
     for i in range(60):
         (tmp_path / f"f{i}").touch()
-    assert tier_b.scratch_usage(tmp_path, max_entries=10)[1] == 11
-    assert tier_b.scratch_usage(tmp_path, max_entries=100)[1] == 60
+    assert confined.scratch_usage(tmp_path, max_entries=10)[1] == 11
+    assert confined.scratch_usage(tmp_path, max_entries=100)[1] == 60
 
 
 class _FakeSandbox:
@@ -71,7 +71,7 @@ class _FakeSandbox:
         self.scratch, self.scratch_mb = scratch, scratch_mb
         self.killed = threading.Event()
 
-    scratch_overuse = tier_b.ConfinedSandbox.scratch_overuse
+    scratch_overuse = confined.ConfinedSandbox.scratch_overuse
 
     def tasks(self) -> list[int]:
         return []
@@ -106,7 +106,7 @@ def test_the_watch_kills_a_sandbox_whose_scratch_outgrows_its_limit(tmp_path):
 
 
 def test_the_watch_kills_a_sandbox_that_makes_too_many_files(tmp_path, monkeypatch):
-    monkeypatch.setattr(tier_b, "SCRATCH_ENTRIES", 50)
+    monkeypatch.setattr(confined, "SCRATCH_ENTRIES", 50)
     sandbox = _FakeSandbox(tmp_path, scratch_mb=64)
     watched = _watch(sandbox)
     try:

@@ -18,7 +18,7 @@ from grading_fake import GOOD_ADD, GOOD_DOUBLE, write_submission
 from toy_tier import TOY, PlainForTests
 
 from mha_course.grading import grade_options
-from mha_course.grading.walls import tier_a, tier_b, tiers
+from mha_course.grading.walls import bubblewrap, confined, tiers
 from mha_course.grading.walls.tier import IsolationError, Tier
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -46,9 +46,17 @@ def real_labels() -> set[str]:
 def test_the_grader_s_tiers_are_registered_by_mechanism_strongest_first():
     strengths = [t.strength for t in tiers.registered()]
     assert strengths == sorted(strengths, reverse=True)
-    assert [t for t in tiers.registered() if t.label in "ABC"] == [tier_a.BUBBLEWRAP, tier_b.LANDLOCK, tier_b.UID]
-    assert [t.name for t in (tier_a.BUBBLEWRAP, tier_b.LANDLOCK, tier_b.UID)] == ["bubblewrap", "landlock", "uid"]
-    assert tiers.by_label("B") is tier_b.LANDLOCK
+    assert [t for t in tiers.registered() if t.label in "ABC"] == [
+        bubblewrap.BUBBLEWRAP,
+        confined.LANDLOCK,
+        confined.UID,
+    ]
+    assert [t.name for t in (bubblewrap.BUBBLEWRAP, confined.LANDLOCK, confined.UID)] == [
+        "bubblewrap",
+        "landlock",
+        "uid",
+    ]
+    assert tiers.by_label("B") is confined.LANDLOCK
     with pytest.raises(ValueError, match="min_isolation must be one of A, B, C.*, got 'T'"):
         tiers.by_label("T")
 
@@ -106,9 +114,9 @@ def test_below_the_instructor_s_floor_the_toy_is_refused_and_named(toy, real_tie
 
 
 def test_a_stronger_tier_that_holds_wins_over_the_toy(toy, monkeypatch):
-    monkeypatch.setattr(tier_a.BUBBLEWRAP.__class__, "why_not", lambda self: None)
+    monkeypatch.setattr(bubblewrap.BUBBLEWRAP.__class__, "why_not", lambda self: None)
     tier, refused = tiers.choose("T")
-    assert tier is tier_a.BUBBLEWRAP and refused == {}
+    assert tier is bubblewrap.BUBBLEWRAP and refused == {}
 
 
 @pytest.mark.slow

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from mha_course.grading.walls.bubblewrap import BubblewrapSandbox
 from mha_course.grading.walls.resources import Resources
 from mha_course.grading.walls.tier import OpenTier, Tier, Walls
-from mha_course.grading.walls.tier_a import BubblewrapSandbox
 
 
 class PlainForTests(Tier):

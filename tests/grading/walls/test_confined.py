@@ -27,7 +27,7 @@ from grading_fake import GOOD_ADD, GOOD_DOUBLE, write_submission
 from sandbox_batch import GRADER, SHELL, WRONG_ADD, grade_batch, new_batch, outputs, require_repro, write_batch
 
 from mha_course.grading import gradescope
-from mha_course.grading.walls import bwrap_refusal, container_repro, landlock, seccomp_filter, tier_b, tiers
+from mha_course.grading.walls import bwrap_refusal, confined, container_repro, landlock, seccomp_filter, tiers
 from mha_course.grading.walls.resources import Resources
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -68,7 +68,7 @@ def test_landlock_grants_only_what_the_rules_name(tmp_path):
     (allowed / "a.txt").write_text("yes")
     (denied / "b.txt").write_text("no")
     ruleset = landlock.Ruleset(abi)
-    for path in tier_b.python_roots() + ["/usr", "/lib", "/lib64", "/etc/ld.so.cache"]:
+    for path in confined.python_roots() + ["/usr", "/lib", "/lib64", "/etc/ld.so.cache"]:
         if os.path.exists(path):
             ruleset.allow(path, landlock.READ_EXEC)
     ruleset.allow(allowed, landlock.READ | landlock.WRITE)
@@ -144,9 +144,9 @@ print(" ".join(out))
 
 def test_no_file_may_grow_past_the_scratch_limit():
     """RLIMIT_FSIZE is the smaller of the file and scratch limits: one file never holds more than the scratch may."""
-    limits = dict(tier_b.rlimits(Resources(scratch_mb=8, file_mb=64)))
+    limits = dict(confined.rlimits(Resources(scratch_mb=8, file_mb=64)))
     assert limits[resource.RLIMIT_FSIZE] == 8 * 2**20
-    assert dict(tier_b.rlimits(Resources()))[resource.RLIMIT_FSIZE] == Resources().scratch_mb * 2**20
+    assert dict(confined.rlimits(Resources()))[resource.RLIMIT_FSIZE] == Resources().scratch_mb * 2**20
 
 
 @pytest.mark.slow
@@ -187,7 +187,7 @@ print(" ".join(out))
 """
 
     def prepare():
-        for which, value in tier_b.rlimits(Resources()):
+        for which, value in confined.rlimits(Resources()):
             if which == resource.RLIMIT_FSIZE:
                 resource.setrlimit(which, (value, value))
         seccomp_filter.set_no_new_privs()
@@ -212,10 +212,10 @@ def test_the_real_package_in_site_packages_is_left_out(tmp_path, monkeypatch):
     (site / "six.py").write_text("")
     view = tmp_path / "view"
     view.mkdir()
-    monkeypatch.setattr(tier_b, "PACKAGE_DIR", site / "mha_course")
+    monkeypatch.setattr(confined, "PACKAGE_DIR", site / "mha_course")
     monkeypatch.setattr(sys, "path", [*sys.path, str(site)])
     monkeypatch.setattr(sys, "prefix", str(tmp_path / "venv"))
-    rules = dict(tier_b.read_rules(view))
+    rules = dict(confined.read_rules(view))
     assert rules[str(site)] == landlock.READ_DIR
     assert all(rules[str(site / n)] == landlock.READ_EXEC for n in ("numpy", "torch", "six.py"))
     assert not [p for p in rules if p.startswith(str(site / "mha_course"))]
@@ -234,15 +234,15 @@ def test_a_link_to_the_packages_folder_grants_nothing(tmp_path, monkeypatch):
     (venv / "bin").mkdir()
     view = tmp_path / "view"
     view.mkdir()
-    monkeypatch.setattr(tier_b, "PACKAGE_DIR", site / "mha_course")
+    monkeypatch.setattr(confined, "PACKAGE_DIR", site / "mha_course")
     monkeypatch.setattr(sys, "path", [*sys.path, str(site)])
     monkeypatch.setattr(sys, "prefix", str(venv))
     secret = (site / "mha_course" / "__init__.py").resolve()
-    for path, rights in tier_b.read_rules(view):
+    for path, rights in confined.read_rules(view):
         target = Path(os.path.realpath(path))
         if target == secret or target in secret.parents:
             assert rights & ~landlock.READ_DIR == 0, f"{path} ({target}) grants {rights:#b} over the real package"
-    assert str(venv / "lib64") not in dict(tier_b.read_rules(view))
+    assert str(venv / "lib64") not in dict(confined.read_rules(view))
 
 
 def test_the_cause_names_dockers_seccomp_profile_and_never_advises_unconfined(monkeypatch):
@@ -259,7 +259,7 @@ def test_the_cause_names_dockers_seccomp_profile_and_never_advises_unconfined(mo
 @pytest.mark.slow
 def test_the_strongest_tier_that_holds_is_used_and_named():
     from mha_course.grading.engine.process import Isolator
-    from mha_course.grading.walls import tier_a as isolation
+    from mha_course.grading.walls import bubblewrap as isolation
 
     with pytest.raises(ValueError, match="min_isolation"):
         Isolator(min_isolation="D")
@@ -457,7 +457,7 @@ def batch(tmp_path_factory):
             more_leftovers=lambda: [
                 pid
                 for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
-                if tier_b.UID_BASE <= _uid(pid) < tier_b.UID_BASE + tier_b.UID_SPAN
+                if confined.UID_BASE <= _uid(pid) < confined.UID_BASE + confined.UID_SPAN
             ],
             timeout=900,
         )
@@ -470,7 +470,7 @@ def _uid(pid: int) -> int:
     """The real uid of a live process ``pid``; -1 for one that is gone or a zombie.
 
     A zombie has exited: it runs nothing and holds no memory, only its pid until its parent (init,
-    once the grader's sandbox is gone) reaps it, as ``tier_b.uid_pids`` counts processes too.
+    once the grader's sandbox is gone) reaps it, as ``confined.uid_pids`` counts processes too.
     """
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -568,20 +568,20 @@ def test_uid_pids_sees_a_process_of_that_uid():
     """The leftover check above can fail: it finds a process of a sandbox uid."""
     if os.geteuid() != 0:
         pytest.skip("needs root to start a process under another uid")
-    uid = tier_b.new_uid()
+    uid = confined.new_uid()
     proc = subprocess.Popen(["sleep", "30"], user=uid, group=uid, extra_groups=[])
     try:
         time.sleep(0.2)
-        assert tier_b.uid_pids(uid) == [proc.pid]
+        assert confined.uid_pids(uid) == [proc.pid]
         start = time.monotonic()
-        tier_b.kill_uid(uid)  # returns once only the unreaped zombie is left (it once spun 4 s on it)
-        assert time.monotonic() - start < 1 and tier_b.uid_pids(uid) == []
+        confined.kill_uid(uid)  # returns once only the unreaped zombie is left (it once spun 4 s on it)
+        assert time.monotonic() - start < 1 and confined.uid_pids(uid) == []
         assert proc.wait(timeout=5) == -9
     finally:
         proc.kill()
         proc.wait()
     with pytest.raises(ValueError, match="sandbox's uid"):
-        tier_b.kill_uid(0)
+        confined.kill_uid(0)
 
 
 @pytest.mark.slow
@@ -589,7 +589,7 @@ def test_kill_uid_stops_a_fork_bomb_at_once():
     """A uid that keeps forking up to its NPROC is gone, all of it, within a kill_uid call."""
     if os.geteuid() != 0:
         pytest.skip("needs root to start a process under another uid")
-    uid = tier_b.new_uid()
+    uid = confined.new_uid()
 
     def limit():
         import resource
@@ -607,12 +607,12 @@ def test_kill_uid_stops_a_fork_bomb_at_once():
     )
     try:
         time.sleep(1.5)
-        assert len(tier_b.uid_pids(uid)) > 10  # the bomb is running
+        assert len(confined.uid_pids(uid)) > 10  # the bomb is running
         start = time.monotonic()
-        tier_b.kill_uid(uid)
-        assert tier_b.uid_pids(uid) == [] and time.monotonic() - start < 2
+        confined.kill_uid(uid)
+        assert confined.uid_pids(uid) == [] and time.monotonic() - start < 2
     finally:
-        tier_b.kill_uid(uid)
+        confined.kill_uid(uid)
         bomb.wait(timeout=10)
 
 

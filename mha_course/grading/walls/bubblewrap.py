@@ -26,7 +26,7 @@ security boundary of the grader is the kernel. Every submission process starts i
                  kills every process the submission started, detached or not.
 
 The tier is :data:`BUBBLEWRAP`; :func:`no_walls` starts plain processes (``--unsafe-no-isolation``).
-More in ``docs/design/grader.md`` (mha_course.grading.walls.tier_a).
+More in ``docs/design/grader.md`` (mha_course.grading.walls.bubblewrap).
 """
 
 from __future__ import annotations

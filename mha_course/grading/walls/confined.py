@@ -1,7 +1,7 @@
 """Tiers B, ``landlock``, and C, ``uid``: the walls root may still build where namespaces are refused (a default Docker container).
 
 Docker's default seccomp profile refuses ``unshare``/``clone`` with namespace flags to a process
-without CAP_SYS_ADMIN, so bubblewrap (tier A, :mod:`mha_course.grading.walls.tier_a`) cannot start inside it. Root there
+without CAP_SYS_ADMIN, so bubblewrap (tier A, :mod:`mha_course.grading.walls.bubblewrap`) cannot start inside it. Root there
 still has CAP_SETUID/SETGID/CHOWN, Landlock and seccomp, and this module builds the sandbox from
 them. The grader forks; the child, as root, before it executes the runtime
 (``python -m mha_course.grading.inside.runner FD``)::
