@@ -22,7 +22,7 @@ from ..safe_text import clean_result
 from ..verdicts import Limits, SubmissionResult
 from ..walls.tiers import DEFAULT_MIN_ISOLATION
 from .collect import Submission
-from .executors import Executor, ThreadExecutor
+from .executors import Executor, ThreadExecutor, worker_isolator
 from .seeds import student_seed
 
 
@@ -50,8 +50,6 @@ def grade_item(item: str | Path | Submission, batch: Batch, isolator: Isolator |
     which uses its own (:func:`.executors.worker_isolator`). Never raises for a bad submission.
     """
     if isolator is None:
-        from .executors import worker_isolator
-
         isolator = worker_isolator(batch.unsafe_no_isolation, batch.min_isolation)
     sub, path = _row(item)
     try:
