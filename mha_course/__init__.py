@@ -108,7 +108,8 @@ def _lazy_package(package: str, exports: dict[str, str], modules: tuple[str, ...
     return __getattr__, __dir__
 
 
-__getattr__, __dir__ = _lazy_package(__name__, _EXPORTS)
+# the documented subpackages are reachable as attributes too (``mha_course.inference.alibi_bias``), imported on first use
+__getattr__, __dir__ = _lazy_package(__name__, _EXPORTS, _API_PACKAGES)
 
 # Without a GPU, Triton kernels can only run in Triton's interpreter, which must be chosen before
 # Triton is first imported, by anyone (torch itself imports it for some dispatch modes and

@@ -73,6 +73,8 @@ myst_heading_anchors = 3
 # --- the library reference -------------------------------------------------------------------------
 autodoc_typehints = "description"
 autodoc_member_order = "bysource"
+# defaults as written (``folder=CHECKPOINT_DIR``), not their value on the machine that built the site
+autodoc_preserve_defaults = True
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 # A docstring's literal blocks are formulas and tables, not Python (notebook cells keep their kernel's lexer).

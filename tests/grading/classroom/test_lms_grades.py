@@ -393,7 +393,7 @@ def _guide_examples() -> tuple[list[list[str]], dict[str, str]]:
         for line in block.replace("\\\n", " ").splitlines():
             if line.strip():
                 words = shlex.split(line, comments=True)
-                assert words[:3] == ["python", "-m", "mha_course.grading.grade"], line
+                assert words[:3] == ["python", "-m", "mha_course.grade"], line
                 commands.append(words[3:])
     files = dict(re.findall(r"<!-- file: (\S+) -->\n```\w*\n(.*?)```", text, re.S))
     return commands, files

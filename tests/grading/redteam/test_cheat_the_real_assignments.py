@@ -599,14 +599,9 @@ HONEST_IDIOMS = (
 @pytest.mark.slow
 def test_honest_idioms_get_full_marks_with_every_defence_on(tmp_path):
     require_sandbox()
-    nb = _inject(
-        A03,
-        define={"scaled_dot_product_attention": HONEST_IDIOMS},
-        replace=(  # the package-level names
-            "from mha_course.core.softmax import softmax, softmax_np",
-            "from mha_course import softmax, softmax_np",
-        ),
-    )
+    nb = _inject(A03, define={"scaled_dot_product_attention": HONEST_IDIOMS})
+    imports = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "from mha_course import check, softmax, softmax_np" in imports  # the package-level names, as taught
     path = tmp_path / "idioms.ipynb"
     path.write_text(json.dumps(nb))
     out = tmp_path / "r.json"
