@@ -8,39 +8,13 @@ benchmarks/fresh_draws.py use the same bugs.
 
 from __future__ import annotations
 
-from bug_catalogue import (
-    a01_dot_products,
-    a02_softmax,
-    a03_attention,
-    a04_masks,
-    a05_multi_head,
-    a06_debug_mha,
-    a08_cross_attention,
-    a11_kv_cache,
-    a12_tiled_attention,
-    a15_ring_attention,
-    a16_modern_attention,
-    a17_newest_attention,
-)
+import importlib
+from pathlib import Path
+
 from bug_catalogue.bug import ROOT, Bug, mutated, targets
 
-BUGS: list[Bug] = [
-    bug
-    for module in (
-        a01_dot_products,
-        a02_softmax,
-        a03_attention,
-        a04_masks,
-        a05_multi_head,
-        a06_debug_mha,
-        a08_cross_attention,
-        a11_kv_cache,
-        a12_tiled_attention,
-        a15_ring_attention,
-        a16_modern_attention,
-        a17_newest_attention,
-    )
-    for bug in module.BUGS
-]
+# every aNN_*.py beside this file, in assignment order: a new assignment's module needs no line here
+_MODULES = sorted(p.stem for p in Path(__file__).parent.glob("a[0-9][0-9]_*.py"))
+BUGS: list[Bug] = [bug for name in _MODULES for bug in importlib.import_module(f"bug_catalogue.{name}").BUGS]
 
 __all__ = ["BUGS", "ROOT", "Bug", "mutated", "targets"]
