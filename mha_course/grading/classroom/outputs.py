@@ -40,6 +40,7 @@ from .roster import Roster, write_grade_columns
 def write_outputs(args, results: list[SubmissionResult], roster: Roster | None, missing: list[str]) -> int:
     """Print the summary and write every output ``args`` (the command's options) asks for; returns how many failed."""
     failed = 0
+    late_lines = late_days.summary_lines(results)  # several notebooks of one student, times read from files
 
     def step(what: str, write) -> None:
         nonlocal failed
@@ -76,13 +77,13 @@ def write_outputs(args, results: list[SubmissionResult], roster: Roster | None, 
     elif args.grades_out:
         print("--grades-out needs --roster (the platform's class list, written back with the grades)", file=sys.stderr)
     if args.summary:
-        tail = "".join(f"\n{line}" for line in late_days.summary_lines(results))  # several notebooks, file times
+        tail = "".join(f"\n{line}" for line in late_lines)
         step("the class summary", lambda: write_atomic(args.summary, class_summary(results) + tail + "\n"))
         print(f"class summary: {args.summary}")
     if args.json:  # last: nothing a submission wrote can replace it (none of its processes is left)
         step("results.json", lambda: write_json(args.json, merged_gradescope(results)))
         print(f"results.json: {args.json}")
-    sys.stdout.writelines(f"{clean(line)}\n" for line in late_days.summary_lines(results))
+    sys.stdout.writelines(f"{clean(line)}\n" for line in late_lines)
     return failed
 
 
