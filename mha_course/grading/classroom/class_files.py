@@ -49,12 +49,6 @@ class File:
     inode: tuple[int, int] | None = None  # (device, inode) of a file with several hard links
 
 
-def peek_assignment(path: Path) -> tuple[str | None, str | None]:
-    """(assignment key from the notebook's metadata or None, error text or None); never raises (:func:`peek_metadata`)."""
-    meta, error = peek_metadata(path)
-    return (meta.assignment if meta else None), error
-
-
 def peek_metadata(path: Path) -> tuple[AssignmentMeta | None, str | None]:
     """(the notebook's metadata, :func:`~mha_course.grading.engine.notebook.metadata`, or None; error text or None);
     never raises.

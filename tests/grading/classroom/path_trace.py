@@ -8,8 +8,8 @@ graded behind the walls) under a profiler that records every call into a grader 
 * **modules** and **folders**: every grader module (and folder) that ran in the grader's process;
 * **classroom <-> engine edges**: distinct caller -> callee module pairs between ``classroom/`` and ``engine/``
   (either way), and from the command straight into ``engine/``;
-* **metadata reads**: how often the notebook's assignment metadata was read (``class_files.peek_assignment``,
-  ``notebook.metadata``, which ``registry.identify`` and ``class_files.peek_metadata`` call), and how often its file was parsed (``notebook.parse_json``).
+* **metadata reads**: how often the notebook's assignment metadata was read (``notebook.metadata``, which
+  ``registry.identify`` and ``class_files.peek_metadata`` call), and how often its file was parsed (``notebook.parse_json``).
 
 Run from the repository root: ``PYTHONPATH=$PWD python tests/grading/classroom/path_trace.py``.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 GRADING_TESTS = HERE.parent
 PACKAGE = GRADING_TESTS.parents[1] / "mha_course" / "grading"
-METADATA_READERS = {"classroom.class_files.peek_assignment", "engine.notebook.metadata"}
+METADATA_READERS = {"engine.notebook.metadata"}
 
 
 def module_of(filename: str) -> str | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 
-from mha_course.grading.classroom.class_files import peek_assignment
+from mha_course.grading.classroom.class_files import peek_metadata
 from mha_course.grading.engine import registry
 from mha_course.grading.engine.notebook import RENAMED_ASSIGNMENTS, current_key, metadata
 from mha_course.grading.grade_options import parser
@@ -44,7 +44,8 @@ def test_a_notebook_with_the_old_key_is_read_as_the_new_one(tmp_path):
     assert registry.identify(old).key == "a06_debug_mha"
     path = tmp_path / "alice.ipynb"
     nbformat.write(old, path)
-    assert peek_assignment(path) == ("a06_debug_mha", None)
+    meta, error = peek_metadata(path)
+    assert (meta.assignment if meta else None, error) == ("a06_debug_mha", None)
 
 
 def test_the_old_key_on_the_command_line_is_the_new_one():

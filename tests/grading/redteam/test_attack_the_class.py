@@ -30,7 +30,7 @@ from grading_fake import require_sandbox
 from test_fool_the_scan import WRAPPED_REFERENCE
 
 from mha_course.grading.classroom import feedback
-from mha_course.grading.classroom.class_files import peek_assignment
+from mha_course.grading.classroom.class_files import peek_metadata
 from mha_course.grading.classroom.collect import collect, one_per_student
 from mha_course.grading.engine import registry
 from mha_course.grading.safe_text import clean, clean_result, code_span, csv_cell, markdown
@@ -308,7 +308,7 @@ def test_collection_never_blocks_on_a_fifo_nor_fails_on_deep_json(tmp_path):
     assert not worker.is_alive(), "collect() blocked on a FIFO"
     (row,) = found[0]
     assert "not a regular file" in row.problem and "deep.ipynb (not a readable notebook" in row.problem
-    assert peek_assignment(deep) == (None, "not a readable notebook (RecursionError)")
+    assert peek_metadata(deep) == (None, "not a readable notebook (RecursionError)")
 
 
 def test_links_are_never_followed(tmp_path):
