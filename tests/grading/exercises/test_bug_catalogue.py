@@ -29,7 +29,7 @@ from mha_course.grading.learner import selfcheck
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")  # buggy softmaxes overflow on purpose
 
 
-# Through the real grader: one bug per classic mistake named in the course's issue and design.
+# Through the real grader: one bug per classic mistake the course's design names.
 GRADED = {
     "scores_kqT",
     "scale_by_D",
