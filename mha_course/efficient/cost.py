@@ -126,15 +126,31 @@ def cpu_peak_memory_supported() -> bool:
         return False
 
 
-def peak_memory_mib(fn: Callable[[], object], device: torch.device | str = "cpu") -> float | None:
+def peak_memory_mib(fn: Callable[[], object], device: torch.device | str = "cpu", *, repeats: int = 1) -> float | None:
     """Peak memory that one call of ``fn()`` adds, in MiB (its output counts; freed temporaries too).
 
     Call ``fn`` once before (a warm-up) so one-time allocations are not counted. See the module
     docstring for how CPU memory is measured; returns ``None`` where that is not possible.
     CPU figures have a resolution of a page (4 KiB) and include other threads' allocations
     made during the call.
+
+    Args:
+        repeats: measured calls (>= 1); the smallest reading is returned. Another thread's
+            allocations only ever add to a reading, so the smallest is the call's own peak.
+
+    Raises:
+        ValueError: repeats < 1.
     """
-    device = torch.device(device)
+    if isinstance(repeats, bool) or not isinstance(repeats, int):
+        raise TypeError(f"repeats must be an int, got {type(repeats).__name__} {repeats!r}")
+    if repeats < 1:
+        raise ValueError(f"need repeats >= 1, got repeats={repeats}")
+    readings = [_one_peak_mib(fn, torch.device(device)) for _ in range(repeats)]
+    measured = [reading for reading in readings if reading is not None]
+    return min(measured) if len(measured) == repeats else None
+
+
+def _one_peak_mib(fn: Callable[[], object], device: torch.device) -> float | None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         before = torch.cuda.memory_allocated(device)
