@@ -14,8 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..engine import notebook, registry
-from ..engine.pipeline import MAX_CODE_BYTES
+from ..engine import registry
 from ..safe_text import clean
 from ..verdicts import SubmissionResult
 from . import late_days
@@ -35,12 +34,14 @@ from .results import (
 )
 from .review_flags import policy_line
 from .roster import Roster, write_grade_columns
+from .submitted_code import Cells, read_code
 
 
 def write_outputs(args, results: list[SubmissionResult], roster: Roster | None, missing: list[str]) -> int:
     """Print the summary and write every output ``args`` (the command's options) asks for; returns how many failed."""
     failed = 0
     late_lines = late_days.summary_lines(results)  # several notebooks of one student, times read from files
+    code = read_code(results) if args.feedback_dir or args.report else {}  # each notebook read once, for both
 
     def step(what: str, write) -> None:
         nonlocal failed
@@ -59,7 +60,7 @@ def write_outputs(args, results: list[SubmissionResult], roster: Roster | None, 
                 lambda r=r: write_json(args.results_dir / results_file_name(r), gradescope(r)),
             )
     if args.feedback_dir:
-        step("the feedback", lambda: write_feedback(results, args.feedback_dir))
+        step("the feedback", lambda: write_feedback(results, args.feedback_dir, code))
         print(f"feedback: {args.feedback_dir}/")
     if args.csv:
         step("the gradebook", lambda: write_csv(args.csv, results))
@@ -67,7 +68,7 @@ def write_outputs(args, results: list[SubmissionResult], roster: Roster | None, 
     if args.report:
         step(
             "the class report",
-            lambda: write_report(args.report, results, missing, write_atomic, write_atomic, args.anonymise),
+            lambda: write_report(args.report, results, missing, write_atomic, write_atomic, args.anonymise, code),
         )
         print(
             f"class report: {args.report} (and {args.report.with_suffix('.md')}, {args.report.stem}-similarity.md/.json)"
@@ -87,18 +88,19 @@ def write_outputs(args, results: list[SubmissionResult], roster: Roster | None, 
     return failed
 
 
-def write_feedback(results: list[SubmissionResult], folder: Path) -> None:
-    """One Markdown feedback file per submission, named like its results.json."""
+def write_feedback(results: list[SubmissionResult], folder: Path, code: dict[str, Cells] | None = None) -> None:
+    """One Markdown feedback file per submission, named like its results.json.
+
+    ``code``: each submission's code cells by path (:func:`.submitted_code.read_code`); read from disk when None.
+    """
+    code = read_code(results) if code is None else code
     for r in results:
-        cells, targets = [], {}
-        if not r.error and r.assignment:
+        cells, targets = code.get(r.path, []), {}
+        if cells:
             try:
-                cells = notebook.code_cells(notebook.load(r.path))
-                targets = {e.key: e.target for e in registry.get_assignment(r.assignment).exercises}
-            except (ValueError, OSError, KeyError):
-                pass
-        if sum(len(source) for _, source in cells) > MAX_CODE_BYTES:
-            cells = []  # the grader refused to read this much code; the feedback does not parse it either
+                targets = {e.key: e.target for e in registry.get_assignment(r.assignment or "").exercises}
+            except (ValueError, KeyError):
+                pass  # an assignment the course no longer has: the cells are still shown
         name = results_file_name(r).removesuffix(".results.json") + ".feedback.md"
         try:
             text = feedback_markdown(r, cells, targets)

@@ -17,6 +17,7 @@ and the override row that resolves them (:mod:`.review_flags`).
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import io
 import math
@@ -122,19 +123,15 @@ def sections(results: list[SubmissionResult]) -> list[Section]:
     return out
 
 
+def _fraction_gcd(a: Fraction, b: Fraction) -> Fraction:
+    """The largest fraction both are whole multiples of (gcd(0, b) = b)."""
+    return Fraction(math.gcd(a.numerator * b.denominator, b.numerator * a.denominator), a.denominator * b.denominator)
+
+
 def score_step(section: Section) -> float:
     """The resolution of the possible scores: the largest step every test's points are a multiple of."""
     points = {Fraction(t.points).limit_denominator(100) for r in section.graded for t in r.tests if t.points > 0}
-    step = Fraction(0)
-    for p in points:
-        step = (
-            Fraction(
-                math.gcd(step.numerator * p.denominator, p.numerator * step.denominator),
-                step.denominator * p.denominator,
-            )
-            if step
-            else p
-        )
+    step = functools.reduce(_fraction_gcd, points, Fraction(0))
     return float(step) if step else 1.0
 
 
@@ -318,7 +315,7 @@ def markdown_report(
     missing: Sequence[str] = (),
     image_names: dict[str, str] | None = None,
     anonymise: bool = False,
-    similar: list[similar_pairs.SimilarPair] | None = None,  # computed when None
+    similar: list[similar_pairs.SimilarPair] | None = None,  # computed (notebooks read from disk) when None
 ) -> str:
     """The report as Markdown; ``image_names`` maps assignment keys to histogram files beside it.
 
@@ -327,7 +324,8 @@ def markdown_report(
     # learner text (names, keys, hints quoting exceptions) goes through md() or code_span(): no raw HTML
     lines = ["# Class report", "", *[f"{md(line)}  " for line in _header(results, list(missing), anonymise)], ""]
     lines += _review_markdown(results, anonymise)
-    lines += similar_pairs.markdown_section(similar_pairs.given(results, similar), anonymise)
+    similar = similar_pairs.similar_pairs(results) if similar is None else similar
+    lines += similar_pairs.markdown_section(similar, anonymise)
     for s in sections(results):
         lines += [f"## {md(s.title)} ({code_span(s.key)})", "", _summary(s), ""]
         if image_names and s.key in image_names:
@@ -370,12 +368,18 @@ def markdown_report(
     return "\n".join(lines)
 
 
-def html_report(results: list[SubmissionResult], missing: Sequence[str] = (), anonymise: bool = False) -> str:
+def html_report(
+    results: list[SubmissionResult],
+    missing: Sequence[str] = (),
+    anonymise: bool = False,
+    similar: list[similar_pairs.SimilarPair] | None = None,  # computed (notebooks read from disk) when None
+) -> str:
     """The report as one self-contained HTML page (histograms embedded as PNG); ``anonymise`` as in Markdown."""
     e = html.escape
     body = ["<h1>Class report</h1>", *[f"<p>{e(line)}</p>" for line in _header(results, list(missing), anonymise)]]
     body += _review_html(results, anonymise)
-    body += similar_pairs.html_section(similar_pairs.given(results, None), anonymise)
+    similar = similar_pairs.similar_pairs(results) if similar is None else similar
+    body += similar_pairs.html_section(similar, anonymise)
     for s in sections(results):
         body += [
             f"<section id='{e(s.key)}'><h2>{e(s.title)} (<code>{e(s.key)}</code>)</h2>",
@@ -443,12 +447,16 @@ def write_report(
     write_text,
     write_bytes,
     anonymise: bool = False,
+    code: dict[str, similar_pairs.Cells] | None = None,
 ) -> list[Path]:
-    """Write ``path`` (HTML), its Markdown twin (``.md``, PNG histograms beside it), ``<stem>-similarity.md/.json``."""
+    """Write ``path`` (HTML), its Markdown twin (``.md``, PNG histograms beside it), ``<stem>-similarity.md/.json``.
+
+    ``code``: each submission's code cells by path (:func:`.submitted_code.read_code`); read from disk when None.
+    """
     path = Path(path)
     written = [path]
-    similar = similar_pairs.given(results, None)
-    write_text(path, html_report(results, missing, anonymise))
+    similar = similar_pairs.similar_pairs(results, code=code)  # once: both pages and the similarity files show it
+    write_text(path, html_report(results, missing, anonymise, similar))
     images = {}
     for s in sections(results):
         if s.graded:

@@ -28,12 +28,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from ..engine import notebook, registry
-from ..engine.pipeline import MAX_CODE_BYTES
+from ..engine import registry
 from ..safe_text import clean, code_span
 from ..safe_text import markdown as md
 from ..static import fingerprints
 from ..verdicts import SubmissionResult
+from .submitted_code import Cells, code_of
 
 THRESHOLD = 0.7  # Jaccard index of winnowed fingerprints from which a pair is reported
 MIN_TOKENS = 80  # normalised tokens each unit needs to be compared (see the module docstring)
@@ -73,14 +73,8 @@ def _source(cells: dict[int, str], parts: list[tuple[str, int, ast.AST]]) -> str
     return clean("\n".join(lines))
 
 
-def _units(r: SubmissionResult, targets: list[str]) -> dict[str, tuple[tuple[str, ...], frozenset[int], str]]:
-    """Exercise target -> (normalised tokens, fingerprints, source) for one submission; {} if unreadable."""
-    try:
-        cells = notebook.code_cells(notebook.load(r.path))
-    except (ValueError, OSError, KeyError, TypeError):
-        return {}
-    if sum(len(source) for _, source in cells) > MAX_CODE_BYTES:
-        return {}  # the grader refused to read this much code
+def _units(cells: Cells, targets: list[str]) -> dict[str, tuple[tuple[str, ...], frozenset[int], str]]:
+    """Exercise target -> (normalised tokens, fingerprints, source) for one submission's code cells."""
     found = fingerprints.definitions(cells)
     out = {}
     for target in targets:
@@ -91,8 +85,13 @@ def _units(r: SubmissionResult, targets: list[str]) -> dict[str, tuple[tuple[str
     return out
 
 
-def similar_pairs(results: list[SubmissionResult], threshold: float = THRESHOLD) -> list[SimilarPair]:
-    """The pairs of graded submissions (same assignment) with an exercise at least ``threshold`` alike, most alike first."""
+def similar_pairs(
+    results: list[SubmissionResult], threshold: float = THRESHOLD, code: dict[str, Cells] | None = None
+) -> list[SimilarPair]:
+    """The pairs of graded submissions (same assignment) with an exercise at least ``threshold`` alike, most alike first.
+
+    ``code``: each submission's code cells by path (:func:`.submitted_code.read_code`); read from disk when None.
+    """
     if not 0 < threshold <= 1:
         raise ValueError(f"threshold must be in (0, 1]; got {threshold}")
     by_assignment: dict[str, list[SubmissionResult]] = defaultdict(list)
@@ -105,7 +104,7 @@ def similar_pairs(results: list[SubmissionResult], threshold: float = THRESHOLD)
             targets = list(dict.fromkeys(e.target for e in registry.get_assignment(key).exercises))
         except (KeyError, ValueError):
             continue
-        units = [(_who(r), _units(r, targets)) for r in group]
+        units = [(_who(r), _units(code[r.path] if code is not None else code_of(r), targets)) for r in group]
         for (a, units_a), (b, units_b) in itertools.combinations(units, 2):
             for target in targets:
                 if target in units_a and target in units_b:
@@ -114,20 +113,6 @@ def similar_pairs(results: list[SubmissionResult], threshold: float = THRESHOLD)
                         first, second = sorted([(a, units_a[target][2]), (b, units_b[target][2])])
                         pairs.append(SimilarPair(key, target, first[0], second[0], score, first[1], second[1]))
     return sorted(pairs, key=lambda p: (-p.score, p.assignment, p.first, p.second, p.exercise))
-
-
-_LAST: dict[tuple, list[SimilarPair]] = {}  # the last class compared: the report's pages and files share it
-
-
-def given(results: list[SubmissionResult], pairs: list[SimilarPair] | None) -> list[SimilarPair]:
-    """``pairs`` when given, else :func:`similar_pairs` of ``results`` (the last class's answer is reused)."""
-    if pairs is not None:
-        return pairs
-    key = tuple((r.path, r.assignment, _who(r), bool(r.error)) for r in results)
-    if key not in _LAST:
-        _LAST.clear()
-        _LAST[key] = similar_pairs(results)
-    return _LAST[key]
 
 
 def _heading(anonymise: bool, pairs: list[SimilarPair]) -> list[str]:

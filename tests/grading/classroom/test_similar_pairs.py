@@ -15,7 +15,7 @@ import inspect
 import itertools
 import json
 import shutil
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import nbformat
@@ -235,3 +235,38 @@ def test_validation_lines_are_what_is_removed():
 def test_threshold_must_be_a_fraction():
     with pytest.raises(ValueError, match="threshold"):
         similar_pairs.similar_pairs([], threshold=1.5)
+
+
+@pytest.mark.slow
+def test_the_report_stage_reads_each_notebook_once(class_results, tmp_path, monkeypatch):
+    """Feedback, the class report and the similarity files share one reading of each submission."""
+    import argparse
+
+    from mha_course.grading.classroom import outputs, submitted_code
+
+    _, results = class_results
+    loads = Counter()
+    real_load = submitted_code.notebook.load
+
+    def counting_load(path, *args, **kwargs):
+        loads[str(path)] += 1
+        return real_load(path, *args, **kwargs)
+
+    monkeypatch.setattr(submitted_code.notebook, "load", counting_load)
+    args = argparse.Namespace(
+        results_dir=None,
+        feedback_dir=tmp_path / "feedback",
+        csv=None,
+        report=tmp_path / "report.html",
+        grades_out=None,
+        summary=None,
+        json=None,
+        quiet=True,
+        anonymise=False,
+    )
+    args.feedback_dir.mkdir()
+    assert outputs.write_outputs(args, results, None, []) == 0
+    graded = {r.path for r in results if not r.error and r.assignment}
+    assert set(loads) == graded and set(loads.values()) == {1}, loads
+    assert "Copy Cat" in (tmp_path / "report-similarity.md").read_text()  # the shared reading found the copy
+    assert len(list(args.feedback_dir.glob("*.feedback.md"))) == len(results)
