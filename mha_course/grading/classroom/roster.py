@@ -5,7 +5,8 @@ of these names found is used (case and spaces ignored):
 
 ========== ===================================================================
 id         ``id``, ``student_id``, each platform's own (:mod:`.lms`: Moodle's ``identifier``)
-name       ``name``, ``student``, ``full name``
+name       each platform's own, ``name``, ``student``, ``full name``; with none of these,
+           ``first name`` and ``last name`` (``surname``, ``family name``, then each platform's) joined
 match      ``match``, ``folder``, ``file``: an explicit folder or file name (optional)
 ========== ===================================================================
 
@@ -47,7 +48,10 @@ _EMAIL_COLUMNS = ("email", "email address", "e-mail")
 _MAX_COLUMNS = ("maximum",)
 _COMMENT_COLUMNS = ("feedback",)
 _NAME_COLUMNS = ("name", "student", "full name", "fullname", "student name")
+_FIRST_NAME_COLUMNS = ("first name", "firstname", "given name", "given names")
+_LAST_NAME_COLUMNS = ("last name", "lastname", "surname", "family name")
 _MATCH_COLUMNS = ("match", "folder", "file", "submission")
+_NAME_PARTS = ((_FIRST_NAME_COLUMNS, "first_name_columns"), (_LAST_NAME_COLUMNS, "last_name_columns"))
 
 
 def _id_columns() -> tuple[str, ...]:
@@ -58,6 +62,11 @@ def _id_columns() -> tuple[str, ...]:
 def _columns(plain: tuple[str, ...], field: str) -> tuple[str, ...]:
     """The platforms' columns of one kind (``field`` of :class:`.lms.LmsFormat`), then the plain ones."""
     return (*lms.columns(field), *(c for c in plain if c not in lms.columns(field)))
+
+
+def _plain_then(plain: tuple[str, ...], field: str) -> tuple[str, ...]:
+    """The plain column names of one kind, then the platforms' own (``field`` of :class:`.lms.LmsFormat`)."""
+    return (*plain, *(c for c in lms.columns(field) if c not in plain))
 
 
 def _norm(column: str) -> str:
@@ -180,10 +189,12 @@ def read_roster(path: str | Path) -> Roster:
     text = Path(path).read_text(encoding="utf-8-sig")
     reader = csv.DictReader(io.StringIO(text))
     columns = list(reader.fieldnames or [])
-    user_columns = (*_USER_COLUMNS, *(c for c in lms.columns("user_columns") if c not in _USER_COLUMNS))
+    user_columns = _plain_then(_USER_COLUMNS, "user_columns")
     id_col, name_col, match_col, user_col, email_col = (
-        _find(columns, w) for w in (_id_columns(), _NAME_COLUMNS, _MATCH_COLUMNS, user_columns, _EMAIL_COLUMNS)
+        _find(columns, w)
+        for w in (_id_columns(), _columns(_NAME_COLUMNS, "name_columns"), _MATCH_COLUMNS, user_columns, _EMAIL_COLUMNS)
     )
+    name_parts = [] if name_col else [_find(columns, _plain_then(plain, field)) for plain, field in _NAME_PARTS]
     if id_col is None:
         raise ValueError(
             f"{path}: the roster needs an id column (one of {', '.join(_id_columns())}); found columns {columns}"
@@ -203,6 +214,7 @@ def read_roster(path: str | Path) -> Roster:
             other_rows.append((len(students) + len(other_rows), dict(row)))  # Canvas's "Points Possible" row
             continue
         name, match, user, email = (_cell(row, c) for c in (name_col, match_col, user_col, email_col))
+        name = name or " ".join(part for part in (_cell(row, c) for c in name_parts) if part)
         students.append(Student(row[id_col].strip(), name, match, dict(row), user, email))
     return Roster(columns, students, possible, other_rows)
 

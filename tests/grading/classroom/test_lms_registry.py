@@ -106,6 +106,7 @@ def test_registering_the_toy_platform_is_all_it_takes(fake, tmp_path):
         assert any("also submitted" in n and "2026-11-19" in n for n in bob.notes)
         roster = read_roster(_roster(tmp_path))
         assert [s.student_id for s in roster.students] == ["S-1", "S-2"]  # its id column, through the registry
+        assert [s.name for s in roster.students] == ["Alice Martin", "Bob Dupont"]  # first and last name joined
         assert identify(rows, roster) == []
         assert stamp(rows, [folder], roster) == []
         assert bob.submitted_at == datetime(2026, 11, 21, 9, tzinfo=UTC).timestamp()
@@ -127,6 +128,25 @@ def test_without_it_the_same_folder_is_not_understood(fake, tmp_path):
     rows = collect([_class(tmp_path)], "zz_fake", notebook_names=NAMES)
     assert len(rows) == 3  # each file a student of its own: no registered platform knows the names
     assert read_roster(_roster(tmp_path)).max_for(COLUMN) is None
+
+
+def test_a_name_in_two_columns_is_joined_and_a_platform_may_name_its_own(tmp_path):
+    """A roster without a full-name column: "First name" and "Last name" (Moodle's gradebook export), or a
+    platform's own pair of columns (here a German-language export), make the name that folders are matched by."""
+    plain = tmp_path / "plain.csv"
+    plain.write_text("First name,Surname,ID number\nJosé,Núñez,7\nAlice,,8\n", encoding="utf-8")
+    assert [s.name for s in read_roster(plain).students] == ["José Núñez", "Alice"]
+    german = tmp_path / "german.csv"
+    german.write_text("Vorname,Nachname,ID\nAlice,Martin,1\n", encoding="utf-8")
+    assert [s.name for s in read_roster(german).students] == [""]  # no platform knows these columns
+    own = LmsFormat(name="german-export", first_name_columns=("vorname",), last_name_columns=("nachname",))
+    with lms.registered_lms(own):
+        alice = read_roster(german).students[0]
+    assert alice.name == "Alice Martin" and alice.name_forms() == {"martinalice", "alicemartin"}
+    full = tmp_path / "full.csv"
+    full.write_text("Learner,First name,Last name,ID\nAlice B. Martin,Alice,Martin,1\n", encoding="utf-8")
+    with lms.registered_lms(LmsFormat(name="learner-column", name_columns=("learner",))):
+        assert read_roster(full).students[0].name == "Alice B. Martin"  # a full-name column wins over the parts
 
 
 def test_a_platform_name_is_registered_once():

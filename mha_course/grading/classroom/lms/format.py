@@ -8,7 +8,8 @@ asks every registered platform in turn. The fields follow a submission through t
 * **when handed in**: :attr:`LmsFormat.time_columns` (the roster's column of the submission time) and
   :attr:`LmsFormat.time_file` (a file the platform writes beside the submissions);
 * **the roster and the grade export**: :attr:`LmsFormat.id_columns`, :attr:`LmsFormat.user_columns`,
-  :attr:`LmsFormat.comment_columns`, the cells it writes for "no grade yet" and "excused";
+  :attr:`LmsFormat.name_columns` (or a name split in :attr:`LmsFormat.first_name_columns` and
+  :attr:`LmsFormat.last_name_columns`), :attr:`LmsFormat.comment_columns`, the cells it writes for "no grade yet" and "excused";
 * **the maximum points**: :attr:`LmsFormat.max_columns`, :attr:`LmsFormat.max_row` (a row holding each
   column's maximum) and :attr:`LmsFormat.column_max` (a maximum written in a column's own name).
 
@@ -59,6 +60,9 @@ class LmsFormat:
     time_file: TimeFile | None = None
     id_columns: tuple[str, ...] = ()  # asked after the plain "id", "student_id" and before "username", "email"
     user_columns: tuple[str, ...] = ()  # login names, asked after the plain "username", "login", "user"
+    name_columns: tuple[str, ...] = ()  # a full name, asked before the plain "name", "student", "full name"
+    first_name_columns: tuple[str, ...] = ()  # a name split in two (no full-name column): asked after "first name"
+    last_name_columns: tuple[str, ...] = ()  # ... and after "last name", "surname"
     comment_columns: tuple[str, ...] = ()  # where the grade export writes each student's feedback line
     no_grade: str = ""  # the cell the platform writes for "no grade yet" (written back as it came)
     excused: str = ""  # the cell that excuses a student, written in this platform's gradebook only
