@@ -2,21 +2,17 @@
 
 The sandbox's ``mha_course`` holds only the self-check helpers and the assignment's provided building blocks,
 so ``from mha_course.core.masks import causal_mask`` scores 0 in the grader. The self-check says so before the
-learner submits, instead of showing full marks.
+learner submits, instead of showing full marks. (That the grader gives 0 is asserted beside the honest idioms it
+grades in the same run: tests/grading/redteam/test_cheat_the_real_assignments.py.)
 """
 
 from __future__ import annotations
 
-import json
-import re
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import nbformat
 import pytest
-from grading_fake import require_sandbox
 
 from mha_course.grading.engine import registry
 from mha_course.grading.learner import selfcheck
@@ -77,23 +73,8 @@ def test_own_code_and_provided_blocks_are_not_flagged():
     assert any(a.provided for a in registry.assignments()), "no assignment provides a module: the test checks less"
 
 
-@pytest.mark.slow
-def test_grader_agrees_with_check(tmp_path):
-    require_sandbox()
-    nb = json.loads((ROOT / "solutions" / "a04_masks.ipynb").read_text())
-    cell = next(c for c in nb["cells"] if re.search(r"^def causal_mask\b", "".join(c["source"]), re.M))
-    cell["source"] = WRAPPED
-    path = tmp_path / "a04_library.ipynb"
-    path.write_text(json.dumps(nb))
-    out = tmp_path / "r.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "mha_course.grading.grade", str(path), "--json", str(out), "--quiet"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    rows = [t for t in json.loads(out.read_text())["tests"] if t["name"].startswith("causal_mask:")]
-    assert rows and all(t["score"] == 0 for t in rows), rows
+def test_check_with_the_hidden_cases_gives_zero_as_the_grader_does():
+    """The grader's half: tests/grading/redteam/test_cheat_the_real_assignments.py grades an a04 notebook whose
+    causal_mask is ``WRAPPED`` (every defence on, in the command-line run it shares with the honest idioms) and
+    asserts every causal_mask row scores 0. The self-check says the same with the hidden cases counted."""
     assert selfcheck.check("causal_mask", _define(WRAPPED, "causal_mask"), include_hidden=True, show=False).score == 0

@@ -596,23 +596,55 @@ HONEST_IDIOMS = (
 )
 
 
-@pytest.mark.slow
-def test_honest_idioms_get_full_marks_with_every_defence_on(tmp_path):
+# The course's own code reached from a target (tests/grading/learner/test_selfcheck_agrees.py: the self-check
+# says 0 before the learner submits); the grader must say 0 too. The same source as WRAPPED there.
+LIBRARY_MASK = (
+    "from mha_course.core.masks import causal_mask as _library_mask\n\n\n"
+    "def causal_mask(T, S=None):\n    return _library_mask(T, S)\n"
+)
+
+
+@pytest.fixture(scope="module")
+def defended(tmp_path_factory):
+    """The notebooks graded with every defence on (the static scan included), in ONE command-line run over a
+    folder: the honest idioms (a03) and a target that reaches the course's own code (a04)."""
     require_sandbox()
-    nb = _inject(A03, define={"scaled_dot_product_attention": HONEST_IDIOMS})
-    imports = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
-    assert "from mha_course import check, softmax, softmax_np" in imports  # the package-level names, as taught
-    path = tmp_path / "idioms.ipynb"
-    path.write_text(json.dumps(nb))
-    out = tmp_path / "r.json"
+    root = tmp_path_factory.mktemp("defended")
+    folder = root / "subs"
+    folder.mkdir()
+    idioms = _inject(A03, define={"scaled_dot_product_attention": HONEST_IDIOMS})
+    (folder / "idioms.ipynb").write_text(json.dumps(idioms))
+    (folder / "library_mask.ipynb").write_text(json.dumps(_inject(A04, define={"causal_mask": LIBRARY_MASK})))
     proc = subprocess.run(
-        [sys.executable, "-m", "mha_course.grading.grade", str(path), "--json", str(out), "--quiet"],
+        [sys.executable, "-m", "mha_course.grading.grade", str(folder), "--json", str(root / "r.json")]
+        + ["--results-dir", str(root / "each"), "--quiet", "--workers", "2"],
         capture_output=True,
         text=True,
         timeout=300,
-        cwd=tmp_path,
+        cwd=root,
     )
-    data = json.loads(out.read_text())
-    assert proc.returncode == 0 and data["score"] == data["extra_data"]["max_score"] > 0, json.dumps(data, indent=1)[
-        :3000
-    ]
+    each = {
+        Path(d["extra_data"]["submission"]).stem: d
+        for d in (json.loads(p.read_text()) for p in (root / "each").glob("*.json"))
+    }
+    return proc, idioms, each
+
+
+@pytest.mark.slow
+def test_honest_idioms_get_full_marks_with_every_defence_on(defended):
+    proc, nb, each = defended
+    imports = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "from mha_course import check, softmax, softmax_np" in imports  # the package-level names, as taught
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = each["idioms"]
+    assert data["score"] == data["extra_data"]["max_score"] > 0, json.dumps(data, indent=1)[:3000]
+
+
+@pytest.mark.slow
+def test_the_course_own_code_scores_nothing_in_the_grader(defended):
+    """The sandbox's ``mha_course`` holds no ``core``: a target that wraps the library's causal_mask scores 0,
+    as the self-check says it will (tests/grading/learner/test_selfcheck_agrees.py)."""
+    proc, _, each = defended
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [t for t in each["library_mask"]["tests"] if t["name"].startswith("causal_mask:")]
+    assert rows and all(t["score"] == 0 for t in rows), rows

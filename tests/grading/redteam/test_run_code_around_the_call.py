@@ -30,6 +30,7 @@ package).
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import json
 from pathlib import Path
 
@@ -61,12 +62,17 @@ def _notebook(base: tuple[str, str], cells: tuple[str, ...]) -> tuple[dict, int]
 
 
 def _grade(
-    tmp_path: Path, isolator: Isolator, base: tuple[str, str], *cells: str
+    tmp_path: Path,
+    isolator: Isolator,
+    base: tuple[str, str],
+    *cells: str,
+    seed: int | None = 11,
+    limits: Limits = LIMITS,
 ) -> tuple[verdicts.SubmissionResult, int]:
     nb, first = _notebook(base, cells)
     path = tmp_path / "submission.ipynb"
     path.write_text(json.dumps(nb))
-    result = grader.grade_notebook(path, limits=LIMITS, isolator=isolator, seed=11)
+    result = grader.grade_notebook(path, limits=limits, isolator=isolator, seed=seed)
     assert result.error is None, result.error
     return result, first
 
@@ -314,6 +320,12 @@ FLAGGED = {
 }
 
 
+# Attacks after which the settled copy never answers the broker (its sockets closed by the theft): the sandbox is
+# stopped at the last cell's time limit. The exercise's own cells take about a second: 10 s shows the same as 30 s.
+HANGS = frozenset({"the case socket stolen in the settled copy (recv_fds)"})
+SHORT_CELLS = dataclasses.replace(LIMITS, cell_timeout=10)
+
+
 def test_the_shortcut_alone_is_caught_by_the_tripwire(tmp_path, isolator):
     """The control: the helper's torch.softmax is seen while the case runs (0, "forbidden"), nothing flagged."""
     result, _ = _grade(tmp_path, isolator, A02, SHORTCUT)
@@ -325,7 +337,7 @@ def test_the_shortcut_alone_is_caught_by_the_tripwire(tmp_path, isolator):
 @pytest.mark.parametrize("name", sorted(FLAGGED))
 def test_an_attack_on_the_settled_state_gains_nothing_unflagged(tmp_path, isolator, name):
     cells, evidence = FLAGGED[name]
-    result, first = _grade(tmp_path, isolator, A02, *cells)
+    result, first = _grade(tmp_path, isolator, A02, *cells, limits=SHORT_CELLS if name in HANGS else LIMITS)
     # whatever it scored, the reviewer is shown the line that does it
     assert_flagged(result, cells, first, evidence)
 
@@ -406,8 +418,11 @@ LEAVES_A_THREAD_A05 = (
     "base,cell,exercise", [(A02, LEAVES_A_THREAD_A02, "softmax_np"), (A05, LEAVES_A_THREAD_A05, "split_heads")]
 )
 def test_a_case_that_leaves_a_thread_running_is_not_graded(tmp_path, isolator, base, cell, exercise):
-    """BACKGROUND: the case process must end its reply alone on one thread (a right answer then scores 0)."""
-    result, _ = _grade(tmp_path, isolator, base, cell)
+    """BACKGROUND: the case process must end its reply alone on one thread (a right answer then scores 0).
+
+    No seed: the broker gives each such case a second to end its thread, and a seed would run every case twice
+    for nothing (after a first run that is refused, the row shown is that run's unless the second crashes)."""
+    result, _ = _grade(tmp_path, isolator, base, cell, seed=None)
     rows = [t for t in result.tests if t.exercise == exercise]
     assert rows and all(t.score == 0 for t in rows), [(t.name, t.output) for t in rows]
     assert all("still running when this test ended" in t.output for t in rows if t.status != "not run"), [

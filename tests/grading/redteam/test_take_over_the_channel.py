@@ -18,6 +18,7 @@ package).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -62,10 +63,12 @@ def _notebook(folder: str, name: str, last: str | None = None, first: str | None
     return nb
 
 
-def _grade(tmp_path: Path, nb: dict, isolator: Isolator, seed: int | None = 11) -> verdicts.SubmissionResult:
+def _grade(
+    tmp_path: Path, nb: dict, isolator: Isolator, seed: int | None = 11, limits: Limits = LIMITS
+) -> verdicts.SubmissionResult:
     path = tmp_path / "submission.ipynb"
     path.write_text(json.dumps(nb))
-    result = grader.grade_notebook(path, limits=LIMITS, isolator=isolator, seed=seed)
+    result = grader.grade_notebook(path, limits=limits, isolator=isolator, seed=seed)
     assert result.error is None, result.error
     return result
 
@@ -121,6 +124,10 @@ for f in channels:
     threading.Thread(target=serve, args=(f,), daemon=True).start()
 threading.Event().wait(2)
 """
+# A serving thread may read the broker's settle request before the runtime does: the notebook process then
+# never ends and the sandbox is stopped at the last cell's time limit. The exercise's own cells take about a
+# second: a 10 s limit shows the same as the default 30 s.
+TAKEOVER_LIMITS = dataclasses.replace(LIMITS, cell_timeout=10)
 
 
 def test_a_cell_cannot_answer_cases_in_the_runtimes_place(tmp_path, isolator):
@@ -133,7 +140,8 @@ def test_a_cell_cannot_answer_cases_in_the_runtimes_place(tmp_path, isolator):
     survive the settle fork (a fork copies only the thread that forks), and each case answers on a
     socketpair of its own, made after the cells: either way every case is "not attempted" or "not run".
     """
-    result = _grade(tmp_path, _notebook("exercises", "a02_softmax.ipynb", last=TAKEOVER), isolator)
+    nb = _notebook("exercises", "a02_softmax.ipynb", last=TAKEOVER)
+    result = _grade(tmp_path, nb, isolator, limits=TAKEOVER_LIMITS)
     assert _score(result) == 0, [(t.name, t.output) for t in result.tests if t.score]
     assert result.tests and all(t.status in ("not attempted", "not run") for t in result.tests), [
         t.output for t in result.tests
@@ -182,6 +190,9 @@ def _auto(q, k, v, grad_out):
 def attention_backward(q, k, v, grad_out):
     return POOL.submit(_auto, q, k, v, grad_out).result()
 """
+# Each case of the pool waits until it times out: a short case limit shows the same as the default 20 s (two
+# timeouts, then "not run"), and the solution's other cases take well under a second each.
+POOL_LIMITS = dataclasses.replace(LIMITS, case_timeout=5)
 
 
 def test_autograd_in_a_pre_started_thread_gains_nothing(tmp_path, isolator):
@@ -189,7 +200,8 @@ def test_autograd_in_a_pre_started_thread_gains_nothing(tmp_path, isolator):
     start from (a fork copies only the thread that forks): work submitted to it never runs, the case times
     out with a note that names the threads the cells left, and after two such cases the rest are not run.
     (In strict mode the pool has no thread until a case submits to it: the tripwire follows that thread.)"""
-    result = _grade(tmp_path, _notebook("solutions", "a14_attention_backward.ipynb", last=POOL), isolator)
+    nb = _notebook("solutions", "a14_attention_backward.ipynb", last=POOL)
+    result = _grade(tmp_path, nb, isolator, limits=POOL_LIMITS)
     backward = [t for t in result.tests if t.exercise == "attention_backward"]
     assert backward and all(t.score == 0 for t in backward), [(t.name, t.output) for t in backward if t.score]
     timed_out = [t.output for t in backward if t.status == "timeout"]
