@@ -136,7 +136,8 @@ def peak_memory_mib(fn: Callable[[], object], device: torch.device | str = "cpu"
 
     Args:
         repeats: measured calls (>= 1); the smallest reading is returned. Another thread's
-            allocations only ever add to a reading, so the smallest is the call's own peak.
+            allocations during a call add to its reading, so the smallest is nearest the call's own
+            peak (memory another thread frees during a call would lower a reading instead).
 
     Raises:
         ValueError: repeats < 1.

@@ -218,16 +218,14 @@ def test_memory_a_case_shares_with_the_notebook_is_counted_once(smaps, monkeypat
             return real_open(path, *args, **kwargs)
 
         monkeypatch.setattr(builtins, "open", no_smaps)
+    # The child holds the pages from the fork on (its page table is a copy) and waits on a pipe until it is killed:
+    # a child that slept a few seconds could end first on a busy machine, and then count for nothing.
+    wait_here, never_written = os.pipe()
     child = os.fork()
     if child == 0:
-        import time
-
-        time.sleep(5)
+        os.read(wait_here, 1)
         os._exit(0)
     try:
-        import time
-
-        time.sleep(0.3)
         pids = [os.getpid(), child]
         rss = sum(psutil.Process(p).memory_info().rss for p in pids)
         counted = proportional_size(pids)
@@ -235,3 +233,5 @@ def test_memory_a_case_shares_with_the_notebook_is_counted_once(smaps, monkeypat
     finally:
         os.kill(child, 9)
         os.waitpid(child, 0)
+        os.close(wait_here)
+        os.close(never_written)

@@ -64,20 +64,48 @@ def test_counting_stops_past_the_entry_limit(tmp_path):
     assert confined.scratch_usage(tmp_path, max_entries=100)[1] == 60
 
 
+class _Ticks(threading.Event):
+    """The watch's stop event, recording the timeout of each of its ticks (``wait``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.timeouts: list[float | None] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.timeouts.append(timeout)
+        return super().wait(timeout)
+
+
 class _FakeSandbox:
-    """The part of a tier B sandbox the watch uses, over a real folder."""
+    """The part of a tier B sandbox the watch uses, over a real folder; it counts the watch's scratch checks.
+
+    The tests count in the watch's own ticks and checks, never in seconds: on a busy machine a thread that should
+    wake every 0.1 s can sleep for seconds, and what the watch does at each check is the same.
+    """
 
     def __init__(self, scratch: Path, scratch_mb: int) -> None:
         self.scratch, self.scratch_mb = scratch, scratch_mb
         self.killed = threading.Event()
+        self.ticks = _Ticks()
+        self.check_ticks: list[int] = []  # the tick of each scratch check
+        self.killed_at_check: int | None = None
 
-    scratch_overuse = confined.ConfinedSandbox.scratch_overuse
+    def scratch_overuse(self) -> str | None:
+        self.check_ticks.append(len(self.ticks.timeouts))
+        return confined.ConfinedSandbox.scratch_overuse(self)
 
     def tasks(self) -> list[int]:
         return []
 
     def kill(self) -> None:
+        self.killed_at_check = len(self.check_ticks)
         self.killed.set()
+
+    def checks_after(self, checks: int) -> None:
+        """Waits (a minute at most) until the watch has begun ``checks`` more scratch checks than now."""
+        target, deadline = len(self.check_ticks) + checks, time.monotonic() + 60
+        while len(self.check_ticks) < target and not self.killed.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
 def _watch(sandbox: _FakeSandbox) -> process.SubmissionProcess:
@@ -85,11 +113,17 @@ def _watch(sandbox: _FakeSandbox) -> process.SubmissionProcess:
     watched = process.SubmissionProcess.__new__(process.SubmissionProcess)
     watched.limits, watched.sandbox = Limits(memory_mb=0), sandbox
     watched.deadline, watched.limit_text, watched.killed_for = float("inf"), "", None
-    watched._stop = threading.Event()
+    watched._stop = sandbox.ticks
     watched.sock = None
     watched.kill = sandbox.kill
     threading.Thread(target=watched._watchdog, daemon=True).start()
     return watched
+
+
+def _assert_twice_a_second(sandbox: _FakeSandbox) -> None:
+    """The watch ticks every 0.1 s and checks the scratch at every fifth tick: twice a second."""
+    assert set(sandbox.ticks.timeouts) == {0.1}, sandbox.ticks.timeouts
+    assert sandbox.check_ticks and all(tick % 5 == 0 for tick in sandbox.check_ticks), sandbox.check_ticks
 
 
 def test_the_watch_kills_a_sandbox_whose_scratch_outgrows_its_limit(tmp_path):
@@ -97,10 +131,14 @@ def test_the_watch_kills_a_sandbox_whose_scratch_outgrows_its_limit(tmp_path):
     watched = _watch(sandbox)
     try:
         (tmp_path / "ok.bin").write_bytes(os.urandom(2 * MIB))
-        assert not sandbox.killed.wait(1.2), "killed under the limit"
+        sandbox.checks_after(2)  # the first check begun after the write saw the whole file, and has ended
+        assert len(sandbox.check_ticks) >= 2 and not sandbox.killed.is_set(), "killed under the limit"
         (tmp_path / "too_much.bin").write_bytes(os.urandom(3 * MIB))
-        assert sandbox.killed.wait(3), "not killed past the limit"
+        begun = len(sandbox.check_ticks)  # checks begun while the file was written may have missed part of it
+        assert sandbox.killed.wait(60), "not killed past the limit"
+        assert sandbox.killed_at_check <= begun + 1, "not killed at the first check after the write"
         assert watched.killed_for == ("wrote more than 4 MiB of files to its scratch folder", "memory")
+        _assert_twice_a_second(sandbox)
     finally:
         watched._stop.set()
 
@@ -110,11 +148,12 @@ def test_the_watch_kills_a_sandbox_that_makes_too_many_files(tmp_path, monkeypat
     sandbox = _FakeSandbox(tmp_path, scratch_mb=64)
     watched = _watch(sandbox)
     try:
-        start = time.monotonic()
         for i in range(80):
             (tmp_path / f"empty{i}").touch()
-        assert sandbox.killed.wait(3)
+        begun = len(sandbox.check_ticks)
+        assert sandbox.killed.wait(60)
         assert watched.killed_for == ("made more than 50 files and folders in its scratch folder", "memory")
-        assert time.monotonic() - start < 3
+        assert sandbox.killed_at_check <= begun + 1, "not killed at the first check after the files were made"
+        _assert_twice_a_second(sandbox)
     finally:
         watched._stop.set()
