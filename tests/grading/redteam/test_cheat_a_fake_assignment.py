@@ -201,7 +201,7 @@ def outcome(tmp_path_factory):
                 "--cell-timeout",
                 "3",
                 "--notebook-timeout",
-                "20",
+                "60",  # honest notebooks start in 5.5 s at a load of 10; no cheat here waits on this limit
                 "--memory-mb",
                 "512",
                 "--workers",
