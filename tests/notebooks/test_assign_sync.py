@@ -3,12 +3,19 @@
 * exercises/ is byte for byte what ``python -m mha_course.assign`` writes from solutions/;
 * solution and exercise notebooks carry the same assignment metadata, which the registry knows,
   so any renamed copy is recognised as the same assignment;
-* graded through the sandbox (one batch for both folders): every solution gets full marks and
-  every unedited exercise notebook gets zero.
+* graded through the sandbox (one batch for both folders): every solution gets full marks, with
+  every one of its cells run without error there, and every unedited exercise notebook gets zero.
+
+nbval runs each solution too (``solutions/`` is a test path), and that second run is not duplicated
+work: nbval runs the cells in an IPython kernel, as Jupyter does (rich display, figures), while the
+grader runs them with ``exec`` inside the sandbox (``display`` and ``get_ipython`` stubbed, the
+tripwire and audit hook installed, the OS walls up). A cell can fail in one and not the other, so
+each run proves its own half: runs as the learner sees it, and grades in full where it is graded.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -70,6 +77,9 @@ def test_solution_gets_full_marks(graded, path):
     r = graded[("solutions", path.name)]
     lost = [f"{t.name}: {t.output}" for t in r.tests if t.status != "passed"]
     assert r.error is None and r.max_score > 0 and r.score == r.max_score, "\n".join(lost + r.notes)
+    # the grader notes each cell that raised (pipeline: "cell N raised ..."): full marks must not hide one
+    raised = [note for note in r.notes if re.match(r"cell \d+ raised ", note)]
+    assert raised == [], "\n".join(raised)
 
 
 @pytest.mark.slow
