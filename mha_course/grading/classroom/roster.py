@@ -8,8 +8,6 @@ id         ``id``, ``student_id``, each platform's own (:mod:`.lms`: Moodle's ``
 name       each platform's own, ``name``, ``student``, ``full name``; with none of these,
            ``first name`` and ``last name`` (``surname``, ``family name``, then each platform's) joined
 match      ``match``, ``folder``, ``file``: an explicit folder or file name (optional)
-========== ===================================================================
-
 username   ``username``, ``login``, ``user``, ``login id`` (JupyterHub, nbgrader: the folder's name)
 email      ``email``, ``email address``
 ========== ===================================================================
