@@ -35,6 +35,7 @@ def mutated(bug: Bug) -> nbformat.NotebookNode:
 def targets(nb) -> dict:
     """Execute a notebook's code cells here (self-check disabled) and return its namespace."""
     import matplotlib
+    import matplotlib.pyplot
 
     matplotlib.use("Agg")
     namespace: dict = {}
@@ -44,4 +45,5 @@ def targets(nb) -> dict:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
             exec(compile(source, "<cell>", "exec"), namespace)  # noqa: S102 - course files and their edits
         namespace["check"] = lambda *a, **k: None
+    matplotlib.pyplot.close("all")  # the cells' figures: drawn nowhere, kept by nothing the targets need
     return namespace
