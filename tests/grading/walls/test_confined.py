@@ -5,9 +5,10 @@ rules that hide the real package, the refusal's wording. The rest run the grader
 :mod:`mha_course.grading.walls.container_repro` (moby's seccomp profile, Docker's 14 capabilities, masked
 /proc), where bubblewrap fails as it does on Gradescope, and grade one batch there: honest
 submissions, the a02 solution and blank exercise, and attacks (escape, theft, tamper, hang, fork
-bomb, memory hog, leak, network) that reach past every Python-level defence (the static scan is off,
-the attacks' shell raises no audit event). The batch runs in a subprocess, so an attack that got
-through fails these tests instead of taking pytest down.
+bomb, memory hog, leak, network, a hunt for the class's seed and roster) that reach past every
+Python-level defence (the static scan is off, the attacks' shell raises no audit event). The batch
+runs in a subprocess, so an attack that got through fails these tests instead of taking pytest down.
+Last, red-team files run again there in a child pytest.
 """
 
 from __future__ import annotations
