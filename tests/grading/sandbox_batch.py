@@ -82,15 +82,16 @@ def grade_batch(
     *,
     wrap: Callable[[list[str]], list[str]] = lambda argv: argv,
     env: dict[str, str] | None = None,
-    more_leftovers: Callable[[], list[int]] = list,
+    more_leftovers: Callable[[int], list[int]] = lambda grader_pid: [],
     timeout: float = 600,
 ) -> dict:
     """Grade the folder :func:`new_batch` made under ``root`` (written by :func:`write_batch`) once.
 
     Results go to ``out/results.json`` and ``out/each/<name>.json``. ``grader_args`` follow the folder
     on the grader's command line; ``wrap`` turns the command into the one to run (e.g. inside the Docker
-    reproduction). Processes tagged with ``marker`` (MHA_COURSE_RUN_TAG) or listed by ``more_leftovers``
-    after the run are killed and returned in ``"left"`` as (pid, description). Returns the completed
+    reproduction; it must exec the command, so that the pid started is the grader's). Processes tagged with
+    ``marker`` (MHA_COURSE_RUN_TAG) or listed by ``more_leftovers(grader's pid)`` after the run are killed and
+    returned in ``"left"`` as (pid, description). Returns the completed
     process, the wall time, the results written at exit and after the forger's wait, and each
     submission's result keyed by notebook stem.
     """
@@ -102,18 +103,24 @@ def grade_batch(
     results = out / "results.json"
     argv = [sys.executable, "-c", GRADER, str(folder), "--results-dir", str(out / "each"), "--json", str(results)]
     start = time.monotonic()
-    proc = subprocess.run(
+    with subprocess.Popen(
         wrap(argv + grader_args),
         cwd=root,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=timeout,
         env=dict(env or os.environ, MHA_COURSE_RUN_TAG=marker),
-    )
+    ) as grader:
+        try:
+            stdout, stderr = grader.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            grader.kill()
+            raise
+    proc = subprocess.CompletedProcess(grader.args, grader.returncode, stdout, stderr)
     wall = time.monotonic() - start
     written = results.read_text() if results.exists() else ""
     time.sleep(FORGER_WAIT_S)
-    left = tagged_processes(marker) + more_leftovers()
+    left = tagged_processes(marker) + more_leftovers(grader.pid)
     left = [(pid, describe(pid)) for pid in left]
     for pid, _ in left:
         try:

@@ -5,9 +5,10 @@ rules that hide the real package, the refusal's wording. The rest run the grader
 :mod:`mha_course.grading.walls.container_repro` (moby's seccomp profile, Docker's 14 capabilities, masked
 /proc), where bubblewrap fails as it does on Gradescope, and grade one batch there: honest
 submissions, the a02 solution and blank exercise, and attacks (escape, theft, tamper, hang, fork
-bomb, memory hog, leak, network) that reach past every Python-level defence (the static scan is off,
-the attacks' shell raises no audit event). The batch runs in a subprocess, so an attack that got
-through fails these tests instead of taking pytest down.
+bomb, memory hog, leak, network, a hunt for the class's seed and roster) that reach past every
+Python-level defence (the static scan is off, the attacks' shell raises no audit event). The batch
+runs in a subprocess, so an attack that got through fails these tests instead of taking pytest down.
+Last, red-team files run again there in a child pytest.
 """
 
 from __future__ import annotations
@@ -427,6 +428,8 @@ def _attacks(paths: dict) -> dict[str, tuple[list[str], float]]:
 
 @pytest.fixture(scope="module")
 def batch(tmp_path_factory):
+    """ONE batch for every test under the reproduction below: the attacks, the a02 solution and blank
+    exercise, and the secrets' hunter, graded with a class seed, a roster and overrides on the command line."""
     require_repro()
     root = tmp_path_factory.mktemp("tierb")
     folder, out = new_batch(root)
@@ -442,28 +445,34 @@ def batch(tmp_path_factory):
     attacks = _attacks(paths)
     copies = {"z_a02_solution": ROOT / "solutions" / "a02_softmax.ipynb"}
     copies["z_a02_exercise"] = ROOT / "exercises" / "a02_softmax.ipynb"
+    hunter, secret_args, needles = _secrets(root, out, [*attacks, *copies, HUNTER_NAME])
+    attacks[HUNTER_NAME] = hunter
     write_batch(folder, attacks, copies)
     library = Path(paths["library"]).read_bytes()
-    args = ["--quiet", "--workers", "2", "--cell-timeout", "10", "--case-timeout", "10", "--memory-mb", "1024"]
+    # the case timeout is the hunt's (it reads every file it reaches in one case); no other case here waits
+    args = ["--quiet", "--workers", "2", "--cell-timeout", "10", "--case-timeout", "150", "--memory-mb", "1024"]
     try:
         graded = grade_batch(
             root,
             attacks,
-            args,
+            args + secret_args,
             MARKER,
             wrap=container_repro.command,
             env=dict(os.environ, MHA_TIERB_SECRET=SECRET),
-            # tier B's uids only: tier A sandboxes of tests running beside this one (own uids above) are not ours
-            more_leftovers=lambda: [
-                pid
-                for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
-                if confined.UID_BASE <= _uid(pid) < confined.UID_BASE + confined.UID_SPAN
-            ],
+            more_leftovers=_processes_of_its_sandboxes,
             timeout=900,
         )
     finally:
         listener.close()
-    return {**graded, "library": library == Path(paths["library"]).read_bytes()}
+    return {**graded, "library": library == Path(paths["library"]).read_bytes(), "needles": needles}
+
+
+def _processes_of_its_sandboxes(grader_pid: int) -> list[int]:
+    """Live processes with a uid the grader ``grader_pid`` gives its sandboxes: ``confined.new_uid`` draws them
+    from UID_BASE + (its pid % 100000) * 1000 + 0..999. Another grader's sandboxes (a tier A test beside this
+    one, with uids above; another tier B run on the machine, with its own thousand) are not this batch's."""
+    first = confined.UID_BASE + (grader_pid * 1000) % confined.UID_SPAN
+    return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if first <= _uid(pid) < first + 1000]
 
 
 def _uid(pid: int) -> int:
@@ -486,6 +495,7 @@ def _uid(pid: int) -> int:
 def test_the_batch_runs_in_tier_b_to_the_end(batch):
     assert batch["proc"].returncode == 0, batch["proc"].stderr[-3000:]
     assert set(batch["each"]) == set(batch["attacks"]) | {"z_a02_solution", "z_a02_exercise"}
+    assert HUNTER_NAME in batch["each"]
     for data in batch["each"].values():
         assert data["extra_data"]["isolation"]["tier"] == "B" and data["extra_data"]["isolation"]["kind"] == "landlock"
         assert "tier B" in data["output"]
@@ -573,6 +583,7 @@ def test_uid_pids_sees_a_process_of_that_uid():
     try:
         time.sleep(0.2)
         assert confined.uid_pids(uid) == [proc.pid]
+        assert proc.pid in _processes_of_its_sandboxes(os.getpid())  # the batch's leftover check finds it too
         start = time.monotonic()
         confined.kill_uid(uid)  # returns once only the unreaped zombie is left (it once spun 4 s on it)
         assert time.monotonic() - start < 1 and confined.uid_pids(uid) == []
@@ -626,6 +637,22 @@ ROUND5_SAMPLE = (
 )
 
 
+#: Tests of those files NOT run again in tier B (node id prefixes): each grades, in a run identical but for the
+#: check, an attack its twin (named beside it) grades in tier B, and checks what the grader computes outside the
+#: sandbox from the notebook's text (the static scan's flags and verdicts) or what holds with no walls at all,
+#: the same in every tier: their tier A run proves it. Every attack of the three files still meets tier B's walls.
+TIER_FREE = (
+    # the scan flags the forger's frame walk; twin: test_no_learner_code_runs_while_definitions_load[same name]
+    "test_run_code_while_definitions_load.py::test_a_forger_run_by_the_cells_is_flagged_by_default[",
+    # the scan flags the module's frame walk; twin: test_a_module_a_cell_wrote_is_not_imported_by_a_case
+    "test_run_code_while_definitions_load.py::test_a_module_a_cell_wrote_and_imported_is_flagged_by_default",
+    # the scan's einsum verdict and descriptor flag; twin: test_a_target_that_forges_its_reply_answers_only_its_own_case
+    "test_run_code_while_definitions_load.py::test_with_the_scan_a_self_forging_target_is_flagged",
+    # no sandbox at all (unsafe_no_isolation); twin: test_a_thread_a_case_leaves_is_refused_and_one_a_cell_left_is_gone
+    "test_take_over_the_channel.py::test_without_isolation_a_lingering_thread_is_refused_too",
+)
+
+
 @pytest.mark.slow
 def test_the_reply_channel_red_team_holds_in_tier_b_too():
     """tests/grading/redteam/test_take_over_the_channel.py (channel takeover, autograd in a pool thread, the re-run oracle, a
@@ -633,7 +660,8 @@ def test_the_reply_channel_red_team_holds_in_tier_b_too():
     code while a case process loads the definitions, and their default-mode twins) and a sample of
     tests/grading/redteam/test_run_code_around_the_call.py (the settled notebook state: a fork hook, a case-to-case file, a thread
     a case leaves, the tripwire's control) run again inside the Docker reproduction, where bubblewrap is
-    refused and the grader falls back to tier B."""
+    refused and the grader falls back to tier B: one child pytest under one start of the reproduction, less
+    the :data:`TIER_FREE` tests (whose attacks their twins grade there)."""
     require_repro()
     argv = [
         sys.executable,
@@ -644,6 +672,7 @@ def test_the_reply_channel_red_team_holds_in_tier_b_too():
         "no:cacheprovider",
         "-p",
         "no:xdist",
+        *(f"--deselect={REDTEAM.relative_to(ROOT) / prefix}" for prefix in TIER_FREE),
         str(REDTEAM / "test_take_over_the_channel.py"),
         str(REDTEAM / "test_run_code_while_definitions_load.py"),
         *(str(REDTEAM / "test_run_code_around_the_call.py") + "::" + test for test in ROUND5_SAMPLE),
@@ -743,18 +772,20 @@ def _hex(text: str) -> str:
     return text.encode()[::-1].hex()
 
 
-@pytest.fixture(scope="module")
-def hunt(tmp_path_factory):
-    """A batch graded with a class seed, a roster and overrides given on the grader's command line, as an
-    instructor types them, and a submission that hunts for them in every process's cmdline and environ
-    and in every file it can reach."""
-    require_repro()
-    root = tmp_path_factory.mktemp("tierb_hunt")
-    folder, out = new_batch(root)
+HUNTER_NAME = "zz_hunter"  # graded last, beside the a02 notebooks: the timed attacks are done by then
+
+
+def _secrets(root: Path, out: Path, students: list[str]) -> tuple[tuple[list[str], float], list[str], list[str]]:
+    """The class's secrets for the batch under ``root``: a seed, a roster and overrides given on the grader's
+    command line, as an instructor types them, and a seed file a run before this one left in ``out``.
+
+    Returns the hunter (cells, most points: a submission that hunts for them in every process's cmdline and
+    environ and in every file it can reach), the grader's arguments, and the needles it hunts.
+    """
     token = os.urandom(6).hex()
     seed = str(1_000_000_000 + int.from_bytes(os.urandom(4), "big") % 1_000_000_000)  # 10 digits, < 2**31
     roster, overrides = root / f"roster-{token}.csv", root / f"overrides-{token}.csv"
-    roster.write_text("id,name\nhunter,Hunter\na_honest,Honest\n")
+    roster.write_text("id,name\n" + "".join(f"{name},{name}\n" for name in students))
     overrides.write_text("student,exercise,points,reason\nnobody,*,+1,none\n")
     seed_file = out / "grading-seed.json"  # a run before this one recorded the seed
     seed_file.write_text(json.dumps({"seeds": {"earlier": {"seed": int(seed), "first_drawn": "2026-01-01"}}}))
@@ -765,26 +796,20 @@ def hunt(tmp_path_factory):
         starts=["/usr", "/etc", "/tmp", "/var", "/root", "/home", "/work", "/opt", "/srv", "/run", str(root)],
     )
     assert not [n for n in needles if n in cell], "the hunter's notebook must not hold what it hunts"
-    attacks = {
-        "hunter": ([cell, "def add_arrays(a, b):\n    raise ValueError(_hunt())\n", GOOD_DOUBLE], 2),
-        "a_honest": ([GOOD_ADD, GOOD_DOUBLE], 6),
-    }
-    write_batch(folder, attacks)
-    args = ["--quiet", "--workers", "1", "--case-timeout", "150", "--cell-timeout", "30"]
-    args += ["--seed", seed, "--roster", str(roster), "--overrides", str(overrides)]
-    graded = grade_batch(root, attacks, args, MARKER + "-hunt", wrap=container_repro.command, timeout=900)
-    return {**graded, "needles": needles}
+    hunter = ([cell, "def add_arrays(a, b):\n    raise ValueError(_hunt())\n", GOOD_DOUBLE], 2)
+    args = ["--seed", seed, "--roster", str(roster), "--overrides", str(overrides)]
+    return hunter, args, needles
 
 
 @pytest.mark.slow
-def test_no_process_or_file_the_sandbox_reaches_holds_the_seed_or_the_roster(hunt):
+def test_no_process_or_file_the_sandbox_reaches_holds_the_seed_or_the_roster(batch):
     """The grader's arguments leave its command line before any sandbox starts, and a root process's
     environment is closed to the sandbox's uid: the hunt reads the grader's cmdline (so it would find
     them there, as it did before) and finds nothing anywhere."""
-    assert hunt["proc"].returncode == 0, hunt["proc"].stderr[-3000:]
-    assert hunt["each"]["a_honest"]["score"] == 6, json.dumps(hunt["each"]["a_honest"], indent=1)[:3000]
-    text = outputs(hunt["each"]["hunter"])
-    assert "ValueError: " in text, json.dumps(hunt["each"]["hunter"], indent=1)[:3000]
+    assert batch["proc"].returncode == 0, batch["proc"].stderr[-3000:]
+    assert batch["each"]["a_honest"]["score"] == 6, json.dumps(batch["each"]["a_honest"], indent=1)[:3000]
+    text = outputs(batch["each"][HUNTER_NAME])
+    assert "ValueError: " in text, json.dumps(batch["each"][HUNTER_NAME], indent=1)[:3000]
     said = text.split("ValueError: ")[1].split(" (cell")[0]
     report = dict(item.split("=", 1) for item in said.split() if "=" in item)
     assert report["found"] == "none", said
