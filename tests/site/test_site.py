@@ -68,7 +68,7 @@ def _build(work: Path, only: tuple[str, ...], repository_url: str) -> tuple[Path
         env=env,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=840,
     )
     assert build.returncode == 0, f"sphinx failed:\n{build.stdout[-3000:]}\n{build.stderr[-5000:]}"
     return html, build.stderr

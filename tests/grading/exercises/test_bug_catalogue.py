@@ -146,7 +146,7 @@ def test_grader_catches_bugs_exactly_as_the_self_check_does(tmp_path):
         nbformat.write(mutated(bug), submissions / f"bug__{bug.id}.ipynb")
     files = sorted(str(p) for p in submissions.glob("*.ipynb"))
     argv = [sys.executable, "-m", "mha_course.grading.grade", *files, "--results-dir", str(out), "--quiet"]
-    done = subprocess.run([*argv, "--seed", str(SEED)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    done = subprocess.run([*argv, "--seed", str(SEED)], cwd=ROOT, capture_output=True, text=True, timeout=840)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     each = {
         Path(d["extra_data"]["submission"]).stem: d
