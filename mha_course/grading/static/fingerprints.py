@@ -20,9 +20,9 @@ two fingerprint sets (1.0: the same normalised code).
 from __future__ import annotations
 
 import ast
-import copy
 import hashlib
 from collections.abc import Iterable
+from typing import Any
 
 from .code_tokens import tokens
 from .scan import parse
@@ -79,9 +79,29 @@ class _StripValidation(ast.NodeTransformer):
         return node
 
 
+def copy_tree(node: Any) -> Any:
+    """A copy of a syntax tree: new nodes and lists, the leaves (names, constants, positions) shared.
+
+    What ``copy.deepcopy`` makes of a tree, without its memo of every object visited: the grader strips the
+    validation lines of every definition of every notebook it grades, so the copy's cost counts.
+    """
+    if isinstance(node, list):
+        return [copy_tree(item) for item in node]
+    if not isinstance(node, ast.AST):
+        return node  # str, int, None, a constant's value: never changed in place
+    clone = node.__class__.__new__(node.__class__)
+    for field in node._fields:
+        if hasattr(node, field):
+            setattr(clone, field, copy_tree(getattr(node, field)))
+    for attribute in node._attributes:
+        if hasattr(node, attribute):
+            setattr(clone, attribute, getattr(node, attribute))
+    return clone
+
+
 def strip_validation(node: ast.AST) -> ast.AST:
     """A copy of ``node`` without its validation lines (``node`` is left as it was)."""
-    return _StripValidation().visit(copy.deepcopy(node))
+    return _StripValidation().visit(copy_tree(node))
 
 
 def normalised(node: ast.AST) -> tuple[str, ...]:

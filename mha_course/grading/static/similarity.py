@@ -54,10 +54,12 @@ def library_without_validation() -> dict[str, tuple[str, ...]]:
     return found
 
 
-def _library_top_level():
+@functools.lru_cache(maxsize=1)
+def _library_top_level() -> tuple[tuple[str, ast.stmt], ...]:
     """(``mha_course.module``, node) for every top-level statement of the library's modules that count as
     references: the whole package and the assignments' own references (``grading/exercises``), not the
-    rest of ``grading`` (the grader itself)."""
+    rest of ``grading`` (the grader itself). Parsed once: both tables read it, and neither changes a node."""
+    found: list[tuple[str, ast.stmt]] = []
     for path in sorted(_LIBRARY.rglob("*.py")):
         parts = path.relative_to(_LIBRARY).with_suffix("").parts
         if parts[0] == "grading" and parts[:2] != ("grading", "exercises"):
@@ -67,8 +69,8 @@ def _library_top_level():
         except (SyntaxError, OSError, UnicodeDecodeError):
             continue
         module = ".".join(("mha_course", *parts))
-        for node in tree.body:
-            yield module, node
+        found += [(module, node) for node in tree.body]
+    return tuple(found)
 
 
 @functools.lru_cache(maxsize=1)

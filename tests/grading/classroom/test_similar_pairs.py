@@ -270,3 +270,18 @@ def test_the_report_stage_reads_each_notebook_once(class_results, tmp_path, monk
     assert set(loads) == graded and set(loads.values()) == {1}, loads
     assert "Copy Cat" in (tmp_path / "report-similarity.md").read_text()  # the shared reading found the copy
     assert len(list(args.feedback_dir.glob("*.feedback.md"))) == len(results)
+
+
+def test_copy_tree_is_deepcopy_without_its_memo():
+    """The stripped copy is a new tree equal to deepcopy's; stripping it leaves the notebook's tree as it was."""
+    source = inspect.getsource(core_softmax)
+    for node in ast.parse(source).body:
+        before = ast.dump(node, include_attributes=True)
+        clone = fingerprints.copy_tree(node)
+        assert ast.dump(clone, include_attributes=True) == ast.dump(copy.deepcopy(node), include_attributes=True)
+        shared = {id(n) for n in ast.walk(node)} & {id(n) for n in ast.walk(clone)}
+        assert not shared  # no node is shared, so a transformer on the copy cannot reach the original
+        fingerprints.strip_validation(node)
+        assert ast.dump(node, include_attributes=True) == before
+    validated = ast.parse("def f(x):\n    if x is None:\n        raise ValueError('x')\n    return x + 1\n").body[0]
+    assert "Raise" not in fingerprints.normalised(validated) and "Raise" in fingerprints.tokens(validated)
