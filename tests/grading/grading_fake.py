@@ -122,6 +122,16 @@ def require_sandbox() -> None:
         pytest.skip(f"the grader's sandbox cannot run here: {why}")
 
 
+def assert_the_attack_cell_was_reached(result) -> None:
+    """No cell before a test's attack (its last cell) hit a time limit: a zero score then comes from the attack.
+
+    A cell stopped by its limit is named in a note ("cell N timed out ...: it and the cells after it were not
+    run" or "... was skipped"); on a busy machine an honest cell could be, and the attack would never run.
+    """
+    stopped = [n for n in result.notes if n.startswith("cell ") and ("were not run" in n or "was skipped" in n)]
+    assert not stopped, result.notes
+
+
 def tagged_processes(tag: str) -> list[int]:
     """Pids of processes whose environment carries ``MHA_COURSE_RUN_TAG=tag`` or whose command line names ``tag``.
 

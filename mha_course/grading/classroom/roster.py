@@ -40,7 +40,7 @@ from pathlib import Path
 from ..safe_text import csv_cell
 from . import lms
 
-_ID_FIRST, _ID_LAST = ("id", "student_id", "studentid"), ("username", "email")
+_ID_FIRST, _ID_LAST = ("id", "student_id", "studentid"), ("username", "email", "email address")
 _USER_COLUMNS = ("username", "login", "user", "login id", "user name")
 _EMAIL_COLUMNS = ("email", "email address", "e-mail")
 _MAX_COLUMNS = ("maximum",)
@@ -95,6 +95,8 @@ class Student:
     row: dict[str, str] = field(default_factory=dict)
     username: str = ""
     email: str = ""
+    first_name: str = ""  # where the roster splits the name in two columns
+    last_name: str = ""
 
     def identities(self) -> set[str]:
         """Every name an override or a ``--pick`` may use for this student."""
@@ -109,9 +111,11 @@ class Student:
 
     def name_forms(self) -> set[str]:
         """Canvas's ``lastfirst`` of the name (either order: "Martin, Alice" or "Alice Martin")."""
-        if not self.name:
+        if self.first_name and self.last_name:  # known parts: "Anna" + "van der Berg"
+            first, last = self.first_name, self.last_name
+        elif not self.name:
             return set()
-        if "," in self.name:
+        elif "," in self.name:
             last, first = self.name.split(",", 1)
         else:
             *given, last = self.name.split()
@@ -192,7 +196,7 @@ def read_roster(path: str | Path) -> Roster:
         _find(columns, w)
         for w in (_id_columns(), _columns(_NAME_COLUMNS, "name_columns"), _MATCH_COLUMNS, user_columns, _EMAIL_COLUMNS)
     )
-    name_parts = [] if name_col else [_find(columns, _plain_then(plain, field)) for plain, field in _NAME_PARTS]
+    first_col, last_col = (_find(columns, _plain_then(plain, field)) for plain, field in _NAME_PARTS)
     if id_col is None:
         raise ValueError(
             f"{path}: the roster needs an id column (one of {', '.join(_id_columns())}); found columns {columns}"
@@ -211,9 +215,14 @@ def read_roster(path: str | Path) -> Roster:
         if not (row.get(id_col) or "").strip():
             other_rows.append((len(students) + len(other_rows), dict(row)))  # Canvas's "Points Possible" row
             continue
-        name, match, user, email = (_cell(row, c) for c in (name_col, match_col, user_col, email_col))
-        name = name or " ".join(part for part in (_cell(row, c) for c in name_parts) if part)
-        students.append(Student(row[id_col].strip(), name, match, dict(row), user, email))
+        name, match, user, email, first, last = (
+            _cell(row, c) for c in (name_col, match_col, user_col, email_col, first_col, last_col)
+        )
+        if not name:  # no full-name column, or an empty cell in it: the two parts
+            name = " ".join(part for part in (first, last) if part)
+        students.append(Student(row[id_col].strip(), name, match, dict(row), user, email, first, last))
+    if not students:
+        raise ValueError(f"{path}: no row has an id in the column {id_col!r}, so the roster names no student")
     return Roster(columns, students, possible, other_rows)
 
 

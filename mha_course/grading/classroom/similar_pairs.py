@@ -73,6 +73,11 @@ def _source(cells: dict[int, str], parts: list[tuple[str, int, ast.AST]]) -> str
     return clean("\n".join(lines))
 
 
+def _cells(r: SubmissionResult, code: dict[str, Cells] | None) -> Cells:
+    """The submission's code cells: from ``code`` (read once for the report) when it holds them, else from disk."""
+    return code[r.path] if code is not None and r.path in code else code_of(r)
+
+
 def _units(cells: Cells, targets: list[str]) -> dict[str, tuple[tuple[str, ...], frozenset[int], str]]:
     """Exercise target -> (normalised tokens, fingerprints, source) for one submission's code cells."""
     found = fingerprints.definitions(cells)
@@ -104,7 +109,7 @@ def similar_pairs(
             targets = list(dict.fromkeys(e.target for e in registry.get_assignment(key).exercises))
         except (KeyError, ValueError):
             continue
-        units = [(_who(r), _units(code[r.path] if code is not None else code_of(r), targets)) for r in group]
+        units = [(_who(r), _units(_cells(r, code), targets)) for r in group]
         for (a, units_a), (b, units_b) in itertools.combinations(units, 2):
             for target in targets:
                 if target in units_a and target in units_b:

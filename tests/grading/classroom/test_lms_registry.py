@@ -133,9 +133,19 @@ def test_without_it_the_same_folder_is_not_understood(fake, tmp_path):
 def test_a_name_in_two_columns_is_joined_and_a_platform_may_name_its_own(tmp_path):
     """A roster without a full-name column: "First name" and "Last name" (Moodle's gradebook export), or a
     platform's own pair of columns (here a German-language export), make the name that folders are matched by."""
-    plain = tmp_path / "plain.csv"
-    plain.write_text("First name,Surname,ID number\nJosé,Núñez,7\nAlice,,8\n", encoding="utf-8")
-    assert [s.name for s in read_roster(plain).students] == ["José Núñez", "Alice"]
+    plain = tmp_path / "plain.csv"  # as Moodle's course gradebook exports it: its ID number is empty unless filled in
+    plain.write_text(
+        "First name,Surname,ID number,Email address\nJosé,Núñez,,jn@uni.edu\nAlice,,,am@uni.edu\nAnna,van der Berg,,ab@uni.edu\n",
+        encoding="utf-8",
+    )
+    students = read_roster(plain).students
+    assert [s.student_id for s in students] == ["jn@uni.edu", "am@uni.edu", "ab@uni.edu"]  # the email is the id
+    assert [s.name for s in students] == ["José Núñez", "Alice", "Anna van der Berg"]
+    assert students[2].name_forms() == {"vanderberganna", "annavanderberg"}  # the parts as given, not re-split
+    blank_ids = tmp_path / "blank_ids.csv"
+    blank_ids.write_text("First name,Last name,ID\nAlice,Martin,\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="no row has an id in the column 'ID'"):
+        read_roster(blank_ids)  # every row dropped as a platform's extra row would name no student: said, not silent
     german = tmp_path / "german.csv"
     german.write_text("Vorname,Nachname,ID\nAlice,Martin,1\n", encoding="utf-8")
     assert [s.name for s in read_roster(german).students] == [""]  # no platform knows these columns
@@ -144,9 +154,12 @@ def test_a_name_in_two_columns_is_joined_and_a_platform_may_name_its_own(tmp_pat
         alice = read_roster(german).students[0]
     assert alice.name == "Alice Martin" and alice.name_forms() == {"martinalice", "alicemartin"}
     full = tmp_path / "full.csv"
-    full.write_text("Learner,First name,Last name,ID\nAlice B. Martin,Alice,Martin,1\n", encoding="utf-8")
+    full.write_text(
+        "Learner,First name,Last name,ID\nAlice B. Martin,Alice,Martin,1\n,Bob,Dupont,2\n", encoding="utf-8"
+    )
     with lms.registered_lms(LmsFormat(name="learner-column", name_columns=("learner",))):
-        assert read_roster(full).students[0].name == "Alice B. Martin"  # a full-name column wins over the parts
+        names = [s.name for s in read_roster(full).students]
+    assert names == ["Alice B. Martin", "Bob Dupont"]  # a full name wins over the parts; an empty one falls back
 
 
 def test_a_platform_name_is_registered_once():

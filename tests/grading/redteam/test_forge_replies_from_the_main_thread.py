@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 import pytest
-from grading_fake import require_sandbox
+from grading_fake import assert_the_attack_cell_was_reached, require_sandbox
 
 from mha_course.grading.engine import pipeline as grader
 from mha_course.grading.engine import registry
@@ -222,6 +222,7 @@ def test_a_main_thread_forger_scores_nothing(tmp_path, isolator):
     path = _forged(tmp_path)
     result = grader.grade_notebook(path, limits=LIMITS, isolator=isolator, seed=11)
     assert result.error is None, result.error
+    assert_the_attack_cell_was_reached(result)
     assert sum(t.score for t in result.tests) == 0, [(t.name, t.output) for t in result.tests if t.score]
     flag = next(f for f in result.flags if "file descriptor number" in f.finding)
     cell = json.loads(path.read_text())["cells"][flag.cell - 1]
@@ -235,4 +236,5 @@ def test_a_main_thread_forger_scores_nothing_without_the_scan(tmp_path, isolator
     monkeypatch.setattr(grader, "scan", lambda cells, assignment: ScanReport())
     result = grader.grade_notebook(_forged(tmp_path), limits=LIMITS, isolator=isolator, seed=11)
     assert result.error is None, result.error
+    assert_the_attack_cell_was_reached(result)
     assert sum(t.score for t in result.tests) == 0

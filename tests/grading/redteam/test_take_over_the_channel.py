@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from grading_fake import require_sandbox, write_submission
+from grading_fake import assert_the_attack_cell_was_reached, require_sandbox, write_submission
 
 from mha_course.grading import verdicts
 from mha_course.grading.engine import pipeline as grader
@@ -142,6 +142,7 @@ def test_a_cell_cannot_answer_cases_in_the_runtimes_place(tmp_path, isolator):
     """
     nb = _notebook("exercises", "a02_softmax.ipynb", last=TAKEOVER)
     result = _grade(tmp_path, nb, isolator, limits=TAKEOVER_LIMITS)
+    assert_the_attack_cell_was_reached(result)
     assert _score(result) == 0, [(t.name, t.output) for t in result.tests if t.score]
     assert result.tests and all(t.status in ("not attempted", "not run") for t in result.tests), [
         t.output for t in result.tests

@@ -4,8 +4,8 @@ Downloads name each student's folder ``Full Name_PARTICIPANT_assignsubmission_fi
 puts the same prefix before each file name). The grading worksheet holds ``Identifier``
 ("Participant 1234"), ``Last modified (submission)`` (the time, in the instructor's zone), ``Maximum
 Grade``, ``Feedback comments`` and ``-`` in the grade column for "no grade yet". The course gradebook's
-export splits the name (``First name``, ``Last name``: plain columns the roster joins) and names the
-institution's number ``ID number``.
+export splits the name (``First name``, ``Last name``: plain columns the roster joins) and has an
+``Email address`` (its ``ID number`` is empty unless the site fills it in, so it is no id here).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ FORMAT = LmsFormat(
     name="moodle",
     flat_name=flat_name,
     time_columns=("last modified (submission)",),
-    id_columns=("identifier", "id number"),
+    id_columns=("identifier",),
     comment_columns=("feedback comments",),
     no_grade="-",
     max_columns=("maximum grade", "max grade"),
