@@ -415,14 +415,15 @@ LEAVES_A_THREAD_A05 = (
 
 
 @pytest.mark.parametrize(
-    "base,cell,exercise", [(A02, LEAVES_A_THREAD_A02, "softmax_np"), (A05, LEAVES_A_THREAD_A05, "split_heads")]
+    "base,cell,exercise,seed",
+    [(A02, LEAVES_A_THREAD_A02, "softmax_np", 11), (A05, LEAVES_A_THREAD_A05, "split_heads", None)],
 )
-def test_a_case_that_leaves_a_thread_running_is_not_graded(tmp_path, isolator, base, cell, exercise):
+def test_a_case_that_leaves_a_thread_running_is_not_graded(tmp_path, isolator, base, cell, exercise, seed):
     """BACKGROUND: the case process must end its reply alone on one thread (a right answer then scores 0).
 
-    No seed: the broker gives each such case a second to end its thread, and a seed would run every case twice
-    for nothing (after a first run that is refused, the row shown is that run's unless the second crashes)."""
-    result, _ = _grade(tmp_path, isolator, base, cell, seed=None)
+    a02 is graded as a class is, with a seed (each case again on fresh inputs); a05 without one: the broker
+    gives each such case a second to end its thread, and the second run of a refused case shows nothing new."""
+    result, _ = _grade(tmp_path, isolator, base, cell, seed=seed)
     rows = [t for t in result.tests if t.exercise == exercise]
     assert rows and all(t.score == 0 for t in rows), [(t.name, t.output) for t in rows]
     assert all("still running when this test ended" in t.output for t in rows if t.status != "not run"), [
