@@ -95,20 +95,24 @@ def test_landlock_refuses_a_bad_abi():
         landlock.Ruleset(0)
 
 
-@pytest.mark.slow
-def test_the_seccomp_filter_refuses_sockets_namespaces_and_ptrace_but_not_threads():
-    if not seccomp_filter.supported():
-        pytest.skip("the filter is written for x86_64")
-    code = """
-import ctypes, errno, os, socket, threading
-libc = ctypes.CDLL(None, use_errno=True)
+# The start of the child programs below: ``err(call)`` is "ok" or the errno's name of the OSError it raised.
+ERRNO_PRELUDE = """libc = ctypes.CDLL(None, use_errno=True)
 out = []
 def err(call):
     try:
         call(); return "ok"
     except OSError as e:
         return errno.errorcode[e.errno]
-def raw(nr, *args):
+"""
+
+
+@pytest.mark.slow
+def test_the_seccomp_filter_refuses_sockets_namespaces_and_ptrace_but_not_threads():
+    if not seccomp_filter.supported():
+        pytest.skip("the filter is written for x86_64")
+    code = f"""
+import ctypes, errno, os, socket, threading
+{ERRNO_PRELUDE}def raw(nr, *args):
     r = libc.syscall(nr, *args)
     return "ok" if r >= 0 else errno.errorcode[ctypes.get_errno()]
 out.append(err(lambda: socket.socket(socket.AF_INET)))
@@ -160,14 +164,7 @@ def test_the_filter_and_the_rlimits_refuse_preallocation_and_a_file_past_the_lim
     limit = Resources().scratch_mb * 2**20
     code = f"""
 import ctypes, errno, os
-libc = ctypes.CDLL(None, use_errno=True)
-out = []
-def err(call):
-    try:
-        call(); return "ok"
-    except OSError as e:
-        return errno.errorcode[e.errno]
-def raw(result):
+{ERRNO_PRELUDE}def raw(result):
     return "ok" if result == 0 else errno.errorcode[ctypes.get_errno()]
 fd = os.open("pre", os.O_RDWR | os.O_CREAT, 0o600)
 out.append(err(lambda: os.posix_fallocate(fd, 0, 10 * {limit})))
