@@ -34,7 +34,7 @@ from .results import (
 )
 from .review_flags import policy_line
 from .roster import Roster, write_grade_columns
-from .submitted_code import Cells, code_of, read_code
+from .submitted_code import Cells, cells_of, read_code
 
 
 def write_outputs(args, results: list[SubmissionResult], roster: Roster | None, missing: list[str]) -> int:
@@ -93,9 +93,8 @@ def write_feedback(results: list[SubmissionResult], folder: Path, code: dict[str
 
     ``code``: each submission's code cells by path (:func:`.submitted_code.read_code`); read from disk when None.
     """
-    code = read_code(results) if code is None else code
     for r in results:
-        cells, targets = (code[r.path] if r.path in code else code_of(r)), {}
+        cells, targets = cells_of(r, code), {}
         if cells:
             try:
                 targets = {e.key: e.target for e in registry.get_assignment(r.assignment or "").exercises}

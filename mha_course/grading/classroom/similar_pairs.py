@@ -33,7 +33,7 @@ from ..safe_text import clean, code_span
 from ..safe_text import markdown as md
 from ..static import fingerprints
 from ..verdicts import SubmissionResult
-from .submitted_code import Cells, code_of
+from .submitted_code import Cells, cells_of
 
 THRESHOLD = 0.7  # Jaccard index of winnowed fingerprints from which a pair is reported
 MIN_TOKENS = 80  # normalised tokens each unit needs to be compared (see the module docstring)
@@ -73,11 +73,6 @@ def _source(cells: dict[int, str], parts: list[tuple[str, int, ast.AST]]) -> str
     return clean("\n".join(lines))
 
 
-def _cells(r: SubmissionResult, code: dict[str, Cells] | None) -> Cells:
-    """The submission's code cells: from ``code`` (read once for the report) when it holds them, else from disk."""
-    return code[r.path] if code is not None and r.path in code else code_of(r)
-
-
 def _units(cells: Cells, targets: list[str]) -> dict[str, tuple[tuple[str, ...], frozenset[int], str]]:
     """Exercise target -> (normalised tokens, fingerprints, source) for one submission's code cells."""
     found = fingerprints.definitions(cells)
@@ -109,7 +104,7 @@ def similar_pairs(
             targets = list(dict.fromkeys(e.target for e in registry.get_assignment(key).exercises))
         except (KeyError, ValueError):
             continue
-        units = [(_who(r), _units(_cells(r, code), targets)) for r in group]
+        units = [(_who(r), _units(cells_of(r, code), targets)) for r in group]
         for (a, units_a), (b, units_b) in itertools.combinations(units, 2):
             for target in targets:
                 if target in units_a and target in units_b:
