@@ -140,18 +140,21 @@ def peak_memory_mib(fn: Callable[[], object], device: torch.device | str = "cpu"
             peak (memory another thread frees during a call would lower a reading instead).
 
     Raises:
+        TypeError: repeats is not an int.
         ValueError: repeats < 1.
     """
     if isinstance(repeats, bool) or not isinstance(repeats, int):
         raise TypeError(f"repeats must be an int, got {type(repeats).__name__} {repeats!r}")
     if repeats < 1:
         raise ValueError(f"need repeats >= 1, got repeats={repeats}")
-    readings = [_one_peak_mib(fn, torch.device(device)) for _ in range(repeats)]
-    measured = [reading for reading in readings if reading is not None]
-    return min(measured) if len(measured) == repeats else None
+    device = torch.device(device)
+    if device.type != "cuda" and (device.type != "cpu" or not cpu_peak_memory_supported()):
+        return None
+    return min(_one_peak_mib(fn, device) for _ in range(repeats))
 
 
-def _one_peak_mib(fn: Callable[[], object], device: torch.device) -> float | None:
+def _one_peak_mib(fn: Callable[[], object], device: torch.device) -> float:
+    """One reading of :func:`peak_memory_mib` on a device where it can be measured."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         before = torch.cuda.memory_allocated(device)
@@ -159,8 +162,6 @@ def _one_peak_mib(fn: Callable[[], object], device: torch.device) -> float | Non
         fn()
         torch.cuda.synchronize(device)
         return (torch.cuda.max_memory_allocated(device) - before) / MIB
-    if device.type != "cpu" or not cpu_peak_memory_supported():
-        return None
     _fix_mmap_threshold()
     _release_free_heap()
     before = _status_kib("VmRSS:")
