@@ -34,6 +34,7 @@ from ..safe_text import markdown as md
 from ..verdicts import SubmissionResult
 from . import late_days, review_flags, similar_pairs
 from .feedback import CauseKind, root_causes
+from .submitted_code import Cells
 
 
 @dataclass
@@ -447,7 +448,7 @@ def write_report(
     write_text,
     write_bytes,
     anonymise: bool = False,
-    code: dict[str, similar_pairs.Cells] | None = None,
+    code: dict[str, Cells] | None = None,
 ) -> list[Path]:
     """Write ``path`` (HTML), its Markdown twin (``.md``, PNG histograms beside it), ``<stem>-similarity.md/.json``.
 
